@@ -1,0 +1,139 @@
+"""Column schema of every table in a :class:`~hookmagic.trace.Trace`.
+
+One schema for every source: the live CUPTI capture, recordings, and imports all produce
+exactly these columns, so every analysis and view works on all of them.
+
+Conventions
+-----------
+- Times are ``int64`` nanoseconds on the capture's clock (CUPTI's timestamp clock for live
+  captures). ``meta["start_ns"]`` is the capture's start on that clock; ``duration_ns`` is
+  stored beside ``start_ns``/``end_ns`` because nearly every question asks for it.
+- ``correlation`` ties a kernel, copy, memset or allocation to the API call that caused it.
+- ``stack_id`` points into the ``stacks`` table (-1: no Python stack was taken, e.g. the
+  launching thread did not hold the GIL). ``range_id`` points into ``ranges`` (-1: none).
+- ``thread`` is the OS thread id of the launching thread (-1: unknown).
+- Strings are plain ``str`` columns; enumerations use the lower-case names listed below.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+I64, I32, U64, F64, BOOL, STR = "int64", "int32", "uint64", "float64", "bool", "str"
+
+#: table name -> ordered {column: dtype}
+TABLES: dict[str, dict[str, str]] = {
+    "kernels": {
+        "start_ns": I64, "end_ns": I64, "duration_ns": I64,
+        "device": I32, "context": I64, "stream": I64, "correlation": I64,
+        "name": STR,
+        "grid_x": I32, "grid_y": I32, "grid_z": I32,
+        "block_x": I32, "block_y": I32, "block_z": I32,
+        "registers": I32,            # per thread
+        "static_smem": I32,          # bytes per block
+        "dynamic_smem": I32,         # bytes per block
+        "local_mem": I32,            # bytes per thread
+        "graph_id": I64,             # 0: not launched from a CUDA graph
+        "graph_node": I64,
+        "thread": I64, "stack_id": I64, "range_id": I64,
+    },
+    "memcpy": {
+        "start_ns": I64, "end_ns": I64, "duration_ns": I64,
+        "device": I32, "context": I64, "stream": I64, "correlation": I64,
+        "bytes": I64,
+        "kind": STR,                 # htod, dtoh, dtod, htoh, ptop, atoh, htoa, ... or unknown
+        "src_kind": STR,             # pageable, pinned, device, array, managed, ... or unknown
+        "dst_kind": STR,
+        "graph_id": I64,
+        "thread": I64, "stack_id": I64, "range_id": I64,
+    },
+    "memset": {
+        "start_ns": I64, "end_ns": I64, "duration_ns": I64,
+        "device": I32, "context": I64, "stream": I64, "correlation": I64,
+        "bytes": I64, "value": I64,
+        "memory_kind": STR,
+        "graph_id": I64,
+        "thread": I64, "stack_id": I64, "range_id": I64,
+    },
+    "memory": {
+        "time_ns": I64,
+        "op": STR,                   # alloc, free (CUPTI MEMORY2); map, unmap (virtual memory)
+        "address": U64, "bytes": I64,
+        "memory_kind": STR,          # device, pinned, managed, pageable, ... or unknown
+        "device": I32, "context": I64, "stream": I64, "correlation": I64,
+        "is_async": BOOL,            # stream-ordered (cudaMallocAsync / memory pools)
+        "source": STR,               # cupti, vmm, torch, cupy
+        "thread": I64, "stack_id": I64,
+    },
+    "sync": {
+        "start_ns": I64, "end_ns": I64, "duration_ns": I64,
+        "type": STR,                 # event, stream_wait_event, stream, context, unknown
+        "context": I64, "stream": I64, "event": I64, "correlation": I64,
+        "thread": I64,
+    },
+    "api": {
+        "start_ns": I64, "end_ns": I64, "duration_ns": I64,
+        "domain": STR,               # runtime, driver
+        "name": STR, "cbid": I32,
+        "process": I64, "thread": I64, "correlation": I64,
+        "return_code": I64,
+    },
+    "ranges": {
+        "range_id": I64, "name": STR,
+        "start_ns": I64, "end_ns": I64, "duration_ns": I64,
+        "thread": I64, "depth": I32, "parent_id": I64,
+        "source": STR,               # hookmagic, nvtx
+    },
+    "stacks": {
+        "stack_id": I64,
+        "depth": I32,                # 0 is the outermost frame
+        "filename": STR, "function": STR, "line": I32,
+    },
+    "samples": {
+        "time_ns": I64, "device": I32,
+        "gpu_util": F64, "mem_util": F64,       # percent, as NVML reports them
+        "memory_used": I64, "memory_total": I64,  # bytes
+        "sm_clock_mhz": F64, "mem_clock_mhz": F64,
+        "power_w": F64, "temperature_c": F64,
+    },
+}
+
+TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
+
+
+def empty_table(name: str) -> pd.DataFrame:
+    """An empty DataFrame with the columns and dtypes of table ``name``."""
+    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in TABLES[name].items()})
+
+
+def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Return ``frame`` with exactly the schema's columns, in order, cast to the schema's dtypes.
+
+    Missing columns are filled with the column's neutral value (-1 for ids, 0 for numbers,
+    "" for strings, False for flags) so that partial sources (imports, older recordings) still
+    produce a complete table. Extra columns are kept after the schema's columns.
+    """
+    columns = TABLES[name]
+    out = {}
+    n = len(frame)
+    for col, dtype in columns.items():
+        if col in frame.columns:
+            out[col] = frame[col].to_numpy() if dtype != STR else frame[col].astype(str).to_numpy()
+        else:
+            out[col] = _neutral(col, dtype, n)
+    result = pd.DataFrame(out, index=pd.RangeIndex(n))
+    result = result.astype({col: dtype for col, dtype in columns.items()}, copy=False)
+    extras = [c for c in frame.columns if c not in columns]
+    for col in extras:
+        result[col] = frame[col].to_numpy()
+    return result
+
+
+def _neutral(col: str, dtype: str, n: int) -> np.ndarray:
+    if dtype == STR:
+        return np.full(n, "", dtype=object)
+    if dtype == BOOL:
+        return np.zeros(n, dtype=bool)
+    if col in ("stack_id", "range_id", "parent_id", "thread", "device", "correlation"):
+        return np.full(n, -1, dtype=dtype)
+    return np.zeros(n, dtype=dtype)

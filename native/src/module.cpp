@@ -1,0 +1,259 @@
+// Python bindings: hookmagic._native.
+//
+// Hands decoded columns to Python as NumPy arrays that own the vectors' memory (no copy, no
+// per-record objects).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <frameobject.h>
+
+#include "session.h"
+
+namespace py = pybind11;
+using hookmagic::Session;
+
+namespace {
+
+template <class T>
+py::array to_numpy(std::vector<T>& column) {
+    auto* owned = new std::vector<T>(std::move(column));
+    py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+    return py::array_t<T>(static_cast<py::ssize_t>(owned->size()), owned->data(), free_when_done);
+}
+
+#define HM_EXPORT_COLUMN(type, name) out[#name] = to_numpy(table.name);
+
+template <class Table>
+py::dict export_table(Table& table);
+
+#define HM_EXPORTER(Table, COLUMNS)                 \
+    template <>                                     \
+    py::dict export_table<hookmagic::Table>(hookmagic::Table & table) { \
+        py::dict out;                               \
+        COLUMNS(HM_EXPORT_COLUMN)                   \
+        return out;                                 \
+    }
+
+HM_EXPORTER(KernelTable, HM_KERNEL_COLUMNS)
+HM_EXPORTER(MemcpyTable, HM_MEMCPY_COLUMNS)
+HM_EXPORTER(MemsetTable, HM_MEMSET_COLUMNS)
+HM_EXPORTER(MemoryTable, HM_MEMORY_COLUMNS)
+HM_EXPORTER(SyncTable, HM_SYNC_COLUMNS)
+HM_EXPORTER(ApiTable, HM_API_COLUMNS)
+HM_EXPORTER(ExternalTable, HM_EXTERNAL_COLUMNS)
+HM_EXPORTER(MarkerTable, HM_MARKER_COLUMNS)
+HM_EXPORTER(LaunchTable, HM_LAUNCH_COLUMNS)
+HM_EXPORTER(VmmTable, HM_VMM_COLUMNS)
+
+// Names of CUPTI's enumerations, indexed by value, taken from the headers themselves.
+py::dict enum_names() {
+    auto names = [](std::initializer_list<std::pair<int, const char*>> items) {
+        int top = 0;
+        for (auto& it : items) top = std::max(top, it.first);
+        py::list out;
+        for (int i = 0; i <= top; ++i) out.append("unknown");
+        for (auto& it : items) out[it.first] = it.second;
+        return out;
+    };
+    py::dict d;
+    d["memcpy_kind"] = names({{CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN, "unknown"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, "htod"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, "dtoh"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_HTOA, "htoa"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_ATOH, "atoh"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_ATOA, "atoa"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_ATOD, "atod"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_DTOA, "dtoa"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, "dtod"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_HTOH, "htoh"},
+                              {CUPTI_ACTIVITY_MEMCPY_KIND_PTOP, "ptop"}});
+    d["memory_kind"] = names({{CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN, "unknown"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE, "pageable"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_PINNED, "pinned"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, "device"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_ARRAY, "array"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_MANAGED, "managed"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC, "device_static"},
+                              {CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC, "managed_static"}});
+    d["memory_op"] = names({{CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_INVALID, "unknown"},
+                            {CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, "alloc"},
+                            {CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE, "free"}});
+    d["sync_type"] = names({{CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN, "unknown"},
+                            {CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE, "event"},
+                            {CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT, "stream_wait_event"},
+                            {CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, "stream"},
+                            {CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE, "context"}});
+    d["vmm_op"] = names({{1, "map"}, {2, "unmap"}});
+    d["marker_flags"] = py::dict(py::arg("start") = (int)CUPTI_ACTIVITY_FLAG_MARKER_START,
+                                 py::arg("end") = (int)CUPTI_ACTIVITY_FLAG_MARKER_END,
+                                 py::arg("instantaneous") = (int)CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS);
+    return d;
+}
+
+py::list device_properties() {
+    py::list out;
+    auto& drv = Session::instance().driver();
+    if (!drv.bind_if_loaded() || drv.cuInit(0) != CUDA_SUCCESS) return out;
+    int count = 0;
+    if (drv.cuDeviceGetCount(&count) != CUDA_SUCCESS) return out;
+    for (int i = 0; i < count; ++i) {
+        CUdevice dev;
+        if (drv.cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+        char name[256] = {0};
+        drv.cuDeviceGetName(name, sizeof(name) - 1, dev);
+        size_t total = 0;
+        drv.cuDeviceTotalMem(&total, dev);
+        auto attr = [&](CUdevice_attribute a) {
+            int v = -1;
+            return drv.cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : -1;
+        };
+        py::dict d;
+        d["index"] = i;
+        d["name"] = std::string(name);
+        d["total_memory"] = total;
+        d["multiprocessors"] = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+        d["compute_capability"] = py::make_tuple(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                                                 attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+        d["max_threads_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+        d["max_blocks_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+        d["max_regs_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+        d["max_regs_per_block"] = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+        d["max_smem_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+        d["max_smem_per_block"] = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+        d["reserved_smem_per_block"] = attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+        d["warp_size"] = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+        d["l2_bytes"] = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+        d["memory_bus_bits"] = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+        d["pci_bus"] = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
+        d["integrated"] = attr(CU_DEVICE_ATTRIBUTE_INTEGRATED) == 1;
+        out.append(d);
+    }
+    return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "hookmagic's native CUPTI session (internal; use hookmagic.capture()).";
+    // CaptureError(message) with .code = the CUptiResult, so Python can tell "another tool
+    // holds CUPTI" from "no driver" without parsing text.
+    static py::object capture_error = py::reinterpret_steal<py::object>(
+        PyErr_NewException("hookmagic._native.CaptureError", PyExc_RuntimeError, nullptr));
+    m.attr("CaptureError") = capture_error;
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const hookmagic::CaptureError& e) {
+            py::object err = capture_error(e.what());
+            err.attr("code") = e.code;
+            PyErr_SetObject(capture_error.ptr(), err.ptr());
+        }
+    });
+
+    m.def("load", [](const std::string& path) {
+        std::string err = Session::instance().load(path);
+        if (!err.empty()) throw std::runtime_error(err);
+        return Session::instance().cupti_version();
+    }, py::arg("path"), "Open libcupti at `path`; returns CUPTI's API version.");
+    m.def("loaded", [] { return Session::instance().loaded(); });
+    m.def("cupti_path", [] { return Session::instance().cupti().path; });
+    m.def("driver_version", [] {
+        auto& drv = Session::instance().driver();
+        int v = 0;
+        if (drv.bind_if_loaded()) drv.cuDriverGetVersion(&v);
+        return v;
+    });
+    m.def("timestamp", [] { return Session::instance().timestamp(); },
+          "Now, on CUPTI's clock (nanoseconds).");
+    m.def("running", [] { return Session::instance().running(); });
+    m.def("push_range", [](uint64_t id) { Session::instance().push_external(id); });
+    m.def("pop_range", [] { Session::instance().pop_external(); });
+    m.def("enum_names", &enum_names);
+    m.def("device_properties", &device_properties,
+          "Properties of each visible GPU, if the process has already loaded the driver.");
+    m.def("callback_name", [](int domain, uint32_t cbid) -> py::object {
+        auto& s = Session::instance();
+        const char* name = nullptr;
+        if (!s.loaded()) return py::none();
+        auto d = domain == 0 ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+        if (s.cupti().cuptiGetCallbackName(d, cbid, &name) != CUPTI_SUCCESS || !name)
+            return py::none();
+        return py::str(name);
+    });
+
+    m.def("start", [](bool kernels, bool memory, bool stacks, bool api, bool nvtx, bool detach,
+                      int max_stack_depth, size_t buffer_bytes, size_t max_buffers,
+                      size_t max_table_bytes, py::object boundary) {
+        hookmagic::Options o;
+        o.kernels = kernels; o.memory = memory; o.stacks = stacks; o.api = api; o.nvtx = nvtx;
+        o.detach = detach; o.max_stack_depth = max_stack_depth; o.buffer_bytes = buffer_bytes;
+        o.max_buffers = max_buffers; o.max_table_bytes = max_table_bytes;
+        o.boundary_frame = boundary.is_none() ? nullptr : boundary.ptr();
+        Session::instance().start(o);
+    }, py::arg("kernels") = true, py::arg("memory") = true, py::arg("stacks") = true,
+       py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = true,
+       py::arg("max_stack_depth") = 64, py::arg("buffer_bytes") = 8u << 20,
+       py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
+       py::arg("boundary") = py::none());
+
+    m.def("stop", [] {
+        py::gil_scoped_release release;
+        Session::instance().stop();
+    }, "Stop, drain and detach. Idempotent.");
+
+    m.def("take", [] {
+        auto& s = Session::instance();
+        if (s.running()) throw std::runtime_error("take() while a capture is running");
+        py::dict out;
+        out["kernels"] = export_table(s.kernels);
+        out["memcpy"] = export_table(s.memcpy);
+        out["memset"] = export_table(s.memset);
+        out["memory"] = export_table(s.memory);
+        out["sync"] = export_table(s.sync);
+        out["api"] = export_table(s.api);
+        out["external"] = export_table(s.external);
+        out["markers"] = export_table(s.markers);
+        out["launches"] = export_table(s.launches);
+        out["vmm"] = export_table(s.vmm);
+        out["strings"] = py::cast(s.strings);
+        auto rows = s.stacks.resolve();
+        py::dict st;
+        st["stack_id"] = to_numpy(rows.stack_id);
+        st["depth"] = to_numpy(rows.depth);
+        st["filename"] = py::cast(rows.filename);
+        st["function"] = py::cast(rows.function);
+        st["line"] = to_numpy(rows.line);
+        out["stacks"] = st;
+        s.stacks.clear();
+        const auto& c = s.counters;
+        py::dict counters;
+        counters["records"] = c.records;
+        counters["dropped_cupti"] = c.dropped_cupti;
+        counters["dropped_limit"] = c.dropped_limit;
+        counters["buffers_refused"] = c.buffers_refused;
+        counters["buffers"] = c.buffers;
+        counters["callbacks"] = c.callbacks;
+        counters["stacks_sampled"] = c.stacks_sampled;
+        counters["decode_s"] = c.decode_ns / 1e9;
+        counters["detached"] = s.detached_last();
+        out["counters"] = counters;
+        s.reset_tables();
+        return out;
+    }, "Move the decoded columns out as NumPy arrays (the session keeps nothing).");
+
+    // Feeds a raw activity buffer through the decoder: used by the benchmarks and tests to
+    // measure decoding on buffers built to CUPTI's layout.
+    m.def("decode_synthetic", [](py::buffer data, std::vector<size_t> offsets) {
+        auto& s = Session::instance();
+        if (s.running()) throw std::runtime_error("decode_synthetic() while a capture is running");
+        py::buffer_info info = data.request();
+        const size_t size = static_cast<size_t>(info.size * info.itemsize);
+        for (size_t off : offsets)
+            if (off + sizeof(CUpti_Activity) > size) throw std::out_of_range("record offset past the buffer");
+        py::gil_scoped_release release;
+        s.decode_synthetic(static_cast<const uint8_t*>(info.ptr), offsets);
+    }, py::arg("buffer"), py::arg("offsets"),
+       "Decode records laid out as CUPTI's activity records at `offsets` into the session's "
+       "tables (read them with take()). For tests and the decoding benchmark.");
+}
