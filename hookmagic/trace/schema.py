@@ -122,7 +122,7 @@ def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
         else:
             out[col] = _neutral(col, dtype, n)
     result = pd.DataFrame(out, index=pd.RangeIndex(n))
-    result = result.astype({col: dtype for col, dtype in columns.items()}, copy=False)
+    result = result.astype({col: dtype for col, dtype in columns.items()})
     extras = [c for c in frame.columns if c not in columns]
     for col in extras:
         result[col] = frame[col].to_numpy()

@@ -1,0 +1,60 @@
+"""hookmagic: see what the GPU really does, from the notebook you already work in.
+
+In Jupyter: ``%load_ext hookmagic``, then ``%%cudahook`` on a cell. From Python::
+
+    import hookmagic
+    with hookmagic.capture() as trace:
+        model(x)
+    trace.summary(); trace.flame(); trace.timeline()
+
+Importing hookmagic needs no GPU, driver, CUPTI or IPython; each is looked for only when used.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "recordings",
+           "load_ipython_extension", "unload_ipython_extension", "__version__"]
+
+if TYPE_CHECKING:
+    from hookmagic.cupti import CaptureUnavailable, capture, range
+    from hookmagic.trace import Trace
+
+
+def load(path: str) -> "Trace":
+    """Open a saved trace (``Trace.save``) or a Kineto/torch.profiler Chrome-trace JSON."""
+    from hookmagic.trace.io import load_any
+
+    return load_any(path)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext hookmagic``: registers ``%%cudahook`` and ``%trtprofile``."""
+    from hookmagic.magics import load_ipython_extension as load_magics
+
+    load_magics(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from hookmagic.magics import unload_ipython_extension as unload_magics
+
+    unload_magics(ipython)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import hookmagic` stays cheap and works without pandas-heavy imports.
+    if name in ("capture", "range", "CaptureUnavailable"):
+        import hookmagic.cupti as cupti_package
+
+        return getattr(cupti_package, name)
+    if name == "Trace":
+        from hookmagic.trace import Trace
+
+        return Trace
+    if name == "recordings":
+        import hookmagic.recordings as recordings
+
+        return recordings
+    raise AttributeError(f"module 'hookmagic' has no attribute {name!r}")

@@ -1,0 +1,35 @@
+"""The live CUPTI capture behind ``hookmagic.capture()`` and ``hookmagic.range()``.
+
+Only this package talks to the native CUPTI session; everything it produces is a
+:class:`~hookmagic.trace.Trace`.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from types import ModuleType
+
+from hookmagic.cupti.errors import CaptureFailed, CaptureUnavailable
+from hookmagic.cupti.ranges import range
+
+
+@lru_cache(maxsize=1)
+def _import_native() -> tuple[ModuleType | None, str]:
+    try:
+        from hookmagic import _native
+    except ImportError as exc:
+        return None, (f"hookmagic's native extension is not built ({exc}); "
+                      "reinstall with `pip install .` from a source checkout")
+    return _native, ""
+
+
+def native_module() -> ModuleType | None:
+    """The native module once CUPTI is loaded in it, else None (never raises)."""
+    native, _ = _import_native()
+    if native is None or not native.loaded():
+        return None
+    return native
+
+
+from hookmagic.cupti.session import capture  # noqa: E402  (needs native_module)
+
+__all__ = ["capture", "range", "CaptureUnavailable", "CaptureFailed", "native_module"]

@@ -1,0 +1,202 @@
+"""From the native session's columns to the Trace's tables.
+
+The native side hands over one NumPy array per CUPTI field; here they become the tables of
+``hookmagic.trace.schema``: enumerations named, strings looked up, and the Python stack,
+launching thread and user range of every record joined in by correlation id. Vectorised
+throughout: a million kernels take well under a second.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.trace.schema import conform
+
+Columns = dict[str, np.ndarray]
+
+
+class CorrelationIndex:
+    """Looks up a value per correlation id (the last one recorded wins on repeats)."""
+
+    def __init__(self, correlation: np.ndarray, **values: np.ndarray) -> None:
+        order = np.argsort(correlation, kind="stable")
+        self.keys = np.asarray(correlation)[order].astype(np.int64)
+        self.values = {name: np.asarray(v)[order] for name, v in values.items()}
+
+    def get(self, name: str, correlation: np.ndarray, default) -> np.ndarray:
+        query = np.asarray(correlation).astype(np.int64)
+        values = self.values[name]
+        out = np.full(len(query), default, dtype=values.dtype if len(values) else np.int64)
+        if len(self.keys) == 0 or len(query) == 0:
+            return out
+        pos = np.searchsorted(self.keys, query, side="right") - 1
+        hit = (pos >= 0) & (self.keys[np.clip(pos, 0, None)] == query)
+        out[hit] = values[pos[hit]]
+        return out
+
+
+def _names(codes: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    table = np.asarray(list(names) + ["unknown"], dtype=object)
+    codes = np.asarray(codes).astype(np.int64)
+    return table[np.where((codes >= 0) & (codes < len(names)), codes, len(names))]
+
+
+def _timed(raw: Columns) -> dict[str, np.ndarray]:
+    start = raw["start_ns"].astype(np.int64)
+    end = raw["end_ns"].astype(np.int64)
+    return {"start_ns": start, "end_ns": end, "duration_ns": end - start}
+
+
+def _attribution(raw: Columns, launches: CorrelationIndex, ranges: CorrelationIndex) -> dict:
+    corr = raw["correlation"]
+    return {
+        "correlation": corr.astype(np.int64),
+        "thread": launches.get("thread", corr, -1),
+        "stack_id": launches.get("stack_id", corr, -1).astype(np.int64),
+        "range_id": ranges.get("range_id", corr, -1).astype(np.int64),
+    }
+
+
+def build_tables(
+    raw: dict,
+    enums: dict,
+    range_rows: pd.DataFrame,
+    samples: Columns,
+    callback_name: Callable[[int, int], str | None],
+) -> dict[str, pd.DataFrame]:
+    """Turn the native hand-over ``raw`` (see ``hookmagic._native.take``) into schema tables.
+
+    ``range_rows`` holds the finished ``hookmagic.range`` records; ``samples`` the NVML
+    columns; ``callback_name(domain, cbid)`` names API records (domain 0 runtime, 1 driver).
+    """
+    strings = np.asarray(list(raw["strings"]) + [""], dtype=object)
+
+    def text(codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes).astype(np.int64)
+        return strings[np.where((codes >= 0) & (codes < len(strings) - 1), codes, -1)]
+
+    launch = raw["launches"]
+    launches = CorrelationIndex(launch["correlation"], thread=launch["thread"].astype(np.int64),
+                                stack_id=launch["stack_id"].astype(np.int64))
+    ext = raw["external"]
+    ranges = CorrelationIndex(ext["correlation"], range_id=ext["external_id"].astype(np.int64))
+
+    k = raw["kernels"]
+    kernels = {**_timed(k), "device": k["device"], "context": k["context"], "stream": k["stream"],
+               "name": text(k["name"]),
+               **{c: k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                                    "registers", "static_smem", "dynamic_smem", "local_mem",
+                                    "graph_id")},
+               "graph_node": k["graph_node"].astype(np.int64),
+               **_attribution(k, launches, ranges)}
+
+    c = raw["memcpy"]
+    memcpy = {**_timed(c), "device": c["device"], "context": c["context"], "stream": c["stream"],
+              "bytes": c["bytes"], "kind": _names(c["kind"], enums["memcpy_kind"]),
+              "src_kind": _names(c["src_kind"], enums["memory_kind"]),
+              "dst_kind": _names(c["dst_kind"], enums["memory_kind"]),
+              "graph_id": c["graph_id"], **_attribution(c, launches, ranges)}
+
+    s = raw["memset"]
+    memset = {**_timed(s), "device": s["device"], "context": s["context"], "stream": s["stream"],
+              "bytes": s["bytes"], "value": s["value"],
+              "memory_kind": _names(s["memory_kind"], enums["memory_kind"]),
+              "graph_id": s["graph_id"], **_attribution(s, launches, ranges)}
+
+    memory = _memory_table(raw["memory"], raw["vmm"], enums, launches, kernels)
+
+    y = raw["sync"]
+    api_raw = raw["api"]
+    api_threads = CorrelationIndex(api_raw["correlation"], thread=api_raw["thread"].astype(np.int64))
+    sync_thread = launches.get("thread", y["correlation"], -1)
+    from_api = api_threads.get("thread", y["correlation"], -1)
+    sync = {**_timed(y), "type": _names(y["type"], enums["sync_type"]), "context": y["context"],
+            "stream": y["stream"], "event": y["event"], "correlation": y["correlation"],
+            "thread": np.where(sync_thread >= 0, sync_thread, from_api)}
+
+    api = _api_table(api_raw, callback_name)
+    ranges_table = _ranges_table(range_rows, raw["markers"], enums, strings)
+    stacks = pd.DataFrame(raw["stacks"])
+    return {
+        "kernels": conform("kernels", pd.DataFrame(kernels)),
+        "memcpy": conform("memcpy", pd.DataFrame(memcpy)),
+        "memset": conform("memset", pd.DataFrame(memset)),
+        "memory": conform("memory", memory),
+        "sync": conform("sync", pd.DataFrame(sync)),
+        "api": conform("api", api),
+        "ranges": conform("ranges", ranges_table),
+        "stacks": conform("stacks", stacks),
+        "samples": conform("samples", pd.DataFrame(samples)),
+    }
+
+
+def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIndex,
+                  kernels: dict) -> pd.DataFrame:
+    cupti = pd.DataFrame({
+        "time_ns": m["time_ns"].astype(np.int64), "op": _names(m["op"], enums["memory_op"]),
+        "address": m["address"], "bytes": m["bytes"],
+        "memory_kind": _names(m["memory_kind"], enums["memory_kind"]),
+        "device": m["device"], "context": m["context"], "stream": m["stream"],
+        "correlation": m["correlation"].astype(np.int64), "is_async": m["is_async"].astype(bool),
+        "source": "cupti",
+        "thread": launches.get("thread", m["correlation"], -1),
+        "stack_id": launches.get("stack_id", m["correlation"], -1),
+    })
+    # Map/unmap callbacks know the context, not the device: borrow it from any record of
+    # the same context.
+    context_device = dict(zip(np.concatenate([m["context"], kernels["context"]]).tolist(),
+                              np.concatenate([m["device"], kernels["device"]]).tolist()))
+    mapped = pd.DataFrame({
+        "time_ns": vmm["time_ns"], "op": _names(vmm["op"], enums["vmm_op"]),
+        "address": vmm["address"], "bytes": vmm["bytes"], "memory_kind": "device",
+        "device": np.array([context_device.get(c, -1) for c in vmm["context"].tolist()],
+                           dtype=np.int32),
+        "context": vmm["context"], "stream": 0, "correlation": vmm["correlation"].astype(np.int64),
+        "is_async": False, "source": "vmm", "thread": vmm["thread"],
+        "stack_id": vmm["stack_id"].astype(np.int64),
+    })
+    frames = [f for f in (cupti, mapped) if len(f)]
+    if not frames:
+        return cupti
+    return pd.concat(frames, ignore_index=True).sort_values("time_ns", kind="stable",
+                                                          ignore_index=True)
+
+
+def _api_table(a: Columns, callback_name: Callable[[int, int], str | None]) -> pd.DataFrame:
+    domain = a["domain"].astype(np.int64)
+    cbid = a["cbid"].astype(np.int64)
+    key = domain * 100000 + cbid
+    unique = np.unique(key)
+    lookup = {int(u): (callback_name(int(u // 100000), int(u % 100000)) or f"cbid {u % 100000}")
+              for u in unique}
+    names = np.array([lookup[int(u)] for u in unique], dtype=object)
+    name = names[np.searchsorted(unique, key)] if len(key) else np.array([], dtype=object)
+    return pd.DataFrame({**_timed(a), "domain": _names(domain, ["runtime", "driver"]),
+                         "name": name, "cbid": cbid.astype(np.int32), "process": a["process"],
+                         "thread": a["thread"], "correlation": a["correlation"],
+                         "return_code": a["return_code"]})
+
+
+def _ranges_table(user: pd.DataFrame, markers: Columns, enums: dict,
+                  strings: np.ndarray) -> pd.DataFrame:
+    user = user.assign(source="hookmagic") if len(user) else user
+    flags = enums["marker_flags"]
+    mk = pd.DataFrame({k: np.asarray(v) for k, v in markers.items()})
+    if len(mk):
+        starts = mk[(mk["flags"] & flags["start"]) != 0]
+        ends = mk[(mk["flags"] & flags["end"]) != 0][["id", "time_ns"]]
+        paired = starts.merge(ends, on="id", suffixes=("", "_end"))
+        nvtx = pd.DataFrame({
+            # NVTX ids are CUPTI's; offset them so they never collide with hookmagic ranges.
+            "range_id": paired["id"].astype(np.int64) + (1 << 40),
+            "name": strings[np.where(paired["name"] >= 0, paired["name"], -1)],
+            "start_ns": paired["time_ns"], "end_ns": paired["time_ns_end"],
+            "thread": paired["thread"].astype(np.int64), "depth": 0, "parent_id": -1,
+            "source": "nvtx",
+        })
+        user = pd.concat([f for f in (user, nvtx) if len(f)], ignore_index=True)
+    if len(user):
+        user = user.assign(duration_ns=user["end_ns"] - user["start_ns"])
+    return user

@@ -1,0 +1,13 @@
+"""Why a capture could not run, in words a user can act on."""
+from __future__ import annotations
+
+
+class CaptureUnavailable(UserWarning):
+    """Nothing was captured: no GPU, driver or CUPTI, or another tool holds CUPTI.
+
+    The code under capture still ran; the message says why nothing was recorded and what to do.
+    """
+
+
+class CaptureFailed(RuntimeError):
+    """CUPTI refused to start for a reason hookmagic could not name more precisely."""

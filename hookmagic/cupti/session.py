@@ -1,0 +1,274 @@
+"""``hookmagic.capture()``: CUPTI capture of everything the GPU does inside a ``with`` block."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+import warnings
+from typing import Any
+
+import pandas as pd
+
+from hookmagic.cupti import errors, library
+from hookmagic.cupti.columns import build_tables
+from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
+from hookmagic.cupti.nvml_sampler import NvmlSampler
+from hookmagic.cupti.ranges import RECORDER
+
+_CUPTI_MULTIPLE_SUBSCRIBERS = 39
+_CUPTI_INSUFFICIENT_PRIVILEGES = 35
+_CUPTI_VIRTUALIZED = (33, 40)
+_warned: set[str] = set()
+_lock = threading.Lock()  # one capture at a time in a process: CUPTI is process-wide
+
+
+def _prepare_native() -> tuple[Any, str]:
+    """Import the extension and load CUPTI into it; ``(module, "")`` or ``(None, why)``."""
+    from hookmagic.cupti import _import_native
+
+    native, why = _import_native()
+    if native is None:
+        return None, why
+    if native.loaded():
+        return native, ""
+    driver = library.driver_info()
+    if driver.error:
+        return None, driver.error
+    path, why = library.find_cupti(driver.cuda_version)
+    if path is None:
+        return None, why
+    try:
+        native.load(path)
+    except RuntimeError as exc:
+        return None, str(exc)
+    return native, ""
+
+
+def _warn_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(errors.CaptureUnavailable(f"hookmagic: nothing captured: {reason}"),
+                      stacklevel=5)
+
+
+def _explain(exc: Exception) -> str:
+    code = getattr(exc, "code", None)
+    if code == _CUPTI_MULTIPLE_SUBSCRIBERS:
+        holder = cupti_holder() or "another profiling tool"
+        return (f"{holder} holds CUPTI, and this CUPTI allows one user at a time; "
+                "stop it (or run the cell outside it) and capture again")
+    if code == _CUPTI_INSUFFICIENT_PRIVILEGES:
+        return ("the driver does not allow profiling for this user "
+                "(see NVIDIA's ERR_NVGPUCTRPERM notes, or run with profiling permission)")
+    if code in _CUPTI_VIRTUALIZED:
+        return "this virtualised GPU does not support CUPTI tracing"
+    if code == 999 or code == 15:
+        return f"CUPTI could not start ({exc}); is a GPU visible to this process?"
+    return f"CUPTI could not start ({exc})"
+
+
+class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
+    """Capture what the GPU does inside a ``with`` block; yields a :class:`~hookmagic.Trace`.
+
+    The Trace is empty inside the block and filled when it ends: kernels, copies, memsets,
+    synchronisation, device allocations and frees (plus virtual-memory map/unmap), the Python
+    stack that launched each, ``hookmagic.range`` and NVTX ranges, and NVML samples.
+
+    Parameters
+    ----------
+    kernels, memory, stacks, api, nvml, nvtx:
+        What to record. ``api`` adds every runtime/driver API call (costly on launch-bound
+        code); ``nvtx`` needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use.
+    label:
+        A name for the capture, shown in views.
+    detach:
+        Finalize CUPTI afterwards so the program runs at full speed again (default True).
+    nvml_interval_s, max_stack_depth, buffer_mb, max_buffers, max_table_mb:
+        Sampling period; deepest Python stack kept; CUPTI buffer size; buffers in flight; the
+        most decoded data kept (beyond it records are dropped and counted in ``meta["dropped"]``).
+
+    Without a GPU, driver or CUPTI, or while another tool holds CUPTI, the block still runs;
+    the Trace says why nothing was captured (``trace.meta["reason"]``) and a
+    :class:`CaptureUnavailable` warning is issued once per reason.
+    """
+
+    def __init__(self, *, kernels: bool = True, memory: bool = True, stacks: bool = True,
+                 api: bool = False, nvml: bool = True, nvtx: bool = False,
+                 label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
+                 max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
+                 max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:
+        from hookmagic.trace import Trace
+
+        self.options = dict(kernels=kernels, memory=memory, stacks=stacks, api=api, nvml=nvml,
+                            nvtx=nvtx, detach=detach, nvml_interval_s=nvml_interval_s,
+                            max_stack_depth=max_stack_depth, buffer_mb=buffer_mb,
+                            max_buffers=max_buffers, max_table_mb=max_table_mb)
+        self.label = label
+        self.trace = Trace()
+        self._boundary = _boundary_frame
+        self._native = None
+        self._reason = ""
+        self._held = False
+
+    # -- entering ---------------------------------------------------------------------------
+    def __enter__(self):
+        t0 = time.perf_counter()
+        try:
+            self._start()
+        except Exception as exc:  # never let the capture stop the user's code from running
+            self._stop_quietly()
+            self._reason = f"hookmagic could not start the capture ({type(exc).__name__}: {exc})"
+        self._start_s = time.perf_counter() - t0
+        self._t_wall = time.time()
+        self._t0 = time.perf_counter()
+        return self.trace
+
+    def _start(self) -> None:
+        if not _lock.acquire(blocking=False):
+            self._reason = "another hookmagic capture is already running in this process"
+            return
+        self._held = True
+        if torch_profiler_running():
+            self._reason = ("torch.profiler is running in this process and holds CUPTI; "
+                            "capture outside its `with` block")
+            return
+        native, why = _prepare_native()
+        if native is None:
+            self._reason = why
+            return
+        o = self.options
+        boundary = self._boundary if self._boundary is not None else _caller_parent_frame()
+        if o["nvtx"] and not os.environ.get("NVTX_INJECTION64_PATH"):
+            os.environ["NVTX_INJECTION64_PATH"] = native.cupti_path()
+        RECORDER.start()
+        try:
+            native.start(kernels=o["kernels"], memory=o["memory"], stacks=o["stacks"],
+                         api=o["api"], nvtx=o["nvtx"], detach=o["detach"],
+                         max_stack_depth=o["max_stack_depth"], buffer_bytes=o["buffer_mb"] << 20,
+                         max_buffers=o["max_buffers"], max_table_bytes=o["max_table_mb"] << 20,
+                         boundary=boundary)
+        except native.CaptureError as exc:
+            RECORDER.stop()
+            self._reason = _explain(exc)
+            return
+        self._native = native
+        self._start_ns = native.timestamp()
+        self._sampler = None
+        if o["nvml"]:
+            self._sampler = NvmlSampler(native.timestamp, o["nvml_interval_s"])
+            self._sampler.start()
+
+    # -- leaving ----------------------------------------------------------------------------
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        wall_s = time.perf_counter() - self._t0
+        try:
+            self._finish(exc_type, wall_s)
+        except Exception as failure:  # report, but never hide the user's own exception
+            self._stop_quietly()
+            self._fill_unavailable(f"hookmagic failed while finishing the capture "
+                                   f"({type(failure).__name__}: {failure})")
+        finally:
+            if self._held:
+                self._held = False
+                _lock.release()
+        return False
+
+    def _finish(self, exc_type, wall_s: float) -> None:
+        native = self._native
+        if native is None:
+            self._fill_unavailable(self._reason or "the capture did not start")
+            return
+        t0 = time.perf_counter()
+        end_ns = native.timestamp()
+        native.stop()
+        stop_s = time.perf_counter() - t0
+        samples = self._sampler.stop() if self._sampler else {}
+        ranges = pd.DataFrame([r.__dict__ for r in RECORDER.stop()])
+        t1 = time.perf_counter()
+        raw = native.take()
+        take_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
+        build_s = time.perf_counter() - t2
+        counters = raw["counters"]
+        status = "complete"
+        reason = ""
+        if exc_type is not None:
+            status = "partial"
+            reason = f"the code under capture raised {exc_type.__name__}"
+        meta = self._meta(native, end_ns, wall_s)
+        meta.update(status=status, reason=reason)
+        meta["overhead"] = {"start_s": self._start_s, "stop_s": stop_s,
+                            "decode_s": counters["decode_s"], "take_s": take_s,
+                            "build_s": build_s, "callbacks": counters["callbacks"],
+                            "stacks_sampled": counters["stacks_sampled"]}
+        meta["dropped"] = {"activity_records": counters["dropped_cupti"],
+                           "over_memory_limit": counters["dropped_limit"],
+                           "buffers_refused": counters["buffers_refused"]}
+        meta["records"] = int(counters["records"])
+        meta["detached"] = bool(counters["detached"])
+        self.trace._fill(tables, meta)
+        self._native = None
+
+    def _meta(self, native, end_ns: int, wall_s: float) -> dict:
+        from hookmagic import __version__
+
+        driver = library.driver_info()
+        return {
+            "format_version": 1, "hookmagic_version": __version__, "source": "cupti",
+            "label": self.label or "", "host": socket.gethostname(), "pid": os.getpid(),
+            "python": platform.python_version(),
+            "started_at": _dt.datetime.fromtimestamp(self._t_wall, _dt.timezone.utc).isoformat(),
+            "start_ns": int(self._start_ns), "end_ns": int(end_ns), "wall_s": wall_s,
+            "devices": [dict(d, compute_capability=list(d["compute_capability"]))
+                        for d in native.device_properties()],
+            "driver_version": driver.driver_version, "cuda_driver_version": driver.cuda_version,
+            "cupti_version": int(native.load(native.cupti_path())),
+            "cupti_path": native.cupti_path(),
+            "options": dict(self.options),
+        }
+
+    def _fill_unavailable(self, reason: str) -> None:
+        from hookmagic.trace import Trace
+
+        empty = Trace.empty(reason)
+        empty.meta["label"] = self.label or ""
+        self.trace._fill({name: getattr(empty, name) for name in _table_names()}, empty.meta)
+        _warn_once(reason)
+
+    def _stop_quietly(self) -> None:
+        native, self._native = self._native, None
+        RECORDER.stop()
+        if native is not None:
+            try:
+                native.stop()
+                native.take()
+            except Exception:
+                pass
+        sampler = getattr(self, "_sampler", None)
+        if sampler is not None:
+            try:
+                sampler.stop()
+            except Exception:
+                pass
+
+
+def _table_names() -> tuple[str, ...]:
+    from hookmagic.trace.schema import TABLE_NAMES
+
+    return TABLE_NAMES
+
+
+def _caller_parent_frame():
+    """The frame above the one holding the ``with`` statement: stacks start at the user's code.
+
+    Frames: this function, ``_start``, ``__enter__``, the ``with`` frame, its caller.
+    """
+    try:
+        return sys._getframe(4)
+    except ValueError:
+        return None

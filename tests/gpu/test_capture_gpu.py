@@ -1,0 +1,280 @@
+"""The live capture on a real GPU, checked against independent references."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hookmagic
+
+torch = pytest.importorskip("torch")
+from tests.gpu import workloads  # noqa: E402
+
+
+def _torch_profiler_kernels(fn) -> tuple[int, float, list[str]]:
+    """Kernel count, summed kernel time (ns) and names as torch.profiler (Kineto) sees them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+    path = "/tmp/hookmagic_kineto_reference.json"
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    return len(kernels), sum(e["dur"] for e in kernels) * 1000.0, [e["name"] for e in kernels]
+
+
+def test_kernels_match_torch_profiler():
+    workloads.gemms(repeats=3)  # warm up cuBLAS so both see the same kernels
+    with hookmagic.capture() as trace:
+        workloads.gemms()
+    ours_n, ours_ns = len(trace.kernels), float(trace.kernels.duration_ns.sum())
+    ref_n, ref_ns, ref_names = _torch_profiler_kernels(workloads.gemms)
+    assert trace.meta["status"] == "complete"
+    assert ours_n == ref_n
+    assert abs(ours_ns - ref_ns) / ref_ns < 0.02
+    assert sorted(set(trace.kernels.name)) == sorted(set(ref_names))
+
+
+def test_several_captures_are_each_complete():
+    workloads.launch_tiny(10)
+    counts = []
+    for _ in range(5):
+        with hookmagic.capture() as trace:
+            workloads.launch_tiny(500)
+        counts.append(len(trace.kernels))
+        assert trace.meta["dropped"]["activity_records"] == 0
+    assert counts == [500] * 5
+
+
+def test_capture_then_torch_profiler_then_capture():
+    with hookmagic.capture() as first:
+        workloads.launch_tiny(100)
+    n, _, _ = _torch_profiler_kernels(lambda: workloads.launch_tiny(100))
+    with hookmagic.capture() as second:
+        workloads.launch_tiny(100)
+    assert (len(first.kernels), n, len(second.kernels)) == (100, 100, 100)
+
+
+def test_capture_started_before_cuda_is_initialised():
+    script = (
+        "import hookmagic\n"
+        "with hookmagic.capture() as t:\n"
+        "    import torch\n"
+        "    x = torch.ones(1000, device='cuda')\n"
+        "    for _ in range(10): x.mul_(2)\n"
+        "    torch.cuda.synchronize()\n"
+        "print(len(t.kernels), t.meta['status'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    count, status = out.stdout.split()[-2:]
+    assert status == "complete" and int(count) >= 10
+
+
+def test_python_stack_of_each_launch():
+    def launch_from_here():
+        x = torch.ones(64, device="cuda")
+        x.mul_(3)  # the line the stack must point at
+        torch.cuda.synchronize()
+
+    with hookmagic.capture() as trace:
+        launch_from_here()
+    k = trace.kernels
+    assert (k.stack_id >= 0).all()
+    frames = trace.stacks[trace.stacks.stack_id == k.stack_id.iloc[-1]]
+    functions = frames.sort_values("depth").function.tolist()
+    assert functions[0] == "test_python_stack_of_each_launch"
+    assert functions[-1].endswith("launch_from_here")
+    leaf = frames.sort_values("depth").iloc[-1]
+    assert leaf.filename == __file__
+
+
+def test_kernels_from_other_threads():
+    tids = []
+
+    def worker():
+        tids.append(threading.get_native_id())
+        workloads.launch_tiny(50)
+
+    with hookmagic.capture() as trace:
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    assert len(trace.kernels) == 50
+    assert set(trace.kernels.thread) == {tids[0]}
+    assert (trace.kernels.stack_id >= 0).all()
+
+
+def test_cuda_graph_replays():
+    x = torch.zeros(1024, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            x.add_(1)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(4):
+            x.add_(1)
+    torch.cuda.synchronize()
+    with hookmagic.capture() as trace:
+        for _ in range(5):
+            graph.replay()
+        torch.cuda.synchronize()
+    graph_kernels = trace.kernels[trace.kernels.graph_id != 0]
+    assert len(graph_kernels) == 20
+
+
+def test_exception_keeps_partial_trace():
+    with pytest.raises(ZeroDivisionError):
+        with hookmagic.capture() as trace:
+            workloads.launch_tiny(20)
+            1 / 0
+    assert trace.meta["status"] == "partial"
+    assert len(trace.kernels) == 20
+
+
+def test_keyboard_interrupt_keeps_partial_trace():
+    with pytest.raises(KeyboardInterrupt):
+        with hookmagic.capture() as trace:
+            workloads.launch_tiny(7)
+            raise KeyboardInterrupt
+    assert trace.meta["status"] == "partial" and len(trace.kernels) == 7
+
+
+def test_torch_profiler_holding_cupti_is_named():
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]):
+        with pytest.warns(hookmagic.CaptureUnavailable):
+            with hookmagic.capture() as trace:
+                x = workloads.launch_tiny(5)
+    assert trace.meta["status"] == "unavailable"
+    assert "torch.profiler" in trace.meta["reason"]
+    assert float(x[0]) == 5.0  # the user's code still ran
+
+
+def test_user_ranges_attribute_kernels():
+    with hookmagic.capture() as trace:
+        with hookmagic.range("outer"):
+            workloads.launch_tiny(3)
+            with hookmagic.range("inner"):
+                workloads.launch_tiny(4)
+    ranges = trace.ranges.set_index("range_id")
+    named = trace.kernels.range_id.map(ranges["name"])
+    assert named.value_counts().to_dict() == {"outer": 3, "inner": 4}
+    inner = ranges[ranges.name == "inner"].iloc[0]
+    assert ranges.loc[inner.parent_id, "name"] == "outer"
+
+
+def test_device_allocations_match_torch_reserved():
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    with hookmagic.capture() as trace:
+        keep = [torch.empty(n, dtype=torch.uint8, device="cuda")
+                for n in (1 << 10, 3 << 20, 50 << 20, 300 << 20)]
+        torch.cuda.synchronize()
+    reserved = torch.cuda.memory_reserved() - before
+    mem = trace.memory[(trace.memory.memory_kind == "device")]
+    allocated = mem[mem.op == "alloc"].bytes.sum() - mem[mem.op == "free"].bytes.sum()
+    assert allocated == reserved
+    assert (mem[mem.op == "alloc"].stack_id >= 0).all()
+    del keep
+
+
+def test_expandable_segments_map_and_unmap():
+    torch.cuda.empty_cache()
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    try:
+        before = torch.cuda.memory_reserved()
+        with hookmagic.capture() as trace:
+            keep = [torch.empty(64 << 20, dtype=torch.uint8, device="cuda") for _ in range(3)]
+            torch.cuda.synchronize()
+        reserved = torch.cuda.memory_reserved() - before
+        vmm = trace.memory[trace.memory.source == "vmm"]
+        mapped = vmm[vmm.op == "map"].bytes.sum() - vmm[vmm.op == "unmap"].bytes.sum()
+        assert mapped == reserved and mapped > 0
+        del keep
+    finally:
+        torch.cuda.empty_cache()
+        torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+
+
+def test_cupy_pool_totals():
+    cupy = pytest.importorskip("cupy")
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    with hookmagic.capture() as trace:
+        arrays = [cupy.ones(n, dtype=cupy.float32) for n in (1000, 1 << 20, 7 << 20)]
+        cupy.cuda.Device().synchronize()
+    grown = pool.total_bytes() - before
+    mem = trace.memory[trace.memory.memory_kind == "device"]
+    assert mem[mem.op == "alloc"].bytes.sum() - mem[mem.op == "free"].bytes.sum() == grown
+    assert len(trace.kernels) >= 3
+    del arrays
+
+
+def test_copies_and_memsets():
+    with hookmagic.capture() as trace:
+        workloads.mixed(steps=4)
+    kinds = set(trace.memcpy.kind)
+    assert {"htod", "dtoh"} <= kinds
+    h2d = trace.memcpy[trace.memcpy.kind == "htod"]
+    assert (h2d.src_kind == "pinned").any()
+    assert len(trace.memset) >= 1 or len(trace.kernels) > 0
+
+
+def test_several_gpus():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    with hookmagic.capture() as trace:
+        for d in range(2):
+            with torch.cuda.device(d):
+                workloads.launch_tiny(10)
+    assert sorted(trace.kernels.device.unique()) == [0, 1]
+
+
+def test_program_runs_at_full_speed_after_capture():
+    def timed() -> float:
+        workloads.launch_tiny(200)
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            workloads.launch_tiny(3000)
+            runs.append(time.perf_counter() - t0)
+        return float(np.median(runs))
+
+    before = timed()
+    with hookmagic.capture() as trace:
+        workloads.launch_tiny(1000)
+    after = timed()
+    assert trace.meta["detached"] is True
+    assert after < before * 1.05, (before, after)
+
+
+def test_nvml_samples():
+    with hookmagic.capture(nvml_interval_s=0.01) as trace:
+        workloads.gemms(repeats=30)
+    s = trace.samples
+    assert len(s) >= 2 and s.memory_used.gt(0).all()
+    assert s.time_ns.is_monotonic_increasing
+
+
+def test_magic_on_gpu():
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "hookmagic")
+    ip.user_ns["workloads"] = workloads
+    result = ip.run_cell_magic("cudahook", "-o -q", "workloads.launch_tiny(25)")
+    assert len(result.kernels) == 25
