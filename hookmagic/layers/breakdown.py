@@ -1,0 +1,53 @@
+"""Where the time and memory go: top layers, time by type / precision, memory footprint."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ._frame import layers_of
+
+MIB = 2**20
+
+
+def top_layers(layers: Any, n: int = 10, by: str = "mean_ms") -> pd.DataFrame:
+    """The ``n`` layers with the largest ``by``, largest first, with their share of the total."""
+    frame = layers_of(layers)
+    cols = ["order", "name", "type", "precision", "mean_ms", "median_ms", "pct", "tactic"]
+    return (frame.sort_values([by, "order"], ascending=[False, True], kind="stable")
+            .head(n)[cols].reset_index(drop=True))
+
+
+def time_by(layers: Any, column: str | list[str]) -> pd.DataFrame:
+    """Layer count, summed mean time (ms) and share (%) per value of ``column``, largest first."""
+    frame = layers_of(layers)
+    keys = [column] if isinstance(column, str) else list(column)
+    total = frame["mean_ms"].sum()
+    out = (frame.groupby(keys, sort=False, dropna=False)
+           .agg(layers=("name", "size"), mean_ms=("mean_ms", "sum"))
+           .reset_index())
+    out["pct"] = out["mean_ms"] / total * 100.0 if total > 0 else float("nan")
+    return out.sort_values(["mean_ms"] + keys, ascending=[False] + [True] * len(keys),
+                           kind="stable").reset_index(drop=True)
+
+
+def time_by_type(layers: Any) -> pd.DataFrame:
+    """:func:`time_by` the layer ``type`` (Convolution, Reformat, Pooling, Myelin, ...)."""
+    return time_by(layers, "type")
+
+
+def time_by_precision(layers: Any) -> pd.DataFrame:
+    """:func:`time_by` the layer ``precision`` (that of its first input)."""
+    return time_by(layers, "precision")
+
+
+def memory_by_type(layers: Any) -> pd.DataFrame:
+    """Weight and activation MiB per layer type, largest weights first."""
+    frame = layers_of(layers)
+    out = (frame.groupby("type", sort=False)
+           .agg(layers=("name", "size"), weights_mib=("weight_bytes", "sum"),
+                activations_mib=("activation_bytes", "sum"))
+           .reset_index())
+    out[["weights_mib", "activations_mib"]] /= MIB
+    return out.sort_values(["weights_mib", "type"], ascending=[False, True],
+                           kind="stable").reset_index(drop=True)

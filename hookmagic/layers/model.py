@@ -1,0 +1,292 @@
+"""`LayerProfile`: one engine's (or one module's) layers with their timing, precision and memory.
+
+Every backend (trtexec exports, live TensorRT, PyTorch modules, ONNX Runtime) produces this same
+object, so every analysis and view works on all of them.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import LayerFileError
+
+#: ordered {column: meaning} of ``LayerProfile.layers``; one row per engine layer in execution order
+LAYER_COLUMNS: dict[str, str] = {
+    "order": "execution index (0-based)",
+    "name": "layer name as the engine reports it",
+    "type": "layer kind: TensorRT ParameterType if present, else LayerType (module class for PyTorch)",
+    "layer_type": "the backend's raw layer type (e.g. CaskConvolution, Myelin, Conv2d)",
+    "precision": "precision the layer ran in: that of its first input (TREx's rule)",
+    "in_precision": "precision of the first input tensor",
+    "out_precision": "precision of the first output tensor",
+    "in_format": "format/datatype phrase of the first input",
+    "out_format": "format/datatype phrase of the first output",
+    "tactic": "kernel/tactic name chosen by the builder ('' if not reported)",
+    "mean_ms": "mean time per iteration, ms",
+    "median_ms": "median time per iteration, ms (NaN if not reported)",
+    "p90_ms": "90th percentile per iteration, ms (NaN if not reported)",
+    "pct": "share of total_ms, percent",
+    "weight_bytes": "bytes of weights (bias excluded, as TREx counts)",
+    "bias_bytes": "bytes of bias",
+    "activation_bytes": "bytes of all input plus output tensors (NaN if a shape is dynamic)",
+    "in_shapes": "input shapes, e.g. '1x3x224x224, 1x64'",
+    "out_shapes": "output shapes",
+    "source_nodes": "source (ONNX) nodes this layer fused, from Metadata or the name",
+    "folded": "names of NoOp layers folded into this one",
+    "is_myelin": "Myelin/ForeignNode subgraph: its inner time is hidden from the profiler",
+    "origin": "why a Reformat exists (QDQ, REFORMAT, ...), '' otherwise",
+    "details": "the layer's raw record as JSON text (for the details panel)",
+}
+
+_FLOAT_COLS = ("mean_ms", "median_ms", "p90_ms", "pct", "weight_bytes", "bias_bytes",
+               "activation_bytes")
+_STR_COLS = ("name", "type", "layer_type", "precision", "in_precision", "out_precision",
+             "in_format", "out_format", "tactic", "in_shapes", "out_shapes", "origin", "details")
+_LIST_COLS = ("source_nodes", "folded")
+
+_FORMAT = "hookmagic.LayerProfile"
+_VERSION = 1
+MIB = 2**20
+
+
+def make_layers(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Build a ``layers`` DataFrame with every column of :data:`LAYER_COLUMNS`, in order.
+
+    Missing values get neutral defaults (NaN times, '' strings, [] lists); ``order`` and ``pct``
+    are (re)computed from the row order and ``mean_ms``.
+    """
+    frame = pd.DataFrame(rows)
+    n = len(frame)
+    out: dict[str, Any] = {}
+    for col in LAYER_COLUMNS:
+        if col in frame.columns:
+            values = frame[col]
+        elif col in _FLOAT_COLS:
+            values = pd.Series(np.full(n, math.nan))
+        elif col in _LIST_COLS:
+            values = pd.Series([[] for _ in range(n)], dtype=object)
+        elif col == "is_myelin":
+            values = pd.Series(np.zeros(n, dtype=bool))
+        else:
+            values = pd.Series([""] * n)
+        out[col] = values.to_numpy() if col not in _LIST_COLS else list(values)
+    layers = pd.DataFrame(out, columns=list(LAYER_COLUMNS))
+    layers["order"] = np.arange(n, dtype="int64")
+    for col in _FLOAT_COLS:
+        layers[col] = pd.to_numeric(layers[col], errors="coerce").astype("float64")
+    for col in _STR_COLS:
+        layers[col] = layers[col].fillna("").astype(str)
+    for col in _LIST_COLS:
+        layers[col] = pd.Series([list(v) if v is not None and not _isnan(v) else []
+                                 for v in layers[col]], dtype=object)
+    layers["is_myelin"] = layers["is_myelin"].fillna(False).astype(bool)
+    total = layers["mean_ms"].sum(min_count=1)
+    layers["pct"] = layers["mean_ms"] / total * 100.0 if total and total > 0 else math.nan
+    return layers
+
+
+def _isnan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+@dataclass
+class LayerProfile:
+    """Per-layer timing, precision and memory of one engine (or one PyTorch module).
+
+    Attributes
+    ----------
+    layers : DataFrame
+        One row per layer in execution order; columns are described in ``LAYER_COLUMNS``.
+    meta : dict
+        Per engine: ``name`` (label), ``source`` (trtexec, tensorrt, torch, onnxruntime),
+        ``device``, ``tensorrt_version``, ``build_options``, ``iterations``, ``latency_ms``
+        (end-to-end statistics when known), ``warnings`` (what could not be understood).
+    times : DataFrame or None
+        Per-iteration end-to-end timings (``latency_ms``, ``compute_ms``, ...), when known.
+    constants : DataFrame
+        Constant layers, kept apart from ``layers`` (they hold weights, not work).
+    kernels : DataFrame or None
+        GPU kernels attributed to layers (``layer``, ``kernel``, ``calls``, ``total_ms``,
+        ``mean_ms``) when a live capture was available.
+
+    Use ``.top(n)`` for the bottlenecks, ``.compare(other)`` to pair layers of two engines,
+    ``.save(path)`` / ``LayerProfile.load(path)`` for Parquet or JSON files (never pickle).
+    """
+
+    layers: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    times: pd.DataFrame | None = None
+    constants: pd.DataFrame = field(default_factory=pd.DataFrame)
+    kernels: pd.DataFrame | None = None
+
+    # ---- numbers -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The profile's label (file stem, model name, or what the caller gave)."""
+        return str(self.meta.get("name", "profile"))
+
+    @property
+    def total_ms(self) -> float:
+        """Sum of the layers' mean times, ms: the profiler's view of one inference."""
+        return float(self.layers["mean_ms"].sum())
+
+    @property
+    def latency_ms(self) -> float | None:
+        """Mean end-to-end latency measured beside the profile (ms), or None if unknown."""
+        lat = self.meta.get("latency_ms") or {}
+        value = lat.get("mean") if isinstance(lat, dict) else None
+        return None if value is None else float(value)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Total weight bytes (bias excluded)."""
+        return float(self.layers["weight_bytes"].sum())
+
+    @property
+    def activation_bytes(self) -> float:
+        """Sum over layers of input plus output tensor bytes (TREx's activation footprint)."""
+        return float(self.layers["activation_bytes"].sum())
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def top(self, n: int = 10, by: str = "mean_ms") -> pd.DataFrame:
+        """The ``n`` layers with the largest ``by`` (default: mean time), largest first."""
+        cols = ["order", "name", "type", "precision", "mean_ms", "median_ms", "pct", "tactic"]
+        return (self.layers.sort_values([by, "order"], ascending=[False, True], kind="stable")
+                .head(n)[cols].reset_index(drop=True))
+
+    def compare(self, other: "LayerProfile", **kwargs: Any) -> pd.DataFrame:
+        """Pair this engine's layers with ``other``'s and give the speedup of each pair.
+
+        See :func:`hookmagic.layers.compare.compare_layers` for the columns and options.
+        """
+        from .compare import compare_layers
+        return compare_layers(self, other, **kwargs)
+
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers as a plain dict (what ``hookmagic trt summary --json`` prints)."""
+        by_type = self.layers.groupby("type", sort=False)["mean_ms"].sum()
+        return {
+            "name": self.name,
+            "source": self.meta.get("source", ""),
+            "device": self.meta.get("device", ""),
+            "layers": int(len(self.layers)),
+            "total_ms": round(self.total_ms, 6),
+            "latency_ms": self.meta.get("latency_ms"),
+            "iterations": self.meta.get("iterations"),
+            "weights_mib": round(self.weight_bytes / MIB, 3),
+            "activations_mib": round(self.activation_bytes / MIB, 3),
+            "myelin_layers": int(self.layers["is_myelin"].sum()),
+            "time_by_type_ms": {str(k): round(float(v), 6) for k, v in by_type.items()},
+            "precisions": sorted(set(self.layers["precision"])),
+            "warnings": list(self.meta.get("warnings", [])),
+        }
+
+    # ---- display -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        lat = self.latency_ms
+        lat_txt = f", end-to-end {lat:.3f} ms" if lat is not None else ""
+        return (f"<LayerProfile {self.name!r}: {len(self.layers)} layers, "
+                f"layer sum {self.total_ms:.3f} ms{lat_txt}>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        s = self.summary()
+        head = (f"<b>{_esc(s['name'])}</b> ({_esc(s['source'])}"
+                + (f", {_esc(s['device'])}" if s["device"] else "") + ")<br>"
+                f"{s['layers']} layers, layer sum {s['total_ms']:.3f} ms"
+                + (f", end-to-end {self.latency_ms:.3f} ms" if self.latency_ms is not None else "")
+                + f"; weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
+        top = self.top(5)[["name", "type", "precision", "mean_ms", "pct"]]
+        return {"text/plain": repr(self),
+                "text/html": head + top.to_html(index=False, float_format=lambda v: f"{v:.4f}")}
+
+    # ---- files ---------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write to ``.parquet`` (layers table; meta, times and the rest in its metadata) or
+        ``.json`` (one document). Both are data only, safe to share."""
+        path = Path(path)
+        doc = self._aux_doc()
+        if path.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+            table = pa.Table.from_pandas(self.layers, preserve_index=False)
+            extra = {b"hookmagic": json.dumps(doc, default=_json_default).encode()}
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
+            pq.write_table(table, path)
+        elif path.suffix == ".json":
+            doc["layers"] = _records(self.layers)
+            path.write_text(json.dumps(doc, default=_json_default, indent=1))
+        else:
+            raise ValueError(f"{path}: use a .parquet or .json file name")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LayerProfile":
+        """Read a profile written by :meth:`save` (``.parquet`` or ``.json``)."""
+        path = Path(path)
+        if not path.is_file():
+            raise LayerFileError(f"{path}: no such file")
+        try:
+            if path.suffix == ".parquet":
+                import pyarrow.parquet as pq
+                table = pq.read_table(path)
+                raw = (table.schema.metadata or {}).get(b"hookmagic")
+                if raw is None:
+                    raise LayerFileError(f"{path}: not a hookmagic LayerProfile (no metadata)")
+                doc = json.loads(raw)
+                layers = table.to_pandas()
+            else:
+                doc = json.loads(path.read_text())
+                if not isinstance(doc, dict) or "layers" not in doc:
+                    raise LayerFileError(f"{path}: not a hookmagic LayerProfile JSON document")
+                layers = pd.DataFrame(doc["layers"])
+        except LayerFileError:
+            raise
+        except Exception as exc:  # pyarrow/json raise many types; the user needs one message
+            raise LayerFileError(f"{path}: cannot read LayerProfile: {exc}") from exc
+        if doc.get("format") != _FORMAT:
+            raise LayerFileError(f"{path}: not a hookmagic LayerProfile (format={doc.get('format')!r})")
+        for col in _LIST_COLS:  # Parquet gives numpy arrays back for list columns
+            if col in layers:
+                layers[col] = [list(v) if v is not None else [] for v in layers[col]]
+        return cls(layers=make_layers(layers.to_dict("records")), meta=doc.get("meta", {}),
+                   times=_frame_or_none(doc.get("times")),
+                   constants=_frame_or_none(doc.get("constants")) if doc.get("constants") else pd.DataFrame(),
+                   kernels=_frame_or_none(doc.get("kernels")))
+
+    def _aux_doc(self) -> dict[str, Any]:
+        return {"format": _FORMAT, "version": _VERSION, "meta": self.meta,
+                "times": _records(self.times), "constants": _records(self.constants),
+                "kernels": _records(self.kernels)}
+
+
+def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]] | None:
+    if frame is None:
+        return None
+    return json.loads(frame.to_json(orient="records"))
+
+
+def _frame_or_none(records: Any) -> pd.DataFrame | None:
+    return None if records is None else pd.DataFrame(records)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return None if math.isnan(obj) else float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def _esc(text: Any) -> str:
+    import html
+    return html.escape(str(text))
