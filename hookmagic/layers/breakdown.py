@@ -51,3 +51,31 @@ def memory_by_type(layers: Any) -> pd.DataFrame:
     out[["weights_mib", "activations_mib"]] /= MIB
     return out.sort_values(["weights_mib", "type"], ascending=[False, True],
                            kind="stable").reset_index(drop=True)
+
+
+def filter_layers(layers: Any, types: Any = None, precisions: Any = None,
+                  pattern: str | None = None, sort_by: str = "mean_ms",
+                  n: int | None = None) -> pd.DataFrame:
+    """Layers of the given types and precisions whose name matches ``pattern`` (a regular
+    expression, case-insensitive; an invalid one matches literally), sorted by ``sort_by``
+    (largest first; ``"order"`` keeps execution order) and cut to the first ``n``."""
+    import re
+
+    frame = layers_of(layers)
+    keep = pd.Series(True, index=frame.index)
+    if types:
+        keep &= frame["type"].isin(list(types))
+    if precisions:
+        keep &= frame["precision"].isin(list(precisions))
+    if pattern:
+        try:
+            rx = re.compile(pattern, re.I)
+        except re.error:
+            rx = re.compile(re.escape(pattern), re.I)
+        keep &= frame["name"].map(lambda s: bool(rx.search(s)))
+    out = frame[keep]
+    if sort_by == "order":
+        out = out.sort_values("order", kind="stable")
+    else:
+        out = out.sort_values([sort_by, "order"], ascending=[False, True], kind="stable")
+    return (out.head(n) if n else out).reset_index(drop=True)
