@@ -111,12 +111,12 @@ def read_profile(path: PathLike) -> tuple[list[dict[str, Any]], int | None]:
     data = read_json(path, "--exportProfile")
     if isinstance(data, dict) and ("Layers" in data or "Bindings" in data):
         raise LayerFileError(f"{path} is a --exportLayerInfo file, not --exportProfile; "
-                             "pass it as layers=")
+                             "pass it as layers= (--layers)")
     if not isinstance(data, list) or not data:
         raise LayerFileError(f"--exportProfile file {path} should be a JSON array "
                              "[{\"count\": N}, {\"name\": ..., \"averageMs\": ...}, ...]")
     if isinstance(data[0], dict) and "startComputeMs" in data[0]:
-        raise LayerFileError(f"{path} is a --exportTimes file, not --exportProfile; pass it as times=")
+        raise LayerFileError(f"{path} is a --exportTimes file, not --exportProfile; pass it as times= (--times)")
     count = None
     records = []
     for i, item in enumerate(data):
@@ -137,7 +137,7 @@ def read_layer_info(path: PathLike, warnings: list[str] | None = None) -> dict[s
     data = read_json(path, "--exportLayerInfo")
     if isinstance(data, list):
         raise LayerFileError(f"{path} is a JSON array: a --exportProfile or --exportTimes file, "
-                             "not --exportLayerInfo; pass it as profile= or times=")
+                             "not --exportLayerInfo; pass it as profile= or times= (--profile, --times)")
     if not isinstance(data, dict) or not isinstance(data.get("Layers"), list):
         raise LayerFileError(f"--exportLayerInfo file {path} has no \"Layers\" list")
     unknown = set(data) - _TOP_KEYS

@@ -1,0 +1,208 @@
+"""The ``hookmagic`` command line, for scripts and CI.
+
+    hookmagic trt summary --profile P --layers L [--times T] [--top N] [--json] [--max-ms MS]
+    hookmagic trt compare --profile P1 --layers L1 --profile P2 --layers L2 [--name A --name B] [--json]
+
+Each subcommand group is one ``register_<group>(subparsers)`` function listed in
+``REGISTRARS``; a new group (e.g. ``demo``) is a new function and one line there. Commands only
+parse arguments and wire importers, analyses and printing together.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+EXIT_OK, EXIT_ERROR, EXIT_THRESHOLD = 0, 1, 3
+
+
+# ---- trt ----------------------------------------------------------------------------------
+
+def register_trt(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic trt ...``: TensorRT layer profiles from trtexec exports or saved profiles."""
+    trt = subparsers.add_parser("trt", help="TensorRT layer profiles (trtexec exports)",
+                                description="Summarise or compare TensorRT layer profiles.")
+    sub = trt.add_subparsers(dest="trt_command", metavar="{summary,compare}", required=True)
+
+    s = sub.add_parser("summary", help="headline numbers, slowest layers, time by type/precision")
+    _engine_args(s, many=False)
+    s.add_argument("--top", type=int, default=10, metavar="N", help="slowest layers to list (10)")
+    s.add_argument("--json", action="store_true", help="print one JSON document")
+    s.add_argument("--max-ms", type=float, metavar="MS",
+                   help=f"exit with status {EXIT_THRESHOLD} if the layer sum exceeds MS (for CI)")
+    s.set_defaults(func=_trt_summary)
+
+    c = sub.add_parser("compare", help="pair the layers of two or more engines of one network")
+    _engine_args(c, many=True)
+    c.add_argument("--top", type=int, default=10, metavar="N",
+                   help="largest per-layer changes to list (10)")
+    c.add_argument("--json", action="store_true", help="print one JSON document")
+    c.set_defaults(func=_trt_compare)
+
+
+def _engine_args(p: argparse.ArgumentParser, many: bool) -> None:
+    action = "append" if many else "store"
+    rep = " (repeat, once per engine)" if many else ""
+    p.add_argument("--profile", action=action, metavar="P", help="trtexec --exportProfile JSON" + rep)
+    p.add_argument("--layers", action=action, metavar="L", help="trtexec --exportLayerInfo JSON" + rep)
+    p.add_argument("--times", action=action, metavar="T", help="trtexec --exportTimes JSON" + rep)
+    p.add_argument("--load", action=action, metavar="FILE",
+                   help="a saved LayerProfile (.parquet/.json) instead of exports" + rep)
+    p.add_argument("--name", action=action, metavar="LABEL", help="label for the engine" + rep)
+
+
+def _load_one(profile: str | None, layers: str | None, times: str | None, load: str | None,
+              name: str | None):
+    from hookmagic.layers import LayerProfile, from_trtexec
+
+    if load:
+        p = LayerProfile.load(load)
+        if name:
+            p.meta["name"] = name
+        return p
+    if not profile and not layers:
+        raise _Usage("give --profile and/or --layers (or --load)")
+    return from_trtexec(profile=profile, layers=layers, times=times, name=name)
+
+
+def _load_many(args: argparse.Namespace) -> list:
+    lists = {k: getattr(args, k) or [] for k in ("profile", "layers", "times", "load", "name")}
+    n = max(len(lists["profile"]), len(lists["layers"])) + len(lists["load"])
+    if n < 2:
+        raise _Usage("compare needs at least two engines (--profile/--layers twice, or --load)")
+    exports = max(len(lists["profile"]), len(lists["layers"]))
+    for key in ("profile", "layers", "times"):
+        if lists[key] and len(lists[key]) != exports:
+            raise _Usage(f"give --{key} once per engine ({exports}), or not at all")
+    if lists["name"] and len(lists["name"]) != n:
+        raise _Usage(f"give --name once per engine ({n}), or not at all")
+    names = lists["name"] or [None] * n
+    out = []
+    for i in range(exports):
+        out.append(_load_one(*(lists[k][i] if lists[k] else None for k in ("profile", "layers", "times")),
+                             None, names[i]))
+    for j, path in enumerate(lists["load"]):
+        out.append(_load_one(None, None, None, path, names[exports + j]))
+    return out
+
+
+def _trt_summary(args: argparse.Namespace) -> int:
+    from hookmagic.layers.advice import findings
+    from hookmagic.layers.breakdown import time_by_precision, time_by_type, top_layers
+    from hookmagic.layers.reconcile import reconcile
+
+    p = _load_one(args.profile, args.layers, args.times, args.load, args.name)
+    parts = {"top": top_layers(p, args.top), "by_type": time_by_type(p),
+             "by_precision": time_by_precision(p), "reconcile": reconcile(p),
+             "findings": findings(p)}
+    if args.json:
+        doc = {"summary": p.summary(), **{k: _records(v) for k, v in parts.items()}}
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        s = p.summary()
+        lat = f", end-to-end {p.latency_ms:.3f} ms" if p.latency_ms is not None else ""
+        print(f"{s['name']}: {s['layers']} layers, layer sum {s['total_ms']:.3f} ms{lat}; "
+              f"weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
+        for w in s["warnings"]:
+            print(f"warning: {w}")
+        _print_table(f"slowest {args.top} layers", parts["top"][["order", "name", "type", "precision",
+                                                                 "mean_ms", "pct"]])
+        _print_table("time by type", parts["by_type"])
+        _print_table("time by precision", parts["by_precision"])
+        _print_table("layer sum vs end-to-end", parts["reconcile"])
+        _print_table("findings", parts["findings"][["severity", "finding", "evidence"]])
+    if args.max_ms is not None and p.total_ms > args.max_ms:
+        print(f"hookmagic: layer sum {p.total_ms:.3f} ms exceeds --max-ms {args.max_ms}",
+              file=sys.stderr)
+        return EXIT_THRESHOLD
+    return EXIT_OK
+
+
+def _trt_compare(args: argparse.Namespace) -> int:
+    from hookmagic.layers.compare import compare_by, compare_layers, engines_summary
+
+    engines = _load_many(args)
+    base = engines[0]
+    summary = engines_summary(engines)
+    pairs = {f"{base.name} -> {e.name}": e for e in engines[1:]}
+    by_type = {k: compare_by(base, e, "type") for k, e in pairs.items()}
+    layers = {}
+    for k, e in pairs.items():
+        cmp = compare_layers(base, e)
+        cmp = cmp.reindex(cmp["delta_ms"].abs().sort_values(ascending=False).index).head(args.top)
+        layers[k] = cmp[["name_a", "name_b", "match", "precision_a", "precision_b", "ms_a", "ms_b",
+                         "speedup"]]
+    if args.json:
+        print(json.dumps({"engines": _records(summary),
+                          "by_type": {k: _records(v) for k, v in by_type.items()},
+                          "largest_changes": {k: _records(v) for k, v in layers.items()}},
+                         indent=1, default=str))
+        return EXIT_OK
+    _print_table("engines", summary)
+    for k in pairs:
+        _print_table(f"time by type, {k}", by_type[k])
+        _print_table(f"largest per-layer changes, {k}", layers[k])
+    return EXIT_OK
+
+
+# ---- plumbing -----------------------------------------------------------------------------
+
+class _Usage(Exception):
+    """Arguments that parse but do not make sense together."""
+
+
+#: one registrar per subcommand group; add yours here
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered subcommand group."""
+    parser = argparse.ArgumentParser(prog="hookmagic",
+                                     description="GPU observability for Jupyter, from the shell.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in REGISTRARS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hookmagic`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from hookmagic.layers.errors import LayerFileError
+
+    try:
+        return int(args.func(args) or 0)
+    except _Usage as exc:
+        parser.error(str(exc))          # exits with status 2, like other usage errors
+    except (LayerFileError, ValueError) as exc:
+        print(f"hookmagic: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:             # `hookmagic ... | head` is fine
+        return EXIT_OK
+    return EXIT_OK
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(frame.to_json(orient="records"))
+
+
+def _print_table(title: str, frame: pd.DataFrame) -> None:
+    print(f"\n{title}")
+    if frame.empty:
+        print("  (none)")
+        return
+    shown = frame.copy()
+    for col in shown.columns:
+        if shown[col].dtype == object or str(shown[col].dtype) in ("str", "string"):
+            shown[col] = shown[col].map(lambda v: v if not isinstance(v, str) or len(v) <= 70
+                                        else v[:69] + "…")
+    print(shown.to_string(index=False, float_format=lambda v: "nan" if math.isnan(v) else f"{v:.4f}"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
