@@ -1,0 +1,184 @@
+"""Model specifications: how long a batch of each size takes, and how much memory a model holds.
+
+A :class:`ModelSpec` is what the simulator needs to know about a model and what the real driver
+measures: latency per batch size (at one precision), the spread of that latency, and the memory
+footprint. Build one by hand, from a measured sweep table (:meth:`ModelSpec.from_sweep`), from a
+hookmagic ``Trace`` (:meth:`ModelSpec.from_trace`) or from a ``LayerProfile``
+(:meth:`ModelSpec.from_layer_profile`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ModelSpec", "specs_from_sweep"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the scheduler knows about one model.
+
+    Parameters
+    ----------
+    name : model name; requests refer to it.
+    batch_sizes : batch sizes at which latency was measured (ascending).
+    latency_ms : median compute latency for each of ``batch_sizes``, milliseconds.
+    precision : "fp32", "fp16", "int8", ... (a label; latency tables are per precision).
+    memory_bytes : device memory the model holds (weights plus workspace), for sweep limits.
+    service_cv : coefficient of variation of a batch's service time around the table value;
+        0 means deterministic. The simulator draws a gamma-distributed multiplier of mean 1
+        (cv 1 is exponential), so the same spec gives M/D/1, M/M/1 or M/G/1 behaviour.
+    max_batch : the largest batch the engine accepts (defaults to the largest measured size).
+
+    Latency for a size that was not measured is interpolated linearly between neighbours and
+    extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
+    they are full).
+    """
+
+    name: str
+    batch_sizes: tuple[int, ...]
+    latency_ms: tuple[float, ...]
+    precision: str = "fp16"
+    memory_bytes: int = 0
+    service_cv: float = 0.0
+    max_batch: int = 0
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        sizes = tuple(int(b) for b in self.batch_sizes)
+        lat = tuple(float(x) for x in self.latency_ms)
+        if not sizes or len(sizes) != len(lat):
+            raise ValueError("batch_sizes and latency_ms must be non-empty and of equal length")
+        order = np.argsort(sizes, kind="stable")
+        sizes = tuple(sizes[i] for i in order)
+        lat = tuple(lat[i] for i in order)
+        if sizes[0] < 1 or any(x <= 0 for x in lat):
+            raise ValueError("batch sizes must be >= 1 and latencies > 0")
+        object.__setattr__(self, "batch_sizes", sizes)
+        object.__setattr__(self, "latency_ms", lat)
+        if self.max_batch <= 0:
+            object.__setattr__(self, "max_batch", sizes[-1])
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def constant(cls, name: str, latency_ms: float, **kw: Any) -> "ModelSpec":
+        """A model whose batches of any size take ``latency_ms`` (size 1 only, unless ``max_batch``)."""
+        return cls(name, (1,), (latency_ms,), **kw)
+
+    @classmethod
+    def linear(cls, name: str, base_ms: float, per_item_ms: float, max_batch: int = 32,
+               **kw: Any) -> "ModelSpec":
+        """Latency ``base_ms + per_item_ms * b``: a fixed launch cost plus per-sample work."""
+        sizes = tuple(range(1, max_batch + 1))
+        return cls(name, sizes, tuple(base_ms + per_item_ms * b for b in sizes),
+                   max_batch=max_batch, **kw)
+
+    @classmethod
+    def from_sweep(cls, table: pd.DataFrame, name: str | None = None,
+                   precision: str | None = None, **kw: Any) -> "ModelSpec":
+        """Build from a measured sweep table.
+
+        ``table`` has columns ``batch_size`` and ``latency_ms`` (the median per size), and may
+        have ``model`` (then ``name`` selects the rows), ``precision`` (then ``precision``
+        selects), ``std_ms`` (gives ``service_cv``) and ``memory_bytes``.
+        """
+        t = table
+        if "model" in t.columns:
+            if name is None:
+                names = t["model"].unique()
+                if len(names) != 1:
+                    raise ValueError(f"table holds several models {list(names)}; pass name=")
+                name = str(names[0])
+            t = t[t["model"] == name]
+        if precision is not None and "precision" in t.columns:
+            t = t[t["precision"] == precision]
+        elif "precision" in t.columns and t["precision"].nunique() == 1:
+            precision = str(t["precision"].iloc[0])
+        if t.empty:
+            raise ValueError(f"no rows for model {name!r} precision {precision!r}")
+        t = t.groupby("batch_size", as_index=False).median(numeric_only=True)
+        if "service_cv" not in kw and "std_ms" in t.columns:
+            # One number for the whole model: the latency-weighted mean spread.
+            kw["service_cv"] = float((t["std_ms"] / t["latency_ms"]).median())
+        if "memory_bytes" not in kw and "memory_bytes" in t.columns:
+            kw["memory_bytes"] = int(t["memory_bytes"].max())
+        return cls(name or "model", tuple(t["batch_size"].astype(int)),
+                   tuple(t["latency_ms"].astype(float)), precision=precision or "fp16", **kw)
+
+    @classmethod
+    def from_trace(cls, traces: "dict[int, Any] | Any", name: str = "model",
+                   batch_size: int = 1, **kw: Any) -> "ModelSpec":
+        """Build from hookmagic ``Trace`` captures: latency is the summed kernel time.
+
+        Pass one trace (taken at ``batch_size``) or a ``{batch_size: trace}`` mapping. Each
+        trace's ``kernels`` table is summed (``duration_ns``); divide by the number of
+        iterations yourself if a capture holds several (``meta["iterations"]`` is honoured).
+        """
+        items = traces.items() if isinstance(traces, dict) else [(batch_size, traces)]
+        sizes, lat = [], []
+        for b, tr in items:
+            kernels = tr.kernels if hasattr(tr, "kernels") else tr["kernels"]
+            meta = getattr(tr, "meta", {}) or {}
+            iters = max(1, int(meta.get("iterations", 1)))
+            sizes.append(int(b))
+            lat.append(float(kernels["duration_ns"].sum()) / 1e6 / iters)
+        return cls(name, tuple(sizes), tuple(lat), **kw)
+
+    @classmethod
+    def from_layer_profile(cls, profiles: "dict[int, Any] | Any", name: str | None = None,
+                           batch_size: int = 1, **kw: Any) -> "ModelSpec":
+        """Build from ``LayerProfile`` objects (one, or ``{batch_size: profile}``): their ``total_ms``."""
+        items = profiles.items() if isinstance(profiles, dict) else [(batch_size, profiles)]
+        sizes, lat = [], []
+        for b, prof in items:
+            total = prof.total_ms() if callable(getattr(prof, "total_ms", None)) else prof.total_ms
+            sizes.append(int(b))
+            lat.append(float(total))
+            if name is None:
+                name = str((getattr(prof, "meta", {}) or {}).get("name", "model"))
+        return cls(name or "model", tuple(sizes), tuple(lat), **kw)
+
+    # -- queries ----------------------------------------------------------------------------
+    def latency(self, batch_size: int | np.ndarray) -> float | np.ndarray:
+        """Latency in milliseconds of a batch of ``batch_size`` (interpolated / extrapolated)."""
+        b = np.asarray(batch_size, dtype=float)
+        xs = np.asarray(self.batch_sizes, dtype=float)
+        ys = np.asarray(self.latency_ms, dtype=float)
+        out = np.interp(b, xs, ys)
+        if len(xs) >= 2:
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            out = np.where(b > xs[-1], ys[-1] + slope * (b - xs[-1]), out)
+            # Below the smallest measured size, never claim less than zero work.
+            out = np.where(b < xs[0], ys[0], out)
+        return float(out) if out.ndim == 0 else out
+
+    def table_s(self, max_batch: int | None = None) -> np.ndarray:
+        """Latency in seconds indexed by batch size (index 0 unused), up to ``max_batch``."""
+        n = int(max_batch or self.max_batch)
+        t = np.zeros(n + 1)
+        t[1:] = np.asarray(self.latency(np.arange(1, n + 1)), dtype=float) / 1e3
+        return t
+
+    def throughput(self, batch_size: int) -> float:
+        """Items per second one stream sustains at ``batch_size``."""
+        return batch_size / (self.latency(batch_size) / 1e3)
+
+    def with_(self, **changes: Any) -> "ModelSpec":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The latency table as a DataFrame (model, precision, batch_size, latency_ms)."""
+        return pd.DataFrame({"model": self.name, "precision": self.precision,
+                             "batch_size": list(self.batch_sizes),
+                             "latency_ms": list(self.latency_ms)})
+
+
+def specs_from_sweep(table: pd.DataFrame, names: Iterable[str] | None = None,
+                     **kw: Any) -> list[ModelSpec]:
+    """One :class:`ModelSpec` per model in a sweep table (columns model, batch_size, latency_ms)."""
+    names = list(names) if names is not None else list(dict.fromkeys(table["model"]))
+    return [ModelSpec.from_sweep(table, name=n, **kw) for n in names]

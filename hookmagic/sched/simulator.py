@@ -1,0 +1,193 @@
+"""Discrete-event simulation of a policy over a workload: :func:`simulate`.
+
+The general engine runs any :class:`~hookmagic.sched.policies.Policy` through the shared
+:class:`~hookmagic.sched.dispatcher.Dispatcher`. Requests are records in arrays, not objects
+with processes: arrivals are merged in from the sorted arrival array (in bulk while every stream
+is busy) and only batch completions and batching timers are events.
+
+Decision epochs (both engines, and the fast path in :mod:`.fast`, follow exactly this):
+at time ``t`` — finish every batch ending at or before ``t``; admit every request arriving at or
+before ``t``; offer each free stream, in stream-priority order, a batch. The next epoch is the
+next completion, or, while some stream is free, the next arrival or batching timer.
+
+A batch's service time is the model's table latency at its size times a random multiplier of
+mean 1 drawn per request (``ModelSpec.service_cv``) and taken from the batch's first request,
+so results do not depend on event order and the engines agree request for request. With
+``interference > 0`` a batch that starts while ``k`` others run takes ``1 + interference * k``
+times longer (a simple stand-in for streams sharing one GPU; 0 treats streams as independent
+servers).
+"""
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from typing import Literal, Mapping, Sequence
+
+import numpy as np
+
+from .dispatcher import Dispatcher
+from .models import ModelSpec
+from .policies import Policy
+from .result import SimResult, assemble
+from .workloads import Workload, make_workload
+
+__all__ = ["simulate", "service_multipliers"]
+
+_INF = float("inf")
+
+
+def _as_specs(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec) -> list[ModelSpec]:
+    if isinstance(models, ModelSpec):
+        return [models]
+    if isinstance(models, Mapping):
+        return list(models.values())
+    return list(models)
+
+
+def service_multipliers(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed: int) -> np.ndarray:
+    """Per-request service-time multipliers: gamma of mean 1 and each model's ``service_cv``."""
+    mult = np.ones(len(model_idx))
+    # A stream of its own, so that changing the service spread never moves the arrivals.
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5E4D1CE]))
+    for k, spec in enumerate(specs):
+        cv = float(spec.service_cv)
+        if cv <= 0:
+            continue
+        sel = np.flatnonzero(model_idx == k)
+        shape = 1.0 / (cv * cv)
+        mult[sel] = rng.gamma(shape, 1.0 / shape, len(sel))
+    return mult
+
+
+def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
+             workload: Workload | Sequence, policy: Policy | None = None, *,
+             duration_s: float | None = None, seed: int = 0,
+             engine: Literal["auto", "general", "fast"] = "auto",
+             interference: float = 0.0) -> SimResult:
+    """Simulate ``policy`` serving ``workload`` on ``models``; deterministic for a given ``seed``.
+
+    Parameters
+    ----------
+    models : the :class:`ModelSpec` of every model the workload uses (list or name mapping).
+    workload : a :class:`Workload`, or a list of sources (then ``duration_s`` is required and
+        ``seed`` draws the arrivals).
+    policy : a :class:`Policy` (default: FIFO, no batching, one stream).
+    seed : seeds the arrivals (when sources are given) and the service-time spread.
+    engine : "general" (any policy), "fast" (compiled path: fifo/priority order, dynamic
+        batching, plain streams; raises if the policy needs more) or "auto" (fast when it can).
+    interference : slowdown per concurrently running batch (0: independent streams).
+
+    Returns a :class:`SimResult`: ``.requests`` (one row per request), ``.batches``,
+    ``.metrics()``.
+    """
+    specs = _as_specs(models)
+    policy = policy or Policy()
+    if not isinstance(workload, Workload):
+        if duration_s is None:
+            raise ValueError("pass duration_s with a list of sources")
+        workload = make_workload(list(workload), duration_s, seed)
+    names = [s.name for s in specs]
+    arrays = workload.arrays(names)
+    mult = service_multipliers(specs, arrays["model"], seed)
+
+    from . import fast
+    use_fast = engine == "fast" or (engine == "auto" and fast.supports(policy, specs, interference))
+    if engine == "fast" and not fast.supports(policy, specs, interference):
+        raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
+                         "streams only; use engine='general'")
+    t0 = time.perf_counter()
+    if use_fast:
+        raw = fast.run_fast(specs, arrays, mult, policy)
+        used = "fast"
+    else:
+        raw = _run_general(specs, arrays, mult, policy, interference)
+        used = "general"
+    wall = time.perf_counter() - t0
+    req, bat = assemble(workload.requests, names, *raw)
+    meta = {"engine": used, "seed": seed, "duration_s": workload.duration_s,
+            "policy": repr(policy), "interference": interference,
+            "models": [s.name for s in specs], "sim_wall_s": wall,
+            "requests_per_s": len(req) / wall if wall > 0 else float("nan")}
+    return SimResult(req, bat, meta)
+
+
+def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
+                 policy: Policy, interference: float):
+    """The general engine. Returns the raw arrays :func:`assemble` takes."""
+    d = Dispatcher(policy, specs, arrays)
+    arr = arrays["arrival"].tolist()
+    n = len(arr)
+    mult_l = mult.tolist()
+    tables = [spec.table_s(max(spec.max_batch, ms.max_batch, ms.cap)).tolist()
+              for spec, ms in zip(specs, d.models)]
+    streams = policy.streams
+    S = len(streams)
+    order = sorted(range(S), key=lambda s: (streams[s].priority, s))
+    homogeneous = all(st.models is None for st in streams)
+    # Only adaptive caps and concurrency limits care about completions.
+    notify = bool(policy.limits) or any(ms.aimd is not None for ms in d.models)
+    # Few streams: a list of end times scanned with min() beats a heap.
+    s_end = [_INF] * S
+    s_model = [0] * S
+    s_start = [0.0] * S
+    idle = S
+    records: list[tuple[int, int, float, float, int]] = []
+    served: list[int] = []
+    p = 0
+    wake = _INF
+    admit = d.admit_range
+    next_batch = d.next_batch
+    finished = d.finished
+    record = records.append
+    extend = served.extend
+    while True:
+        t_done = min(s_end) if S > 1 else s_end[0]
+        t = t_done
+        if idle:
+            if p < n and arr[p] < t:
+                t = arr[p]
+            if wake < t:
+                t = wake
+        if t == _INF:
+            break
+        if t_done <= t:
+            for s in range(S):
+                if s_end[s] <= t:
+                    if notify:
+                        finished(s_model[s], s_start[s], s_end[s])
+                    s_end[s] = _INF
+                    idle += 1
+        if p < n and arr[p] <= t:
+            q = bisect_right(arr, t, p)
+            admit(p, q)
+            p = q
+        wake = _INF
+        if idle:
+            for s in order:
+                if s_end[s] != _INF:
+                    continue
+                got = next_batch(t, s)
+                if got is None:
+                    if d.wake < wake:
+                        wake = d.wake
+                    if homogeneous:
+                        break
+                    continue
+                m, ids = got
+                size = len(ids)
+                dur = tables[m][size] * mult_l[ids[0]]
+                if interference:
+                    dur *= 1.0 + interference * (S - idle)
+                end = t + dur
+                record((m, s, t, end, size))
+                extend(ids)
+                s_end[s] = end
+                s_model[s] = m
+                s_start[s] = t
+                idle -= 1
+                if not idle:
+                    break
+    rec = np.array(records, dtype=float).reshape(-1, 5)
+    return (d.status, d.drop_s, rec[:, 0].astype(np.int64), rec[:, 1].astype(np.int64),
+            rec[:, 2].copy(), rec[:, 3].copy(), rec[:, 4].astype(np.int64),
+            np.asarray(served, dtype=np.int64))

@@ -1,0 +1,205 @@
+"""Workloads: when requests arrive, for which model, with what deadline and priority.
+
+Describe traffic as a list of sources and turn it into a :class:`Workload` (a table of
+requests sorted by arrival) with :func:`make_workload`::
+
+    wl = make_workload([Poisson("resnet50", rate=200, slo_ms=30),
+                        Cameras("yolo", n=8, fps=30, slo_ms=50, priority=0),
+                        Bursty("bert", rate_on=800, on_s=0.2, off_s=1.0, slo_ms=100, priority=2)],
+                       duration_s=10, seed=1)
+
+Each source draws from its own random stream (spawned from ``seed``), so adding or editing
+one source never changes the arrivals of another. Priority 0 is the most urgent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Poisson", "Cameras", "Bursty", "Replay", "Workload", "make_workload"]
+
+COLUMNS = ("arrival_s", "model", "priority", "slo_ms", "deadline_s", "camera", "source")
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Poisson arrivals at ``rate`` requests per second."""
+    model: str
+    rate: float
+    slo_ms: float = 100.0
+    priority: int = 0
+    name: str = ""
+
+    def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        if self.rate <= 0:
+            return np.empty(0), np.empty(0, dtype=np.int64)
+        # Draw a few extra gaps so one cumsum nearly always covers the window.
+        n = int(self.rate * duration_s + 6 * np.sqrt(self.rate * duration_s) + 16)
+        t = np.cumsum(rng.exponential(1.0 / self.rate, n))
+        while t[-1] < duration_s:
+            more = np.cumsum(rng.exponential(1.0 / self.rate, n)) + t[-1]
+            t = np.concatenate([t, more])
+        t = t[t < duration_s]
+        return t, np.full(len(t), -1, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Cameras:
+    """``n`` periodic cameras at ``fps``, each with a random phase and Gaussian jitter.
+
+    Frames of camera ``k`` arrive near ``phase_k + j / fps``; ``jitter_ms`` is the standard
+    deviation of each frame's offset (clipped to a third of the frame period so frames of one
+    camera stay in order).
+    """
+    model: str
+    n: int = 4
+    fps: float = 30.0
+    jitter_ms: float = 1.0
+    slo_ms: float = 66.0
+    priority: int = 0
+    name: str = ""
+
+    def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        period = 1.0 / self.fps
+        frames = int(np.ceil(duration_s * self.fps)) + 1
+        phase = rng.uniform(0.0, period, self.n)
+        jit = rng.normal(0.0, self.jitter_ms / 1e3, (self.n, frames))
+        jit = np.clip(jit, -period / 3, period / 3)
+        t = phase[:, None] + np.arange(frames)[None, :] * period + jit
+        cam = np.repeat(np.arange(self.n, dtype=np.int64), frames)
+        t = t.ravel()
+        keep = (t >= 0) & (t < duration_s)
+        return t[keep], cam[keep]
+
+
+@dataclass(frozen=True)
+class Bursty:
+    """On/off (two-state Markov-modulated Poisson) traffic.
+
+    Poisson at ``rate_on`` during on-periods of mean ``on_s`` seconds and at ``rate_off``
+    during off-periods of mean ``off_s``; period lengths are exponential. Starts off.
+    """
+    model: str
+    rate_on: float
+    on_s: float = 0.2
+    off_s: float = 1.0
+    rate_off: float = 0.0
+    slo_ms: float = 100.0
+    priority: int = 0
+    name: str = ""
+
+    def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        out, t, on = [], 0.0, False
+        while t < duration_s:
+            length = rng.exponential(self.on_s if on else self.off_s)
+            rate = self.rate_on if on else self.rate_off
+            end = min(t + length, duration_s)
+            if rate > 0:
+                k = rng.poisson(rate * (end - t))
+                out.append(np.sort(rng.uniform(t, end, k)))
+            t, on = t + length, not on
+        a = np.concatenate(out) if out else np.empty(0)
+        return a, np.full(len(a), -1, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Recorded arrival times (seconds from the start) replayed as they are."""
+    model: str
+    arrivals_s: tuple[float, ...]
+    slo_ms: float = 100.0
+    priority: int = 0
+    camera: int = -1
+    name: str = ""
+
+    def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        a = np.sort(np.asarray(self.arrivals_s, dtype=float))
+        a = a[a < duration_s]
+        return a, np.full(len(a), self.camera, dtype=np.int64)
+
+
+Source = Poisson | Cameras | Bursty | Replay
+
+
+class Workload:
+    """A table of requests sorted by arrival: one row per request.
+
+    Columns: ``arrival_s`` (seconds from the start), ``model``, ``priority`` (0 most urgent),
+    ``slo_ms``, ``deadline_s`` (arrival + SLO), ``camera`` (-1 when not from a camera; camera
+    ids are unique across sources) and ``source`` (the source's name).
+    """
+
+    def __init__(self, requests: pd.DataFrame, duration_s: float | None = None,
+                 sources: Sequence[Source] = (), seed: int | None = None) -> None:
+        missing = {"arrival_s", "model"} - set(requests.columns)
+        if missing:
+            raise ValueError(f"workload table lacks {sorted(missing)}")
+        r = requests.copy()
+        r["priority"] = r["priority"].astype(np.int64) if "priority" in r else np.int64(0)
+        r["slo_ms"] = r["slo_ms"].astype(float) if "slo_ms" in r else np.inf
+        r["deadline_s"] = r["arrival_s"] + r["slo_ms"] / 1e3
+        r["camera"] = r["camera"].astype(np.int64) if "camera" in r else np.int64(-1)
+        r["source"] = r["source"] if "source" in r else r["model"]
+        # Categoricals: cheap to copy into results, and fast to group by.
+        for col in ("model", "source"):
+            if not isinstance(r[col].dtype, pd.CategoricalDtype):
+                r[col] = pd.Categorical(r[col].astype(str),
+                                        categories=list(dict.fromkeys(r[col].astype(str))))
+        r = r.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+        self.requests: pd.DataFrame = r[list(COLUMNS)]
+        self.duration_s = float(duration_s if duration_s is not None
+                                else (r["arrival_s"].max() if len(r) else 0.0))
+        self.sources = tuple(sources)
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __repr__(self) -> str:
+        per = self.requests.groupby("model").size().to_dict()
+        return f"Workload({len(self)} requests over {self.duration_s:g} s: {per})"
+
+    @property
+    def models(self) -> list[str]:
+        """Model names in order of first appearance."""
+        return [str(m) for m in dict.fromkeys(self.requests["model"])]
+
+    def arrays(self, model_names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Plain arrays for the engines; ``model`` becomes an index into ``model_names``."""
+        r = self.requests
+        unknown = set(r["model"].cat.categories) - set(model_names)
+        used = set(r["model"].unique())
+        if unknown & used:
+            raise ValueError(f"workload uses models with no spec: {sorted(unknown & used)}")
+        codes = pd.Categorical(r["model"], categories=list(model_names)).codes
+        return {
+            "arrival": r["arrival_s"].to_numpy(float),
+            "model": codes.astype(np.int64),
+            "priority": r["priority"].to_numpy(np.int64),
+            "deadline": r["deadline_s"].to_numpy(float),
+            "camera": r["camera"].to_numpy(np.int64),
+        }
+
+
+def make_workload(sources: Sequence[Source], duration_s: float, seed: int = 0) -> Workload:
+    """Draw every source's arrivals over ``[0, duration_s)`` and merge them into a Workload."""
+    children = np.random.SeedSequence(seed).spawn(len(sources))
+    frames, cam_base = [], 0
+    for k, (src, ss) in enumerate(zip(sources, children)):
+        t, cam = src.arrivals(duration_s, np.random.default_rng(ss))
+        if isinstance(src, Cameras):
+            cam = cam + cam_base
+            cam_base += src.n
+        elif isinstance(src, Replay) and src.camera >= 0:
+            cam_base = max(cam_base, src.camera + 1)
+        frames.append(pd.DataFrame({
+            "arrival_s": t, "model": src.model, "priority": int(src.priority),
+            "slo_ms": float(src.slo_ms), "camera": cam,
+            "source": src.name or f"{type(src).__name__.lower()}{k}:{src.model}",
+        }))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {c: [] for c in ("arrival_s", "model")})
+    return Workload(table, duration_s=duration_s, sources=sources, seed=seed)
