@@ -58,7 +58,7 @@ def _warn_once(reason: str) -> None:
 def _explain(exc: Exception) -> str:
     code = getattr(exc, "code", None)
     if code == _CUPTI_MULTIPLE_SUBSCRIBERS:
-        holder = cupti_holder() or "another profiling tool"
+        holder = cupti_holder() or _dormant_holder()
         return (f"{holder} holds CUPTI, and this CUPTI allows one user at a time; "
                 "stop it (or run the cell outside it) and capture again")
     if code == _CUPTI_INSUFFICIENT_PRIVILEGES:
@@ -69,6 +69,12 @@ def _explain(exc: Exception) -> str:
     if code == 999 or code == 15:
         return f"CUPTI could not start ({exc}); is a GPU visible to this process?"
     return f"CUPTI could not start ({exc})"
+
+
+def _dormant_holder() -> str:
+    if "torch" in sys.modules:
+        return "PyTorch's profiler (Kineto keeps CUPTI after its first use in a process)"
+    return "another profiling tool"
 
 
 class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
@@ -145,16 +151,27 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if o["nvtx"] and not os.environ.get("NVTX_INJECTION64_PATH"):
             os.environ["NVTX_INJECTION64_PATH"] = native.cupti_path()
         RECORDER.start()
+        holder = cupti_holder()
         try:
-            native.start(kernels=o["kernels"], memory=o["memory"], stacks=o["stacks"],
-                         api=o["api"], nvtx=o["nvtx"], detach=o["detach"],
-                         max_stack_depth=o["max_stack_depth"], buffer_bytes=o["buffer_mb"] << 20,
-                         max_buffers=o["max_buffers"], max_table_bytes=o["max_table_mb"] << 20,
-                         boundary=boundary)
+            started = native.start(
+                kernels=o["kernels"], memory=o["memory"], stacks=o["stacks"], api=o["api"],
+                nvtx=o["nvtx"], detach=o["detach"], max_stack_depth=o["max_stack_depth"],
+                buffer_bytes=o["buffer_mb"] << 20, max_buffers=o["max_buffers"],
+                max_table_bytes=o["max_table_mb"] << 20,
+                # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns
+                # the activity buffers too, and taking them would break it.
+                activities_without_callbacks=holder is None, boundary=boundary)
         except native.CaptureError as exc:
             RECORDER.stop()
             self._reason = _explain(exc)
             return
+        self._warnings = []
+        if not started["callbacks"] and (o["stacks"] or o["memory"]):
+            self._warnings.append(
+                "Python stacks and virtual-memory map/unmap were not recorded: "
+                f"{_dormant_holder()} holds CUPTI's callback API; kernels, copies and "
+                "allocations were still captured. Restart the kernel (or set "
+                "TEARDOWN_CUPTI=1 before using torch.profiler) to get them back.")
         self._native = native
         self._start_ns = native.timestamp()
         self._sampler = None
@@ -211,6 +228,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                            "buffers_refused": counters["buffers_refused"]}
         meta["records"] = int(counters["records"])
         meta["detached"] = bool(counters["detached"])
+        meta["warnings"] = list(self._warnings)
         self.trace._fill(tables, meta)
         self._native = None
 

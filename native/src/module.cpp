@@ -184,18 +184,26 @@ PYBIND11_MODULE(_native, m) {
 
     m.def("start", [](bool kernels, bool memory, bool stacks, bool api, bool nvtx, bool detach,
                       int max_stack_depth, size_t buffer_bytes, size_t max_buffers,
-                      size_t max_table_bytes, py::object boundary) {
+                      size_t max_table_bytes, bool activities_without_callbacks,
+                      py::object boundary) {
         hookmagic::Options o;
         o.kernels = kernels; o.memory = memory; o.stacks = stacks; o.api = api; o.nvtx = nvtx;
         o.detach = detach; o.max_stack_depth = max_stack_depth; o.buffer_bytes = buffer_bytes;
         o.max_buffers = max_buffers; o.max_table_bytes = max_table_bytes;
+        o.activities_without_callbacks = activities_without_callbacks;
         o.boundary_frame = boundary.is_none() ? nullptr : boundary.ptr();
-        Session::instance().start(o);
+        auto& s = Session::instance();
+        s.start(o);
+        py::dict started;
+        started["callbacks"] = s.callbacks_active();
+        started["subscribe_error"] = s.subscribe_error();
+        return started;
     }, py::arg("kernels") = true, py::arg("memory") = true, py::arg("stacks") = true,
        py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = true,
        py::arg("max_stack_depth") = 64, py::arg("buffer_bytes") = 8u << 20,
        py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
-       py::arg("boundary") = py::none());
+       py::arg("activities_without_callbacks") = false, py::arg("boundary") = py::none(),
+       "Start capturing. Returns {'callbacks': bool, 'subscribe_error': CUptiResult}.");
 
     m.def("stop", [] {
         py::gil_scoped_release release;

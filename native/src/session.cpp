@@ -197,6 +197,7 @@ void Session::start(const Options& options) {
     }
     finalized_.store(false);
     finalize_pending_.store(false);
+    subscribe_error_ = CUPTI_SUCCESS;
     driver_.bind_if_loaded();
 
     const bool need_callbacks = options_.stacks || options_.memory;
@@ -205,11 +206,16 @@ void Session::start(const Options& options) {
         CUptiResult r = cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr);
         if (r != CUPTI_SUCCESS) {
             subscriber_ = nullptr;
-            throw CaptureError(r, cupti_.error_string(r));
+            // A dormant subscriber (PyTorch's Kineto keeps one after its first profile) leaves
+            // the activity API free: record activities, without stacks or map/unmap.
+            if (!(options.activities_without_callbacks &&
+                  r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED))
+                throw CaptureError(r, cupti_.error_string(r));
+            subscribe_error_ = r;
         }
         const CUpti_CallbackDomain domains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API,
                                                  CUPTI_CB_DOMAIN_DRIVER_API};
-        for (int d = 0; d < 2; ++d)
+        for (int d = 0; d < 2 && subscriber_; ++d)
             for (auto cbid : hooked_[d]) {
                 uint8_t role = roles_[d][cbid];
                 if (role == kWork && !options_.stacks) continue;
@@ -217,7 +223,7 @@ void Session::start(const Options& options) {
                 cupti_.cuptiEnableCallback(1, subscriber_, domains[d], cbid);
             }
     }
-    if (options_.stacks) stacks.begin(options_.boundary_frame, options_.max_stack_depth);
+    if (options_.stacks && subscriber_) stacks.begin(options_.boundary_frame, options_.max_stack_depth);
 
     CUptiResult r = cupti_.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {

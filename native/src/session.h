@@ -28,6 +28,7 @@ struct Options {
     bool api = false;         // runtime and driver API activity records
     bool nvtx = false;        // NVTX markers (only if NVTX was routed to CUPTI)
     bool detach = true;       // cuptiFinalize after the capture, so nothing lingers
+    bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
     int max_stack_depth = 64;
     size_t buffer_bytes = 8u << 20;
     size_t max_buffers = 32;            // CUPTI buffers in flight at once
@@ -67,6 +68,8 @@ public:
     void stop();
     bool running() const { return running_.load(); }
     bool detached_last() const { return detached_last_; }
+    bool callbacks_active() const { return subscriber_ != nullptr; }
+    int subscribe_error() const { return static_cast<int>(subscribe_error_); }
 
     uint64_t timestamp();
     void push_external(uint64_t id);
@@ -116,6 +119,7 @@ private:
     std::atomic<bool> finalized_{false};
     bool detached_last_ = false;
     CUpti_SubscriberHandle subscriber_ = nullptr;
+    CUptiResult subscribe_error_ = CUPTI_SUCCESS;
     std::vector<CUpti_ActivityKind> enabled_;
 
     // Role of each callback id, per domain (index 0 runtime, 1 driver).
