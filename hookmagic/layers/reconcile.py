@@ -22,7 +22,8 @@ def reconcile(profile: LayerProfile) -> pd.DataFrame:
                                    float(profile.layers["median_ms"].sum(min_count=1)),
                                    "diff_ms": 0.0, "ratio": 1.0}]
     labels = {"latency_ms": "end-to-end latency", "compute_ms": "GPU compute",
-              "latency_clean_ms": "end-to-end latency without hooks"}
+              "latency_clean_ms": "end-to-end latency without hooks",
+              "gpu_busy_ms": "GPU busy (union of activity)"}
     for key, label in labels.items():
         stats = profile.meta.get(key)
         if isinstance(stats, dict) and stats.get("mean") is not None:
