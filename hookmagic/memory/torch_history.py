@@ -1,0 +1,277 @@
+"""PyTorch's caching-allocator history as allocator events.
+
+During a capture, :func:`start` turns on ``torch.cuda.memory._record_memory_history`` and
+:func:`stop` takes ``torch.cuda.memory._snapshot()`` and converts it. Snapshot files written by
+``torch.cuda.memory._dump_snapshot`` are pickles: :func:`load_snapshot` opens them only with
+``allow_pickle=True`` (and warns), because unpickling a file runs code chosen by its author.
+
+What the conversion adds to PyTorch's trace:
+
+- block sizes: the trace records *requested* bytes; the block size follows from PyTorch's
+  rounding, and a large-pool block also keeps a remainder of at most 1 MiB it was not worth
+  splitting off (inferred from the layout of the segment at that moment);
+- the segment of every block, and its pool (small: 2 MiB segments);
+- state at the start of the recording: segments and blocks that existed before the first
+  recorded event (the history is a ring buffer of ``max_entries``) are added at the first
+  event's time, so reserved and allocated curves start at their true level.
+
+Times are ``time_us`` of PyTorch's trace (Unix epoch) in nanoseconds, plus ``time_offset_ns``.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+import warnings
+from bisect import bisect_right, insort
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.memory import torch_rules as R
+from hookmagic.memory.events import conform_events, empty_events, sort_events
+from hookmagic.memory.stacks import StackInterner
+
+_ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+            "segment_map", "segment_unmap", "oom"}
+_recording = False
+
+
+# -- live recording ------------------------------------------------------------------------------
+def start(max_entries: int = 1_000_000, stacks: str = "python") -> bool:
+    """Start recording PyTorch's allocator history; False when torch/CUDA is not in use.
+
+    Only acts when ``torch`` is already imported and CUDA is initialised (a capture must not
+    import torch or create a CUDA context on its own). ``stacks``: "python" (cheap) or "all"
+    (adds C++ frames).
+    """
+    global _recording
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=stacks,
+                                             max_entries=max_entries)
+    _recording = True
+    return True
+
+
+def stop(time_offset_ns: int = 0) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """Stop recording; return (allocator_events, stacks), or None if :func:`start` did not
+    record. ``time_offset_ns`` is added to every time (to move onto the capture's clock)."""
+    global _recording
+    if not _recording:
+        return None
+    torch = sys.modules["torch"]
+    try:
+        snap = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+        _recording = False
+    return events_from_snapshot(snap, time_offset_ns=time_offset_ns)
+
+
+# -- files ---------------------------------------------------------------------------------------
+def load_snapshot(path: str | Path, allow_pickle: bool = False) -> dict:
+    """Read a snapshot file: JSON as is; a pickle (``_dump_snapshot``) only with
+    ``allow_pickle=True``, with a warning. Never unpickle a file you did not make yourself."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:1] in (b"{", b"["):
+        return json.loads(raw)
+    if not allow_pickle:
+        raise PermissionError(
+            f"{path} is a pickle (torch.cuda.memory._dump_snapshot). Unpickling runs code chosen "
+            "by whoever wrote the file; pass allow_pickle=True only for files you trust.")
+    warnings.warn(f"unpickling {path}: only do this for files you trust", stacklevel=2)
+    return pickle.loads(raw)
+
+
+def load_snapshot_events(path: str | Path, allow_pickle: bool = False,
+                         time_offset_ns: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`load_snapshot` then :func:`events_from_snapshot`."""
+    return events_from_snapshot(load_snapshot(path, allow_pickle), time_offset_ns)
+
+
+# -- conversion ----------------------------------------------------------------------------------
+def _frames(entry: dict) -> list[tuple[str, str, int]]:
+    fr = entry.get("frames") or []
+    # PyTorch lists the innermost frame first; the stacks table puts the outermost at depth 0
+    return [(str(f.get("filename", "")), str(f.get("name", "")), int(f.get("line", 0) or 0))
+            for f in reversed(fr)]
+
+
+class _Layout:
+    """Live segments and allocated blocks, to infer each block's segment and true size."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []             # sorted segment/mapped-range starts
+        self.seg: dict[int, tuple[int, int, bool]] = {}   # start -> (end, segment, expandable)
+        self.blocks: dict[int, list[int]] = {}  # segment -> sorted allocated block starts
+
+    def add_range(self, start: int, end: int, segment: int, expandable: bool) -> None:
+        if start not in self.seg:
+            insort(self.starts, start)
+        self.seg[start] = (end, segment, expandable)
+
+    def drop_range(self, start: int, end: int) -> None:
+        if start in self.seg:
+            self.starts.remove(start)
+            del self.seg[start]
+
+    def find(self, addr: int) -> tuple[int, int, int, bool] | None:
+        i = bisect_right(self.starts, addr) - 1
+        if i < 0:
+            return None
+        s = self.starts[i]
+        end, segment, expandable = self.seg[s]
+        return (s, end, segment, expandable) if addr < end else None
+
+    def block_size(self, addr: int, requested: int, pool_small: bool) -> tuple[int, int]:
+        """(block size, segment base) of a block allocated at ``addr``."""
+        size = R.round_size(requested)
+        hit = self.find(addr)
+        if hit is None:
+            return size, 0
+        _, end, segment, expandable = hit
+        starts = self.blocks.setdefault(segment, [])
+        if not pool_small and not expandable:
+            j = bisect_right(starts, addr)
+            limit = starts[j] if j < len(starts) else end
+            if 0 <= limit - (addr + size) <= R.SMALL_SIZE:
+                size = limit - addr    # the remainder was too small to split off
+        insort(starts, addr)
+        return size, segment
+
+    def release(self, addr: int, segment: int) -> None:
+        starts = self.blocks.get(segment)
+        if starts:
+            i = bisect_right(starts, addr) - 1
+            if i >= 0 and starts[i] == addr:
+                del starts[i]
+
+
+def events_from_snapshot(snapshot: dict, time_offset_ns: int = 0,
+                         source: str = "torch") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Convert a PyTorch memory snapshot dict into (allocator_events, stacks)."""
+    interner = StackInterner()
+    traces = snapshot.get("device_traces") or []
+    segments = snapshot.get("segments") or []
+    rows: list[tuple] = []
+    for device, trace in enumerate(traces):
+        rows.extend(_device_rows(device, trace, segments, interner, time_offset_ns))
+    if not rows:
+        return empty_events(), interner.table()
+    cols = ["time_ns", "action", "address", "size", "requested_size", "segment", "stream",
+            "device", "pool", "stack_id", "_order"]
+    frame = pd.DataFrame.from_records(rows, columns=cols)
+    frame = frame.sort_values(["time_ns", "_order"], kind="stable").drop(columns="_order")
+    frame["source"] = source
+    frame["address"] = frame["address"].astype(np.uint64)
+    frame["segment"] = frame["segment"].astype(np.uint64)
+    return sort_events(conform_events(frame.reset_index(drop=True))), interner.table()
+
+
+def _device_rows(device: int, trace: list[dict], segments: list[dict],
+                 interner: StackInterner, offset: int) -> list[tuple]:
+    entries = [e for e in trace if e.get("action") in _ACTIONS]
+    dev_segments = [s for s in segments if int(s.get("device", device)) == device]
+    seg_type = {int(s["address"]): s.get("segment_type", "") for s in dev_segments}
+    t0 = min((int(e.get("time_us", 0)) for e in entries), default=0) * 1000 + offset
+    layout = _Layout()
+    rows: list[tuple] = []
+    order = 0
+
+    def emit(t, action, addr, size, req, seg, stream, pool, stack):
+        nonlocal order
+        rows.append((t, action, addr, size, req, seg, stream, device, pool, stack, order))
+        order += 1
+
+    # 1. what existed before the first recorded event
+    seen_seg_alloc = {int(e["addr"]) for e in entries if e["action"] == "segment_alloc"}
+    seen_map = {int(e["addr"]) for e in entries if e["action"] == "segment_map"}
+    initial_segs: dict[int, tuple[int, str, int, bool]] = {}
+    for e in entries:
+        a = int(e["addr"])
+        if e["action"] == "segment_free" and a not in seen_seg_alloc:
+            initial_segs.setdefault(a, (int(e["size"]), "", int(e.get("stream", 0)), False))
+        if e["action"] in ("segment_alloc",):
+            seen_seg_alloc.add(a)
+    for s in dev_segments:
+        a = int(s["address"])
+        if s.get("is_expandable"):
+            if a not in seen_map:
+                initial_segs.setdefault(a, (int(s["total_size"]), s.get("segment_type", ""),
+                                            int(s.get("stream", 0)), True))
+        elif a not in {int(e["addr"]) for e in entries if e["action"] == "segment_alloc"}:
+            initial_segs.setdefault(a, (int(s["total_size"]), s.get("segment_type", ""),
+                                        int(s.get("stream", 0)), False))
+    for a, (size, pool, stream, expandable) in sorted(initial_segs.items()):
+        pool = pool or ("small" if size == R.SMALL_BUFFER else "large")
+        emit(t0, "segment_map" if expandable else "segment_alloc", a, size, size, a, stream,
+             pool, -1)
+        layout.add_range(a, a + size, a, expandable)
+    alloc_seen = set()
+    initial_blocks: dict[int, tuple[int, int, int]] = {}
+    for e in entries:
+        a = int(e["addr"])
+        if e["action"] == "alloc":
+            alloc_seen.add(a)
+        elif e["action"] in ("free_requested", "free_completed") and a not in alloc_seen:
+            initial_blocks.setdefault(a, (R.round_size(int(e["size"])), int(e["size"]),
+                                          int(e.get("stream", 0))))
+    trace_allocs = {int(e["addr"]) for e in entries if e["action"] == "alloc"}
+    for s in dev_segments:
+        for b in s.get("blocks", []):
+            a = int(b["address"])
+            if b.get("state") == "active_allocated" and a not in trace_allocs:
+                initial_blocks.setdefault(a, (int(b["size"]), int(b.get("requested_size",
+                                                                         b["size"])),
+                                              int(s.get("stream", 0))))
+    live: dict[int, tuple[int, int, int, str]] = {}   # addr -> (size, requested, seg, pool)
+    for a, (size, req, stream) in sorted(initial_blocks.items()):
+        hit = layout.find(a)
+        seg = hit[2] if hit else 0
+        pool = seg_type.get(seg, "") or ("small" if size <= R.SMALL_SIZE else "large")
+        layout.blocks.setdefault(seg, [])
+        insort(layout.blocks[seg], a)
+        live[a] = (size, req, seg, pool)
+        emit(t0, "alloc", a, size, req, seg, stream, pool, -1)
+
+    # 2. the recorded events
+    for e in entries:
+        act = e["action"]
+        a = int(e["addr"])
+        size = int(e["size"])
+        stream = int(e.get("stream", 0))
+        t = int(e.get("time_us", 0)) * 1000 + offset
+        stack = interner.intern(_frames(e))
+        if act == "segment_alloc":
+            pool = seg_type.get(a, "") or ("small" if size == R.SMALL_BUFFER else "large")
+            layout.add_range(a, a + size, a, False)
+            emit(t, act, a, size, size, a, stream, pool, stack)
+        elif act == "segment_free":
+            layout.drop_range(a, a + size)
+            emit(t, act, a, size, size, a, stream, seg_type.get(a, ""), stack)
+        elif act in ("segment_map", "segment_unmap"):
+            hit = layout.find(a - 1) if act == "segment_map" else layout.find(a)
+            seg = hit[2] if hit else a
+            if act == "segment_map":
+                layout.add_range(a, a + size, seg, True)
+            emit(t, act, a, size, size, seg, stream, seg_type.get(seg, ""), stack)
+        elif act == "alloc":
+            small = R.round_size(size) <= R.SMALL_SIZE
+            bsize, seg = layout.block_size(a, size, small)
+            pool = "small" if small else "large"
+            live[a] = (bsize, size, seg, pool)
+            emit(t, act, a, bsize, size, seg, stream, pool, stack)
+        elif act in ("free_requested", "free_completed"):
+            bsize, req, seg, pool = live.get(a, (R.round_size(size), size, 0, ""))
+            if act == "free_completed":
+                live.pop(a, None)
+                layout.release(a, seg)
+            emit(t, act, a, bsize, req, seg, stream, pool, stack)
+        elif act == "oom":
+            # PyTorch stores the device's free bytes in ``addr`` for an oom entry
+            emit(t, act, int(e.get("device_free", a)), size, size, 0, stream, "", stack)
+    return rows

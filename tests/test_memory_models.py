@@ -1,0 +1,126 @@
+"""Allocator models against hand-worked sequences and PyTorch's documented rounding rules."""
+import pytest
+
+from hookmagic.memory import torch_rules as R
+from hookmagic.memory.allocators import BestFitModel, CupyPoolModel, OutOfMemory
+from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
+
+MiB = 1 << 20
+
+
+def actions(model, name):
+    return [e for e in model._log if e[1] == name]
+
+
+@pytest.mark.parametrize("asked, block", [(1, 512), (512, 512), (513, 1024), (1000, 1024),
+                                          (MiB, MiB), (MiB + 1, MiB + 512)])
+def test_round_size_documented(asked, block):
+    # PyTorch notes: every block is a multiple of 512 bytes
+    assert R.round_size(asked) == block
+
+
+@pytest.mark.parametrize("block, segment", [(512, 2 * MiB), (MiB, 2 * MiB), (MiB + 512, 20 * MiB),
+                                            (10 * MiB - 512, 20 * MiB), (10 * MiB, 10 * MiB),
+                                            (11 * MiB, 12 * MiB)])
+def test_allocation_size_documented(block, segment):
+    assert R.allocation_size(block) == segment
+
+
+def test_power2_divisions_documented_example():
+    # PyTorch docs: with 4 divisions, 1200 MB lies between 1024 and 2048 -> rounds to 1280
+    assert R.round_size(1200 * MiB, 4) == 1280 * MiB
+    assert R.round_size(1024 * MiB, 4) == 1024 * MiB
+    assert R.round_size(1000, 4) == 1024       # 512*4 = 2048 >= size: plain 512 rounding
+
+
+def test_small_pool_packs_into_one_2mib_segment():
+    m = TorchCachingModel()
+    a = m.malloc(1000)
+    b = m.malloc(MiB)
+    assert m.reserved == 2 * MiB and m.allocated == 1024 + MiB
+    assert b == a + 1024          # split: the next block starts right after the first
+
+
+def test_large_remainder_under_1mib_is_not_split():
+    m = TorchCachingModel()
+    m.malloc(int(19.5 * MiB))     # >= 10 MiB: segment = 20 MiB; 0.5 MiB left is not split off
+    (alloc,) = actions(m, "alloc")
+    assert alloc[3] == 20 * MiB and alloc[4] == int(19.5 * MiB)
+
+
+def test_cached_block_is_reused_without_a_new_segment():
+    m = TorchCachingModel()
+    a = m.malloc(5 * MiB)
+    m.free(a)
+    assert m.reserved == 20 * MiB       # cached, not returned
+    assert m.malloc(5 * MiB) == a
+    assert len(actions(m, "segment_alloc")) == 1
+
+
+def test_fragmented_segment_forces_a_new_one():
+    # 20 MiB segment: A, B, C of 6 MiB and a 2 MiB tail; free A and C -> free runs 6 and 8 MiB
+    m = TorchCachingModel()
+    a, b, c = (m.malloc(6 * MiB) for _ in range(3))
+    m.free(a)
+    m.free(c)
+    assert m.reserved - m.allocated == 14 * MiB
+    m.malloc(9 * MiB)                   # 14 MiB free, but no run of 9 MiB
+    assert m.reserved == 40 * MiB
+
+
+def test_oom_releases_cached_segments_then_retries():
+    m = TorchCachingModel(capacity=40 * MiB)
+    a = m.malloc(15 * MiB)              # 16 MiB segment, whole block (1 MiB rest not split)
+    m.free(a)
+    m.malloc(30 * MiB)                  # 16 + 30 > 40: cached segment goes back first
+    assert [e[1] for e in m._log].count("segment_free") == 1
+    assert m.reserved == 30 * MiB and m.ooms == 0
+    with pytest.raises(OutOfMemory):
+        m.malloc(30 * MiB)
+    assert m.ooms == 1
+
+
+def test_expandable_segments_grow_one_range():
+    m = TorchCachingModel(TorchConfig(expandable_segments=True))
+    a = m.malloc(5 * MiB)
+    b = m.malloc(5 * MiB)
+    c = m.malloc(12 * MiB)              # 10 MiB free tail + a new 20 MiB page: contiguous
+    assert (b, c) == (a + 5 * MiB, a + 10 * MiB)
+    assert m.reserved == 40 * MiB
+    assert len(actions(m, "segment_map")) == 2
+    m.free(a), m.free(b), m.free(c)
+    m.empty_cache()
+    assert m.reserved == 0
+
+
+def test_max_split_size_keeps_oversize_blocks_for_large_requests():
+    m = TorchCachingModel(TorchConfig(max_split_size_mb=32))
+    big = m.malloc(40 * MiB)
+    m.free(big)
+    m.malloc(8 * MiB)                   # may not carve the 40 MiB oversize block
+    assert len(actions(m, "segment_alloc")) == 2
+    assert m.malloc(40 * MiB) == big    # a large request may use it
+
+
+def test_cupy_pool_rounds_to_512_and_splits():
+    m = CupyPoolModel()
+    a = m.malloc(1000)                  # miss: exactly 1024 bytes from the device
+    assert m.reserved == 1024
+    m.free(a)
+    b = m.malloc(512)                   # from the cached 1024 chunk, split
+    c = m.malloc(512)
+    assert (b, c) == (a, a + 512) and m.reserved == 1024
+
+
+def test_best_fit_picks_smallest_hole_and_shrinks_top():
+    m = BestFitModel()
+    a = m.malloc(4096)
+    b = m.malloc(1024)
+    c = m.malloc(2048)
+    d = m.malloc(512)
+    m.free(a)                           # hole 4096 at a
+    m.free(c)                           # hole 2048 at c
+    assert m.malloc(1500) == c          # best fit: the 2048 hole
+    m.free(d)                           # top block: heap shrinks
+    # its 512 B remainder merged with the freed top block, so the top drops to c + 1536
+    assert m.reserved == 4096 + 1024 + 1536 and m.peak_reserved == 4096 + 1024 + 2048 + 512
