@@ -1,0 +1,135 @@
+"""Sources: PyTorch snapshot conversion (synthetic snapshot dicts in PyTorch's layout), the
+pickle opt-in, CuPy hook callbacks, recordings on disk."""
+import pickle
+import warnings
+
+import pandas as pd
+import pytest
+
+from hookmagic.analysis.fragmentation import fragmentation_over_time
+from hookmagic.analysis.memory import memory_over_time
+from hookmagic.memory import cupy_hook, torch_history
+from hookmagic.memory.cupy_hook import PoolEventLog
+from hookmagic.memory.recording import load_recording, save_recording
+from hookmagic.memory.torch_history import events_from_snapshot, load_snapshot
+
+MiB = 1 << 20
+SEG = 0x7F0000000000
+
+
+def frame(line):
+    return [{"filename": "/usr/lib/python3/site-packages/torch/nn/modules/linear.py",
+             "name": "forward", "line": 125},
+            {"filename": "/home/u/train.py", "name": "step", "line": line}]
+
+
+def synthetic_snapshot():
+    """A 20 MiB large segment: 5 MiB block, then a 14.5 MiB one whose 0.5 MiB remainder PyTorch
+    does not split off; a block allocated before the history started is freed."""
+    trace = [
+        {"action": "free_completed", "addr": SEG + 100 * MiB, "size": 1000, "stream": 0,
+         "time_us": 5, "frames": []},
+        {"action": "segment_alloc", "addr": SEG, "size": 20 * MiB, "stream": 0, "time_us": 10,
+         "frames": frame(3)},
+        {"action": "alloc", "addr": SEG, "size": 5 * MiB - 10, "stream": 0, "time_us": 10,
+         "frames": frame(3)},
+        {"action": "alloc", "addr": SEG + 5 * MiB, "size": int(14.5 * MiB), "stream": 0,
+         "time_us": 11, "frames": frame(4)},
+        {"action": "free_requested", "addr": SEG, "size": 5 * MiB - 10, "stream": 0,
+         "time_us": 12, "frames": frame(5)},
+        {"action": "free_completed", "addr": SEG, "size": 5 * MiB - 10, "stream": 0,
+         "time_us": 12, "frames": frame(5)},
+        {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": 13},
+    ]
+    small = {"device": 0, "address": SEG + 100 * MiB, "total_size": 2 * MiB, "stream": 0,
+             "segment_type": "small", "blocks": [
+                 {"address": SEG + 100 * MiB, "size": 2 * MiB, "state": "inactive"}]}
+    large = {"device": 0, "address": SEG, "total_size": 20 * MiB, "stream": 0,
+             "segment_type": "large", "blocks": [
+                 {"address": SEG, "size": 5 * MiB, "state": "inactive"},
+                 {"address": SEG + 5 * MiB, "size": 15 * MiB, "requested_size": int(14.5 * MiB),
+                  "state": "active_allocated"}]}
+    return {"segments": [small, large], "device_traces": [trace]}
+
+
+def test_snapshot_conversion():
+    ev, stacks = events_from_snapshot(synthetic_snapshot())
+    # the small segment existed before the history: added at the first event's time
+    first = ev.iloc[0]
+    assert first["action"] == "segment_alloc" and first["address"] == SEG + 100 * MiB
+    assert first["time_ns"] == 5000 and first["pool"] == "small"
+    allocs = ev[ev["action"] == "alloc"].set_index("address")
+    assert allocs.loc[SEG, "size"] == 5 * MiB and allocs.loc[SEG, "requested_size"] == 5 * MiB - 10
+    assert allocs.loc[SEG + 5 * MiB, "size"] == 15 * MiB     # unsplit remainder kept
+    assert (allocs["segment"].loc[[SEG, SEG + 5 * MiB]] == SEG).all()
+    # the pre-existing small block is allocated at the start then freed
+    pre = ev[ev["address"] == SEG + 100 * MiB]
+    assert list(pre["action"]) == ["segment_alloc", "alloc", "free_completed"]
+    mot = memory_over_time(ev)
+    assert mot["reserved"].iat[-1] == 22 * MiB and mot["allocated"].iat[-1] == 15 * MiB
+    f = fragmentation_over_time(ev)
+    assert f["largest_free"].iat[-1] == 5 * MiB and f["free"].iat[-1] == 7 * MiB
+    # stacks: outermost frame at depth 0, one stack per distinct frame list
+    sid = allocs.loc[SEG, "stack_id"]
+    rows = stacks[stacks["stack_id"] == sid].sort_values("depth")
+    assert list(rows["filename"]) == ["/home/u/train.py",
+                                      "/usr/lib/python3/site-packages/torch/nn/modules/linear.py"]
+    assert stacks["stack_id"].nunique() == 3
+
+
+def test_pickle_needs_explicit_opt_in(tmp_path):
+    p = tmp_path / "snap.pickle"
+    p.write_bytes(pickle.dumps(synthetic_snapshot()))
+    with pytest.raises(PermissionError):
+        load_snapshot(p)
+    with pytest.warns(UserWarning, match="trust"):
+        snap = load_snapshot(p, allow_pickle=True)
+    assert snap["segments"][0]["segment_type"] == "small"
+
+
+def test_json_snapshot_needs_no_opt_in(tmp_path):
+    import json
+    p = tmp_path / "snap.json"
+    p.write_text(json.dumps(synthetic_snapshot()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_snapshot(p)["device_traces"][0]) == 7
+
+
+def test_recorders_are_inert_without_torch_or_cupy():
+    # neither library is imported by the tests: the capture's calls must be harmless no-ops
+    import sys
+    if "torch" not in sys.modules:
+        assert torch_history.start() is False
+    assert torch_history.stop() is None
+    if "cupy" not in sys.modules:
+        assert cupy_hook.start() is False
+    assert cupy_hook.stop() is None
+
+
+def test_cupy_callbacks_to_events():
+    clock = iter(range(0, 10_000, 10)).__next__
+    log = PoolEventLog(clock=clock, with_stacks=True)
+    log.alloc_postprocess(device_id=0, mem_size=4096, mem_ptr=1 << 20)          # pool miss
+    log.malloc_postprocess(device_id=0, size=1000, mem_size=1024, mem_ptr=1 << 20, pmem_id=1)
+    log.malloc_postprocess(device_id=0, size=3000, mem_size=3072, mem_ptr=(1 << 20) + 1024,
+                           pmem_id=1)
+    log.free_postprocess(device_id=0, mem_size=1024, mem_ptr=1 << 20, pmem_id=1)
+    # pool released the first allocation silently; the device hands the range out again
+    log.alloc_postprocess(device_id=0, mem_size=8192, mem_ptr=1 << 20)
+    ev = log.events()
+    assert list(ev["action"]) == ["segment_alloc", "alloc", "alloc", "free_requested",
+                                  "free_completed", "segment_free", "segment_alloc"]
+    assert (ev.loc[ev["action"] == "alloc", "segment"] == 1 << 20).all()
+    assert ev.loc[ev["action"] == "free_completed", "requested_size"].iat[0] == 1000
+    assert (ev["source"] == "cupy").all()
+    assert ev.loc[1, "stack_id"] >= 0 and len(log.stacks.table())
+    assert memory_over_time(ev)["reserved"].iat[-1] == 8192
+
+
+def test_recording_round_trip(tmp_path):
+    ev, stacks = events_from_snapshot(synthetic_snapshot())
+    p = save_recording(tmp_path / "rec.zip", ev, stacks, {"gpu": "SYNTHETIC"})
+    ev2, st2, meta = load_recording(p)
+    pd.testing.assert_frame_equal(ev, ev2)
+    assert meta == {"gpu": "SYNTHETIC"} and len(st2) == len(stacks)
