@@ -1,0 +1,224 @@
+"""The ``%%cudahook`` cell magic: capture what the GPU does while a cell runs.
+
+Load with ``%load_ext hookmagic``. This module only parses arguments and wires the capture,
+the Trace and its summary together; the work happens in ``hookmagic.capture`` and the
+analysis/view modules.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
+from traitlets import Bool
+from traitlets.config import Configurable
+
+_MAGIC = "cudahook"
+
+
+@magics_class
+class CudaHookMagics(Magics, Configurable):
+    """GPU capture magics. Defaults are configurable: ``%config CudaHookMagics.stacks = False``."""
+
+    stacks = Bool(True, help="Record the Python stack that launched each kernel.").tag(config=True)
+    api = Bool(False, help="Record CUDA runtime and driver API calls.").tag(config=True)
+    memory = Bool(True, help="Record every device allocation and free.").tag(config=True)
+    nvml = Bool(True, help="Sample GPU utilisation, clocks and power with NVML.").tag(config=True)
+    quiet = Bool(False, help="Do not display the summary after the cell.").tag(config=True)
+    raise_error = Bool(True, help="Re-raise the cell's exception after showing the summary."
+                       ).tag(config=True)
+
+    @magic_arguments()
+    @argument("-o", dest="return_trace", action="store_true",
+              help="Return the Trace as the cell's result instead of the cell's value.")
+    @argument("-q", dest="quiet", action="store_true", default=None,
+              help="Quiet: do not display the summary.")
+    @argument("--save", metavar="PATH", help="Save the Trace to PATH (read it back with "
+              "hookmagic.load(PATH)).")
+    @argument("-v", dest="var", metavar="VAR", help="Store the Trace in the variable VAR.")
+    @argument("--stacks", dest="stacks", action="store_true", default=None,
+              help="Record the Python stack of each kernel launch (default: on).")
+    @argument("--no-stacks", dest="stacks", action="store_false",
+              help="Do not record Python stacks.")
+    @argument("--api", dest="api", action="store_true", default=None,
+              help="Also record CUDA runtime and driver API calls.")
+    @argument("--no-memory", dest="memory", action="store_false", default=None,
+              help="Do not record allocations and frees.")
+    @argument("--no-nvml", dest="nvml", action="store_false", default=None,
+              help="Do not sample GPU utilisation with NVML.")
+    @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
+              help="Show the cell's exception instead of raising it (later cells keep running).")
+    @argument("--label", metavar="TEXT", help="Name for this capture, shown in summaries "
+              "and diffs (default: the cell's In[] number).")
+    @cell_magic
+    def cudahook(self, line: str, cell: str) -> Any:
+        """Run the cell while capturing its GPU kernels, copies, memory and Python stacks.
+
+        After the cell, a summary shows GPU busy time, the top kernels, copies and peak memory.
+        The cell runs normally when no GPU, driver or CUPTI is available; the summary then
+        says, in one line, why nothing was captured. An exception in the cell is raised after
+        the (partial) summary, exactly once.
+
+        Examples::
+
+            %%cudahook -v t
+            y = model(x)
+
+            t.flame()        # where GPU time went, by Python stack
+        """
+        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in tracebacks
+        args = _parse(self.cudahook.parser, line)
+        if not cell.strip():
+            raise UsageError("%%cudahook needs code in the cell below it")
+        if args.var is not None and not args.var.isidentifier():
+            raise UsageError(f"-v needs a variable name, not {args.var!r}")
+        save = os.path.expanduser(args.save) if args.save else None
+        if save and not os.path.isdir(os.path.dirname(os.path.abspath(save))):
+            raise UsageError(f"--save: folder {os.path.dirname(os.path.abspath(save))!r} "
+                             "does not exist")
+        quiet = self.quiet if args.quiet is None else args.quiet
+        raise_error = self.raise_error if args.raise_error is None else args.raise_error
+        options = {
+            "kernels": True,
+            "memory": self.memory if args.memory is None else args.memory,
+            "stacks": self.stacks if args.stacks is None else args.stacks,
+            "api": self.api if args.api is None else args.api,
+            "nvml": self.nvml if args.nvml is None else args.nvml,
+            "label": args.label or f"In [{self.shell.execution_count}]",
+        }
+        body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
+
+        trace, value, error = self._run_captured(body, last, options, quiet)
+
+        if args.var:
+            self.shell.user_ns[args.var] = trace
+        if not quiet:
+            from IPython.display import display
+            display(trace.summary())
+        if save:
+            try:
+                trace.save(save)
+            except OSError as err:
+                if error is None:
+                    error = err
+                else:
+                    print(f"hookmagic: could not save the trace to {save!r}: {err}",
+                          file=sys.stderr)
+        if error is not None:
+            # Interrupts always propagate: the user asked the kernel to stop.
+            if raise_error or not isinstance(error, Exception):
+                raise error
+            self.shell.showtraceback((type(error), error, error.__traceback__))
+            return trace if args.return_trace else None
+        return trace if args.return_trace else value
+
+    # -- running the cell ---------------------------------------------------------------------
+    def _compile(self, cell: str) -> tuple[Any, Any]:
+        """Compile the cell as IPython's %%time does: body to exec, trailing expression to eval."""
+        shell = self.shell
+        source = shell.transform_cell(cell)
+        tree = shell.compile.ast_parse(source)
+        tree = shell.transform_ast(tree)
+        filename = shell.compile.cache(source, shell.execution_count)  # tracebacks show source
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+            last = shell.compile(last, filename, "eval")
+        body = shell.compile(ast.Module(tree.body, type_ignores=[]), filename, "exec")
+        return body, last
+
+    def _run_captured(self, body: Any, last: Any, options: dict[str, Any], quiet: bool
+                      ) -> tuple[Any, Any, BaseException | None]:
+        """Run the compiled cell inside a capture; never raises, returns (trace, value, error)."""
+        __tracebackhide__ = True  # noqa: F841 - tracebacks start at the user's cell
+        import hookmagic
+        from hookmagic.trace.model import Trace
+
+        ns = self.shell.user_ns
+        value, error = None, None
+        try:
+            with _unavailable_shown_by_summary(enabled=not quiet):
+                manager = hookmagic.capture(**options)
+                trace = manager.__enter__()
+        except Exception as err:  # the capture must never stop the cell from running
+            manager, trace = None, Trace.empty(f"the capture could not start ({err!r})",
+                                               label=options.get("label"))
+        try:
+            exec(body, ns)
+            if last is not None:
+                value = eval(last, ns)
+        except BaseException as err:  # KeyboardInterrupt too: stop the capture, then re-raise
+            error = err
+        finally:
+            if manager is not None:
+                exc = (type(error), error, error.__traceback__) if error else (None, None, None)
+                try:
+                    with _unavailable_shown_by_summary(enabled=not quiet):
+                        manager.__exit__(*exc)
+                except Exception as err:
+                    warnings.warn(f"hookmagic: stopping the capture failed: {err!r}",
+                                  RuntimeWarning, stacklevel=2)
+        return trace, value, error
+
+
+def _parse(parser: Any, line: str) -> Any:
+    """Parse magic arguments with shell quoting, so ``--label 'my run'`` means ``my run``."""
+    try:
+        argv = arg_split(line, posix=True, strict=True)
+    except ValueError as err:   # unbalanced quotes
+        raise UsageError(f"%%cudahook: {err}") from None
+    return parser.parse_args(argv)   # MagicArgumentParser raises UsageError on misuse
+
+
+@contextmanager
+def _unavailable_shown_by_summary(enabled: bool) -> Iterator[None]:
+    """Silence CaptureUnavailable while the summary is going to say the same thing.
+
+    Scoped to starting/stopping the capture only: wrapping the user's code in
+    catch_warnings would undo any warning filters the cell itself sets.
+    """
+    if not enabled:
+        yield
+        return
+    import hookmagic
+    try:
+        CaptureUnavailable = hookmagic.CaptureUnavailable
+    except (AttributeError, ImportError):  # pragma: no cover - capture package absent
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureUnavailable)
+        yield
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """Register ``%%cudahook`` (called by ``%load_ext hookmagic``); loading twice is harmless."""
+    if _registered(ip) is not None:
+        return
+    ip.register_magics(CudaHookMagics(shell=ip))   # Magics.__init__ adds it to configurables
+
+
+def unload_ipython_extension(ip: Any) -> None:
+    """Remove ``%%cudahook`` and its configurable (``%unload_ext`` / ``%reload_ext``)."""
+    instance = _registered(ip)
+    if instance is None:
+        return
+    manager = ip.magics_manager
+    cell_magics = manager.magics.get("cell", {})
+    if getattr(cell_magics.get(_MAGIC), "__self__", None) is instance:
+        del cell_magics[_MAGIC]
+    manager.registry.pop(CudaHookMagics.__name__, None)
+    ip.configurables[:] = [c for c in ip.configurables if c is not instance]
+
+
+def _registered(ip: Any) -> CudaHookMagics | None:
+    # Compare by class name: after %reload_ext the module (and class) is a fresh object.
+    instance = ip.magics_manager.registry.get(CudaHookMagics.__name__)
+    return instance if type(instance).__name__ == CudaHookMagics.__name__ else None

@@ -1,0 +1,207 @@
+"""Saving and loading a :class:`~hookmagic.trace.Trace` as one data-only file.
+
+The file is a ZIP container with entries *stored* (not compressed: the Parquet inside is
+already zstd-compressed, and stored entries can be read without inflating twice):
+
+- ``meta.json``: ``{"format": "hookmagic.trace", "format_version": 1, "tables": {name:
+  {"file": "kernels.parquet", "rows": N, "extra_columns": [...]}}, "meta": {...}}``
+- ``<table>.parquet`` for every non-empty table.
+
+No pickle anywhere, so a trace received from someone else is safe to open. Files written by a
+newer hookmagic load with a warning: tables and columns this version does not know are left
+out, tables the file lacks are empty.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hookmagic.trace import schema
+from hookmagic.trace.model import FORMAT_VERSION, Trace
+
+FORMAT = "hookmagic.trace"
+META_ENTRY = "meta.json"
+
+
+class TraceFileError(ValueError):
+    """A file could not be read as a hookmagic trace; the message says why and what to do."""
+
+
+def save_trace(trace: Trace, path: str | os.PathLike) -> str:
+    """Write ``trace`` to ``path`` (a ZIP of Parquet tables and meta.json); returns the path.
+
+    The write is atomic: a crash midway leaves any earlier file at ``path`` untouched.
+    """
+    path = Path(os.path.expanduser(os.fspath(path)))
+    manifest: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                                "tables": {}, "meta": _jsonable(trace.meta)}
+    entries: list[tuple[str, bytes]] = []
+    for name, frame in trace.tables.items():
+        if frame.empty:
+            continue
+        buf = io.BytesIO()
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        pq.write_table(table, buf, compression="zstd")
+        entry = f"{name}.parquet"
+        entries.append((entry, buf.getvalue()))
+        manifest["tables"][name] = {
+            "file": entry, "rows": len(frame),
+            "extra_columns": [c for c in frame.columns if c not in schema.TABLES[name]]}
+    meta_bytes = json.dumps(manifest, indent=1, allow_nan=True).encode("utf-8")
+
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
+            zf.writestr(META_ENTRY, meta_bytes)
+            for entry, data in entries:
+                zf.writestr(entry, data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return str(path)
+
+
+def load_trace(path: str | os.PathLike) -> Trace:
+    """Read a trace written by :func:`save_trace` (``Trace.save`` or ``%%cudahook --save``).
+
+    Raises :class:`TraceFileError` when the file is missing, is not a hookmagic trace, or is
+    damaged.
+    """
+    path = Path(os.path.expanduser(os.fspath(path)))
+    if not path.exists():
+        raise TraceFileError(f"no trace file at {str(path)!r}: check the path "
+                             "(traces are written by Trace.save() or %%cudahook --save PATH)")
+    if path.is_dir():
+        raise TraceFileError(f"{str(path)!r} is a directory, not a trace file")
+    try:
+        zf = zipfile.ZipFile(path, "r")
+    except zipfile.BadZipFile:
+        hint = ""
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+        if head[:2] == b"PK":
+            raise TraceFileError(f"{str(path)!r} is damaged (a ZIP container that cannot be "
+                                 "read, perhaps truncated by an interrupted copy); save or "
+                                 "copy the trace again") from None
+        head = head.lstrip()
+        if head[:1] in (b"{", b"[") or head[:2] == b"\x1f\x8b":
+            hint = (" It looks like JSON (perhaps a Chrome/Kineto trace): open it with "
+                    "hookmagic.load(), which imports Kineto JSON.")
+        raise TraceFileError(f"{str(path)!r} is not a hookmagic trace file (not a ZIP "
+                             f"container).{hint}") from None
+    with zf:
+        manifest = _read_manifest(zf, path)
+        tables = {}
+        for name, info in manifest["tables"].items():
+            if name not in schema.TABLES:
+                warnings.warn(f"{path.name}: table {name!r} is unknown to this hookmagic "
+                              "(file from a newer version?); it was left out", stacklevel=2)
+                continue
+            tables[name] = _read_table(zf, path, name, info)
+    meta = manifest["meta"]
+    return Trace(tables, meta)
+
+
+def load_any(path: str | os.PathLike) -> Trace:
+    """Open a saved trace, or a Chrome/Kineto trace JSON (``.json`` / ``.json.gz``) as a Trace.
+
+    What ``hookmagic.load(path)`` calls. Saved traces are recognised by content, not by name.
+    JSON is read by the Kineto importer (``hookmagic.trace.kineto.read_kineto``).
+    """
+    path = Path(os.path.expanduser(os.fspath(path)))
+    if path.is_file() and not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+            from hookmagic.trace.kineto import read_kineto
+            tables, meta = read_kineto(path)
+            return Trace(tables, meta)
+    return load_trace(path)
+
+
+def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
+    try:
+        raw = zf.read(META_ENTRY)
+    except KeyError:
+        raise TraceFileError(f"{str(path)!r} is a ZIP file but not a hookmagic trace "
+                             f"(it has no {META_ENTRY})") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise TraceFileError(f"{str(path)!r} is damaged ({err}); save the trace again "
+                             "from its source") from None
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TraceFileError(f"{str(path)!r} is damaged: its {META_ENTRY} is not valid JSON "
+                             f"({err}); save the trace again from its source") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise TraceFileError(f"{str(path)!r} is not a hookmagic trace (its {META_ENTRY} does "
+                             f"not say format {FORMAT!r})")
+    version = manifest.get("format_version")
+    if not isinstance(version, int):
+        raise TraceFileError(f"{str(path)!r} is damaged: no format_version in {META_ENTRY}")
+    if version > FORMAT_VERSION:
+        warnings.warn(f"{path.name} was written by a newer hookmagic (trace format {version}, "
+                      f"this version reads {FORMAT_VERSION}); reading what this version "
+                      "understands. Upgrade hookmagic to see everything.", stacklevel=3)
+    if not isinstance(manifest.get("tables"), dict) or not isinstance(manifest.get("meta"), dict):
+        raise TraceFileError(f"{str(path)!r} is damaged: {META_ENTRY} lacks its table list "
+                             "or meta")
+    return manifest
+
+
+def _read_table(zf: zipfile.ZipFile, path: Path, name: str, info: Any):
+    try:
+        entry, rows = info["file"], int(info["rows"])
+        extras = set(info.get("extra_columns", []))
+        table = pq.read_table(pa.BufferReader(zf.read(entry)))
+    except (KeyError, TypeError, ValueError) as err:
+        raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} is missing or "
+                             f"unreadable ({err}); save the trace again from its source") from None
+    except (pa.ArrowException, zipfile.BadZipFile, OSError, EOFError) as err:
+        raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} could not be read "
+                             f"({err}); save the trace again from its source") from None
+    if table.num_rows != rows:
+        raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} has {table.num_rows} "
+                             f"rows, its manifest says {rows}")
+    known = schema.TABLES[name]
+    # Columns outside the schema that the writer did not list as its own extras come from a
+    # newer schema: leave them out rather than carry half-understood data.
+    newer = [c for c in table.column_names if c not in known and c not in extras]
+    if newer:
+        warnings.warn(f"{path.name}: column(s) {newer} of table {name!r} are unknown to this "
+                      "hookmagic (file from a newer version?); they were left out", stacklevel=3)
+        table = table.drop_columns(newer)
+    return table.to_pandas()
+
+
+def _jsonable(value: Any) -> Any:
+    """Meta as plain JSON types; numpy scalars and arrays (common in capture code) converted."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"trace meta value {value!r} ({type(value).__name__}) cannot be saved; "
+                    "meta must hold JSON-like values")

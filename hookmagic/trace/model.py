@@ -1,0 +1,202 @@
+"""The :class:`Trace`: one capture as plain tables, whatever its source.
+
+A Trace holds one DataFrame per table of :mod:`hookmagic.trace.schema` (``kernels``, ``memcpy``,
+``memset``, ``memory``, ``sync``, ``api``, ``ranges``, ``stacks``, ``samples``) and a ``meta``
+dict. Every source (live CUPTI capture, recordings, imports) fills the same tables, so every
+analysis and view works on all of them.
+
+``meta`` keys (all optional except ``format_version`` and ``status``):
+
+- ``format_version`` (int, 1): version of this layout, for files written by :meth:`Trace.save`.
+- ``hookmagic_version`` (str): the hookmagic that produced the trace.
+- ``source`` (str): ``"cupti"`` for a live capture, ``"recording"``, ``"import:kineto"``, ...
+- ``status`` (str): ``"complete"``, ``"partial"`` (the cell raised or was interrupted, or
+  records were dropped) or ``"unavailable"`` (nothing captured).
+- ``reason`` (str): why the trace is unavailable or partial, in words a user can act on.
+- ``label`` (str): a name for the capture (``%%cudahook --label``), shown in summaries and diffs.
+- ``host``, ``pid``, ``python`` (str, int, str): where it was captured.
+- ``started_at`` (str): ISO-8601 UTC wall-clock time of the start.
+- ``start_ns``, ``end_ns`` (int): start and end of the capture on the tables' clock.
+- ``wall_s`` (float): wall time of the capture in seconds.
+- ``devices`` (list of dict): one per GPU: ``index, name, uuid, total_memory, multiprocessors,
+  compute_capability`` ([major, minor]) and the occupancy limits ``max_threads_per_sm,
+  max_blocks_per_sm, max_regs_per_sm, max_regs_per_block, max_smem_per_sm, max_smem_per_block,
+  warp_size, reg_alloc_unit``. Any of these may be missing.
+- ``driver_version`` (str), ``cuda_driver_version`` (int), ``cupti_version`` (int),
+  ``cupti_path`` (str): the software that captured it.
+- ``options`` (dict): the capture options (``kernels, memory, stacks, api, nvml, ...``).
+- ``overhead`` (dict of seconds): cost of the capture itself, e.g. ``start_s, stop_s, flush_s,
+  decode_s, build_s``.
+- ``dropped`` (dict of counts): records lost, e.g. ``{"activity_records": 12}``.
+- ``recorded_on`` (str): for recordings, the GPU, driver and date they were measured on, e.g.
+  ``"NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"``.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pandas as pd
+
+from hookmagic.trace import schema
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from hookmagic.analysis.summary import Summary
+
+FORMAT_VERSION = 1
+
+
+def hookmagic_version() -> str:
+    """The installed hookmagic version, or ``"0+unknown"`` when running from a bare checkout."""
+    try:
+        from hookmagic import __version__
+        return str(__version__)
+    except ImportError:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version("hookmagic")
+        except PackageNotFoundError:
+            return "0+unknown"
+
+
+class Trace:
+    """One GPU capture: a DataFrame per table (see :mod:`hookmagic.trace.schema`) plus ``meta``.
+
+    ``Trace(tables, meta)`` conforms every table to the schema; tables not given are empty.
+    Display it in a notebook for a summary; ``.summary()``, ``.flame()``, ``.timeline()``,
+    ``.memory_map()``, ``.diagnose()`` and ``.diff(other)`` look closer; ``.save(path)`` keeps
+    it (``hookmagic.load(path)`` reads it back) and ``.to_chrome_trace(path)`` opens it in
+    Perfetto or chrome://tracing. The meta keys are listed in :mod:`hookmagic.trace.model`.
+    """
+
+    kernels: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+    memory: pd.DataFrame
+    sync: pd.DataFrame
+    api: pd.DataFrame
+    ranges: pd.DataFrame
+    stacks: pd.DataFrame
+    samples: pd.DataFrame
+    meta: dict[str, Any]
+
+    def __init__(self, tables: Mapping[str, pd.DataFrame] | None = None,
+                 meta: Mapping[str, Any] | None = None) -> None:
+        self._fill(tables or {}, meta or {})
+
+    @classmethod
+    def empty(cls, reason: str, **meta: Any) -> "Trace":
+        """A trace of a capture that recorded nothing, saying ``reason`` (status "unavailable")."""
+        return cls(None, {**meta, "status": "unavailable", "reason": str(reason)})
+
+    def _fill(self, tables: Mapping[str, pd.DataFrame] | None,
+              meta: Mapping[str, Any] | None) -> None:
+        """Replace every table and the meta in place (the capture fills the Trace it handed out).
+
+        Raises ValueError for a table name the schema does not know: a typo there would
+        otherwise silently drop data.
+        """
+        tables = dict(tables or {})
+        unknown = sorted(set(tables) - set(schema.TABLE_NAMES))
+        if unknown:
+            raise ValueError(f"unknown trace table(s) {unknown}; expected some of "
+                             f"{list(schema.TABLE_NAMES)}")
+        for name in schema.TABLE_NAMES:
+            frame = tables.get(name)
+            setattr(self, name, schema.empty_table(name) if frame is None
+                    else schema.conform(name, frame))
+        full = {"format_version": FORMAT_VERSION, "hookmagic_version": hookmagic_version(),
+                "status": "complete"}
+        full.update(meta or {})
+        self.meta = full
+
+    # -- data access ----------------------------------------------------------------------
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """All tables by name, in schema order (the DataFrames themselves, not copies)."""
+        return {name: getattr(self, name) for name in schema.TABLE_NAMES}
+
+    @property
+    def status(self) -> str:
+        """``"complete"``, ``"partial"`` or ``"unavailable"``."""
+        return str(self.meta.get("status", "complete"))
+
+    def stack_frames(self, stack_id: int) -> list[tuple[str, str, int]]:
+        """The Python stack ``stack_id`` as ``(filename, function, line)``, outermost first.
+
+        Empty for -1 (no stack taken) or an id not in the ``stacks`` table.
+        """
+        stacks = self.stacks
+        rows = stacks[stacks["stack_id"] == int(stack_id)].sort_values("depth", kind="stable")
+        return [(str(f), str(fn), int(ln)) for f, fn, ln in
+                zip(rows["filename"], rows["function"], rows["line"])]
+
+    # -- files ----------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
+
+        Read it back with ``hookmagic.load(path)``. The file holds data only (no pickle), so it
+        is safe to share.
+        """
+        from hookmagic.trace.io import save_trace
+        return save_trace(self, path)
+
+    def to_chrome_trace(self, path: str | os.PathLike) -> str:
+        """Write Chrome/Perfetto trace JSON (``.json`` or ``.json.gz``); returns the path.
+
+        Open it at https://ui.perfetto.dev or chrome://tracing; the fields follow PyTorch's
+        Kineto traces, so tools that read those (e.g. Holistic Trace Analysis) read it too.
+        """
+        from hookmagic.trace.chrome import to_chrome_trace
+        return to_chrome_trace(self, path)
+
+    # -- analyses and views (implemented in their own modules) -----------------------------
+    def summary(self, top: int = 10) -> "Summary":
+        """Headline numbers: GPU busy/idle time, top ``top`` kernels, copies, peak memory, overhead."""
+        from hookmagic.analysis.summary import summarize
+        return summarize(self, top=top)
+
+    def flame(self, **kw: Any) -> Any:
+        """Flame graph of GPU time by the Python stack that launched it (a Plotly figure)."""
+        from hookmagic.views.flame import flame_figure
+        return flame_figure(self, **kw)
+
+    def timeline(self, **kw: Any) -> Any:
+        """Timeline of kernels, copies and API calls per stream (a Plotly figure)."""
+        from hookmagic.views.timeline import timeline_figure
+        return timeline_figure(self, **kw)
+
+    def diagnose(self) -> Any:
+        """Findings about this trace (idle gaps, tiny kernels, syncs, ...) with advice."""
+        from hookmagic.analysis.diagnose import diagnose
+        return diagnose(self)
+
+    def diff(self, other: "Trace", **kw: Any) -> Any:
+        """Differential flame graph of GPU time: this trace against ``other``."""
+        from hookmagic.views.flame import diff_figure
+        return diff_figure(self, other, **kw)
+
+    def memory_map(self, **kw: Any) -> Any:
+        """Map of device allocations over address and time (a Plotly figure)."""
+        from hookmagic.views.memory_map import memory_map_figure
+        return memory_map_figure(self, **kw)
+
+    def fragmentation(self) -> pd.DataFrame:
+        """Fragmentation of device memory over the capture (a DataFrame)."""
+        from hookmagic.analysis.fragmentation import fragmentation_over_time
+        return fragmentation_over_time(self)
+
+    # -- display --------------------------------------------------------------------------
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return self.summary()._repr_mimebundle_(include=include, exclude=exclude)
+
+    def __repr__(self) -> str:
+        label = self.meta.get("label")
+        head = f"<hookmagic.Trace{f' {label!r}' if label else ''} {self.status}"
+        if self.status == "unavailable":
+            return f"{head}: {self.meta.get('reason', 'nothing captured')}>"
+        counts = (f"{len(self.kernels):,} kernels, {len(self.memcpy):,} copies, "
+                  f"{len(self.memset):,} memsets, {len(self.memory):,} memory events")
+        wall = self.meta.get("wall_s")
+        over = f" over {float(wall):.3g} s" if isinstance(wall, (int, float)) else ""
+        return f"{head}: {counts}{over}>"
