@@ -65,9 +65,9 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
     warnings: list[str] = []
     records, count = read_profile(profile) if profile is not None else ([], None)
     info = read_layer_info(layers, warnings) if layers is not None else None
-    rows = _join(records, info["layers"] if info else None, warnings)
-    rows, constants = _split_constants(rows, warnings)
-    rows = _fold_noops(rows)
+    rows = join_timing([_timing(r) for r in records], info["layers"] if info else None, warnings)
+    rows, constants = split_constants(rows, warnings)
+    rows = fold_noops(rows)
     label = name or _label(profile or layers)
     out_meta: dict[str, Any] = {"name": label, "source": "trtexec", "iterations": count,
                                 "files": {k: str(v) for k, v in
@@ -135,6 +135,14 @@ def read_layer_info(path: PathLike, warnings: list[str] | None = None) -> dict[s
     """Layers and I/O tensors of a ``--exportLayerInfo`` file (TensorRT 8.2-11.x forms)."""
     warnings = warnings if warnings is not None else []
     data = read_json(path, "--exportLayerInfo")
+    return layer_info_from_doc(data, warnings, str(path))
+
+
+def layer_info_from_doc(data: Any, warnings: list[str] | None = None,
+                        path: str = "layer info") -> dict[str, Any]:
+    """Layers and I/O tensors of a parsed layer-info document (a file's JSON, or what the
+    engine inspector's ``get_engine_information`` returned)."""
+    warnings = warnings if warnings is not None else []
     if isinstance(data, list):
         raise LayerFileError(f"{path} is a JSON array: a --exportProfile or --exportTimes file, "
                              "not --exportLayerInfo; pass it as profile= or times= (--profile, --times)")
@@ -279,17 +287,16 @@ def _io_tensors(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ---- joining -----------------------------------------------------------------------------
 
-def _join(records: list[dict[str, Any]], info: list[dict[str, Any]] | None,
-          warnings: list[str]) -> list[dict[str, Any]]:
-    """Rows in execution order: layer info joined to profile records by name (k-th occurrence
-    of a name pairs with the k-th occurrence, so repeated names still join)."""
-    timing = [_timing(r) for r in records]
+def join_timing(timing: list[dict[str, Any]], info: list[dict[str, Any]] | None,
+                warnings: list[str]) -> list[dict[str, Any]]:
+    """Rows in execution order: layer info joined to timing rows (``name, mean_ms, ...``) by
+    name (k-th occurrence of a name pairs with the k-th occurrence, so repeated names join)."""
     if info is None:
-        return [{"name": t["name"], "type": _guess_type(t["name"]), "layer_type": UNKNOWN,
+        return [{"type": _guess_type(t["name"]), "layer_type": UNKNOWN,
                  "source_nodes": nodes_from_name(t["name"]),
-                 "is_myelin": is_myelin(t["name"], ""), "details": json.dumps(r), **t}
-                for t, r in zip(timing, records)]
-    if not records:
+                 "is_myelin": is_myelin(t["name"], ""), "details": json.dumps(t), **t}
+                for t in timing]
+    if not timing:
         return [dict(lay) for lay in info]
     by_key: dict[tuple[str, int], dict[str, Any]] = {}
     seen: dict[str, int] = {}
@@ -336,7 +343,7 @@ def _guess_type(name: str) -> str:
     return UNKNOWN
 
 
-def _split_constants(rows: list[dict[str, Any]], warnings: list[str]):
+def split_constants(rows: list[dict[str, Any]], warnings: list[str]):
     keep, constants = [], []
     for r in rows:
         if r.get("layer_type") == "Constant" or r.get("type") == "Constant":
@@ -351,7 +358,7 @@ def _split_constants(rows: list[dict[str, Any]], warnings: list[str]):
     return keep, constants
 
 
-def _fold_noops(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def fold_noops(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drop NoOp layers, adding their (normally zero) time and name to a neighbour: the layer
     that produced their input if known, else the one before (or after, for the first)."""
     keep = [r for r in rows if r.get("layer_type") != "NoOp"]
