@@ -1,0 +1,294 @@
+"""When the GPU sat idle, and why.
+
+A device is busy while any kernel, copy or memset runs on it. Every stretch between busy
+periods is a gap, and each gap's time is split three ways:
+
+- ``launch_ns``: the next piece of work had already been asked for (its API call, found by
+  correlation id, had started) but had not begun on the GPU yet: launch latency;
+- ``sync_ns``: the host sat in a synchronising call (the ``sync`` table, or a runtime/driver
+  call that blocks: ``*Synchronize``, synchronous ``cudaMemcpy``);
+- ``host_ns``: the rest. The host had not asked for anything: Python, data loading, or API
+  calls that launch no work.
+
+A gap opened while the host was synchronising (a sync overlaps or touches it) is flagged
+``after_sync``: the host waited for the GPU to drain, so everything it did before the next
+launch left the GPU idle; its cause is "synchronisation" when that part dominates.
+
+Pure functions, vectorised over events.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.analysis.flame import _as_set, event_mask, table
+
+#: API calls that block the host until the GPU catches up
+BLOCKING_API = re.compile(r"Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
+                          r"^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
+
+GAP_COLUMNS = ["device", "start_ns", "end_ns", "duration_ns", "position", "next_kind",
+               "next_name", "next_correlation", "launch_start_ns", "host_ns", "launch_ns",
+               "sync_ns", "after_sync", "cause"]
+
+
+# -- interval arithmetic --------------------------------------------------------------------
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals ``[start, end)`` as sorted, disjoint ``(starts, ends)``."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
+    if starts.size == 0:
+        return starts.copy(), ends.copy()
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, s.size - 1]
+    return s[first], reach[last]
+
+
+def covered_until(u_starts: np.ndarray, u_ends: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Length of the disjoint sorted intervals ``u`` that lies before each ``x``."""
+    x = np.asarray(x, dtype=np.int64)
+    if u_starts.size == 0:
+        return np.zeros(x.shape, dtype=np.int64)
+    lengths = u_ends - u_starts
+    before = np.r_[0, np.cumsum(lengths)]
+    i = np.searchsorted(u_starts, x, side="right")  # intervals starting at or before x
+    partial = np.where(i > 0, np.clip(x - u_starts[np.maximum(i - 1, 0)], 0,
+                                      lengths[np.maximum(i - 1, 0)]), 0)
+    return before[np.maximum(i - 1, 0)] * (i > 0) + partial
+
+
+def overlap(u_starts: np.ndarray, u_ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Nanoseconds of ``[a, b)`` covered by the disjoint sorted intervals ``u``."""
+    b = np.maximum(np.asarray(b, dtype=np.int64), np.asarray(a, dtype=np.int64))
+    return covered_until(u_starts, u_ends, b) - covered_until(u_starts, u_ends, a)
+
+
+def touches(u_starts: np.ndarray, u_ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether any interval of ``u`` meets the closed span ``[a, b]``."""
+    a = np.asarray(a, dtype=np.int64)
+    if u_starts.size == 0:
+        return np.zeros(a.shape, dtype=bool)
+    i = np.searchsorted(u_ends, a, side="left")  # first interval ending at or after a
+    ok = i < u_ends.size
+    return ok & (u_starts[np.minimum(i, u_ends.size - 1)] <= np.asarray(b, dtype=np.int64))
+
+
+# -- launches ---------------------------------------------------------------------------------
+
+def api_by_correlation(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """API calls sorted by correlation id, the earliest (outermost) call kept per id.
+
+    Returns (correlation, start_ns, end_ns, row index into ``api``).
+    """
+    if len(api) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z
+    corr = api["correlation"].to_numpy(dtype=np.int64)
+    start = api["start_ns"].to_numpy(dtype=np.int64)
+    order = np.lexsort((start, corr))
+    corr_s = corr[order]
+    first = np.r_[True, corr_s[1:] != corr_s[:-1]] & (corr_s >= 0)
+    rows = order[first]
+    return corr[rows], start[rows], api["end_ns"].to_numpy(dtype=np.int64)[rows], rows
+
+
+def lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Position of each key in ``sorted_keys``, or -1 where it is absent."""
+    if sorted_keys.size == 0:
+        return np.full(np.shape(keys), -1, dtype=np.int64)
+    pos = np.clip(np.searchsorted(sorted_keys, keys), 0, sorted_keys.size - 1)
+    return np.where(sorted_keys[pos] == keys, pos, -1)
+
+
+def launch_latency(trace: Any, device: int | Iterable[int] | None = None,
+                   stream: int | Iterable[int] | None = None) -> pd.DataFrame:
+    """For every kernel, copy and memset: the API call that launched it and the wait after.
+
+    Columns: ``kind`` (kernel, memcpy, memset), ``device, stream, correlation, name,
+    start_ns`` (on the GPU), ``api_name, api_start_ns, api_end_ns``, ``latency_ns`` (API call
+    start -> GPU start) and ``queue_ns`` (API call end -> GPU start; negative when the work
+    began before the call returned). Events whose API call was not captured are left out.
+    """
+    api = table(trace, "api")
+    corr, a_start, a_end, a_row = api_by_correlation(api)
+    api_names = api["name"].to_numpy(dtype=object) if len(api) else np.zeros(0, dtype=object)
+    parts = []
+    for kind, name in (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset")):
+        frame = table(trace, name)
+        mask = event_mask(frame, device, stream)
+        frame = frame[mask] if not mask.all() else frame
+        if len(frame) == 0:
+            continue
+        pos = lookup(corr, frame["correlation"].to_numpy(dtype=np.int64))
+        hit = pos >= 0
+        if not hit.any():
+            continue
+        f = frame[hit]
+        p = pos[hit]
+        start = f["start_ns"].to_numpy(dtype=np.int64)
+        label = (f["name"].to_numpy(dtype=object) if kind == "kernel"
+                 else np.full(len(f), kind, dtype=object))
+        parts.append(pd.DataFrame({
+            "kind": kind, "device": f["device"].to_numpy(), "stream": f["stream"].to_numpy(),
+            "correlation": f["correlation"].to_numpy(), "name": label, "start_ns": start,
+            "api_name": api_names[a_row[p]], "api_start_ns": a_start[p], "api_end_ns": a_end[p],
+            "latency_ns": start - a_start[p], "queue_ns": start - a_end[p]}))
+    if not parts:
+        return pd.DataFrame(columns=["kind", "device", "stream", "correlation", "name", "start_ns",
+                                     "api_name", "api_start_ns", "api_end_ns", "latency_ns",
+                                     "queue_ns"])
+    return pd.concat(parts, ignore_index=True)
+
+
+# -- gaps -------------------------------------------------------------------------------------
+
+def sync_intervals(trace: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Union of the host's blocking waits: the sync table and blocking API calls."""
+    sync = table(trace, "sync")
+    api = table(trace, "api")
+    starts = [sync["start_ns"].to_numpy(dtype=np.int64)]
+    ends = [sync["end_ns"].to_numpy(dtype=np.int64)]
+    if len(api):
+        names, codes = np.unique(api["name"].astype(str).to_numpy(), return_inverse=True)
+        blocking = np.array([bool(BLOCKING_API.search(n)) for n in names], dtype=bool)
+        rows = blocking[codes]
+        starts.append(api["start_ns"].to_numpy(dtype=np.int64)[rows])
+        ends.append(api["end_ns"].to_numpy(dtype=np.int64)[rows])
+    return merge_intervals(np.concatenate(starts), np.concatenate(ends))
+
+
+def _gpu_events(trace: Any, devices: list[int] | None) -> pd.DataFrame:
+    """Kernels, copies and memsets as one frame of (device, start, end, kind, name, corr)."""
+    parts = []
+    for kind, name in (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset")):
+        frame = table(trace, name)
+        if len(frame) == 0:
+            continue
+        if devices is not None:
+            frame = frame[np.isin(frame["device"].to_numpy(), devices)]
+        parts.append(pd.DataFrame({
+            "device": frame["device"].to_numpy(dtype=np.int64),
+            "start_ns": frame["start_ns"].to_numpy(dtype=np.int64),
+            "end_ns": frame["end_ns"].to_numpy(dtype=np.int64),
+            "kind": np.full(len(frame), kind, dtype=object),
+            "name": (frame["name"].to_numpy(dtype=object) if kind == "kernel"
+                     else np.full(len(frame), kind, dtype=object)),
+            "correlation": frame["correlation"].to_numpy(dtype=np.int64)}))
+    if not parts:
+        return pd.DataFrame({"device": np.zeros(0, np.int64), "start_ns": np.zeros(0, np.int64),
+                             "end_ns": np.zeros(0, np.int64), "kind": np.zeros(0, object),
+                             "name": np.zeros(0, object), "correlation": np.zeros(0, np.int64)})
+    return pd.concat(parts, ignore_index=True)
+
+
+def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
+              min_gap_ns: int = 1) -> pd.DataFrame:
+    """Every stretch of at least ``min_gap_ns`` in which a device ran nothing, with its cause.
+
+    Includes the stretch from the capture's start (``meta["start_ns"]``) to the first work
+    (``position`` "lead") and from the last work to the capture's end ("tail"), when the
+    meta gives them; the others are "between". Columns: see :data:`GAP_COLUMNS` and the
+    module docstring; ``cause`` is "host-bound", "launch latency" or "synchronisation".
+    """
+    events = _gpu_events(trace, _as_set(device))
+    meta = getattr(trace, "meta", None) or {}
+    cap_start, cap_end = meta.get("start_ns"), meta.get("end_ns")
+    sync_s, sync_e = sync_intervals(trace)
+    corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
+    frames = []
+    for dev, ev in events.groupby("device", sort=True):
+        order = np.argsort(ev["start_ns"].to_numpy(), kind="stable")
+        s = ev["start_ns"].to_numpy()[order]
+        e = ev["end_ns"].to_numpy()[order]
+        reach = np.maximum.accumulate(e)
+        gap_after = np.flatnonzero(s[1:] > reach[:-1])  # gap between i and i + 1
+        g0 = reach[gap_after]
+        g1 = s[gap_after + 1]
+        nxt = order[gap_after + 1]
+        position = np.full(len(g0), "between", dtype=object)
+        if cap_start is not None and int(cap_start) < s[0]:
+            g0, g1 = np.r_[int(cap_start), g0], np.r_[s[0], g1]
+            nxt = np.r_[order[0], nxt]
+            position = np.r_[np.array(["lead"], dtype=object), position]
+        tail = cap_end is not None and int(cap_end) > reach[-1]
+        if tail:
+            g0, g1 = np.r_[g0, reach[-1]], np.r_[g1, int(cap_end)]
+            nxt = np.r_[nxt, -1]
+            position = np.r_[position, np.array(["tail"], dtype=object)]
+        keep = (g1 - g0) >= min_gap_ns
+        g0, g1, nxt, position = g0[keep], g1[keep], nxt[keep], position[keep]
+        has_next = nxt >= 0
+        safe = np.maximum(nxt, 0)
+        n_corr = np.where(has_next, ev["correlation"].to_numpy()[safe], -1)
+        api_pos = lookup(corr, n_corr)
+        found = (api_pos >= 0) & has_next
+        launch_at = g1.copy()
+        launch_at[found] = a_start[api_pos[found]]
+        launch_at = np.minimum(launch_at, g1)  # a launch "after" its work is clock skew
+        launch_from = np.maximum(launch_at, g0)
+        sync_ns = overlap(sync_s, sync_e, g0, g1)
+        launch_ns = (g1 - launch_from) - overlap(sync_s, sync_e, launch_from, g1)
+        host_ns = np.maximum((g1 - g0) - sync_ns - launch_ns, 0)
+        after_sync = touches(sync_s, sync_e, g0, g1)
+        parts = np.stack([host_ns, launch_ns, sync_ns + np.where(after_sync, host_ns, 0)], axis=1)
+        cause = np.array(["host-bound", "launch latency", "synchronisation"],
+                         dtype=object)[np.argmax(parts, axis=1)]
+        frames.append(pd.DataFrame({
+            "device": np.full(len(g0), dev, dtype=np.int64), "start_ns": g0, "end_ns": g1,
+            "duration_ns": g1 - g0, "position": position,
+            "next_kind": np.where(has_next, ev["kind"].to_numpy()[safe], ""),
+            "next_name": np.where(has_next, ev["name"].to_numpy()[safe], ""),
+            "next_correlation": n_corr,
+            "launch_start_ns": np.where(api_pos >= 0, launch_at, -1),
+            "host_ns": host_ns, "launch_ns": launch_ns, "sync_ns": sync_ns,
+            "after_sync": after_sync, "cause": cause}))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in GAP_COLUMNS})
+    return pd.concat(frames, ignore_index=True)
+
+
+def idle_summary(trace: Any, device: int | Iterable[int] | None = None) -> pd.DataFrame:
+    """Busy and idle time per device, the idle time split by cause, and launch latency.
+
+    One row per device: ``span_ns`` (capture start to end, else first to last work),
+    ``busy_ns`` (any work running), ``idle_ns``, ``idle_share``, ``host_ns``, ``launch_ns``,
+    ``sync_ns`` (idle time by cause, see :func:`idle_gaps`), ``sync_bound_ns`` (idle time in
+    gaps whose cause is synchronisation), ``gaps`` (between-work gaps), ``median_gap_ns``,
+    ``launch_latency_p50_ns`` and ``launch_latency_p90_ns`` (API call start -> kernel start).
+    """
+    events = _gpu_events(trace, _as_set(device))
+    gaps = idle_gaps(trace, device)
+    lat = launch_latency(trace, device)
+    meta = getattr(trace, "meta", None) or {}
+    rows = []
+    for dev, ev in events.groupby("device", sort=True):
+        s, e = merge_intervals(ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy())
+        busy = int((e - s).sum())
+        lo = int(meta["start_ns"]) if meta.get("start_ns") is not None else int(s[0])
+        hi = int(meta["end_ns"]) if meta.get("end_ns") is not None else int(e[-1])
+        span = max(hi - lo, busy)
+        g = gaps[gaps["device"] == dev]
+        between = g[g["position"] == "between"]
+        kl = lat[(lat["device"] == dev) & (lat["kind"] == "kernel")]["latency_ns"].to_numpy()
+        rows.append({
+            "device": int(dev), "span_ns": span, "busy_ns": busy, "idle_ns": span - busy,
+            "idle_share": (span - busy) / span if span else 0.0,
+            "host_ns": int(g["host_ns"].sum()), "launch_ns": int(g["launch_ns"].sum()),
+            "sync_ns": int(g["sync_ns"].sum()),
+            "sync_bound_ns": int(g.loc[g["cause"] == "synchronisation", "duration_ns"].sum()),
+            "gaps": len(between),
+            "median_gap_ns": float(np.median(between["duration_ns"])) if len(between) else 0.0,
+            "launch_latency_p50_ns": float(np.percentile(kl, 50)) if kl.size else np.nan,
+            "launch_latency_p90_ns": float(np.percentile(kl, 90)) if kl.size else np.nan})
+    return pd.DataFrame(rows, columns=["device", "span_ns", "busy_ns", "idle_ns", "idle_share",
+                                       "host_ns", "launch_ns", "sync_ns", "sync_bound_ns", "gaps",
+                                       "median_gap_ns", "launch_latency_p50_ns",
+                                       "launch_latency_p90_ns"])
