@@ -1,0 +1,107 @@
+"""`%trtprofile` through a real IPython shell: imports, misuse, missing TensorRT, no crashes."""
+from __future__ import annotations
+
+import builtins
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from hookmagic.layers import LayerProfile
+from hookmagic.layers.tensorrt_live import INSTALL_HINT
+from hookmagic.layers_magic import TrtProfileMagics, register
+
+from .layers_samples import mobilenet_files, needs_samples
+
+pytestmark = needs_samples
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = InteractiveShell.instance()
+    register(shell)
+    return shell
+
+
+def _files(keys=("profile", "layers", "times")):
+    f = mobilenet_files()
+    return " ".join(f"--{k} {f[k]}" for k in keys)
+
+
+def test_register_is_idempotent(ip):
+    first = register(ip)
+    assert register(ip) is first
+    assert sum(isinstance(c, TrtProfileMagics) for c in ip.configurables) == 1
+    assert "trtprofile" in ip.magics_manager.magics["line"]
+
+
+def test_import_trtexec_returns_and_stores(ip, capsys):
+    p = ip.run_line_magic("trtprofile", f"{_files()} -o -v prof -q")
+    assert isinstance(p, LayerProfile) and round(p.total_ms, 3) == 0.470
+    assert ip.user_ns["prof"] is p
+    assert capsys.readouterr().out == ""
+    assert ip.run_line_magic("trtprofile", f"{_files(('profile', 'layers'))}") is None
+    assert "72 layers" in capsys.readouterr().out
+
+
+def test_load_saved_profile(ip, tmp_path):
+    p = ip.run_line_magic("trtprofile", f"{_files(('profile',))} -o -q")
+    p.save(tmp_path / "p.parquet")
+    back = ip.run_line_magic("trtprofile", f"--load {tmp_path / 'p.parquet'} --name again -o -q")
+    assert back.name == "again" and len(back.layers) == 73
+
+
+def test_explore_displays_the_explorer(ip, monkeypatch):
+    import hookmagic.layers_magic as lm
+    from hookmagic.views.layers_explorer import LayerExplorer
+
+    shown = []
+    monkeypatch.setattr(lm, "display", shown.append)
+    ip.run_line_magic("trtprofile", f"{_files(('profile', 'layers'))} --explore")
+    assert isinstance(shown[0], LayerExplorer) and len(shown[0].filtered()) == 20
+
+
+def test_bad_file_is_one_message_not_a_traceback(ip, capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert ip.run_line_magic("trtprofile", f"--profile {bad}") is None
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hookmagic: --exportProfile file") and "\n" not in err
+
+
+@pytest.mark.parametrize("target", ["model.onnx", "model.engine"])
+def test_missing_tensorrt_gives_the_install_hint(ip, capsys, monkeypatch, target):
+    real = builtins.__import__
+
+    def no_trt(name, *a, **k):
+        if name == "tensorrt":
+            raise ImportError("No module named 'tensorrt'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_trt)
+    assert ip.run_line_magic("trtprofile", target) is None
+    err = capsys.readouterr().err
+    assert err.strip() == f"hookmagic: {INSTALL_HINT}"
+    assert "%trtprofile --profile" in err
+
+
+def test_misuse_raises_usage_error(ip):
+    with pytest.raises(UsageError, match="exactly one source"):
+        ip.run_line_magic("trtprofile", "")
+    with pytest.raises(UsageError, match="exactly one source"):
+        ip.run_line_magic("trtprofile", f"model.onnx {_files(('profile',))}")
+    with pytest.raises(UsageError, match="neither a .onnx/.engine file nor a variable"):
+        ip.run_line_magic("trtprofile", "no_such_variable")
+    ip.user_ns["some_model"] = object()
+    with pytest.raises(UsageError, match="needs --input-shape"):
+        ip.run_line_magic("trtprofile", "some_model")
+
+
+def test_help_is_the_docstring(ip):
+    assert "trtexec exports" in TrtProfileMagics.trtprofile.__doc__
+    assert "--profile" in TrtProfileMagics.trtprofile.__doc__
+
+
+def test_config_trait(ip):
+    ip.run_line_magic("config", "TrtProfileMagics.iterations = 7")
+    assert register(ip).iterations == 7
