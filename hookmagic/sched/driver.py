@@ -143,7 +143,8 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
             m, ids = got
             eng = by_name[names[m]]
             size = len(ids)
-            handle = backend.submit(lanes[s], lambda: eng.launch(size, s))
+            # bind now: a thread lane runs the launch later, after these names have moved on
+            handle = backend.submit(lanes[s], lambda e=eng, b=size, k=s: e.launch(b, k))
             inflight[s] = (handle, m, ids, time.perf_counter() - t0)
         busy = any(j is not None for j in inflight)
         if p >= n and not busy and (d.queued == 0 or wake == _INF):

@@ -417,7 +417,7 @@ def measure(engine: Any, backend: Any = None, batch_sizes: Sequence[int] | None 
     for b in sizes:
         times = []
         for k in range(warmup + repeats):
-            h = backend.submit(lane, lambda: engine.launch(b, lane_index))
+            h = backend.submit(lane, lambda b=b: engine.launch(b, lane_index))
             while not h.done():
                 pass
             s, e = h.times()
