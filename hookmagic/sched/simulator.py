@@ -31,7 +31,7 @@ from .policies import Policy
 from .result import SimResult, assemble
 from .workloads import Workload, make_workload
 
-__all__ = ["simulate", "service_multipliers"]
+__all__ = ["simulate", "simulate_raw", "service_multipliers"]
 
 _INF = float("inf")
 
@@ -90,18 +90,8 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     arrays = workload.arrays(names)
     mult = service_multipliers(specs, arrays["model"], seed)
 
-    from . import fast
-    use_fast = engine == "fast" or (engine == "auto" and fast.supports(policy, specs, interference))
-    if engine == "fast" and not fast.supports(policy, specs, interference):
-        raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
-                         "streams only; use engine='general'")
     t0 = time.perf_counter()
-    if use_fast:
-        raw = fast.run_fast(specs, arrays, mult, policy)
-        used = "fast"
-    else:
-        raw = _run_general(specs, arrays, mult, policy, interference)
-        used = "general"
+    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference)
     wall = time.perf_counter() - t0
     req, bat = assemble(workload.requests, names, *raw)
     meta = {"engine": used, "seed": seed, "duration_s": workload.duration_s,
@@ -109,6 +99,22 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
             "models": [s.name for s in specs], "sim_wall_s": wall,
             "requests_per_s": len(req) / wall if wall > 0 else float("nan")}
     return SimResult(req, bat, meta)
+
+
+def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
+                 policy: Policy, engine: str = "auto", interference: float = 0.0):
+    """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
+
+    For callers that run many configurations (sweeps) and want no DataFrames per run.
+    """
+    from . import fast
+    ok = fast.supports(policy, specs, interference)
+    if engine == "fast" and not ok:
+        raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
+                         "streams only; use engine='general'")
+    if engine == "fast" or (engine == "auto" and ok):
+        return fast.run_fast(specs, arrays, mult, policy), "fast"
+    return _run_general(specs, arrays, mult, policy, interference), "general"
 
 
 def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
