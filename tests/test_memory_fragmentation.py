@@ -81,6 +81,9 @@ def test_memory_over_time_and_by_stack():
     # stack 0's user frame is train.py:10 (the torch frame is plumbing)
     assert by["train.py:10 step"].iat[-1] == 3 * MiB
     assert by["data.py:5 load"].max() == 3 * MiB and by["data.py:5 load"].iat[-1] == 0
+    one = memory_by(ev, synthetic_stacks(), top=1)       # the rest is summed into "other"
+    assert list(one.columns) == ["time_ns", "train.py:10 step", "other"]
+    assert list(one["other"]) == list(by["data.py:5 load"])
 
 
 def test_peak_and_leaks():

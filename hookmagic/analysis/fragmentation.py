@@ -375,5 +375,8 @@ def map_steps(trace, steps: int = 30) -> tuple[np.ndarray, list[pd.DataFrame]]:
     peak = int(np.argmax(np.cumsum(d_res)))
     idx = np.unique(np.concatenate([np.linspace(0, n - 1, max(steps, 1)).astype(np.int64),
                                     [peak]]))
+    # plain object arrays: each layout reads the columns again, Arrow strings convert slowly
+    ev = ev.assign(action=ev["action"].to_numpy(dtype=object),
+                   pool=ev["pool"].to_numpy(dtype=object))
     life = block_lifetimes(ev)
     return idx, [layout_at(ev, int(i), life) for i in idx]

@@ -201,18 +201,31 @@ def memory_by(data, stacks: pd.DataFrame | None = None, key: str = "stack",
     codes, names = pd.factorize(cats)
     n = len(ev)
     size = life["size"].to_numpy().astype(np.int64)
-    delta = np.zeros((n + 1, max(len(names), 1)), dtype=np.int64)
-    np.add.at(delta, (life["i_alloc"].to_numpy(), codes), size)
-    ends = np.minimum(life["i_free"].to_numpy(), n)
-    np.add.at(delta, (ends, codes), -size)
-    curves = np.cumsum(delta[:n], axis=0)
-    peaks = curves.max(axis=0) if n else np.zeros(len(names))
-    order = np.argsort(-peaks, kind="stable")
+    at = np.concatenate([life["i_alloc"].to_numpy(), np.minimum(life["i_free"].to_numpy(), n)])
+    code2 = np.concatenate([codes, codes])
+    delta = np.concatenate([size, -size])
+    # each category's own peak: cumulative sums within the category, in event order
+    order = np.lexsort((at, code2))
+    run = np.cumsum(delta[order])
+    first = np.flatnonzero(np.r_[True, code2[order][1:] != code2[order][:-1]]) \
+        if len(order) else np.zeros(0, dtype=np.int64)
+    base = np.repeat(np.r_[0, run][first], np.diff(np.r_[first, len(order)]))
+    own = run - base
+    peaks = np.maximum.reduceat(own, first) if len(first) else np.zeros(0, np.int64)
+    cat_of_group = code2[order][first] if len(first) else np.zeros(0, np.int64)
+    ranked = cat_of_group[np.argsort(-peaks, kind="stable")]
+
+    def curve(mask: np.ndarray) -> np.ndarray:
+        w = np.bincount(at[mask], delta[mask].astype(np.float64), minlength=n + 1)
+        return np.cumsum(w[:n]).astype(np.int64)
+
     out = {"time_ns": ev["time_ns"].to_numpy()}
-    for j in order[:top]:
-        out[str(names[j])] = curves[:, j]
-    if len(order) > top:
-        out["other"] = curves[:, order[top:]].sum(axis=1)
+    shown = np.zeros(n, dtype=np.int64)
+    for c in ranked[:top]:
+        out[str(names[c])] = curve(code2 == c)
+        shown += out[str(names[c])]
+    if len(ranked) > top:
+        out["other"] = curve(np.ones(len(at), dtype=bool)) - shown
     return pd.DataFrame(out)
 
 

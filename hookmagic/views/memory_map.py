@@ -31,13 +31,20 @@ def _bars(layout: pd.DataFrame, row_of: dict[int, str], labels: pd.Series,
         offset = (part["address"].to_numpy() - seg).astype(np.float64) / MiB
         who = pd.Series(part["stack_id"].to_numpy()).map(labels).fillna("(no stack)").to_numpy()
         if kind == "free":
-            who = np.full(len(part), "")
+            text = None
+            bars.append(go.Bar(
+                name=kind, orientation="h",
+                y=np.fromiter((row_of[int(s)] for s in seg), dtype=np.int64, count=len(seg)),
+                x=part["size"].to_numpy() / MiB, base=offset, marker_color=COLOURS[kind],
+                marker_line_width=0.5, marker_line_color="white",
+                hovertemplate="free: %{x:.2f} MiB<extra></extra>"))
+            continue
         text = [f"{kind}: {_fmt(s)}<br>block {_fmt(b)} (asked {_fmt(r)})<br>{w}"
-                if kind != "free" else f"free: {_fmt(s)}"
                 for s, b, r, w in zip(part["size"].to_numpy(), part["block_size"].to_numpy(),
                                       part["requested_size"].to_numpy(), who)]
         bars.append(go.Bar(
-            name=kind, orientation="h", y=[row_of[int(s)] for s in seg],
+            name=kind, orientation="h",
+            y=np.fromiter((row_of[int(s)] for s in seg), dtype=np.int64, count=len(seg)),
             x=part["size"].to_numpy() / MiB, base=offset, marker_color=COLOURS[kind],
             marker_line_width=0.5, marker_line_color="white", hovertext=text,
             hoverinfo="text", showlegend=True))
@@ -63,7 +70,8 @@ def memory_map_figure(trace, steps: int = 30, max_segments: int = 60,
     seen = pd.concat(layouts)
     seg_size = seen.groupby("segment")["size"].sum().sort_values(ascending=False, kind="stable")
     keep = sorted(seg_size.index[:max_segments].astype(np.uint64))
-    row_of = {int(s): f"{int(s):#x}" for s in keep}
+    # rows are numbered (numeric arrays keep Plotly's validation fast); ticks name segments
+    row_of = {int(s): k for k, s in enumerate(keep)}
     t = ev["time_ns"].to_numpy()
     t0 = int(t[0])
     start = int(np.argmax([lay["size"].sum() for lay in layouts]))
@@ -78,8 +86,9 @@ def memory_map_figure(trace, steps: int = 30, max_segments: int = 60,
         title=title or "fragmentation map (rows: segments; x: offset in MiB)",
         barmode="overlay", bargap=0.15, height=max(300, 22 * len(row_of) + 160),
         xaxis_title="offset in segment (MiB)",
-        yaxis={"categoryorder": "array", "categoryarray": [row_of[int(s)] for s in keep],
-               "title": "segment", "autorange": "reversed"},
+        yaxis={"tickmode": "array", "tickvals": list(range(len(keep))),
+               "ticktext": [f"{int(s):#x}" for s in keep], "title": "segment",
+               "autorange": "reversed"},
         sliders=[{"active": start, "steps": steps_, "currentvalue": {"prefix": "t = "}}],
         legend={"orientation": "h", "y": 1.02, "x": 0},
     )

@@ -1,0 +1,125 @@
+"""Speed of the memory analyses and the fragmentation map on large SYNTHETIC recordings.
+
+The recording is a synthetic random-size churn replayed through the PyTorch allocator model
+(so its segments and splits are realistic); the target is "100,000 allocation events -> every
+metric and the map in at most 2 s". Two sizes are measured: 100,000 allocator events (rows of
+the table, all actions) and 100,000 *alloc* events (about 2.3x as many rows).
+
+    PYTHONPATH=. python benchmarks/bench_memory.py [--out benchmarks/results]
+
+Writes ``bench_memory.md`` (median of 3 runs after one warm-up; numba's one-off compile, cached
+on disk afterwards, is reported apart).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.memory.replay import replay
+from hookmagic.memory.torch_model import TorchCachingModel
+
+
+def synthetic_requests(n_alloc: int, seed: int = 0) -> pd.DataFrame:
+    """SYNTHETIC churn: a live set of about 2,000 tensors, sizes log-uniform 512 B .. 64 MiB."""
+    rng = np.random.default_rng(seed)
+    rows, live, h, t = [], [], 0, 0
+    while h < n_alloc:
+        if len(live) > 2000 or (live and rng.random() < 0.45):
+            rows.append((t, "free", live.pop(int(rng.integers(len(live)))), 0, 0, -1))
+        else:
+            size = int(np.exp(rng.uniform(np.log(512), np.log(64 << 20))))
+            rows.append((t, "alloc", h, size, 0, int(rng.integers(50))))
+            live.append(h)
+            h += 1
+        t += 1000
+    return pd.DataFrame(rows, columns=["time_ns", "op", "handle", "size", "stream", "stack_id"])
+
+
+def synthetic_stacks(n: int = 50) -> pd.DataFrame:
+    return pd.DataFrame({"stack_id": np.arange(n), "depth": 0, "filename": "/synthetic/model.py",
+                         "function": [f"layer{i}" for i in range(n)], "line": np.arange(n)})
+
+
+def run_all(ev: pd.DataFrame, stacks: pd.DataFrame) -> dict[str, float]:
+    from hookmagic.analysis.fragmentation import fragmentation_over_time, segment_fragmentation
+    from hookmagic.analysis.memory import (
+        leak_report, memory_by, memory_over_time, peak_attribution, would_fail,
+    )
+    from hookmagic.views.memory_map import memory_map_figure
+
+    steps = {
+        "fragmentation_over_time": lambda: fragmentation_over_time(ev),
+        "memory_over_time": lambda: memory_over_time(ev),
+        "memory_by(stack)": lambda: memory_by(ev, stacks),
+        "peak_attribution": lambda: peak_attribution(ev, stacks),
+        "leak_report": lambda: leak_report(ev, stacks),
+        "segment_fragmentation": lambda: segment_fragmentation(ev),
+        "would_fail": lambda: would_fail(ev, 100 << 20, device_free=1 << 30),
+        "memory_map_figure (30 steps)": lambda: memory_map_figure(ev, steps=30, stacks=stacks),
+    }
+    out = {}
+    for name, fn in steps.items():
+        t = time.perf_counter()
+        fn()
+        out[name] = time.perf_counter() - t
+    out["total"] = sum(out.values())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+    t = time.perf_counter()
+    from hookmagic.analysis import fragmentation as F
+    leaf, lo, hi, st = F._range_ops(pd.DataFrame({
+        "action": ["segment_alloc"], "address": np.array([1 << 20], np.uint64), "size": [512],
+        "requested_size": [512], "segment": np.array([1 << 20], np.uint64), "time_ns": [0]}))
+    F._sweep(leaf, lo, hi, st)
+    first_call = time.perf_counter() - t
+
+    stacks = synthetic_stacks()
+    results = []
+    for label, n_alloc, cut in (("100,000 allocator events", 45_000, 100_000),
+                                ("100,000 alloc events", 100_000, None)):
+        ev = replay(synthetic_requests(n_alloc), TorchCachingModel(capacity=80 << 30)).events
+        if cut is not None:
+            ev = ev.iloc[:cut].reset_index(drop=True)
+        n_rows, n_allocs = len(ev), int((ev["action"] == "alloc").sum())
+        run_all(ev, stacks)                                  # warm-up
+        runs = [run_all(ev, stacks) for _ in range(3)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        results.append((label, n_rows, n_allocs, med))
+        print(label, n_rows, "rows", f"total {med['total']:.2f} s")
+
+    lines = [
+        "# bench_memory: memory metrics and the fragmentation map (SYNTHETIC recording)", "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, {date.today().isoformat()}. "
+        "Median of 3 runs after a warm-up, seconds.",
+        f"First numba call in this process (compile, or load from the on-disk cache): "
+        f"{first_call:.2f} s.", "",
+        "Re-run: `PYTHONPATH=. python benchmarks/bench_memory.py`", "",
+    ]
+    names = list(results[0][3])
+    lines.append("| step | " + " | ".join(f"{r[0]} ({r[1]:,} rows, {r[2]:,} allocs)"
+                                         for r in results) + " |")
+    lines.append("|---|" + "---:|" * len(results))
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{r[3][name]:.3f}" for r in results) + " |")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_memory.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
