@@ -56,6 +56,7 @@ def summary(requests: pd.DataFrame, by: str | Sequence[str] | None = "model",
         row["throughput_rps"] = row["served"] / window
         row["goodput_rps"] = met / window
         row["slo_pct"] = 100.0 * met / len(g) if len(g) else np.nan
+        row["slo_ms"] = float(g["slo_ms"].median()) if len(g) else np.nan
         row["mean_ms"] = float(lat.mean()) if len(lat) else np.nan
         for p in PERCENTILES:
             row[f"p{p}_ms"] = float(np.percentile(lat, p)) if len(lat) else np.nan
