@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hookmagic.analysis.flame import PATH_SEP, flame_diff, flame_tree
+from hookmagic.analysis.flame import PATH_SEP, flame_diff, flame_tree, node_paths
 from hookmagic.analysis.kernels import kernel_summary
 from hookmagic.trace.schema import TABLE_NAMES, conform, empty_table
 
@@ -46,7 +46,7 @@ def small_trace(label="cell 1"):
 
 def by_path(nodes):
     return {tuple(p.split(PATH_SEP)[1:]): row for p, row in
-            zip(nodes["path"], nodes.to_dict("records"))}
+            zip(node_paths(nodes), nodes.to_dict("records"))}
 
 
 def test_hand_worked_time_tree():

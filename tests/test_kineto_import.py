@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hookmagic.analysis.flame import PATH_SEP, flame_tree
+from hookmagic.analysis.flame import PATH_SEP, flame_tree, node_paths
 from hookmagic.analysis.occupancy import kernel_occupancy
 from hookmagic.trace.kineto import TraceFileError, read_kineto
 from hookmagic.trace.schema import TABLES
@@ -173,7 +173,7 @@ def test_views_work_on_the_import(imported):
     tables, meta = imported
     tr = SimpleNamespace(**tables, meta=meta)
     nodes = flame_tree(tr)
-    paths = [p.split(PATH_SEP)[1:] for p in nodes["path"]]
+    paths = [p.split(PATH_SEP)[1:] for p in node_paths(nodes)]
     assert ["f:<module>@nb.py:3", "f:forward@model.py:20", "f:nn.Module: Linear_0@:0",
             "f:<built-in method addmm>@:0", "r:ProfilerStep#0", "r:aten::linear",
             "r:aten::addmm", "k:ampere_sgemm_128x64_nn"] in paths

@@ -170,8 +170,8 @@ def tiny_kernels(trace: Any, threshold_ns: int = 10_000,
     small = dur < threshold_ns
     if not small.any():
         return pd.DataFrame(columns=cols)
-    code, names = pd.factorize(k["name"].to_numpy()[small] if small.sum() < len(k)
-                               else k["name"], sort=False)
+    code, names = pd.factorize(k["name"][small] if small.sum() < len(k) else k["name"],
+                               sort=False)
     counts = np.bincount(code, minlength=len(names))
     totals = np.bincount(code, weights=dur[small], minlength=len(names))
     all_time = dur.sum()

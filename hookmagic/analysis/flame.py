@@ -219,8 +219,9 @@ def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] 
     ``label``, ``kind`` (root, frame, range, kernel, memcpy, memset), ``value`` (weight of
     everything below), ``self_value`` (weight not in any child), ``calls`` (events below),
     ``file_line`` (frames: "file:line"; ranges: their source), ``share`` (value / root value),
-    ``depth`` (root 0) and ``path`` (the labels from the root, joined by ``PATH_SEP``, that
-    identifies a node across traces).
+    ``depth`` (root 0) and ``key`` (what the node is: ``f:function@file:line``,
+    ``r:range``, ``k:kernel``, ``m:Memcpy HtoD``; :func:`node_paths` joins the keys from the
+    root into a path that identifies a node across traces). Parents come before children.
     """
     if weight not in WEIGHTS:
         raise ValueError(f"weight must be one of {WEIGHTS}, not {weight!r}")
@@ -245,126 +246,186 @@ def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] 
         g_value, g_calls, g_leaf, g_range, g_stack = (
             a[keep] for a in (g_value, g_calls, g_leaf, g_range, g_stack))
 
-    # 2. token sequences: frames (outermost first), then ranges, then the leaf
+    # 2. token sequences: frames of each stack (outermost first), ranges (outermost first)
     s_mat, s_len, s_tok = _stack_tokens(table(trace, "stacks"), ust[ust >= 0], frame_lines)
-    s_row = np.searchsorted(ust[ust >= 0], ust[g_stack]) if len(g_stack) else g_stack
-    has_stack = ust[g_stack] >= 0 if len(g_stack) else np.zeros(0, dtype=bool)
     r_mat, r_len, r_tok = _range_tokens(table(trace, "ranges"), urg[urg >= 0])
-    r_row = np.searchsorted(urg[urg >= 0], urg[g_range]) if len(g_range) else g_range
-    has_range = urg[g_range] >= 0 if len(g_range) else np.zeros(0, dtype=bool)
-
-    n_groups = len(g_value)
-    ls = np.where(has_stack, s_len[np.minimum(s_row, max(len(s_len) - 1, 0))] if len(s_len) else 0, 0)
-    lr = np.where(has_range, r_len[np.minimum(r_row, max(len(r_len) - 1, 0))] if len(r_len) else 0, 0)
-    width = int((ls + lr).max(initial=0)) + 1
-    col = np.arange(width)[None, :]
-    off_frame, off_range = 0, len(s_tok)
+    off_range = len(s_tok)
     off_leaf = off_range + len(r_tok)
-    tokens = np.full((n_groups, width), -1, dtype=np.int64)
-    if s_mat.shape[1]:
-        j = np.minimum(col, s_mat.shape[1] - 1)
-        vals = s_mat[np.minimum(s_row, len(s_mat) - 1)[:, None], j]
-        sel = (col < ls[:, None]) & (vals >= 0)
-        tokens = np.where(sel, vals + off_frame, tokens)
-    if r_mat.shape[1]:
-        j = np.clip(col - ls[:, None], 0, r_mat.shape[1] - 1)
-        vals = r_mat[np.minimum(r_row, len(r_mat) - 1)[:, None], j]
-        sel = (col >= ls[:, None]) & (col < (ls + lr)[:, None]) & (vals >= 0)
-        tokens = np.where(sel, vals + off_range, tokens)
-    tokens = np.where(col == (ls + lr)[:, None], g_leaf[:, None] + off_leaf, tokens)
-
-    # 3. intern (parent node, token) level by level: node ids grow with depth
     n_tok = off_leaf + len(leaf_labels)
-    node_parent = [np.array([-1], dtype=np.int64)]
-    node_token = [np.array([-1], dtype=np.int64)]
-    node_value = [np.array([g_value.sum()], dtype=np.int64)]
-    node_calls = [np.array([g_calls.sum()], dtype=np.int64)]
-    node_depth = [np.array([0], dtype=np.int64)]
-    current = np.zeros(n_groups, dtype=np.int64)  # node each group has reached so far
-    next_id = 1
-    for level in range(width):
-        tok = tokens[:, level]
-        live = tok >= 0
-        if not live.any():
-            continue
-        pair = current[live] * n_tok + tok[live]
-        code, uniq = pd.factorize(pair, sort=False)
-        node_parent.append(uniq // n_tok)
-        node_token.append(uniq % n_tok)
-        node_value.append(np.bincount(code, weights=g_value[live], minlength=len(uniq)).astype(np.int64))
-        node_calls.append(np.bincount(code, weights=g_calls[live], minlength=len(uniq)).astype(np.int64))
-        node_depth.append(np.full(len(uniq), level + 1, dtype=np.int64))
-        current[live] = next_id + code
-        next_id += len(uniq)
+    tree = _Builder(n_tok)
 
-    parent = np.concatenate(node_parent)
-    token = np.concatenate(node_token)
-    value = np.concatenate(node_value)
-    calls = np.concatenate(node_calls)
-    depth = np.concatenate(node_depth)
-    child_sum = np.bincount(parent[1:], weights=value[1:], minlength=len(value)).astype(np.int64)
+    # 3. build in three passes, each over few distinct rows: stacks, (stack, range), leaves
+    has_stack = ust[g_stack] >= 0
+    s_row = np.searchsorted(ust[ust >= 0], ust[g_stack])
+    stack_end = tree.descend(np.zeros(len(s_len), dtype=np.int64), s_mat, s_len)
+    g_node = np.where(has_stack, stack_end[np.minimum(s_row, max(len(stack_end) - 1, 0))]
+                      if len(stack_end) else 0, 0)
+    has_range = urg[g_range] >= 0
+    r_row = np.where(has_range, np.searchsorted(urg[urg >= 0], urg[g_range]), -1)
+    pair_code, pair_keys = pd.factorize(g_node * (len(r_len) + 1) + (r_row + 1), sort=False)
+    p_start = pair_keys // (len(r_len) + 1)
+    p_range = pair_keys % (len(r_len) + 1) - 1
+    p_has = p_range >= 0
+    p_mat = np.where(p_has[:, None] & (r_mat[np.maximum(p_range, 0)] >= 0),
+                     r_mat[np.maximum(p_range, 0)] + off_range, -1) \
+        if r_mat.shape[1] and len(p_range) else np.full((len(p_range), 0), -1, dtype=np.int64)
+    p_len = np.where(p_has, r_len[np.maximum(p_range, 0)] if len(r_len) else 0, 0)
+    range_end = tree.descend(p_start, p_mat, p_len)
+    leaf_node = tree.descend(range_end[pair_code], (g_leaf + off_leaf)[:, None],
+                             np.ones(len(g_leaf), dtype=np.int64))
 
-    # 4. labels and paths (one entry per node, not per event)
-    tok_label = [t[0] for t in s_tok] + [t[0] for t in r_tok] + list(leaf_labels)
-    tok_where = [t[1] for t in s_tok] + [t[1] for t in r_tok] + [""] * len(leaf_labels)
-    tok_kind = ["frame"] * len(s_tok) + ["range"] * len(r_tok) + list(leaf_kinds)
-    # path keys say what a token is, so a frame and a kernel of the same name stay apart
-    tok_key = ([f"f:{lab}@{wh}" for lab, wh in s_tok] + [f"r:{lab}" for lab, _ in r_tok]
-               + [f"{k[0]}:{lab}" for lab, k in zip(leaf_labels, leaf_kinds)])
-    labels = [root] + [tok_label[t] for t in token[1:]]
-    where = [""] + [tok_where[t] for t in token[1:]]
-    kinds = ["root"] + [tok_kind[t] for t in token[1:]]
-    paths = [""] * len(parent)
-    for i in range(1, len(parent)):  # parents precede children, so one pass suffices
-        paths[i] = paths[parent[i]] + PATH_SEP + tok_key[token[i]]
+    parent, token, depth = tree.arrays()
+    n_nodes = len(parent)
+    value = np.bincount(leaf_node, weights=g_value, minlength=n_nodes)
+    calls = np.bincount(leaf_node, weights=g_calls, minlength=n_nodes)
+    self_value = value.astype(np.int64)
+    # sum children into parents, deepest level first
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        nodes = np.flatnonzero(depth == level)
+        np.add.at(value, parent[nodes], value[nodes])
+        np.add.at(calls, parent[nodes], calls[nodes])
+    value = value.astype(np.int64)
+    calls = calls.astype(np.int64)
+
+    # 4. labels (one entry per node, not per event)
+    tok_label = np.array([t[0] for t in s_tok] + [t[0] for t in r_tok] + list(leaf_labels) + [root],
+                         dtype=object)
+    tok_where = np.array([t[1] for t in s_tok] + [t[1] for t in r_tok]
+                         + [""] * (len(leaf_labels) + 1), dtype=object)
+    tok_kind = np.array(["frame"] * len(s_tok) + ["range"] * len(r_tok) + list(leaf_kinds)
+                        + ["root"], dtype=object)
+    # keys say what a token is, so a frame and a kernel of the same name stay apart
+    tok_key = np.array([f"f:{lab}@{wh}" for lab, wh in s_tok] + [f"r:{lab}" for lab, _ in r_tok]
+                       + [f"{k[0]}:{lab}" for lab, k in zip(leaf_labels, leaf_kinds)] + [""],
+                       dtype=object)
+    token = np.where(token < 0, n_tok, token)  # the root's "token" is the last entry
     total = value[0]
-    share = value / total if total > 0 else np.zeros(len(value))
     return pd.DataFrame({
-        "id": np.arange(len(parent), dtype=np.int64), "parent": parent,
-        "label": labels, "kind": kinds, "value": value, "self_value": value - child_sum,
-        "calls": calls, "file_line": where, "share": share, "depth": depth, "path": paths,
+        "id": np.arange(n_nodes, dtype=np.int64), "parent": parent,
+        "label": tok_label[token], "kind": tok_kind[token], "value": value,
+        "self_value": self_value, "calls": calls, "file_line": tok_where[token],
+        "share": value / total if total > 0 else np.zeros(n_nodes), "depth": depth,
+        "key": tok_key[token],
     })
+
+
+class _Builder:
+    """Grows a tree by interning (parent node, token) pairs; node 0 is the root."""
+
+    def __init__(self, n_tokens: int) -> None:
+        self.n_tok = max(n_tokens, 1)
+        self.parent = [np.array([-1], dtype=np.int64)]
+        self.token = [np.array([-1], dtype=np.int64)]
+        self.depth = [np.array([0], dtype=np.int64)]
+        self.size = 1
+        self._depth_of = np.zeros(1, dtype=np.int64)  # depth of every node so far
+
+    def descend(self, start: np.ndarray, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Walk each row's tokens down from its start node, creating nodes; return the ends.
+
+        A pair (parent, token) seen at one level never recurs at another within a call (the
+        parent's depth fixes the level), so interning level by level finds every shared prefix.
+        """
+        current = np.asarray(start, dtype=np.int64).copy()
+        width = tokens.shape[1] if tokens.ndim == 2 else 0
+        for level in range(width):
+            tok = tokens[:, level]
+            live = (level < lengths) & (tok >= 0)
+            if not live.any():
+                continue
+            pair = current[live] * self.n_tok + tok[live]
+            code, uniq = pd.factorize(pair, sort=False)
+            parents = uniq // self.n_tok
+            self.parent.append(parents)
+            self.token.append(uniq % self.n_tok)
+            new_depth = self._depth_of[parents] + 1
+            self.depth.append(new_depth)
+            self._depth_of = np.concatenate([self._depth_of, new_depth])
+            current[live] = self.size + code
+            self.size += len(uniq)
+        return current
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.concatenate(self.parent), np.concatenate(self.token),
+                np.concatenate(self.depth))
+
+
+def node_paths(nodes: pd.DataFrame) -> list[str]:
+    """The path of each node: the ``key`` of every node from the root, joined by PATH_SEP.
+
+    Identifies a node across traces (the root's path is ""). One Python step per node, so
+    use it on trees, never on events.
+    """
+    pos = {int(i): k for k, i in enumerate(nodes["id"])}
+    keys = nodes["key"].tolist()
+    parents = nodes["parent"].tolist()
+    paths = [""] * len(keys)
+    for k in range(len(keys)):  # parents precede children
+        p = parents[k]
+        if p >= 0:
+            paths[k] = paths[pos[p]] + PATH_SEP + keys[k]
+    return paths
 
 
 def flame_diff(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[int] | None = None,
                stream: int | Iterable[int] | None = None, frame_lines: bool = False) -> pd.DataFrame:
     """Two flame trees aligned by path: what got faster or slower from ``a`` to ``b``.
 
-    Nodes are matched by their path of labels from the root (roots always match, whatever
+    Nodes are matched by the keys of their path from the root (roots always match, whatever
     their labels). By default frames are matched by file and function, not line, because a
     code change shifts lines.
 
-    Returns one row per node of either tree: ``id, parent, label, kind, file_line, depth,
-    path``, ``value_a, value_b, calls_a, calls_b`` (0 where the node is absent), ``delta``
-    (b - a), ``ratio`` (b / a; inf for new nodes, 0 for vanished ones), ``status`` (new, gone,
-    slower, faster, same) and ``value`` = value_a + value_b, the width of the node in a diff
-    flame graph (additive, so parents hold their children).
+    Returns one row per node of either tree, parents first: ``id, parent, label, kind,
+    file_line, depth, key``, ``value_a, value_b, calls_a, calls_b`` (0 where the node is
+    absent), ``delta`` (b - a), ``ratio`` (b / a; inf for new nodes, 0 for vanished ones),
+    ``status`` (new, gone, slower, faster, same) and ``value`` = value_a + value_b, the
+    width of the node in a diff flame graph (additive, so parents hold their children).
     """
     ta = flame_tree(a, weight, device, stream, frame_lines=frame_lines)
     tb = flame_tree(b, weight, device, stream, frame_lines=frame_lines)
-    keep = ["path", "label", "kind", "file_line", "depth", "value", "calls"]
-    merged = ta[keep].merge(tb[keep], on="path", how="outer", suffixes=("_a", "_b"), sort=False)
-    for col in ("label", "kind", "file_line", "depth"):
-        merged[col] = merged[f"{col}_b"].where(merged[f"{col}_b"].notna(), merged[f"{col}_a"])
-    merged.loc[merged["path"] == "", "label"] = f"{ta['label'].iloc[0]} → {tb['label'].iloc[0]}"
-    for col in ("value_a", "value_b", "calls_a", "calls_b"):
-        merged[col] = merged[col].fillna(0).astype(np.int64)
-    merged["depth"] = merged["depth"].astype(np.int64)
-    merged = merged.sort_values(["depth", "path"], kind="stable").reset_index(drop=True)
-    merged["id"] = np.arange(len(merged), dtype=np.int64)
-    paths = merged["path"].tolist()
-    index = dict(zip(paths, range(len(paths))))
-    merged["parent"] = [-1 if p == "" else index[p.rsplit(PATH_SEP, 1)[0]] for p in paths]
-    va = merged["value_a"].to_numpy(dtype=np.float64)
-    vb = merged["value_b"].to_numpy(dtype=np.float64)
+    key_code, _ = pd.factorize(np.concatenate([ta["key"].to_numpy(object),
+                                               tb["key"].to_numpy(object)]), sort=False)
+    n_keys = int(key_code.max(initial=0)) + 1
+    ka, kb = key_code[: len(ta)], key_code[len(ta):]
+    pa, pb = ta["parent"].to_numpy(), tb["parent"].to_numpy()
+    da, db = ta["depth"].to_numpy(), tb["depth"].to_numpy()
+    # align level by level: a node is (aligned parent, key); ids in a tree equal row positions
+    al_a = np.zeros(len(ta), dtype=np.int64)
+    al_b = np.zeros(len(tb), dtype=np.int64)
+    size = 1
+    for level in range(1, int(max(da.max(initial=0), db.max(initial=0))) + 1):
+        ia, ib = np.flatnonzero(da == level), np.flatnonzero(db == level)
+        pair = np.concatenate([al_a[pa[ia]] * n_keys + ka[ia], al_b[pb[ib]] * n_keys + kb[ib]])
+        code, uniq = pd.factorize(pair, sort=False)
+        al_a[ia] = size + code[: len(ia)]
+        al_b[ib] = size + code[len(ia):]
+        size += len(uniq)
+    out = {}
+    for side, t, al in (("a", ta, al_a), ("b", tb, al_b)):
+        out[f"value_{side}"] = np.bincount(al, weights=t["value"].to_numpy(), minlength=size)
+        out[f"calls_{side}"] = np.bincount(al, weights=t["calls"].to_numpy(), minlength=size)
+    parent = np.full(size, -1, dtype=np.int64)
+    label = np.empty(size, dtype=object)
+    cols = {c: np.empty(size, dtype=object) for c in ("kind", "file_line", "key")}
+    depth = np.zeros(size, dtype=np.int64)
+    for t, al, par in ((ta, al_a, pa), (tb, al_b, pb)):  # b's words win where both have them
+        parent[al[1:]] = al[par[1:]]
+        label[al] = t["label"].to_numpy(object)
+        depth[al] = t["depth"].to_numpy()
+        for c in cols:
+            cols[c][al] = t[c].to_numpy(object)
+    label[0] = f"{ta['label'].iloc[0]} → {tb['label'].iloc[0]}"
+    va = out["value_a"]
+    vb = out["value_b"]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(va > 0, vb / np.where(va > 0, va, 1), np.where(vb > 0, np.inf, 1.0))
-    merged["delta"] = merged["value_b"] - merged["value_a"]
-    merged["ratio"] = ratio
     status = np.where(va == 0, "new", np.where(vb == 0, "gone", np.where(
         ratio > 1.0, "slower", np.where(ratio < 1.0, "faster", "same"))))
     status = np.where((va == 0) & (vb == 0), "same", status)
-    merged["status"] = status
-    merged["value"] = merged["value_a"] + merged["value_b"]
-    return merged[["id", "parent", "label", "kind", "file_line", "depth", "path", "value_a",
-                   "value_b", "calls_a", "calls_b", "delta", "ratio", "status", "value"]]
+    return pd.DataFrame({
+        "id": np.arange(size, dtype=np.int64), "parent": parent, "label": label,
+        "kind": cols["kind"], "file_line": cols["file_line"], "depth": depth, "key": cols["key"],
+        "value_a": va.astype(np.int64), "value_b": vb.astype(np.int64),
+        "calls_a": out["calls_a"].astype(np.int64), "calls_b": out["calls_b"].astype(np.int64),
+        "delta": (vb - va).astype(np.int64), "ratio": ratio, "status": status,
+        "value": (va + vb).astype(np.int64)})

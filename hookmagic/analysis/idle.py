@@ -30,6 +30,8 @@ from hookmagic.analysis.flame import _as_set, event_mask, table
 BLOCKING_API = re.compile(r"Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
                           r"^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
 
+POSITIONS = ["lead", "between", "tail"]
+CAUSES = ["host-bound", "launch latency", "synchronisation"]
 GAP_COLUMNS = ["device", "start_ns", "end_ns", "duration_ns", "position", "next_kind",
                "next_name", "next_correlation", "launch_start_ns", "host_ns", "launch_ns",
                "sync_ns", "after_sync", "cause"]
@@ -93,6 +95,9 @@ def api_by_correlation(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
         return z, z, z, z
     corr = api["correlation"].to_numpy(dtype=np.int64)
     start = api["start_ns"].to_numpy(dtype=np.int64)
+    if corr.size and corr[0] >= 0 and (np.diff(corr) > 0).all():  # the usual case: no sort
+        rows = np.arange(corr.size)
+        return corr, start, api["end_ns"].to_numpy(dtype=np.int64), rows
     order = np.lexsort((start, corr))
     corr_s = corr[order]
     first = np.r_[True, corr_s[1:] != corr_s[:-1]] & (corr_s >= 0)
@@ -119,7 +124,6 @@ def launch_latency(trace: Any, device: int | Iterable[int] | None = None,
     """
     api = table(trace, "api")
     corr, a_start, a_end, a_row = api_by_correlation(api)
-    api_names = api["name"].to_numpy(dtype=object) if len(api) else np.zeros(0, dtype=object)
     parts = []
     for kind, name in (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset")):
         frame = table(trace, name)
@@ -134,12 +138,14 @@ def launch_latency(trace: Any, device: int | Iterable[int] | None = None,
         f = frame[hit]
         p = pos[hit]
         start = f["start_ns"].to_numpy(dtype=np.int64)
-        label = (f["name"].to_numpy(dtype=object) if kind == "kernel"
-                 else np.full(len(f), kind, dtype=object))
+        # string columns are taken, not rebuilt, so a million rows stay cheap
+        label = (f["name"].reset_index(drop=True) if kind == "kernel"
+                 else pd.Series(kind, index=pd.RangeIndex(len(f)), dtype="str"))
         parts.append(pd.DataFrame({
             "kind": kind, "device": f["device"].to_numpy(), "stream": f["stream"].to_numpy(),
             "correlation": f["correlation"].to_numpy(), "name": label, "start_ns": start,
-            "api_name": api_names[a_row[p]], "api_start_ns": a_start[p], "api_end_ns": a_end[p],
+            "api_name": api["name"].iloc[a_row[p]].reset_index(drop=True),
+            "api_start_ns": a_start[p], "api_end_ns": a_end[p],
             "latency_ns": start - a_start[p], "queue_ns": start - a_end[p]}))
     if not parts:
         return pd.DataFrame(columns=["kind", "device", "stream", "correlation", "name", "start_ns",
@@ -157,7 +163,7 @@ def sync_intervals(trace: Any) -> tuple[np.ndarray, np.ndarray]:
     starts = [sync["start_ns"].to_numpy(dtype=np.int64)]
     ends = [sync["end_ns"].to_numpy(dtype=np.int64)]
     if len(api):
-        names, codes = np.unique(api["name"].astype(str).to_numpy(), return_inverse=True)
+        codes, names = pd.factorize(api["name"], sort=False)
         blocking = np.array([bool(BLOCKING_API.search(n)) for n in names], dtype=bool)
         rows = blocking[codes]
         starts.append(api["start_ns"].to_numpy(dtype=np.int64)[rows])
@@ -165,28 +171,39 @@ def sync_intervals(trace: Any) -> tuple[np.ndarray, np.ndarray]:
     return merge_intervals(np.concatenate(starts), np.concatenate(ends))
 
 
-def _gpu_events(trace: Any, devices: list[int] | None) -> pd.DataFrame:
-    """Kernels, copies and memsets as one frame of (device, start, end, kind, name, corr)."""
-    parts = []
-    for kind, name in (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset")):
+def _gpu_events(trace: Any, devices: list[int] | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """Kernels, copies and memsets as one numeric frame, and the label of each ``label`` code.
+
+    Columns: device, start_ns, end_ns, correlation, kind (0 kernel, 1 memcpy, 2 memset) and
+    label (a code into the returned labels: kernel names, "memcpy", "memset"). Strings stay
+    codes so that a million events cost no Python objects.
+    """
+    parts: list[pd.DataFrame] = []
+    index: dict[str, int] = {}  # label -> code; unique, so codes can be categories
+    for kind, name in enumerate(("kernels", "memcpy", "memset")):
         frame = table(trace, name)
         if len(frame) == 0:
             continue
         if devices is not None:
             frame = frame[np.isin(frame["device"].to_numpy(), devices)]
+        if kind == 0:
+            code, uniq = pd.factorize(frame["name"], sort=False)
+            remap = np.array([index.setdefault(str(u), len(index)) for u in uniq], dtype=np.int64)
+            code = remap[code] if len(code) else code.astype(np.int64)
+        else:
+            code = np.full(len(frame), index.setdefault(name, len(index)), dtype=np.int64)
         parts.append(pd.DataFrame({
             "device": frame["device"].to_numpy(dtype=np.int64),
             "start_ns": frame["start_ns"].to_numpy(dtype=np.int64),
             "end_ns": frame["end_ns"].to_numpy(dtype=np.int64),
-            "kind": np.full(len(frame), kind, dtype=object),
-            "name": (frame["name"].to_numpy(dtype=object) if kind == "kernel"
-                     else np.full(len(frame), kind, dtype=object)),
-            "correlation": frame["correlation"].to_numpy(dtype=np.int64)}))
+            "correlation": frame["correlation"].to_numpy(dtype=np.int64),
+            "kind": np.full(len(frame), kind, dtype=np.int8), "label": code}))
     if not parts:
-        return pd.DataFrame({"device": np.zeros(0, np.int64), "start_ns": np.zeros(0, np.int64),
-                             "end_ns": np.zeros(0, np.int64), "kind": np.zeros(0, object),
-                             "name": np.zeros(0, object), "correlation": np.zeros(0, np.int64)})
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in
+                             ("device", "start_ns", "end_ns", "correlation", "kind", "label")}), \
+            np.zeros(0, dtype=object)
+    index.setdefault("", len(index))
+    return pd.concat(parts, ignore_index=True), np.asarray(list(index), dtype=object)
 
 
 def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
@@ -198,7 +215,8 @@ def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
     meta gives them; the others are "between". Columns: see :data:`GAP_COLUMNS` and the
     module docstring; ``cause`` is "host-bound", "launch latency" or "synchronisation".
     """
-    events = _gpu_events(trace, _as_set(device))
+    events, labels = _gpu_events(trace, _as_set(device))
+    none_label = int(np.flatnonzero(labels == "")[0]) if len(labels) else 0
     meta = getattr(trace, "meta", None) or {}
     cap_start, cap_end = meta.get("start_ns"), meta.get("end_ns")
     sync_s, sync_e = sync_intervals(trace)
@@ -213,16 +231,16 @@ def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
         g0 = reach[gap_after]
         g1 = s[gap_after + 1]
         nxt = order[gap_after + 1]
-        position = np.full(len(g0), "between", dtype=object)
+        position = np.full(len(g0), 1, dtype=np.int8)  # codes of POSITIONS
         if cap_start is not None and int(cap_start) < s[0]:
             g0, g1 = np.r_[int(cap_start), g0], np.r_[s[0], g1]
             nxt = np.r_[order[0], nxt]
-            position = np.r_[np.array(["lead"], dtype=object), position]
+            position = np.r_[np.int8(0), position]
         tail = cap_end is not None and int(cap_end) > reach[-1]
         if tail:
             g0, g1 = np.r_[g0, reach[-1]], np.r_[g1, int(cap_end)]
             nxt = np.r_[nxt, -1]
-            position = np.r_[position, np.array(["tail"], dtype=object)]
+            position = np.r_[position, np.int8(2)]
         keep = (g1 - g0) >= min_gap_ns
         g0, g1, nxt, position = g0[keep], g1[keep], nxt[keep], position[keep]
         has_next = nxt >= 0
@@ -239,13 +257,15 @@ def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
         host_ns = np.maximum((g1 - g0) - sync_ns - launch_ns, 0)
         after_sync = touches(sync_s, sync_e, g0, g1)
         parts = np.stack([host_ns, launch_ns, sync_ns + np.where(after_sync, host_ns, 0)], axis=1)
-        cause = np.array(["host-bound", "launch latency", "synchronisation"],
-                         dtype=object)[np.argmax(parts, axis=1)]
+        cause = pd.Categorical.from_codes(np.argmax(parts, axis=1), CAUSES)
         frames.append(pd.DataFrame({
             "device": np.full(len(g0), dev, dtype=np.int64), "start_ns": g0, "end_ns": g1,
-            "duration_ns": g1 - g0, "position": position,
-            "next_kind": np.where(has_next, ev["kind"].to_numpy()[safe], ""),
-            "next_name": np.where(has_next, ev["name"].to_numpy()[safe], ""),
+            "duration_ns": g1 - g0, "position": pd.Categorical.from_codes(position, POSITIONS),
+            "next_kind": pd.Categorical.from_codes(
+                np.where(has_next, ev["kind"].to_numpy()[safe], 3),
+                ["kernel", "memcpy", "memset", ""]),
+            "next_name": pd.Categorical.from_codes(
+                np.where(has_next, ev["label"].to_numpy()[safe], none_label), labels),
             "next_correlation": n_corr,
             "launch_start_ns": np.where(api_pos >= 0, launch_at, -1),
             "host_ns": host_ns, "launch_ns": launch_ns, "sync_ns": sync_ns,
@@ -264,9 +284,9 @@ def idle_summary(trace: Any, device: int | Iterable[int] | None = None) -> pd.Da
     gaps whose cause is synchronisation), ``gaps`` (between-work gaps), ``median_gap_ns``,
     ``launch_latency_p50_ns`` and ``launch_latency_p90_ns`` (API call start -> kernel start).
     """
-    events = _gpu_events(trace, _as_set(device))
+    events, _ = _gpu_events(trace, _as_set(device))
     gaps = idle_gaps(trace, device)
-    lat = launch_latency(trace, device)
+    corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
     meta = getattr(trace, "meta", None) or {}
     rows = []
     for dev, ev in events.groupby("device", sort=True):
@@ -277,7 +297,9 @@ def idle_summary(trace: Any, device: int | Iterable[int] | None = None) -> pd.Da
         span = max(hi - lo, busy)
         g = gaps[gaps["device"] == dev]
         between = g[g["position"] == "between"]
-        kl = lat[(lat["device"] == dev) & (lat["kind"] == "kernel")]["latency_ns"].to_numpy()
+        kern = ev[ev["kind"].to_numpy() == 0]
+        pos = lookup(corr, kern["correlation"].to_numpy())
+        kl = kern["start_ns"].to_numpy()[pos >= 0] - a_start[pos[pos >= 0]]
         rows.append({
             "device": int(dev), "span_ns": span, "busy_ns": busy, "idle_ns": span - busy,
             "idle_share": (span - busy) / span if span else 0.0,
