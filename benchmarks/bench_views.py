@@ -140,7 +140,12 @@ def main(argv: list[str] | None = None) -> str:
         "",
         f"Trace: **synthetic**, {args.kernels:,} kernels on 4 streams, {len(trace.api):,} API "
         f"calls, {len(trace.memcpy):,} copies, 400 Python stacks, 64 ranges (built in "
-        f"{build_s:.1f} s, not timed). Best of {args.repeat} runs.",
+        f"{build_s:.1f} s, not timed). Best of {args.repeat} runs. A worst case for the flame "
+        "tree: each kernel's stack, range and name are drawn independently, so the tree has "
+        "far more nodes than a real loop would give.",
+        "",
+        "Figure times are Python-side: building the Plotly figure and serialising it to the JSON "
+        "the notebook sends to the browser; the browser's own WebGL rendering is not timed here.",
         "",
         f"Machine: {platform.machine()}, {cpu} CPU cores, {platform.processor() or 'cpu'}; "
         f"Python {platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}, "
