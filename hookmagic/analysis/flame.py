@@ -225,7 +225,7 @@ def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] 
     """
     if weight not in WEIGHTS:
         raise ValueError(f"weight must be one of {WEIGHTS}, not {weight!r}")
-    stack_ids, range_ids, leaf, w, ones, leaf_labels, leaf_kinds = _leaf_events(
+    stack_ids, range_ids, leaf, w, _, leaf_labels, leaf_kinds = _leaf_events(
         trace, weight, device, stream)
     root = label if label is not None else root_label(trace)
 
