@@ -16,6 +16,7 @@ miss its deadline.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from typing import Sequence
 
 import numpy as np
@@ -48,7 +49,7 @@ class _Model:
     """Queue state and per-model settings of one model."""
     __slots__ = ("index", "name", "fifos", "flist", "n", "level_n", "max_batch", "delay",
                  "preferred", "q_max", "q_timeout", "q_delay", "lat1", "aimd", "cap",
-                 "slo_s", "limits", "rr_last")
+                 "slo_s", "limits", "rr_last", "expiry", "by_level")
 
 
 class Dispatcher:
@@ -89,6 +90,9 @@ class Dispatcher:
             ms = _Model()
             ms.index, ms.name = k, spec.name
             ms.fifos, ms.flist, ms.n, ms.level_n, ms.rr_last = {}, [], 0, {}, -1
+            # earliest time any queue head could time out or turn late (a lower bound)
+            ms.expiry = _INF
+            ms.by_level = {}
             b = policy.batching_for(spec.name)
             ms.max_batch = max(1, min(b.max_batch, spec.max_batch))
             ms.delay = b.max_delay_ms / 1e3
@@ -128,8 +132,9 @@ class Dispatcher:
             m, li = divmod(c, max(1, len(levels)))
             made.append(self._fifo(self.models[m], (int(levels[li]), int(cam_ids[ci]))))
         self.fifo_of: list[_Fifo] = [made[j] for j in np.asarray(inverse).ravel().tolist()]
-        self.simple_admit = not (self.max_frames or any(ms.q_max or ms.q_timeout
-                                                          for ms in self.models))
+        # EDF needs admission to note new queue heads (their deadlines bound the next drop)
+        self.simple_admit = not (self.max_frames or self.edf_drop
+                                 or any(ms.q_max or ms.q_timeout for ms in self.models))
 
     # -- arrivals ---------------------------------------------------------------------------
     def admit_range(self, lo: int, hi: int) -> None:
@@ -150,7 +155,7 @@ class Dispatcher:
         level = f.level
         if ms.q_max or ms.q_timeout:
             now = self.arrival[i]
-            if ms.q_timeout:
+            if ms.q_timeout and now >= ms.expiry:
                 self._expire(ms, now)
             if ms.q_max and ms.level_n[level] >= ms.q_max:
                 self.status[i] = REJECTED
@@ -163,9 +168,22 @@ class Dispatcher:
             self.drop_s[old] = self.arrival[i]
             ms.n -= 1
             ms.level_n[level] -= 1
+        if f.head == len(f.ids):  # i becomes a head: it may expire before the others
+            t = self._expiry_of(ms, i, level)
+            if t < ms.expiry:
+                ms.expiry = t
         f.ids.append(i)
         ms.n += 1
         ms.level_n[level] += 1
+
+    def _expiry_of(self, ms: _Model, i: int, level: int) -> float:
+        t = _INF
+        if ms.q_timeout and level < _DELAYED:
+            t = self.arrival[i] + ms.q_timeout
+        if self.edf_drop:
+            # a hair early: the drop test is "now + lat1 > deadline", evaluated in floats
+            t = min(t, self.deadline[i] - ms.lat1 - 1e-12)
+        return t
 
     # -- removals at queue heads ---------------------------------------------------------------
     def _expire(self, ms: _Model, now: float) -> None:
@@ -199,6 +217,13 @@ class Dispatcher:
                     if level < _DELAYED:
                         ms.level_n[level] -= 1
             f.head = h
+        bound = _INF
+        for f in ms.flist:
+            if f.head < len(f.ids):
+                t = self._expiry_of(ms, f.ids[f.head], f.level)
+                if t < bound:
+                    bound = t
+        ms.expiry = bound
 
     @staticmethod
     def _fifo(ms: _Model, key: tuple[int, int]) -> _Fifo:
@@ -208,6 +233,8 @@ class Dispatcher:
             f = ms.fifos[key] = _Fifo(key)
             ms.flist.append(f)
             ms.flist.sort(key=lambda x: x.key)
+            group = sorted((g for g in ms.flist if g.level == key[0]), key=lambda g: g.camera)
+            ms.by_level[key[0]] = (group, [g.camera for g in group])
             if key[0] < _DELAYED:
                 ms.level_n.setdefault(key[0], 0)
         return f
@@ -227,7 +254,7 @@ class Dispatcher:
                 continue
             if ms.limits and any(self.limit_used[j] >= self.limit_max[j] for j in ms.limits):
                 continue
-            if ms.q_timeout or self.edf_drop:
+            if (ms.q_timeout or self.edf_drop) and now >= ms.expiry:
                 self._expire(ms, now)
                 if ms.n == 0:
                     continue
@@ -330,12 +357,11 @@ class Dispatcher:
                 if len(out) == size:
                     break
         else:
-            levels = list(dict.fromkeys(f.level for f in ms.flist))
-            for level in levels:
-                cams = [f for f in ms.flist if f.level == level]
+            for level in sorted(ms.by_level):
+                group, cam_ids = ms.by_level[level]
                 # rotate so the camera after the one served last comes first
-                start = next((j for j, f in enumerate(cams) if f.camera > ms.rr_last), 0)
-                cams = cams[start:] + cams[:start]
+                start = bisect_right(cam_ids, ms.rr_last) % len(group)
+                cams = group[start:] + group[:start]
                 while len(out) < size:
                     took = False
                     for f in cams:
