@@ -49,13 +49,13 @@ def _timed(raw: Columns) -> dict[str, np.ndarray]:
     return {"start_ns": start, "end_ns": end, "duration_ns": end - start}
 
 
-def _attribution(raw: Columns, launches: CorrelationIndex, ranges: CorrelationIndex) -> dict:
+def _attribution(raw: Columns, launches: CorrelationIndex) -> dict:
     corr = raw["correlation"]
     return {
         "correlation": corr.astype(np.int64),
         "thread": launches.get("thread", corr, -1),
-        "stack_id": launches.get("stack_id", corr, -1).astype(np.int64),
-        "range_id": ranges.get("range_id", corr, -1).astype(np.int64),
+        "stack_id": launches.get("stack_id", corr, -1),
+        "range_id": launches.get("range_id", corr, -1),
     }
 
 
@@ -79,9 +79,8 @@ def build_tables(
 
     launch = raw["launches"]
     launches = CorrelationIndex(launch["correlation"], thread=launch["thread"].astype(np.int64),
-                                stack_id=launch["stack_id"].astype(np.int64))
-    ext = raw["external"]
-    ranges = CorrelationIndex(ext["correlation"], range_id=ext["external_id"].astype(np.int64))
+                                stack_id=launch["stack_id"].astype(np.int64),
+                                range_id=launch["range_id"].astype(np.int64))
 
     k = raw["kernels"]
     kernels = {**_timed(k), "device": k["device"], "context": k["context"], "stream": k["stream"],
@@ -90,20 +89,20 @@ def build_tables(
                                     "registers", "static_smem", "dynamic_smem", "local_mem",
                                     "graph_id")},
                "graph_node": k["graph_node"].astype(np.int64),
-               **_attribution(k, launches, ranges)}
+               **_attribution(k, launches)}
 
     c = raw["memcpy"]
     memcpy = {**_timed(c), "device": c["device"], "context": c["context"], "stream": c["stream"],
               "bytes": c["bytes"], "kind": _names(c["kind"], enums["memcpy_kind"]),
               "src_kind": _names(c["src_kind"], enums["memory_kind"]),
               "dst_kind": _names(c["dst_kind"], enums["memory_kind"]),
-              "graph_id": c["graph_id"], **_attribution(c, launches, ranges)}
+              "graph_id": c["graph_id"], **_attribution(c, launches)}
 
     s = raw["memset"]
     memset = {**_timed(s), "device": s["device"], "context": s["context"], "stream": s["stream"],
               "bytes": s["bytes"], "value": s["value"],
               "memory_kind": _names(s["memory_kind"], enums["memory_kind"]),
-              "graph_id": s["graph_id"], **_attribution(s, launches, ranges)}
+              "graph_id": s["graph_id"], **_attribution(s, launches)}
 
     memory = _memory_table(raw["memory"], raw["vmm"], enums, launches, kernels)
 
@@ -118,17 +117,16 @@ def build_tables(
 
     api = _api_table(api_raw, callback_name)
     ranges_table = _ranges_table(range_rows, raw["markers"], enums, strings)
-    stacks = pd.DataFrame(raw["stacks"])
     return {
-        "kernels": conform("kernels", pd.DataFrame(kernels)),
-        "memcpy": conform("memcpy", pd.DataFrame(memcpy)),
-        "memset": conform("memset", pd.DataFrame(memset)),
+        "kernels": conform("kernels", kernels),
+        "memcpy": conform("memcpy", memcpy),
+        "memset": conform("memset", memset),
         "memory": conform("memory", memory),
-        "sync": conform("sync", pd.DataFrame(sync)),
+        "sync": conform("sync", sync),
         "api": conform("api", api),
         "ranges": conform("ranges", ranges_table),
-        "stacks": conform("stacks", stacks),
-        "samples": conform("samples", pd.DataFrame(samples)),
+        "stacks": conform("stacks", raw["stacks"]),
+        "samples": conform("samples", samples),
     }
 
 

@@ -1,8 +1,9 @@
 """User ranges: ``with hookmagic.range("preprocess"): ...``.
 
-A range is timed on CUPTI's clock and pushed as a CUPTI external correlation id, so every
-kernel, copy and memset launched inside it carries its ``range_id`` exactly, from any thread.
-Outside a capture a range costs two clock reads and nothing is recorded.
+A range is timed on CUPTI's clock and its id is kept on a per-thread stack in the native
+session, which the launch callbacks read: every kernel, copy and memset launched inside it
+carries its ``range_id`` exactly, on whichever thread it was opened. Outside a capture a range
+costs two clock reads and nothing is recorded.
 """
 from __future__ import annotations
 
@@ -79,6 +80,7 @@ class range:  # noqa: N801 - named like the built-in on purpose: `with hookmagic
         self._parent = stack[-1] if stack else -1
         self._depth = len(stack)
         stack.append(self._id)
+        self._native = native
         if native is not None:
             native.push_range(self._id)
             self._start = native.timestamp()
@@ -87,7 +89,7 @@ class range:  # noqa: N801 - named like the built-in on purpose: `with hookmagic
         return self
 
     def __exit__(self, *exc) -> None:
-        native = _native()
+        native = self._native  # pop only what was pushed, even if CUPTI loaded meanwhile
         end = native.timestamp() if native is not None else 0
         if native is not None:
             native.pop_range()

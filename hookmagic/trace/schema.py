@@ -16,6 +16,8 @@ Conventions
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -103,30 +105,60 @@ TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
 def empty_table(name: str) -> pd.DataFrame:
     """An empty DataFrame with the columns and dtypes of table ``name``."""
-    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in TABLES[name].items()})
+    return conform(name, {})
 
 
-def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
     """Return ``frame`` with exactly the schema's columns, in order, cast to the schema's dtypes.
 
-    Missing columns are filled with the column's neutral value (-1 for ids, 0 for numbers,
-    "" for strings, False for flags) so that partial sources (imports, older recordings) still
-    produce a complete table. Extra columns are kept after the schema's columns.
+    ``frame`` is a DataFrame or a mapping of column name to array. Missing columns are filled
+    with the column's neutral value (-1 for ids, 0 for numbers, "" for strings, False for
+    flags) so that partial sources (imports, older recordings) still produce a complete table.
+    Extra columns are kept after the schema's columns. A DataFrame that already conforms is
+    returned as it is: this runs on every table of every trace, so it must cost nothing then.
     """
     columns = TABLES[name]
-    out = {}
-    n = len(frame)
+    if isinstance(frame, pd.DataFrame) and _conforms(frame, columns):
+        return frame
+    present = list(frame.columns) if isinstance(frame, pd.DataFrame) else list(frame)
+    n = _length(frame, present)
+    out: dict[str, Any] = {}
     for col, dtype in columns.items():
-        if col in frame.columns:
-            out[col] = frame[col].to_numpy() if dtype != STR else frame[col].astype(str).to_numpy()
-        else:
+        if col not in present:
             out[col] = _neutral(col, dtype, n)
-    result = pd.DataFrame(out, index=pd.RangeIndex(n))
-    result = result.astype({col: dtype for col, dtype in columns.items()})
-    extras = [c for c in frame.columns if c not in columns]
-    for col in extras:
-        result[col] = frame[col].to_numpy()
-    return result
+            continue
+        values = frame[col]
+        if dtype == STR:
+            if isinstance(values, pd.Series) and values.hasnans:
+                values = values.fillna("")
+            out[col] = values  # pandas infers its string dtype from text
+        else:
+            out[col] = np.asarray(values).astype(dtype, copy=False)
+    for col in present:
+        if col not in columns:
+            out[col] = np.asarray(frame[col])
+    if n == 0:  # nothing for pandas to infer the string dtype from
+        out.update({c: pd.Series([], dtype=STR) for c, d in columns.items() if d == STR})
+    return pd.DataFrame(out, index=pd.RangeIndex(n))
+
+
+def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
+    names = list(columns)
+    if list(frame.columns[: len(names)]) != names or not isinstance(frame.index, pd.RangeIndex):
+        return False
+    return all(_dtype_matches(frame[c].dtype, d) for c, d in columns.items())
+
+
+def _dtype_matches(actual: Any, wanted: str) -> bool:
+    if wanted == STR:
+        return pd.api.types.is_string_dtype(actual)
+    return actual == np.dtype(wanted)
+
+
+def _length(frame: Any, present: list[str]) -> int:
+    if isinstance(frame, pd.DataFrame):
+        return len(frame)
+    return len(frame[present[0]]) if present else 0
 
 
 def _neutral(col: str, dtype: str, n: int) -> np.ndarray:

@@ -19,8 +19,7 @@ struct CuptiApi {
     X(cuptiEnableCallback) X(cuptiEnableDomain) X(cuptiGetCallbackName)                \
     X(cuptiActivityEnable) X(cuptiActivityDisable) X(cuptiActivityRegisterCallbacks)   \
     X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord)                             \
-    X(cuptiActivityGetNumDroppedRecords) X(cuptiActivityPushExternalCorrelationId)     \
-    X(cuptiActivityPopExternalCorrelationId) X(cuptiGetTimestamp) X(cuptiFinalize)
+    X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) X(cuptiFinalize)
 
 #define HM_DECLARE(name) decltype(&::name) name = nullptr;
     HM_CUPTI_FUNCTIONS(HM_DECLARE)

@@ -41,7 +41,6 @@ HM_EXPORTER(MemsetTable, HM_MEMSET_COLUMNS)
 HM_EXPORTER(MemoryTable, HM_MEMORY_COLUMNS)
 HM_EXPORTER(SyncTable, HM_SYNC_COLUMNS)
 HM_EXPORTER(ApiTable, HM_API_COLUMNS)
-HM_EXPORTER(ExternalTable, HM_EXTERNAL_COLUMNS)
 HM_EXPORTER(MarkerTable, HM_MARKER_COLUMNS)
 HM_EXPORTER(LaunchTable, HM_LAUNCH_COLUMNS)
 HM_EXPORTER(VmmTable, HM_VMM_COLUMNS)
@@ -85,6 +84,15 @@ py::dict enum_names() {
                             {CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, "stream"},
                             {CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE, "context"}});
     d["vmm_op"] = names({{1, "map"}, {2, "unmap"}});
+    d["activity_kind"] = py::dict(
+        py::arg("concurrent_kernel") = (int)CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+        py::arg("memcpy") = (int)CUPTI_ACTIVITY_KIND_MEMCPY,
+        py::arg("memset") = (int)CUPTI_ACTIVITY_KIND_MEMSET,
+        py::arg("memory2") = (int)CUPTI_ACTIVITY_KIND_MEMORY2,
+        py::arg("synchronization") = (int)CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+        py::arg("runtime") = (int)CUPTI_ACTIVITY_KIND_RUNTIME,
+        py::arg("driver") = (int)CUPTI_ACTIVITY_KIND_DRIVER,
+        py::arg("marker") = (int)CUPTI_ACTIVITY_KIND_MARKER);
     d["marker_flags"] = py::dict(py::arg("start") = (int)CUPTI_ACTIVITY_FLAG_MARKER_START,
                                  py::arg("end") = (int)CUPTI_ACTIVITY_FLAG_MARKER_END,
                                  py::arg("instantaneous") = (int)CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS);
@@ -167,8 +175,8 @@ PYBIND11_MODULE(_native, m) {
     m.def("timestamp", [] { return Session::instance().timestamp(); },
           "Now, on CUPTI's clock (nanoseconds).");
     m.def("running", [] { return Session::instance().running(); });
-    m.def("push_range", [](uint64_t id) { Session::instance().push_external(id); });
-    m.def("pop_range", [] { Session::instance().pop_external(); });
+    m.def("push_range", [](int64_t id) { Session::instance().push_range(id); });
+    m.def("pop_range", [] { Session::instance().pop_range(); });
     m.def("enum_names", &enum_names);
     m.def("device_properties", &device_properties,
           "Properties of each visible GPU, if the process has already loaded the driver.");
@@ -220,7 +228,6 @@ PYBIND11_MODULE(_native, m) {
         out["memory"] = export_table(s.memory);
         out["sync"] = export_table(s.sync);
         out["api"] = export_table(s.api);
-        out["external"] = export_table(s.external);
         out["markers"] = export_table(s.markers);
         out["launches"] = export_table(s.launches);
         out["vmm"] = export_table(s.vmm);

@@ -1,13 +1,13 @@
 // Python stacks sampled at CUDA API callbacks, interned into a caller-first trie.
 //
 // There is no per-call profiling hook: a stack is read only when a launch, copy or
-// allocation callback fires on a thread that holds the GIL. Frames are keyed by
-// (code object, instruction offset) and resolved to file/function/line once, at the end.
+// allocation callback fires, from the launching thread's own frames (python_frames.c), with
+// or without the GIL. A frame is named once, the first time it is seen; a stack seen before
+// costs one walk and one hash lookup.
 #pragma once
 
-#include <Python.h>
-
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,13 +16,12 @@ namespace hookmagic {
 
 class StackInterner {
 public:
-    // Frames at and above `boundary` (the code that started the capture) are not recorded,
-    // so every stack begins with the user's own code. Holds a strong reference.
-    void begin(PyObject* boundary_frame, int max_depth);
-    // Samples the calling thread's stack; -1 when the thread does not hold the GIL.
-    // Safe to call from CUPTI callbacks on any thread.
+    // Frames at and above `boundary_frame` (a frame object: the code that started the
+    // capture) are left out, so stacks begin with the user's own code. Needs the GIL.
+    void begin(void* boundary_frame, int max_depth);
+    // The calling thread's stack id, or -1 if it has no Python frames. Any thread, no GIL.
     int32_t sample();
-    // Long-form table: one row per (stack, depth), depth 0 the outermost frame. Needs the GIL.
+    // Long-form table: one row per (stack, depth), depth 0 the outermost frame.
     struct Rows {
         std::vector<int64_t> stack_id;
         std::vector<int32_t> depth;
@@ -30,29 +29,27 @@ public:
         std::vector<int32_t> line;
     };
     Rows resolve() const;
-    // Drops every reference; needs the GIL.
     void clear();
-    size_t size() const { return nodes_.size(); }
 
 private:
     struct Frame {
-        PyObject* code;  // strong reference
-        int addr;        // instruction offset (Python >= 3.11) or line number (3.10)
+        std::string file, function;
+        int32_t line;
     };
     struct Node {
-        int32_t parent;  // -1 for a stack of one frame
+        int32_t parent;  // -1 for the outermost frame
         int32_t frame;
     };
-    int32_t intern_frame(PyObject* code, int addr);
     int32_t intern_node(int32_t parent, int32_t frame);
 
-    PyObject* boundary_ = nullptr;
+    mutable std::mutex mu_;
+    const void* boundary_ = nullptr;
     int max_depth_ = 64;
-    uint64_t generation_ = 0;  // invalidates the per-thread leaf caches of earlier captures
     std::vector<Frame> frames_;
-    std::unordered_map<uint64_t, int32_t> frame_index_;  // (code ptr, addr) hash -> frame
+    std::unordered_map<uint64_t, int32_t> frame_index_;  // hash of the frame's identity
     std::vector<Node> nodes_;
     std::unordered_map<uint64_t, int32_t> node_index_;   // (parent, frame) -> node
+    std::unordered_map<uint64_t, int32_t> stack_index_;  // hash of a whole walk -> node
 };
 
 }  // namespace hookmagic

@@ -24,7 +24,6 @@ using MemsetRecord = CUpti_ActivityMemset4;
 using MemoryRecord = CUpti_ActivityMemory4;
 using SyncRecord = CUpti_ActivitySynchronization2;
 using ApiRecord = CUpti_ActivityAPI;
-using ExternalRecord = CUpti_ActivityExternalCorrelation;
 using MarkerRecord = CUpti_ActivityMarker2;
 
 static_assert(offsetof(KernelRecord, start) == 16 && offsetof(KernelRecord, correlationId) == 92 &&
@@ -38,6 +37,9 @@ static_assert(offsetof(MemoryRecord, timestamp) == 32 && offsetof(MemoryRecord, 
               "memory record layout changed");
 
 thread_local int t_runtime_depth = 0;  // > 0 inside a runtime call we already recorded
+// The thread's open hookmagic.range ids: a launch belongs to the innermost one. Kept here,
+// not in CUPTI's external-correlation stack, whose records need API tracing switched on.
+thread_local std::vector<int64_t> t_ranges;
 thread_local int64_t t_tid = 0;
 
 inline int64_t os_thread_id() {
@@ -86,15 +88,10 @@ uint64_t Session::timestamp() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
-void Session::push_external(uint64_t id) {
-    if (running_.load(std::memory_order_relaxed))
-        cupti_.cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
-}
+void Session::push_range(int64_t id) { t_ranges.push_back(id); }
 
-void Session::pop_external() {
-    uint64_t id = 0;
-    if (running_.load(std::memory_order_relaxed))
-        cupti_.cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
+void Session::pop_range() {
+    if (!t_ranges.empty()) t_ranges.pop_back();
 }
 
 // Chooses the callbacks by name rather than by number, so the same build hooks the right
@@ -137,7 +134,7 @@ void Session::build_roles() {
 
 void Session::reset_tables() {
     kernels.clear(); memcpy.clear(); memset.clear(); memory.clear(); sync.clear();
-    api.clear(); external.clear(); markers.clear(); launches.clear(); vmm.clear();
+    api.clear(); markers.clear(); launches.clear(); vmm.clear();
     strings.clear();
     string_by_ptr_.clear();
     string_by_text_.clear();
@@ -150,14 +147,12 @@ size_t Session::stored_bytes() const {
            memset.start_ns.size() * MemsetTable::row_bytes +
            memory.time_ns.size() * MemoryTable::row_bytes +
            sync.start_ns.size() * SyncTable::row_bytes + api.start_ns.size() * ApiTable::row_bytes +
-           external.correlation.size() * ExternalTable::row_bytes +
            markers.time_ns.size() * MarkerTable::row_bytes;
 }
 
 void Session::enable_activities(std::vector<CUpti_ActivityKind>& enabled) {
     std::vector<CUpti_ActivityKind> kinds = {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-                                             CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-                                             CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                             CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
     if (options_.kernels) kinds.push_back(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (options_.memory) kinds.push_back(CUPTI_ACTIVITY_KIND_MEMORY2);
     if (options_.api) {
@@ -292,6 +287,7 @@ void Session::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, co
             launches.correlation.push_back(cb->correlationId);
             launches.thread.push_back(os_thread_id());
             launches.stack_id.push_back(stack);
+            launches.range_id.push_back(t_ranges.empty() ? -1 : t_ranges.back());
         } else if (d == 0 && t_runtime_depth > 0) {
             --t_runtime_depth;
         }
@@ -520,13 +516,6 @@ void Session::decode_record(const CUpti_Activity* record) {
                 t.thread.push_back(a->threadId);
                 t.correlation.push_back(a->correlationId);
                 t.return_code.push_back(a->returnValue);
-                break;
-            }
-            case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-                const auto* e = reinterpret_cast<const ExternalRecord*>(record);
-                if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) break;
-                external.correlation.push_back(e->correlationId);
-                external.external_id.push_back(e->externalId);
                 break;
             }
             case CUPTI_ACTIVITY_KIND_MARKER: {

@@ -72,8 +72,9 @@ public:
     int subscribe_error() const { return static_cast<int>(subscribe_error_); }
 
     uint64_t timestamp();
-    void push_external(uint64_t id);
-    void pop_external();
+    // hookmagic.range on the calling thread; any time, capture or not.
+    void push_range(int64_t id);
+    void pop_range();
 
     // Hand-over: moves the tables out (the session keeps nothing). Needs the GIL.
     KernelTable kernels;
@@ -82,7 +83,6 @@ public:
     MemoryTable memory;
     SyncTable sync;
     ApiTable api;
-    ExternalTable external;
     MarkerTable markers;
     LaunchTable launches;
     VmmTable vmm;

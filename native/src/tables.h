@@ -40,14 +40,13 @@ namespace hookmagic {
     X(int64_t, start_ns) X(int64_t, end_ns) X(uint8_t, domain) X(uint32_t, cbid)          \
     X(uint32_t, process) X(uint32_t, thread) X(uint32_t, correlation) X(uint32_t, return_code)
 
-#define HM_EXTERNAL_COLUMNS(X) X(uint32_t, correlation) X(uint64_t, external_id)
-
 #define HM_MARKER_COLUMNS(X)                                                              \
     X(int64_t, time_ns) X(uint32_t, flags) X(uint32_t, id) X(uint32_t, thread)            \
     X(int32_t, name) X(int32_t, domain)
 
 // Written by our own API callbacks rather than by CUPTI's activity buffers.
-#define HM_LAUNCH_COLUMNS(X) X(uint32_t, correlation) X(int64_t, thread) X(int32_t, stack_id)
+#define HM_LAUNCH_COLUMNS(X)                                                              \
+    X(uint32_t, correlation) X(int64_t, thread) X(int32_t, stack_id) X(int64_t, range_id)
 
 #define HM_VMM_COLUMNS(X)                                                                 \
     X(int64_t, time_ns) X(uint8_t, op) X(uint64_t, address) X(int64_t, bytes)             \
@@ -70,7 +69,6 @@ HM_TABLE(MemsetTable, HM_MEMSET_COLUMNS)
 HM_TABLE(MemoryTable, HM_MEMORY_COLUMNS)
 HM_TABLE(SyncTable, HM_SYNC_COLUMNS)
 HM_TABLE(ApiTable, HM_API_COLUMNS)
-HM_TABLE(ExternalTable, HM_EXTERNAL_COLUMNS)
 HM_TABLE(MarkerTable, HM_MARKER_COLUMNS)
 HM_TABLE(LaunchTable, HM_LAUNCH_COLUMNS)
 HM_TABLE(VmmTable, HM_VMM_COLUMNS)

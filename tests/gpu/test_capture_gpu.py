@@ -54,11 +54,12 @@ def test_kernels_match_torch_profiler():
 
 
 def test_several_captures_are_each_complete():
-    workloads.launch_tiny(10)
+    x = torch.zeros(16, device="cuda")
+    workloads.launch_tiny(10, x)
     counts = []
     for _ in range(5):
         with hookmagic.capture() as trace:
-            workloads.launch_tiny(500)
+            workloads.launch_tiny(500, x)
         counts.append(len(trace.kernels))
         assert trace.meta["dropped"]["activity_records"] == 0
     assert counts == [500] * 5
@@ -69,14 +70,15 @@ def test_capture_then_torch_profiler_then_capture():
 import json, warnings, torch, hookmagic
 from torch.profiler import ProfilerActivity, profile
 from tests.gpu import workloads
-workloads.launch_tiny(10)
+x = torch.zeros(16, device='cuda')
+workloads.launch_tiny(10, x)
 with hookmagic.capture() as first:
-    workloads.launch_tiny(100)
+    workloads.launch_tiny(100, x)
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    workloads.launch_tiny(100)
+    workloads.launch_tiny(100, x)
 n = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 with hookmagic.capture() as second:
-    workloads.launch_tiny(100)
+    workloads.launch_tiny(100, x)
 print(json.dumps([len(first.kernels), n, len(second.kernels), second.meta['warnings'],
                   int((first.kernels.stack_id >= 0).sum())]))
 """
@@ -125,9 +127,11 @@ def test_python_stack_of_each_launch():
 def test_kernels_from_other_threads():
     tids = []
 
+    x = torch.zeros(16, device="cuda")
+
     def worker():
         tids.append(threading.get_native_id())
-        workloads.launch_tiny(50)
+        workloads.launch_tiny(50, x)
 
     with hookmagic.capture() as trace:
         t = threading.Thread(target=worker)
@@ -159,18 +163,20 @@ def test_cuda_graph_replays():
 
 
 def test_exception_keeps_partial_trace():
+    x = torch.zeros(16, device="cuda")
     with pytest.raises(ZeroDivisionError):
         with hookmagic.capture() as trace:
-            workloads.launch_tiny(20)
+            workloads.launch_tiny(20, x)
             1 / 0
     assert trace.meta["status"] == "partial"
     assert len(trace.kernels) == 20
 
 
 def test_keyboard_interrupt_keeps_partial_trace():
+    x = torch.zeros(16, device="cuda")
     with pytest.raises(KeyboardInterrupt):
         with hookmagic.capture() as trace:
-            workloads.launch_tiny(7)
+            workloads.launch_tiny(7, x)
             raise KeyboardInterrupt
     assert trace.meta["status"] == "partial" and len(trace.kernels) == 7
 
@@ -196,11 +202,12 @@ print(json.dumps([trace.meta['status'], trace.meta['reason'], float(x[0]),
 
 
 def test_user_ranges_attribute_kernels():
+    x = torch.zeros(16, device="cuda")
     with hookmagic.capture() as trace:
         with hookmagic.range("outer"):
-            workloads.launch_tiny(3)
+            workloads.launch_tiny(3, x)
             with hookmagic.range("inner"):
-                workloads.launch_tiny(4)
+                workloads.launch_tiny(4, x)
     ranges = trace.ranges.set_index("range_id")
     named = trace.kernels.range_id.map(ranges["name"])
     assert named.value_counts().to_dict() == {"outer": 3, "inner": 4}
@@ -278,18 +285,20 @@ def test_several_gpus():
 
 
 def test_program_runs_at_full_speed_after_capture():
+    x = torch.zeros(16, device="cuda")
+
     def timed() -> float:
-        workloads.launch_tiny(200)
+        workloads.launch_tiny(200, x)
         runs = []
         for _ in range(5):
             t0 = time.perf_counter()
-            workloads.launch_tiny(3000)
+            workloads.launch_tiny(3000, x)
             runs.append(time.perf_counter() - t0)
         return float(np.median(runs))
 
     before = timed()
     with hookmagic.capture() as trace:
-        workloads.launch_tiny(1000)
+        workloads.launch_tiny(1000, x)
     after = timed()
     assert trace.meta["detached"] is True
     assert after < before * 1.05, (before, after)
@@ -309,5 +318,6 @@ def test_magic_on_gpu():
     ip = start_ipython()
     ip.run_line_magic("load_ext", "hookmagic")
     ip.user_ns["workloads"] = workloads
-    result = ip.run_cell_magic("cudahook", "-o -q", "workloads.launch_tiny(25)")
+    ip.user_ns["x"] = torch.zeros(16, device="cuda")
+    result = ip.run_cell_magic("cudahook", "-o -q", "workloads.launch_tiny(25, x)")
     assert len(result.kernels) == 25

@@ -12,8 +12,10 @@ def gemms(n: int = 2048, repeats: int = 20) -> None:
     torch.cuda.synchronize()
 
 
-def launch_tiny(count: int) -> torch.Tensor:
-    x = torch.zeros(16, device="cuda")
+def launch_tiny(count: int, x: torch.Tensor | None = None) -> torch.Tensor:
+    """``count`` kernels exactly when ``x`` is given (allocating it launches one more)."""
+    if x is None:
+        x = torch.zeros(16, device="cuda")
     for _ in range(count):
         x.add_(1)
     torch.cuda.synchronize()

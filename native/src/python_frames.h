@@ -1,0 +1,44 @@
+/* Reading a thread's Python stack without holding the GIL.
+ *
+ * PyTorch and CuPy release the GIL around their CUDA calls, so a launch callback usually runs
+ * on a thread that does not hold it. The calling thread's own frames cannot change while it is
+ * inside that call, so they can be read directly from CPython's frame structures, as
+ * out-of-process samplers do, without touching reference counts or allocating. This file is C
+ * because CPython's internal headers are. */
+#ifndef HOOKMAGIC_PYTHON_FRAMES_H
+#define HOOKMAGIC_PYTHON_FRAMES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const void* code;      /* code object (borrowed; valid only during the walk) */
+    int addr;              /* byte offset of the current instruction */
+    const void* name_obj;  /* co_qualname (co_name on 3.10): identity check for reused code */
+    const void* file_obj;  /* co_filename */
+} hm_frame;
+
+/* 1 if this build knows how to read frames of the running Python. */
+int hm_frames_supported(void);
+
+/* The internal frame behind a frame object (the walk stops there), or NULL. Needs the GIL. */
+const void* hm_boundary_of(void* frame_object);
+
+/* Writes the calling thread's frames, innermost first, stopping before `boundary` or after
+ * `max` frames; returns how many. 0 when the thread has no Python state. GIL not needed. */
+int hm_walk_current_thread(const void* boundary, hm_frame* out, int max);
+
+/* Copies a frame's file name, function name and line into the buffers (UTF-8, truncated).
+ * Reads immutable parts of the code object only. */
+void hm_describe(const hm_frame* frame, char* file, size_t file_cap, char* func,
+                 size_t func_cap, int* line);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
