@@ -166,9 +166,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             self._reason = _explain(exc)
             return
         self._warnings = []
-        if not started["callbacks"] and (o["stacks"] or o["memory"]):
+        if not started["callbacks"]:
             self._warnings.append(
-                "Python stacks and virtual-memory map/unmap were not recorded: "
+                "Python stacks, threads, ranges and virtual-memory map/unmap were not recorded: "
                 f"{_dormant_holder()} holds CUPTI's callback API; kernels, copies and "
                 "allocations were still captured. Restart the kernel (or set "
                 "TEARDOWN_CUPTI=1 before using torch.profiler) to get them back.")

@@ -195,8 +195,9 @@ void Session::start(const Options& options) {
     subscribe_error_ = CUPTI_SUCCESS;
     driver_.bind_if_loaded();
 
-    const bool need_callbacks = options_.stacks || options_.memory;
-    if (need_callbacks) {
+    // Launch callbacks give every record its thread and hookmagic.range, so they are always
+    // wanted; `stacks` only decides whether the Python stack is walked in them.
+    {
         build_roles();
         CUptiResult r = cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr);
         if (r != CUPTI_SUCCESS) {
@@ -213,7 +214,6 @@ void Session::start(const Options& options) {
         for (int d = 0; d < 2 && subscriber_; ++d)
             for (auto cbid : hooked_[d]) {
                 uint8_t role = roles_[d][cbid];
-                if (role == kWork && !options_.stacks) continue;
                 if ((role == kMap || role == kUnmap) && !options_.memory) continue;
                 cupti_.cuptiEnableCallback(1, subscriber_, domains[d], cbid);
             }
@@ -280,7 +280,7 @@ void Session::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, co
             // The runtime implements its calls on the driver: one stack per user call.
             if (d == 1 && t_runtime_depth > 0) return;
             if (d == 0) ++t_runtime_depth;
-            int32_t stack = stacks.sample();
+            int32_t stack = options_.stacks ? stacks.sample() : -1;
             std::lock_guard<std::mutex> lock(launch_mu_);
             ++counters.callbacks;
             if (stack >= 0) ++counters.stacks_sampled;
