@@ -73,8 +73,20 @@ def main() -> None:
                     "build": o["build_s"], "stop": o["stop_s"]}
         return run
 
+    def torch_profiler_loop():
+        from torch.profiler import ProfilerActivity, profile
+
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            t1 = time.perf_counter()
+            tiny()
+            t2 = time.perf_counter()
+        return {"start": t1 - t0, "loop": t2 - t1, "exit": time.perf_counter() - t2}
+
     configs = {
         "none": plain,
+        "native activities only (no callbacks)": native_run(memory=False, stacks=False,
+                                                            callbacks=False, detach=False),
         "native kernels, no detach": native_run(memory=False, stacks=False, detach=False),
         "native kernels, detach": native_run(memory=False, stacks=False, detach=True),
         "native +memory (callbacks), no detach": native_run(memory=True, stacks=False, detach=False),
@@ -89,6 +101,8 @@ def main() -> None:
     for _ in range(9):
         for name, run in configs.items():
             results[name].append(run())
+    # torch.profiler last and on its own: it keeps CUPTI subscribed for the rest of the process
+    results["torch.profiler (CPU+CUDA)"] = [torch_profiler_loop() for _ in range(5)]
     for name, runs in results.items():
         keys = runs[0].keys()
         print(f"{name:40s}", "  ".join(f"{k}={statistics.median(r[k] for r in runs) * 1e3:7.2f}ms"

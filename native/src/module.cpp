@@ -193,12 +193,13 @@ PYBIND11_MODULE(_native, m) {
     m.def("start", [](bool kernels, bool memory, bool stacks, bool api, bool nvtx, bool detach,
                       int max_stack_depth, size_t buffer_bytes, size_t max_buffers,
                       size_t max_table_bytes, bool activities_without_callbacks,
-                      py::object boundary) {
+                      bool callbacks, py::object boundary) {
         hookmagic::Options o;
         o.kernels = kernels; o.memory = memory; o.stacks = stacks; o.api = api; o.nvtx = nvtx;
         o.detach = detach; o.max_stack_depth = max_stack_depth; o.buffer_bytes = buffer_bytes;
         o.max_buffers = max_buffers; o.max_table_bytes = max_table_bytes;
         o.activities_without_callbacks = activities_without_callbacks;
+        o.callbacks = callbacks;
         o.boundary_frame = boundary.is_none() ? nullptr : boundary.ptr();
         auto& s = Session::instance();
         s.start(o);
@@ -210,7 +211,8 @@ PYBIND11_MODULE(_native, m) {
        py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = true,
        py::arg("max_stack_depth") = 64, py::arg("buffer_bytes") = 8u << 20,
        py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
-       py::arg("activities_without_callbacks") = false, py::arg("boundary") = py::none(),
+       py::arg("activities_without_callbacks") = false, py::arg("callbacks") = true,
+       py::arg("boundary") = py::none(),
        "Start capturing. Returns {'callbacks': bool, 'subscribe_error': CUptiResult}.");
 
     m.def("stop", [] {

@@ -195,9 +195,9 @@ void Session::start(const Options& options) {
     subscribe_error_ = CUPTI_SUCCESS;
     driver_.bind_if_loaded();
 
-    // Launch callbacks give every record its thread and hookmagic.range, so they are always
-    // wanted; `stacks` only decides whether the Python stack is walked in them.
-    {
+    // Launch callbacks give every record its thread and hookmagic.range, so they are on unless
+    // switched off outright; `stacks` only decides whether the Python stack is walked in them.
+    if (options_.callbacks) {
         build_roles();
         CUptiResult r = cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr);
         if (r != CUPTI_SUCCESS) {

@@ -29,6 +29,7 @@ struct Options {
     bool nvtx = false;        // NVTX markers (only if NVTX was routed to CUPTI)
     bool detach = true;       // cuptiFinalize after the capture, so nothing lingers
     bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
+    bool callbacks = true;    // API callbacks at all (threads, ranges, stacks, map/unmap)
     int max_stack_depth = 64;
     size_t buffer_bytes = 8u << 20;
     size_t max_buffers = 32;            // CUPTI buffers in flight at once
