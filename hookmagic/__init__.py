@@ -32,9 +32,11 @@ def load(path: str) -> "Trace":
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext hookmagic``: registers ``%%cudahook`` and ``%trtprofile``."""
+    from hookmagic.layers_magic import register as register_trtprofile
     from hookmagic.magics import load_ipython_extension as load_magics
 
     load_magics(ipython)
+    register_trtprofile(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

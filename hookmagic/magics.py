@@ -145,7 +145,8 @@ class CudaHookMagics(Magics, Configurable):
         value, error = None, None
         try:
             with _unavailable_shown_by_summary(enabled=not quiet):
-                manager = hookmagic.capture(**options)
+                # Stacks start at the cell: this frame (and IPython's above it) is left out.
+                manager = hookmagic.capture(**options, _boundary_frame=sys._getframe())
                 trace = manager.__enter__()
         except Exception as err:  # the capture must never stop the cell from running
             manager, trace = None, Trace.empty(f"the capture could not start ({err!r})",
