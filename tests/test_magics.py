@@ -19,8 +19,9 @@ class FakeCapture:
     made: list["FakeCapture"] = []
     tables: dict = {}
 
-    def __init__(self, **options):
+    def __init__(self, _boundary_frame=None, **options):
         self.options = options
+        self.boundary_frame = _boundary_frame
         self.trace = Trace()
         self.exit_type = "not exited"
         FakeCapture.made.append(self)
