@@ -131,3 +131,10 @@ def test_long_kernel_names_are_shortened_in_display():
     s = summarize(Trace({"kernels": synthetic}))
     assert len(max(repr(s).splitlines(), key=len)) < 120
     assert s.top_kernels["name"].iloc[0] == "synthetic_" + "x" * 300   # data keeps it whole
+
+
+def test_overhead_adds_seconds_not_counts(synthetic_trace):
+    # A live capture's meta["overhead"] also holds counts (as the H100 recordings do).
+    synthetic_trace.meta["overhead"] = {"start_s": 0.001, "stop_s": 0.002, "callbacks": 1401,
+                                        "stacks_sampled": 1401}
+    assert summarize(synthetic_trace).overhead_s == pytest.approx(0.003)

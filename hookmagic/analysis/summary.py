@@ -141,7 +141,9 @@ def summarize(trace: "Trace", top: int = 10) -> Summary:
                 source=str(meta.get("source") or ""), recorded_on=meta.get("recorded_on"),
                 device_names=names, overhead=_float_dict(meta.get("overhead")),
                 dropped=_int_dict(meta.get("dropped")))
-    base["overhead_s"] = float(sum(base["overhead"].values()))
+    # Only the "*_s" entries are seconds; the capture also counts things there (callbacks,
+    # stacks_sampled), which must not be added to a time.
+    base["overhead_s"] = float(sum(v for k, v in base["overhead"].items() if k.endswith("_s")))
 
     kernels = trace.kernels
     kernel_total = int(kernels["duration_ns"].sum())
