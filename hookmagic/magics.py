@@ -34,6 +34,8 @@ class CudaHookMagics(Magics, Configurable):
     quiet = Bool(False, help="Do not display the summary after the cell.").tag(config=True)
     raise_error = Bool(True, help="Re-raise the cell's exception after showing the summary."
                        ).tag(config=True)
+    report = Bool(True, help="Show the tabbed report widget (summary, flame graph, timeline, "
+                  "diagnosis, kernels) instead of the plain summary.").tag(config=True)
 
     @magic_arguments()
     @argument("-o", dest="return_trace", action="store_true",
@@ -55,6 +57,10 @@ class CudaHookMagics(Magics, Configurable):
               help="Do not sample GPU utilisation with NVML.")
     @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
               help="Show the cell's exception instead of raising it (later cells keep running).")
+    @argument("--report", dest="report", action="store_true", default=None,
+              help="Show the tabbed report widget after the cell (default: on).")
+    @argument("--no-report", dest="report", action="store_false",
+              help="Show only the plain summary after the cell.")
     @argument("--label", metavar="TEXT", help="Name for this capture, shown in summaries "
               "and diffs (default: the cell's In[] number).")
     @cell_magic
@@ -85,6 +91,7 @@ class CudaHookMagics(Magics, Configurable):
                              "does not exist")
         quiet = self.quiet if args.quiet is None else args.quiet
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
+        report = self.report if args.report is None else args.report
         options = {
             "kernels": True,
             "memory": self.memory if args.memory is None else args.memory,
@@ -101,7 +108,8 @@ class CudaHookMagics(Magics, Configurable):
             self.shell.user_ns[args.var] = trace
         if not quiet:
             from IPython.display import display
-            display(trace.summary())
+            display(_report(trace) if report and trace.status != "unavailable"
+                    else trace.summary())
         if save:
             try:
                 trace.save(save)
@@ -167,6 +175,17 @@ class CudaHookMagics(Magics, Configurable):
                     warnings.warn(f"hookmagic: stopping the capture failed: {err!r}",
                                   RuntimeWarning, stacklevel=2)
         return trace, value, error
+
+
+def _report(trace: Any) -> Any:
+    """The report widget (its text/plain is the summary), or the summary if it cannot be made."""
+    try:
+        from hookmagic.views.report import report_widget
+        return report_widget(trace)
+    except Exception as err:  # e.g. ipywidgets missing: never lose the summary over it
+        warnings.warn(f"hookmagic: showing the plain summary, the report failed: {err!r}",
+                      RuntimeWarning, stacklevel=2)
+        return trace.summary()
 
 
 def _parse(parser: Any, line: str) -> Any:

@@ -1,0 +1,183 @@
+"""The tabbed report shown after ``%%cudahook``: Summary, Flame graph, Timeline, Diagnosis, Kernels.
+
+This module only draws: every number comes from :mod:`hookmagic.analysis` (the summary, the
+flame tree behind the figures, the diagnosis, the kernel summary). Figures are ``go.Figure``
+shown inside ``ipywidgets.Output`` (they render as Plotly's mimetype, which JupyterLab, the
+widget state saved in a notebook and nbconvert all understand); ``go.FigureWidget`` is used
+only when anywidget is installed, because plotly >= 6 needs it for FigureWidget.
+
+Large captures are drawn lazily: a tab's figure is made the first time the tab is opened, so
+showing the report after a cell of a million kernels costs only the summary.
+"""
+from __future__ import annotations
+
+import html
+from importlib.util import find_spec
+from typing import Any, Callable
+
+import ipywidgets as widgets
+import pandas as pd
+
+from hookmagic.views.flame import format_ns
+from hookmagic.views.summary import summary_html, summary_text
+
+TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels")
+#: above this many GPU events the figure tabs are drawn when first opened, not up front
+LAZY_EVENTS = 100_000
+_WEIGHTS = {"GPU time": "time", "launches": "launches", "bytes copied": "bytes"}
+_NAME_CHARS = 90
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+_TABLE_STYLE = (
+    "<style>.hm-table{border-collapse:collapse;font-size:12px;"
+    "font-family:var(--jp-ui-font-family,sans-serif)}"
+    ".hm-table th,.hm-table td{padding:2px 8px;text-align:left;vertical-align:top;"
+    "border-bottom:1px solid var(--jp-border-color2,#ddd)}"
+    ".hm-table td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".hm-sev-high{color:#b91c1c;font-weight:600}.hm-sev-medium{color:#b45309}"
+    ".hm-sev-low,.hm-sev-info{color:#555}</style>"
+)
+
+
+class ReportTab(widgets.Tab):
+    """A ``Tab`` whose ``text/plain`` is the summary text, so consoles and logs stay readable."""
+
+    def __init__(self, *args: Any, plain_text: str = "", **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._plain_text = plain_text
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict) and self._plain_text:
+            bundle["text/plain"] = self._plain_text
+        return bundle
+
+
+def report_widget(trace: Any, lazy: bool | None = None) -> widgets.Tab:
+    """The tabbed report of ``trace``: Summary, Flame graph, Timeline, Diagnosis, Kernels.
+
+    ``lazy``: draw the figure tabs only when first opened (default: when the trace has more
+    than ``LAZY_EVENTS`` GPU events). A static export (nbconvert HTML) shows only the tabs
+    that were drawn, so reports meant for export should pass ``lazy=False``.
+    """
+    summary = trace.summary()
+    if lazy is None:
+        lazy = len(trace.kernels) + len(trace.memcpy) + len(trace.memset) > LAZY_EVENTS
+    makers: list[Callable[[], widgets.Widget]] = [
+        lambda: widgets.HTML(summary_html(summary)),
+        lambda: _flame_panel(trace),
+        lambda: _figure_box(trace.timeline()),
+        lambda: widgets.HTML(diagnosis_html(trace.diagnose())),
+        lambda: widgets.HTML(kernels_html(_kernel_summary(trace))),
+    ]
+    if trace.status == "unavailable":   # nothing to draw: every tab says why, once
+        line = widgets.HTML(summary_html(summary))
+        makers = [lambda: line] + [lambda: widgets.HTML("<i>nothing captured</i>")] * 4
+    tab = ReportTab(plain_text=summary_text(summary))
+    # Summary, Diagnosis and Kernels are tables and cheap; only the figures wait when lazy.
+    slots: list[widgets.Box] = [widgets.VBox() for _ in TABS]
+    drawn = [False] * len(TABS)
+
+    def draw(index: int) -> None:
+        if drawn[index]:
+            return
+        drawn[index] = True
+        try:
+            slots[index].children = (makers[index](),)
+        except Exception as err:  # a view that fails must not take the whole report down
+            slots[index].children = (widgets.HTML(
+                f"<pre>hookmagic: could not draw {TABS[index]}: {html.escape(repr(err))}</pre>"),)
+
+    for i, name in enumerate(TABS):
+        if not (lazy and name in ("Flame graph", "Timeline")):
+            draw(i)
+        else:
+            slots[i].children = (widgets.HTML("<i>drawing…</i>"),)
+    tab.children = slots
+    tab.titles = TABS
+    tab.observe(lambda change: draw(int(change["new"])) if change["new"] is not None else None,
+                names="selected_index")
+    return tab
+
+
+def _figure_box(fig: Any) -> widgets.Widget:
+    """One Plotly figure as a widget: FigureWidget when anywidget is there, else an Output."""
+    if find_spec("anywidget") is not None:
+        import plotly.graph_objects as go
+
+        return go.FigureWidget(fig)
+    out = widgets.Output(layout=widgets.Layout(width="100%"))
+    # The bundle goes straight into the widget's state, not through `with out: display(fig)`,
+    # so it is there whether or not a kernel is capturing output (callbacks, tests, nbclient).
+    out.outputs = ({"output_type": "display_data", "data": figure_bundle(fig), "metadata": {}},)
+    return out
+
+
+def figure_bundle(fig: Any) -> dict[str, Any]:
+    """Plotly's MIME bundle under the current renderer, always with Plotly's own mimetype.
+
+    The renderer decides extras (``plotly_mimetype+notebook`` adds HTML with plotly.js for
+    static exports); outside a kernel plotly's default renderer gives no bundle at all, so the
+    JSON mimetype is added here in that case.
+    """
+    import json
+
+    import plotly.io as pio
+
+    data = dict(fig._repr_mimebundle_() or {})
+    data.setdefault(PLOTLY_MIME, json.loads(pio.to_json(fig, validate=False)))
+    data.setdefault("text/plain", f"<Plotly figure: {fig.layout.title.text or 'untitled'}>")
+    return data
+
+
+def _flame_panel(trace: Any) -> widgets.Widget:
+    """The flame graph with a switch of what the widths mean (GPU time, launches, bytes)."""
+    weight = widgets.ToggleButtons(options=list(_WEIGHTS), value="GPU time",
+                                   description="width:", style={"button_width": "auto"})
+    holder = widgets.VBox([_figure_box(trace.flame(weight="time"))])
+
+    def redraw(change: dict[str, Any]) -> None:
+        holder.children = (_figure_box(trace.flame(weight=_WEIGHTS[change["new"]])),)
+
+    weight.observe(redraw, names="value")
+    return widgets.VBox([weight, holder])
+
+
+def _kernel_summary(trace: Any) -> pd.DataFrame:
+    from hookmagic.analysis.kernels import kernel_summary
+
+    return kernel_summary(trace)
+
+
+def diagnosis_html(findings: pd.DataFrame) -> str:
+    """The diagnosis (``Trace.diagnose()``) as an HTML table: severity, finding, evidence, advice."""
+    if findings.empty:
+        return "<i>No findings: nothing in this capture matched a known bottleneck pattern.</i>"
+    e = html.escape
+    rows = ["<tr><th>severity</th><th>finding</th><th>evidence</th><th>what to try</th></tr>"]
+    for r in findings.itertuples(index=False):
+        rows.append(f'<tr><td class="hm-sev-{e(str(r.severity))}">{e(str(r.severity))}</td>'
+                    f"<td>{e(str(r.finding))}</td><td>{e(str(r.evidence))}</td>"
+                    f"<td>{e(str(r.advice))}</td></tr>")
+    return _TABLE_STYLE + '<table class="hm-table">' + "".join(rows) + "</table>"
+
+
+def kernels_html(kernels: pd.DataFrame, top: int = 50) -> str:
+    """The kernel summary (``analysis.kernels.kernel_summary``) as an HTML table, ``top`` rows."""
+    if kernels.empty:
+        return "<i>No kernels in this capture.</i>"
+    e = html.escape
+    rows = ["<tr><th>share</th><th>total</th><th>count</th><th>mean</th><th>p50</th>"
+            "<th>p99</th><th>kernel</th></tr>"]
+    for r in kernels.head(top).itertuples(index=False):
+        name = str(r.name)
+        short = name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 1] + "…"
+        rows.append(f'<tr><td class="n">{100 * r.share:.1f}%</td>'
+                    f'<td class="n">{format_ns(r.total_ns)}</td><td class="n">{r.count:,}</td>'
+                    f'<td class="n">{format_ns(r.mean_ns)}</td>'
+                    f'<td class="n">{format_ns(r.p50_ns)}</td>'
+                    f'<td class="n">{format_ns(r.p99_ns)}</td>'
+                    f'<td title="{e(name)}"><code>{e(short)}</code></td></tr>')
+    more = (f"<div>{len(kernels) - top:,} more kernels not shown</div>"
+            if len(kernels) > top else "")
+    return _TABLE_STYLE + '<table class="hm-table">' + "".join(rows) + "</table>" + more
