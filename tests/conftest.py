@@ -92,8 +92,17 @@ def synthetic_tables() -> dict[str, pd.DataFrame]:
         "mem_clock_mhz": [2619.0, 2619.0], "power_w": [120.5, np.nan],
         "temperature_c": [40.0, 45.0],
     })
+    allocator_events = pd.DataFrame({
+        "time_ns": [_ms(0.5), _ms(0.6), _ms(8.0), _ms(8.1)],
+        "action": ["segment_alloc", "alloc", "free_requested", "free_completed"],
+        "address": np.array([0x7F0000000000] * 4, dtype=np.uint64),
+        "size": [2 << 20, 1024, 1024, 1024], "requested_size": [2 << 20, 1000, 1000, 1000],
+        "segment": np.array([0x7F0000000000] * 4, dtype=np.uint64), "stream": 0, "device": 0,
+        "pool": "small", "stack_id": [-1, 0, 0, -1], "source": "torch",
+    })
     return {"kernels": kernels, "memcpy": memcpy, "memset": memset, "memory": memory,
-            "sync": sync, "api": api, "ranges": ranges, "stacks": stacks, "samples": samples}
+            "sync": sync, "api": api, "ranges": ranges, "stacks": stacks, "samples": samples,
+            "allocator_events": allocator_events}
 
 
 def synthetic_meta() -> dict:

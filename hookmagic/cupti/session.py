@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from hookmagic.cupti import errors, library
+from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
 from hookmagic.cupti.columns import build_tables
 from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
 from hookmagic.cupti.nvml_sampler import NvmlSampler
@@ -89,6 +90,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     kernels, memory, stacks, api, nvml, nvtx:
         What to record. ``api`` adds every runtime/driver API call (costly on launch-bound
         code); ``nvtx`` needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use.
+    allocator_history:
+        With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
+        hand-outs (the ``allocator_events`` table) when those libraries are in use.
     label:
         A name for the capture, shown in views.
     detach:
@@ -104,13 +108,14 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
     def __init__(self, *, kernels: bool = True, memory: bool = True, stacks: bool = True,
                  api: bool = False, nvml: bool = True, nvtx: bool = False,
+                 allocator_history: bool = True,
                  label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
                  max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
                  max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:
         from hookmagic.trace import Trace
 
         self.options = dict(kernels=kernels, memory=memory, stacks=stacks, api=api, nvml=nvml,
-                            nvtx=nvtx, detach=detach, nvml_interval_s=nvml_interval_s,
+                            nvtx=nvtx, allocator_history=allocator_history, detach=detach, nvml_interval_s=nvml_interval_s,
                             max_stack_depth=max_stack_depth, buffer_mb=buffer_mb,
                             max_buffers=max_buffers, max_table_mb=max_table_mb)
         self.label = label
@@ -174,6 +179,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 "TEARDOWN_CUPTI=1 before using torch.profiler) to get them back.")
         self._native = native
         self._start_ns = native.timestamp()
+        self._allocators = None
+        if o["memory"] and o["allocator_history"]:
+            self._allocators = AllocatorRecorders(native.timestamp, o["stacks"])
         self._sampler = None
         if o["nvml"]:
             self._sampler = NvmlSampler(native.timestamp, o["nvml_interval_s"])
@@ -204,12 +212,14 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         native.stop()
         stop_s = time.perf_counter() - t0
         samples = self._sampler.stop() if self._sampler else {}
+        allocator_parts = self._allocators.stop() if self._allocators else []
         ranges = pd.DataFrame([r.__dict__ for r in RECORDER.stop()])
         t1 = time.perf_counter()
         raw = native.take()
         take_s = time.perf_counter() - t1
         t2 = time.perf_counter()
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
+        merge_into(tables, allocator_parts)
         build_s = time.perf_counter() - t2
         counters = raw["counters"]
         status = "complete"
@@ -265,6 +275,12 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             try:
                 native.stop()
                 native.take()
+            except Exception:
+                pass
+        allocators = getattr(self, "_allocators", None)
+        if allocators is not None:
+            try:
+                allocators.stop()
             except Exception:
                 pass
         sampler = getattr(self, "_sampler", None)

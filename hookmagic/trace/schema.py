@@ -91,6 +91,20 @@ TABLES: dict[str, dict[str, str]] = {
         "depth": I32,                # 0 is the outermost frame
         "filename": STR, "function": STR, "line": I32,
     },
+    # Blocks inside segments, as caching allocators (PyTorch's, CuPy's pool) see them; the
+    # actions and columns are explained in hookmagic.memory.events.
+    "allocator_events": {
+        "time_ns": I64,
+        "action": STR,               # alloc, free_requested, free_completed, segment_alloc,
+                                     # segment_free, segment_map, segment_unmap, oom
+        "address": U64, "size": I64,
+        "requested_size": I64,       # bytes the program asked for
+        "segment": U64,              # base of the segment holding the block (0: unknown)
+        "stream": I64, "device": I32,
+        "pool": STR,                 # small, large, or ""
+        "stack_id": I64,
+        "source": STR,               # torch, cupy
+    },
     "samples": {
         "time_ns": I64, "device": I32,
         "gpu_util": F64, "mem_util": F64,       # percent, as NVML reports them
@@ -166,6 +180,6 @@ def _neutral(col: str, dtype: str, n: int) -> np.ndarray:
         return np.full(n, "", dtype=object)
     if dtype == BOOL:
         return np.zeros(n, dtype=bool)
-    if col in ("stack_id", "range_id", "parent_id", "thread", "device", "correlation"):
+    if col in ("stack_id", "range_id", "parent_id", "thread", "device", "correlation", "stream"):
         return np.full(n, -1, dtype=dtype)
     return np.zeros(n, dtype=dtype)

@@ -321,3 +321,18 @@ def test_magic_on_gpu():
     ip.user_ns["x"] = torch.zeros(16, device="cuda")
     result = ip.run_cell_magic("cudahook", "-o -q", "workloads.launch_tiny(25, x)")
     assert len(result.kernels) == 25
+
+
+def test_torch_allocator_history_is_recorded():
+    torch.cuda.empty_cache()
+    with hookmagic.capture() as trace:
+        blocks = [torch.empty(n, device="cuda") for n in (100, 5000, 1 << 20)]
+        del blocks[1]
+        torch.cuda.synchronize()
+    events = trace.allocator_events
+    torch_events = events[events.source == "torch"]
+    assert (torch_events.action == "alloc").sum() >= 3
+    assert (torch_events.action == "segment_alloc").sum() >= 1
+    allocs = torch_events[torch_events.action == "alloc"]
+    assert set(allocs.stack_id) <= set(trace.stacks.stack_id)
+    assert allocs.requested_size.isin([400, 20000, 4 << 20]).sum() >= 3
