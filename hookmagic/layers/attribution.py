@@ -7,8 +7,17 @@ under a capture with NVTX ranges named after its layers.
 Tables follow :mod:`hookmagic.trace.schema`: activity rows carry ``range_id`` (innermost open
 range at launch, -1 for none); ``ranges`` has ``range_id, name, start_ns, end_ns, depth,
 parent_id``.
+
+Launch gaps (:func:`charge_gaps`): within one iteration, every stretch in which the GPU runs none
+of the iteration's activity is charged to the layer whose activity starts right after it. The
+stretch before the first activity is the iteration's end-to-end latency minus the span from the
+first start to the last end (CUDA events cannot be placed on CUPTI's clock, so the idle time at
+both edges is one number); it is charged to the first layer. The gaps of an iteration therefore
+sum to its end-to-end latency minus its GPU busy time (union of activity), exactly.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,6 +26,8 @@ import pandas as pd
 ITERATION_PREFIX = "hookmagic.iteration "
 #: layer name given to GPU work launched in an iteration but outside every leaf module
 OUTSIDE = "(outside leaf modules)"
+#: name of the range around warm-up iterations run under the capture (their work is set aside)
+WARMUP_RANGE = "hookmagic.warmup"
 
 
 def activity(kernels: pd.DataFrame, memcpy: pd.DataFrame | None = None,
@@ -40,7 +51,9 @@ def assign_layers(act: pd.DataFrame, ranges: pd.DataFrame,
 
     A row's layer is the range one level below its iteration range on the path from its own
     range upwards (so a user's range nested inside a leaf module still counts for that module);
-    rows launched directly in the iteration range get :data:`OUTSIDE`.
+    rows launched directly in the iteration range get :data:`OUTSIDE`. Rows outside every
+    iteration get iteration -1 and layer :data:`WARMUP_RANGE` if launched inside a warm-up range,
+    ``""`` otherwise.
     """
     parent = dict(zip(ranges["range_id"].tolist(), ranges["parent_id"].tolist()))
     name = dict(zip(ranges["range_id"].tolist(), ranges["name"].astype(str).tolist()))
@@ -57,7 +70,7 @@ def assign_layers(act: pd.DataFrame, ranges: pd.DataFrame,
             it = int(name[cur][len(iteration_prefix):])
             result = (it, name[path[-1]] if path else OUTSIDE)
         else:
-            result = (-1, "")
+            result = (-1, WARMUP_RANGE if any(name[p] == WARMUP_RANGE for p in path) else "")
         cache[rid] = result
         return result
 
@@ -70,17 +83,20 @@ def assign_layers(act: pd.DataFrame, ranges: pd.DataFrame,
 
 def layer_times(assigned: pd.DataFrame, iterations: int | None = None) -> pd.DataFrame:
     """Per layer: mean, median and p90 over iterations of its summed GPU time (ms), calls and
-    first start, in execution order (by first start within each iteration).
+    first start, in execution order (by first start within each iteration). When ``assigned``
+    went through :func:`charge_gaps`, also ``gap_ms``: the launch gaps charged to the layer,
+    mean per iteration (a mean, so that the column sums to the mean idle time per iteration).
 
     An iteration in which a layer launched nothing counts as 0 ms for it.
     """
     inside = assigned[assigned["iteration"] >= 0]
     n_iter = iterations if iterations is not None else int(inside["iteration"].nunique())
     cols = ["layer", "mean_ms", "median_ms", "p90_ms", "activities_per_iter", "first_start"]
+    if "gap_ns" in assigned.columns:
+        cols.append("gap_ms")
     if inside.empty or n_iter == 0:
         return pd.DataFrame(columns=cols)
-    per = inside.groupby(["layer", "iteration"])["duration_ns"].sum().unstack(fill_value=0)
-    per = per.reindex(columns=range(n_iter), fill_value=0) / 1e6
+    per = _per_layer_iteration(inside, "duration_ns", n_iter)
     # execution order: where each layer first starts, relative to its iteration's first activity
     t0 = inside.groupby("iteration")["start_ns"].transform("min")
     first = (inside["start_ns"] - t0).groupby(inside["layer"]).min()
@@ -92,7 +108,69 @@ def layer_times(assigned: pd.DataFrame, iterations: int | None = None) -> pd.Dat
         "activities_per_iter": (inside.groupby("layer").size() / n_iter).reindex(per.index).to_numpy(),
         "first_start": first.reindex(per.index).to_numpy(),
     })
+    if "gap_ns" in inside.columns:
+        out["gap_ms"] = _per_layer_iteration(inside, "gap_ns", n_iter).reindex(per.index) \
+            .mean(axis=1).to_numpy()
     return out.sort_values(["first_start", "layer"], kind="stable").reset_index(drop=True)
+
+
+def _per_layer_iteration(inside: pd.DataFrame, column: str, n_iter: int) -> pd.DataFrame:
+    """``column`` summed per (layer, iteration), in ms: layers as rows, iterations 0..n-1 as
+    columns, 0 where a layer had nothing in an iteration."""
+    per = inside.groupby(["layer", "iteration"])[column].sum().unstack(fill_value=0)
+    return per.reindex(columns=range(n_iter), fill_value=0) / 1e6
+
+
+def charge_gaps(assigned: pd.DataFrame, latencies_ms: Sequence[float] = ()) -> pd.DataFrame:
+    """``assigned`` with ``gap_ns``: the idle GPU time charged to each activity (0 outside the
+    iterations).
+
+    Within an iteration, activities are taken in start order; an activity's gap is the time
+    from the latest end of the activities before it to its own start (0 if it overlaps them).
+    The first activity's gap is ``latencies_ms[iteration]`` (CUDA-event end-to-end time) minus
+    the iteration's span (first start to last end): the idle time at both edges of the
+    iteration, which CUDA events do not let us split. It is left signed (a few microseconds
+    below zero mean the two clocks disagree, not idle time) so that the gaps of an iteration
+    sum to exactly its latency minus its GPU busy time; without a latency it is 0.
+    """
+    out = assigned.copy()
+    out["gap_ns"] = 0.0
+    inside = out[out["iteration"] >= 0].sort_values(["iteration", "start_ns", "end_ns"],
+                                                    kind="stable")
+    if inside.empty:
+        return out
+    it = inside["iteration"]
+    prev_end = inside["end_ns"].groupby(it).cummax().groupby(it).shift(1)
+    gap = (inside["start_ns"] - prev_end).clip(lower=0).astype("float64")
+    first = prev_end.isna()
+    span = (inside.groupby("iteration")["end_ns"].max()
+            - inside.groupby("iteration")["start_ns"].min()).astype("float64")
+    lat = pd.Series({i: float(v) * 1e6 for i, v in enumerate(latencies_ms)}, dtype="float64")
+    edge = (lat.reindex(span.index) - span).fillna(0.0)
+    gap[first] = it[first].map(edge).to_numpy()
+    out.loc[gap.index, "gap_ns"] = gap
+    return out
+
+
+def iteration_summary(charged: pd.DataFrame, iterations: int | None = None,
+                      latencies_ms: Sequence[float] = ()) -> pd.DataFrame:
+    """Per iteration (ms): ``layer_sum_ms`` (sum of activity durations, what the layer rows
+    add up to), ``busy_ms`` (union of activity), ``gap_ms`` (gaps charged by
+    :func:`charge_gaps`; equals ``latency_ms - busy_ms``), ``latency_ms`` (NaN if unknown)."""
+    inside = charged[charged["iteration"] >= 0]
+    n_iter = iterations if iterations is not None else int(inside["iteration"].nunique())
+    idx = pd.RangeIndex(n_iter, name="iteration")
+    g = inside.groupby("iteration")
+    gaps = g["gap_ns"].sum() if "gap_ns" in inside.columns else pd.Series(dtype="float64")
+    lat = list(latencies_ms)[:n_iter]
+    out = pd.DataFrame({
+        "iteration": np.arange(n_iter, dtype="int64"),
+        "layer_sum_ms": (g["duration_ns"].sum().reindex(idx, fill_value=0) / 1e6).to_numpy(),
+        "busy_ms": busy_ms(inside).reindex(idx, fill_value=0.0).to_numpy(),
+        "gap_ms": (gaps.reindex(idx, fill_value=0) / 1e6).to_numpy(dtype="float64"),
+        "latency_ms": np.array(lat + [np.nan] * (n_iter - len(lat)), dtype="float64"),
+    })
+    return out
 
 
 def kernels_by_layer(assigned: pd.DataFrame, iterations: int | None = None) -> pd.DataFrame:

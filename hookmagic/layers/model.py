@@ -31,6 +31,8 @@ LAYER_COLUMNS: dict[str, str] = {
     "mean_ms": "mean time per iteration, ms",
     "median_ms": "median time per iteration, ms (NaN if not reported)",
     "p90_ms": "90th percentile per iteration, ms (NaN if not reported)",
+    "gap_ms": ("launch gaps charged to this layer: GPU idle time just before its work, mean per "
+               "iteration, ms; not part of mean_ms (live PyTorch captures; NaN otherwise)"),
     "pct": "share of total_ms, percent",
     "weight_bytes": "bytes of weights (bias excluded, as TREx counts)",
     "bias_bytes": "bytes of bias",
@@ -44,7 +46,7 @@ LAYER_COLUMNS: dict[str, str] = {
     "details": "the layer's raw record as JSON text (for the details panel)",
 }
 
-_FLOAT_COLS = ("mean_ms", "median_ms", "p90_ms", "pct", "weight_bytes", "bias_bytes",
+_FLOAT_COLS = ("mean_ms", "median_ms", "p90_ms", "gap_ms", "pct", "weight_bytes", "bias_bytes",
                "activation_bytes")
 _STR_COLS = ("name", "type", "layer_type", "precision", "in_precision", "out_precision",
              "in_format", "out_format", "tactic", "in_shapes", "out_shapes", "origin", "details")
@@ -106,7 +108,9 @@ class LayerProfile:
     meta : dict
         Per engine: ``name`` (label), ``source`` (trtexec, tensorrt, torch, onnxruntime),
         ``device``, ``tensorrt_version``, ``build_options``, ``iterations``, ``latency_ms``
-        (end-to-end statistics when known), ``warnings`` (what could not be understood).
+        (end-to-end statistics when known; for PyTorch modules the runs without hooks, and
+        ``latency_hooked_ms``, ``gpu_busy_ms``, ``launch_gap_ms`` for the hooked run),
+        ``warnings`` (what could not be understood).
     times : DataFrame or None
         Per-iteration end-to-end timings (``latency_ms``, ``compute_ms``, ...), when known.
     constants : DataFrame
@@ -190,20 +194,36 @@ class LayerProfile:
         }
 
     # ---- display -------------------------------------------------------------------------
-    def __repr__(self) -> str:
+    def _latency_text(self) -> str:
+        """', end-to-end X ms' (plus the launch gaps of a hooked run, medians), or ''."""
         lat = self.latency_ms
-        lat_txt = f", end-to-end {lat:.3f} ms" if lat is not None else ""
+        if lat is None:
+            return ""
+        gap = self.meta.get("launch_gap_ms")
+        if not (isinstance(gap, dict) and gap.get("median") is not None):
+            return f", end-to-end {lat:.3f} ms"
+        ref, sums = self.meta.get("latency_ms") or {}, self.meta.get("layer_sum_ms") or {}
+        where = " without hooks" if "latency_clean_ms" in self.meta else ""
+        return (f" (median {sums.get('median', math.nan):.3f}), end-to-end{where} "
+                f"median {ref.get('median', lat):.3f} ms; hooked run's launch gaps "
+                f"median {gap['median']:.3f} ms")
+
+    def __repr__(self) -> str:
         return (f"<LayerProfile {self.name!r}: {len(self.layers)} layers, "
-                f"layer sum {self.total_ms:.3f} ms{lat_txt}>")
+                f"layer sum {self.total_ms:.3f} ms{self._latency_text()}>")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         s = self.summary()
         head = (f"<b>{_esc(s['name'])}</b> ({_esc(s['source'])}"
                 + (f", {_esc(s['device'])}" if s["device"] else "") + ")<br>"
                 f"{s['layers']} layers, layer sum {s['total_ms']:.3f} ms"
-                + (f", end-to-end {self.latency_ms:.3f} ms" if self.latency_ms is not None else "")
+                + _esc(self._latency_text())
                 + f"; weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
-        top = self.top(5)[["name", "type", "precision", "mean_ms", "pct"]]
+        cols = ["name", "type", "precision", "mean_ms", "pct"]
+        if self.layers["gap_ms"].notna().any():
+            cols.append("gap_ms")
+        top = (self.layers.sort_values(["mean_ms", "order"], ascending=[False, True], kind="stable")
+               .head(5)[cols])
         return {"text/plain": repr(self),
                 "text/html": head + top.to_html(index=False, float_format=lambda v: f"{v:.4f}")}
 

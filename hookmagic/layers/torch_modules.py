@@ -6,23 +6,46 @@ by a forward pre-hook, left by a forward hook), and every iteration inside
 with the innermost open range, so a layer's GPU time is the sum of the durations of the
 activity launched while it ran (:mod:`hookmagic.layers.attribution`).
 
-End-to-end latency per iteration comes from CUDA events around the forward call. Launch gaps
-(time the GPU sits idle between kernels while Python and the hooks run) are in the end-to-end
-latency but in no layer; ``meta["gpu_busy_ms"]`` (union of activity per iteration) and
-``meta["latency_clean_ms"]`` (the same iterations without hooks or capture) show how big they are.
+How end-to-end latency and launch gaps are counted
+--------------------------------------------------
+* The **reference end-to-end latency** (``meta["latency_ms"]``, also ``meta["latency_clean_ms"]``)
+  is measured with CUDA events around each forward call, over ``iterations`` back-to-back runs
+  made *without* hooks and without a capture: the model's own latency. The layer sum is
+  compared with it (``reconcile``), on medians.
+* The **hooked run** (hooks, ranges, CUPTI) has its own CUDA-event latency per iteration
+  (``meta["latency_hooked_ms"]``). Its GPU busy time (union of the iteration's activity,
+  ``meta["gpu_busy_ms"]``) equals the layer sum when every activity is attributed and nothing
+  overlaps. The rest, hooked latency minus busy time, is the iteration's **launch gaps**
+  (``meta["launch_gap_ms"]``): the GPU idle while the host (Python, the hooks, the CUPTI
+  callbacks) had not yet launched the next kernel, plus the short gaps between back-to-back
+  kernels that the runs without hooks have too (their latency minus the layer sum).
+* Each gap is charged to the layer whose activity follows it, in the layer table's ``gap_ms``
+  column (mean per iteration, so the column sums to the mean gap per iteration); the idle time
+  at the iteration's edges goes to its first layer (:func:`~hookmagic.layers.attribution.charge_gaps`).
+  ``gap_ms`` is not part of ``mean_ms`` and not in the layer sum: nothing is hidden, nothing
+  counted twice.
+* Host jitter (a page fault, a buffer flush, the garbage collector) gives the hooked latency a
+  long tail, so comparisons use medians (``meta["reconcile_stat"] = "median"``); means and p90
+  are in the same statistics.
+
+To keep the host ahead of the GPU, the collector is paused during the measured runs, CUDA events
+are created before the capture starts, and ``capture_warmup`` hooked iterations run under the
+capture (inside a ``hookmagic.warmup`` range, set aside) before the measured ones, so one-time
+costs of the first launches under CUPTI land in no measured iteration.
 
 Needs torch and a CUDA GPU; the CPU-side pieces (hooks, naming, aggregation) are plain Python.
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
-from .attribution import (ITERATION_PREFIX, OUTSIDE, activity, assign_layers, busy_ms,
-                          kernels_by_layer, layer_times)
+from .attribution import (ITERATION_PREFIX, OUTSIDE, WARMUP_RANGE, activity, assign_layers,
+                          charge_gaps, iteration_summary, kernels_by_layer, layer_times)
 from .model import LayerProfile, make_layers
 from .trtexec import latency_stats
 
@@ -66,6 +89,7 @@ class ModuleRangeHooks:
         self.open: list[tuple[int, Any]] = []
         self.shapes: dict[str, dict[str, Any]] = {}
         self.calls: dict[str, int] = {}
+        self.described: set[int] = set()   # modules whose output shapes are noted
         self.handles: list[Any] = []
 
     def install(self) -> "ModuleRangeHooks":
@@ -83,24 +107,36 @@ class ModuleRangeHooks:
             h.remove()
         self.handles = []
 
+    # The two hooks run on every leaf call while the GPU may be waiting for the next launch, so
+    # they do the least they can: a dict lookup, a counter, and the range; shapes are described
+    # on a module's first call only.
     def pre(self, module: Any, args: tuple) -> None:
-        name = self.names.get(id(module), type(module).__name__)
-        self.calls[name] = self.calls.get(name, 0) + 1
+        mid = id(module)
+        name = self.names.get(mid) or type(module).__name__
+        calls = self.calls
+        calls[name] = calls.get(name, 0) + 1
         if name not in self.shapes:
             self.shapes[name] = {"inputs": _describe(args)}
         rng = self.range_factory(name)
         rng.__enter__()
-        self.open.append((id(module), rng))
+        self.open.append((mid, rng))
 
     def post(self, module: Any, args: tuple, output: Any) -> None:
-        name = self.names.get(id(module), type(module).__name__)
-        if "outputs" not in self.shapes.get(name, {"outputs": 1}):
-            self.shapes[name]["outputs"] = _describe(output)
+        mid = id(module)
+        opened = self.open
+        if opened and opened[-1][0] == mid and mid in self.described:
+            opened.pop()[1].__exit__(None, None, None)     # the common case: shapes known
+            return
+        name = self.names.get(mid) or type(module).__name__
+        if output is not None:    # None: forward raised (always_call); note shapes next time
+            if "outputs" not in self.shapes.get(name, {"outputs": 1}):
+                self.shapes[name]["outputs"] = _describe(output)
+            self.described.add(mid)
         # close ranges opened after this module's (left open by an inner failure), then its own
-        while self.open:
-            mid, rng = self.open.pop()
+        while opened:
+            top, rng = opened.pop()
             rng.__exit__(None, None, None)
-            if mid == id(module):
+            if top == mid:
                 break
 
     def close_all(self) -> None:
@@ -154,6 +190,7 @@ def module_rows(times: pd.DataFrame, leaves: Sequence[tuple[str, Any]],
             "precision": in_prec, "in_precision": in_prec, "out_precision": out_prec,
             "in_format": ins[0]["dtype"] if ins else "", "out_format": outs[0]["dtype"] if outs else "",
             "mean_ms": r.mean_ms, "median_ms": r.median_ms, "p90_ms": r.p90_ms,
+            "gap_ms": getattr(r, "gap_ms", math.nan),
             "weight_bytes": float(sum(p.numel() * p.element_size() for p in params)),
             "bias_bytes": 0.0,
             "activation_bytes": float(sum(t["bytes"] for t in ins + outs)) if ins + outs else math.nan,
@@ -172,29 +209,61 @@ def profile_from_capture(tables: dict[str, pd.DataFrame], leaves: Sequence[tuple
                          latencies_ms: Sequence[float] = (), clean_latencies_ms: Sequence[float] = (),
                          meta: dict[str, Any] | None = None) -> LayerProfile:
     """Assemble the LayerProfile from capture tables (``kernels``, ``memcpy``, ``memset``,
-    ``ranges``), the hooks' notes and the CUDA-event latencies. Pure: testable without a GPU."""
+    ``ranges``), the hooks' notes and the CUDA-event latencies. Pure: testable without a GPU.
+
+    ``latencies_ms[i]`` is hooked iteration ``i``'s CUDA-event latency; ``clean_latencies_ms``
+    are runs without hooks or capture. Meta (statistics dicts: mean, median, p90, ...):
+    ``latency_ms`` (the reference: the clean runs when given, else the hooked run, as
+    ``latency_reference`` says), ``latency_clean_ms``, ``latency_hooked_ms``, ``layer_sum_ms``
+    (per-iteration layer sum), ``gpu_busy_ms``, ``launch_gap_ms`` (hooked latency minus busy),
+    ``unattributed_activities`` (activity outside every measured iteration and warm-up range)
+    and ``reconcile_stat`` (``"median"``). ``times`` has the per-iteration numbers; the
+    ``gap_ms`` column of ``layers`` the gaps charged to each layer (module docstring).
+    """
     act = activity(tables["kernels"], tables.get("memcpy"), tables.get("memset"))
-    assigned = assign_layers(act, tables["ranges"])
+    assigned = charge_gaps(assign_layers(act, tables["ranges"]), latencies_ms)
     times = layer_times(assigned, iterations)
-    out_meta = {"source": "torch", "iterations": iterations, **(meta or {})}
-    if len(latencies_ms):
-        out_meta["latency_ms"] = latency_stats(latencies_ms)
+    per_iter = iteration_summary(assigned, iterations, latencies_ms)
+    out_meta: dict[str, Any] = {"source": "torch", "iterations": iterations,
+                                "reconcile_stat": "median", **(meta or {})}
     if len(clean_latencies_ms):
         out_meta["latency_clean_ms"] = latency_stats(clean_latencies_ms)
-    busy = busy_ms(assigned)
-    if len(busy):
-        out_meta["gpu_busy_ms"] = latency_stats(busy)
+    if len(latencies_ms):
+        out_meta["latency_hooked_ms"] = latency_stats(latencies_ms)
+    if len(clean_latencies_ms) or len(latencies_ms):
+        clean = bool(len(clean_latencies_ms))
+        out_meta["latency_ms"] = out_meta["latency_clean_ms" if clean else "latency_hooked_ms"]
+        out_meta["latency_reference"] = ("CUDA events, runs without hooks or capture" if clean
+                                         else "CUDA events, hooked run (includes hook overhead)")
+    if len(per_iter):
+        out_meta["layer_sum_ms"] = latency_stats(per_iter["layer_sum_ms"])
+        out_meta["gpu_busy_ms"] = latency_stats(per_iter["busy_ms"])
+        if len(latencies_ms):
+            out_meta["launch_gap_ms"] = latency_stats(per_iter["latency_ms"] - per_iter["busy_ms"])
     outside = assigned["iteration"] < 0
-    if outside.any():
+    warm = outside & (assigned["layer"] == WARMUP_RANGE)
+    stray = outside & ~warm
+    out_meta["unattributed_activities"] = int(stray.sum())
+    if warm.any():
+        out_meta["capture_warmup_activities"] = int(warm.sum())
+    if stray.any():
         out_meta.setdefault("warnings", []).append(
-            f"{int(outside.sum())} GPU activities ran outside the profiled iterations (ignored)")
+            f"{int(stray.sum())} GPU activities ran outside the profiled iterations (ignored)")
+    empty = per_iter["latency_ms"].notna() & (per_iter["layer_sum_ms"] == 0)
+    if empty.any():
+        out_meta.setdefault("warnings", []).append(
+            f"{int(empty.sum())} iteration(s) launched no GPU work; their latency is in no layer's gap")
+    frame = per_iter.rename(columns={"latency_ms": "latency_hooked_ms"})
+    if len(clean_latencies_ms) == len(frame):
+        frame["latency_clean_ms"] = list(clean_latencies_ms)   # the i-th clean run, a separate run
     return LayerProfile(layers=make_layers(module_rows(times, leaves, shapes)), meta=out_meta,
-                        times=pd.DataFrame({"latency_ms": list(latencies_ms)}) if len(latencies_ms) else None,
+                        times=frame if len(frame) else None,
                         kernels=kernels_by_layer(assigned, iterations))
 
 
 def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup: int = 5,
-                   name: str | None = None, clean_latency: bool = True) -> LayerProfile:
+                   name: str | None = None, clean_latency: bool = True,
+                   capture_warmup: int = 2) -> LayerProfile:
     """Profile ``model(*example_inputs)`` on the GPU, one row per leaf module.
 
     Parameters
@@ -208,11 +277,15 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
     name : str, optional
         Label (default: the model's class name).
     clean_latency : bool
-        Also time ``iterations`` runs without hooks or capture (``meta["latency_clean_ms"]``).
+        Also time ``iterations`` runs without hooks or capture: the reference end-to-end
+        latency (``meta["latency_ms"]``). Without it the reference is the hooked run's.
+    capture_warmup : int
+        Hooked iterations run under the capture before the measured ones and set aside.
 
-    The layer sum and the CUDA-event latency are both in the result (``reconcile(profile)``);
-    their difference is launch gaps, counted in no layer. Raises RuntimeError if the capture
-    recorded nothing (no GPU, driver or CUPTI), with the capture's reason.
+    ``reconcile(profile)`` puts the layer sum beside the clean latency and the hooked run's
+    latency, busy time and launch gaps; the layers' ``gap_ms`` column says after which layer's
+    launch the GPU waited (the module docstring says how gaps are counted). Raises RuntimeError
+    if the capture recorded nothing (no GPU, driver or CUPTI), with the capture's reason.
     """
     import torch
 
@@ -225,25 +298,30 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
     model.eval()
     leaves = leaf_modules(model)
     hooks = ModuleRangeHooks(leaves, hookmagic.range)
+    gc_was_enabled = gc.isenabled()
     try:
         with torch.inference_mode():
             for _ in range(warmup):
                 model(*inputs)
             torch.cuda.synchronize()
+            gc.collect()
+            gc.disable()   # a collection mid-run stalls the host and the GPU waits for it
             clean = _timed_runs(torch, model, inputs, iterations) if clean_latency else []
+            events = _event_pairs(torch, iterations)
             hooks.install()
-            events = []
             with hookmagic.capture(label=name or type(model).__name__, stacks=False) as trace:
-                for i in range(iterations):
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
+                with hookmagic.range(WARMUP_RANGE):
+                    for _ in range(capture_warmup):
+                        model(*inputs)
+                for i, (start, end) in enumerate(events):
                     with hookmagic.range(f"{ITERATION_PREFIX}{i}"):
                         start.record()
                         model(*inputs)
                         end.record()
-                    events.append((start, end))
                 torch.cuda.synchronize()
     finally:
+        if gc_was_enabled:
+            gc.enable()
         hooks.remove()
         model.train(was_training)
     if trace.status == "unavailable":
@@ -252,20 +330,28 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
     device = torch.cuda.get_device_name(inputs[0].device) if hasattr(inputs[0], "device") else ""
     meta = {"name": name or type(model).__name__, "device": device,
             "torch_version": torch.__version__, "capture_status": trace.status,
-            "gap_note": "end-to-end latency includes launch gaps; no layer holds them"}
-    hooks_calls = dict(hooks.calls)
-    meta["calls_per_iteration"] = {k: v / iterations for k, v in hooks_calls.items()}
+            "capture_warmup": capture_warmup,
+            "gap_note": ("layer sum compared with the CUDA-event latency of runs without hooks "
+                         "(medians); the hooked run's idle GPU time (its latency minus GPU busy) "
+                         "is charged to the layer whose work follows each gap (gap_ms), in no "
+                         "layer's time")}
+    calls = hooks.calls
+    meta["calls_per_iteration"] = {k: v / (iterations + capture_warmup) for k, v in calls.items()}
     return profile_from_capture(trace.tables, leaves, hooks.shapes, iterations, latencies,
                                 clean, meta)
 
 
+def _event_pairs(torch: Any, n: int) -> list[tuple[Any, Any]]:
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(n)]
+
+
 def _timed_runs(torch: Any, model: Any, inputs: tuple, iterations: int) -> list[float]:
-    pairs = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """CUDA-event latency of ``iterations`` back-to-back forward calls, no hooks, no capture."""
+    pairs = _event_pairs(torch, iterations)
+    for start, end in pairs:
         start.record()
         model(*inputs)
         end.record()
-        pairs.append((start, end))
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in pairs]
