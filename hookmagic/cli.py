@@ -2,6 +2,7 @@
 
     hookmagic trt summary --profile P --layers L [--times T] [--top N] [--json] [--max-ms MS]
     hookmagic trt compare --profile P1 --layers L1 --profile P2 --layers L2 [--name A --name B] [--json]
+    hookmagic demo [--out DIR]
 
 Each subcommand group is one ``register_<group>(subparsers)`` function listed in
 ``REGISTRARS``; a new group (e.g. ``demo``) is a new function and one line there. Commands only
@@ -149,6 +150,32 @@ def _trt_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- demo ---------------------------------------------------------------------------------
+
+def register_demo(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic demo``: the tour notebook executed on the bundled recordings, as HTML."""
+    d = subparsers.add_parser(
+        "demo", help="run the tour notebook on the bundled GPU recordings and write it as HTML",
+        description="Execute notebooks/00_tour.ipynb (no GPU or network needed: it replays "
+                    "recordings made on a GPU) and render it to DIR/00_tour.html.")
+    d.add_argument("--out", default="hookmagic-demo", metavar="DIR",
+                   help="folder for 00_tour.html and the executed notebook (./hookmagic-demo)")
+    d.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from hookmagic.demo import DemoError, build_demo
+
+    try:
+        result = build_demo(args.out)
+    except DemoError as exc:
+        print(f"hookmagic: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"executed the tour in {result.seconds:.1f} s", file=sys.stderr)
+    print(result.html)
+    return EXIT_OK
+
+
 # ---- plumbing -----------------------------------------------------------------------------
 
 class _Usage(Exception):
@@ -156,7 +183,7 @@ class _Usage(Exception):
 
 
 #: one registrar per subcommand group; add yours here
-REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt]
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt, register_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,20 +114,18 @@ def _figure_box(fig: Any) -> widgets.Widget:
 
 
 def figure_bundle(fig: Any) -> dict[str, Any]:
-    """Plotly's MIME bundle under the current renderer, always with Plotly's own mimetype.
+    """Plotly's own MIME bundle of ``fig`` (its JSON mimetype plus a text/plain line).
 
-    The renderer decides extras (``plotly_mimetype+notebook`` adds HTML with plotly.js for
-    static exports); outside a kernel plotly's default renderer gives no bundle at all, so the
-    JSON mimetype is added here in that case.
+    Built directly rather than through ``fig._repr_mimebundle_()``: that depends on the
+    renderer in force (nothing at all outside a kernel) and, under the ``notebook`` renderer,
+    re-emits the whole of plotly.js into the cell on every call.
     """
     import json
 
     import plotly.io as pio
 
-    data = dict(fig._repr_mimebundle_() or {})
-    data.setdefault(PLOTLY_MIME, json.loads(pio.to_json(fig, validate=False)))
-    data.setdefault("text/plain", f"<Plotly figure: {fig.layout.title.text or 'untitled'}>")
-    return data
+    return {PLOTLY_MIME: json.loads(pio.to_json(fig, validate=False)),
+            "text/plain": f"<Plotly figure: {fig.layout.title.text or 'untitled'}>"}
 
 
 def _flame_panel(trace: Any) -> widgets.Widget:
