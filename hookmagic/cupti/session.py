@@ -255,7 +255,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             "devices": [dict(d, compute_capability=list(d["compute_capability"]))
                         for d in native.device_properties()],
             "driver_version": driver.driver_version, "cuda_driver_version": driver.cuda_version,
-            "cupti_version": int(native.load(native.cupti_path())),
+            "cupti_version": int(native.cupti_version()),
             "cupti_path": native.cupti_path(),
             "options": dict(self.options),
         }

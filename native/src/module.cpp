@@ -165,6 +165,8 @@ PYBIND11_MODULE(_native, m) {
         return Session::instance().cupti_version();
     }, py::arg("path"), "Open libcupti at `path`; returns CUPTI's API version.");
     m.def("loaded", [] { return Session::instance().loaded(); });
+    m.def("cupti_version", [] { return Session::instance().cupti_version(); },
+          "CUPTI's API version (0 until load()).");
     m.def("cupti_path", [] { return Session::instance().cupti().path; });
     m.def("driver_version", [] {
         auto& drv = Session::instance().driver();
