@@ -116,19 +116,15 @@ class SchedulerPanel:
         from hookmagic.views import sched as V
         runs = {"sim": self.result} if self.real is None else {"sim": self.result, "real": self.real}
         summaries = {k: r.metrics() for k, r in runs.items()}
-        self.table.clear_output(wait=True)
-        with self.table:
-            cols = ["offered", "served", "throughput_rps", "goodput_rps", "slo_pct", "p50_ms",
-                    "p99_ms", "queue_p99_ms", "compute_p50_ms", "batch_mean"]
-            for k, s in summaries.items():
-                display(s[cols].round(2).rename_axis(f"{k}: model"))
-        self.plots.clear_output(wait=True)
-        with self.plots:
-            display(V.latency_cdf_figure({k: M.latency_cdf(r.requests) for k, r in runs.items()}))
-            display(V.p99_vs_slo_figure(summaries))
-            display(V.batch_histogram_figure({k: M.batch_histogram(r.batches) for k, r in runs.items()}))
-            display(V.gantt_figure(self.result.batches))
-            display(V.queue_depth_figure(M.queue_depth(self.result.requests)))
+        cols = ["offered", "served", "throughput_rps", "goodput_rps", "slo_pct", "p50_ms",
+                "p99_ms", "queue_p99_ms", "compute_p50_ms", "batch_mean"]
+        _show(self.table, *[s[cols].round(2).rename_axis(f"{k}: model") for k, s in summaries.items()])
+        _show(self.plots,
+              V.latency_cdf_figure({k: M.latency_cdf(r.requests) for k, r in runs.items()}),
+              V.p99_vs_slo_figure(summaries),
+              V.batch_histogram_figure({k: M.batch_histogram(r.batches) for k, r in runs.items()}),
+              V.gantt_figure(self.result.batches),
+              V.queue_depth_figure(M.queue_depth(self.result.requests)))
 
     def find_best(self) -> None:
         """Sweep max batch, delay and streams under the typed limits; apply the best."""
@@ -140,12 +136,10 @@ class SchedulerPanel:
                 "streams": [1, 2, 4]}
         table = sweep(self.models, wl, grid, base=pol, limits=limits, seed=self.seed)
         best = best_policy(table)
-        self.sweep_out.clear_output(wait=True)
-        with self.sweep_out:
-            display(table.head(8).round(2))
-            if best is None:
-                print("No configuration meets these limits.")
-                return
+        _show(self.sweep_out, table.head(8).round(2))
+        if best is None:
+            self.sweep_out.append_stdout("No configuration meets these limits.\n")
+            return
         row = table.iloc[0]
         for r in self.rows.values():
             r["max_batch"].value = int(row["max_batch"])
@@ -159,15 +153,14 @@ class SchedulerPanel:
         spec = next(m for m in self.models if m.name == name)
         self.export_text = ("# config.pbtxt\n" + triton_config(name, self.policy, spec=spec, priorities=prios)
                             + "\n# Ray Serve\n" + ray_serve_snippet(name, self.policy))
-        self.export_out.clear_output(wait=True)
-        with self.export_out:
-            print(self.export_text)
+        _show(self.export_out)
+        self.export_out.append_stdout(self.export_text)
 
     def run_on_gpu(self) -> None:
         """Run the current settings on the engines given, or say plainly why not."""
         from .engines import gpu_available
         from .driver import run
-        self.gpu_out.clear_output(wait=True)
+        _show(self.gpu_out)
         ok, why = gpu_available()
         if not ok:
             self.message = f"No GPU on this machine ({why}); showing the simulation only."
@@ -175,14 +168,26 @@ class SchedulerPanel:
             self.message = ("A GPU is present, but no engines were given: "
                             "SchedulerPanel(..., engines={name: TorchEngine(...)}).")
         else:
-            with self.gpu_out:
-                print(f"Running on {why} for {self.duration_s:g} s ...")
+            self.gpu_out.append_stdout(f"Running on {why} for {self.duration_s:g} s ...\n")
             self.real = run(self.engines, self.workload, self.policy)
             self.message = (f"Real run: {len(self.real.requests):,} requests on "
                             f"{self.real.meta.get('gpu', '?')} (dashed lines / hatched bars).")
             self.draw()
-        with self.gpu_out:
-            print(self.message)
+        self.gpu_out.append_stdout(self.message + "\n")
 
     def _ipython_display_(self) -> None:
         display(self.widget)
+
+
+def _show(out: W.Output, *objs: Any) -> None:
+    """Replace ``out``'s content with ``objs``.
+
+    Sets the widget's outputs directly instead of capturing with ``with out:``, which keeps
+    notebook runners (nbclient, nbval) from waiting on captured output messages.
+    """
+    out.outputs = ()
+    for obj in objs:
+        try:
+            out.append_display_data(obj)
+        except Exception:  # no IPython display formatter (plain Python): keep the text
+            out.append_stdout(repr(obj) + "\n")
