@@ -119,7 +119,7 @@ def main() -> int:
     for name, work in RECORDINGS.items():
         work()  # warm up: module loading and cuBLAS/cuFFT plans outside the recording
         _release_cached_memory()  # so the recording shows the allocator growing again
-        with hookmagic.capture(label=name) as trace:
+        with hookmagic.capture(label=name, allocator_history=True) as trace:
             work()
         trace.meta["recorded_on"] = recorded_on
         trace.meta["description"] = (work.__doc__ or "").strip().replace("\n", " ")

@@ -92,7 +92,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         code); ``nvtx`` needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use.
     allocator_history:
         With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
-        hand-outs (the ``allocator_events`` table) when those libraries are in use.
+        hand-outs (the ``allocator_events`` table) when those libraries are in use. Off by
+        default: PyTorch's history recording more than doubled the time of an allocating
+        inference loop on the GPU machine (benchmarks/results/overhead.md).
     label:
         A name for the capture, shown in views.
     detach:
@@ -108,7 +110,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
     def __init__(self, *, kernels: bool = True, memory: bool = True, stacks: bool = True,
                  api: bool = False, nvml: bool = True, nvtx: bool = False,
-                 allocator_history: bool = True,
+                 allocator_history: bool = False,
                  label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
                  max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
                  max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:

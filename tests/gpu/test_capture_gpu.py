@@ -325,7 +325,7 @@ def test_magic_on_gpu():
 
 def test_torch_allocator_history_is_recorded():
     torch.cuda.empty_cache()
-    with hookmagic.capture() as trace:
+    with hookmagic.capture(allocator_history=True) as trace:
         blocks = [torch.empty(n, device="cuda") for n in (100, 5000, 1 << 20)]
         del blocks[1]
         torch.cuda.synchronize()
