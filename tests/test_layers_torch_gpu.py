@@ -72,8 +72,9 @@ def test_layer_sum_within_5_percent_of_end_to_end():
     assert abs(gaps - (hooked - p.total_ms)) <= max(0.01, 0.01 * hooked), why
     # the same idle time summed two ways (per layer, per iteration): equal to within 1 µs
     assert gaps == pytest.approx(meta["launch_gap_ms"]["mean"], abs=1e-3), why
+    # per iteration: CUDA events and CUPTI timestamps agree to a few microseconds
     assert p.times["gap_ms"].add(p.times["busy_ms"]).to_numpy() == pytest.approx(
-        p.times["latency_hooked_ms"].to_numpy(), abs=1e-6)
+        p.times["latency_hooked_ms"].to_numpy(), abs=5e-3)
 
     out = os.environ.get("HOOKMAGIC_RECORD_DIR")
     if out:

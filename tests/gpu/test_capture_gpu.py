@@ -334,5 +334,6 @@ def test_torch_allocator_history_is_recorded():
     assert (torch_events.action == "alloc").sum() >= 3
     assert (torch_events.action == "segment_alloc").sum() >= 1
     allocs = torch_events[torch_events.action == "alloc"]
-    assert set(allocs.stack_id) <= set(trace.stacks.stack_id)
+    stacked = allocs.stack_id[allocs.stack_id >= 0]  # -1: PyTorch kept no Python frame
+    assert len(stacked) >= 3 and set(stacked) <= set(trace.stacks.stack_id)
     assert allocs.requested_size.isin([400, 20000, 4 << 20]).sum() >= 3
