@@ -31,6 +31,8 @@ class CudaHookMagics(Magics, Configurable):
     api = Bool(False, help="Record CUDA runtime and driver API calls.").tag(config=True)
     memory = Bool(True, help="Record every device allocation and free.").tag(config=True)
     nvml = Bool(True, help="Sample GPU utilisation, clocks and power with NVML.").tag(config=True)
+    allocator_history = Bool(False, help="Also record PyTorch's allocator history and CuPy's "
+                             "pool hand-outs (costly on allocation-heavy code).").tag(config=True)
     quiet = Bool(False, help="Do not display the summary after the cell.").tag(config=True)
     raise_error = Bool(True, help="Re-raise the cell's exception after showing the summary."
                        ).tag(config=True)
@@ -55,6 +57,9 @@ class CudaHookMagics(Magics, Configurable):
               help="Do not record allocations and frees.")
     @argument("--no-nvml", dest="nvml", action="store_false", default=None,
               help="Do not sample GPU utilisation with NVML.")
+    @argument("--allocator", dest="allocator_history", action="store_true", default=None,
+              help="Also record PyTorch's caching-allocator history and CuPy's pool "
+              "(blocks inside segments, for the fragmentation map).")
     @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
               help="Show the cell's exception instead of raising it (later cells keep running).")
     @argument("--report", dest="report", action="store_true", default=None,
@@ -98,6 +103,8 @@ class CudaHookMagics(Magics, Configurable):
             "stacks": self.stacks if args.stacks is None else args.stacks,
             "api": self.api if args.api is None else args.api,
             "nvml": self.nvml if args.nvml is None else args.nvml,
+            "allocator_history": (self.allocator_history if args.allocator_history is None
+                                  else args.allocator_history),
             "label": args.label or f"In [{self.shell.execution_count}]",
         }
         body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
