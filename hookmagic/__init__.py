@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "recordings",
+__all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "recordings", "sched",
+           "layers",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 if TYPE_CHECKING:
@@ -55,8 +56,8 @@ def __getattr__(name: str) -> Any:
         from hookmagic.trace import Trace
 
         return Trace
-    if name == "recordings":
-        import hookmagic.recordings as recordings
+    if name in ("recordings", "sched", "layers"):
+        import importlib
 
-        return recordings
+        return importlib.import_module(f"hookmagic.{name}")
     raise AttributeError(f"module 'hookmagic' has no attribute {name!r}")
