@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.analysis.flame import _as_set, event_mask, table
+from hookmagic.analysis.intervals import merge_intervals
 
 #: API calls that block the host until the GPU catches up
 BLOCKING_API = re.compile(r"Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
@@ -37,22 +38,7 @@ GAP_COLUMNS = ["device", "start_ns", "end_ns", "duration_ns", "position", "next_
                "sync_ns", "after_sync", "cause"]
 
 
-# -- interval arithmetic --------------------------------------------------------------------
-
-def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals ``[start, end)`` as sorted, disjoint ``(starts, ends)``."""
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
-    if starts.size == 0:
-        return starts.copy(), ends.copy()
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > reach[:-1]]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, s.size - 1]
-    return s[first], reach[last]
-
+# -- interval arithmetic (merge_intervals lives in hookmagic.analysis.intervals) -----------
 
 def covered_until(u_starts: np.ndarray, u_ends: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Length of the disjoint sorted intervals ``u`` that lies before each ``x``."""
