@@ -61,6 +61,17 @@ void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId 
     Session::instance().on_callback(domain, cbid, data);
 }
 
+// The fields every GPU-side record shares: when, where, and which API call caused it.
+template <class Table, class Record>
+inline void push_placed(Table& t, const Record* r) {
+    t.start_ns.push_back(static_cast<int64_t>(r->start));
+    t.end_ns.push_back(static_cast<int64_t>(r->end));
+    t.device.push_back(static_cast<int32_t>(r->deviceId));
+    t.context.push_back(r->contextId);
+    t.stream.push_back(r->streamId);
+    t.correlation.push_back(r->correlationId);
+}
+
 bool starts_with(const char* s, const char* prefix) {
     return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
 }
@@ -429,12 +440,7 @@ void Session::decode_record(const CUpti_Activity* record) {
             case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
                 const auto* k = reinterpret_cast<const KernelRecord*>(record);
                 auto& t = kernels;
-                t.start_ns.push_back(static_cast<int64_t>(k->start));
-                t.end_ns.push_back(static_cast<int64_t>(k->end));
-                t.device.push_back(static_cast<int32_t>(k->deviceId));
-                t.context.push_back(k->contextId);
-                t.stream.push_back(k->streamId);
-                t.correlation.push_back(k->correlationId);
+                push_placed(t, k);
                 t.name.push_back(intern_string(k->name, true));
                 t.grid_x.push_back(k->gridX); t.grid_y.push_back(k->gridY); t.grid_z.push_back(k->gridZ);
                 t.block_x.push_back(k->blockX); t.block_y.push_back(k->blockY); t.block_z.push_back(k->blockZ);
@@ -449,12 +455,7 @@ void Session::decode_record(const CUpti_Activity* record) {
             case CUPTI_ACTIVITY_KIND_MEMCPY: {
                 const auto* m = reinterpret_cast<const MemcpyRecord*>(record);
                 auto& t = memcpy;
-                t.start_ns.push_back(static_cast<int64_t>(m->start));
-                t.end_ns.push_back(static_cast<int64_t>(m->end));
-                t.device.push_back(static_cast<int32_t>(m->deviceId));
-                t.context.push_back(m->contextId);
-                t.stream.push_back(m->streamId);
-                t.correlation.push_back(m->correlationId);
+                push_placed(t, m);
                 t.bytes.push_back(static_cast<int64_t>(m->bytes));
                 t.kind.push_back(m->copyKind);
                 t.src_kind.push_back(m->srcKind);
@@ -465,12 +466,7 @@ void Session::decode_record(const CUpti_Activity* record) {
             case CUPTI_ACTIVITY_KIND_MEMSET: {
                 const auto* m = reinterpret_cast<const MemsetRecord*>(record);
                 auto& t = memset;
-                t.start_ns.push_back(static_cast<int64_t>(m->start));
-                t.end_ns.push_back(static_cast<int64_t>(m->end));
-                t.device.push_back(static_cast<int32_t>(m->deviceId));
-                t.context.push_back(m->contextId);
-                t.stream.push_back(m->streamId);
-                t.correlation.push_back(m->correlationId);
+                push_placed(t, m);
                 t.bytes.push_back(static_cast<int64_t>(m->bytes));
                 t.value.push_back(m->value);
                 t.memory_kind.push_back(m->memoryKind);
