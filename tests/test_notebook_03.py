@@ -34,3 +34,11 @@ def test_notebook_runs_and_reproduces_trex(monkeypatch):
     assert "layers: 72" in first and "layer sum: 0.470 ms" in first
     assert "weights: 3.3 MiB, activations: 15.9 MiB" in first
     assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for c in code for o in c.outputs)
+    # the recorded PyTorch profile, labelled from its own meta (not hard-coded)
+    from hookmagic.layers import LayerProfile
+    rec = ROOT / "hookmagic" / "data" / "recordings" / "torch_convnet.layers.json"
+    meta = LayerProfile.load(rec).meta
+    text = "\n".join(_text(c) for c in code)
+    assert f"recorded on {meta['device']} (driver {meta['driver']}" in text
+    assert meta["recorded"] in text
+    assert "launch gaps, hooked run" in text and "gap_ms" in text
