@@ -126,6 +126,14 @@ def test_html_is_escaped_and_scriptless(synthetic_trace):
     assert "Synthetic GPU" in bundle["text/plain"]
 
 
+def test_numeric_cells_do_not_wrap(synthetic_trace):
+    # "49.9 µs" must not break into "49.9 / µs" in a narrow widget
+    import re
+    html = summarize(synthetic_trace)._repr_mimebundle_()["text/html"]
+    assert re.search(r"\.hm-summary td\.n\{[^}]*white-space:nowrap", html)
+    assert html.count('<td class="n">') >= 4
+
+
 def test_long_kernel_names_are_shortened_in_display():
     synthetic = pd.DataFrame({"start_ns": [0], "end_ns": [10], "name": ["synthetic_" + "x" * 300]})
     s = summarize(Trace({"kernels": synthetic}))

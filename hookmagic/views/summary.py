@@ -17,7 +17,8 @@ _STYLE = (
     ".hm-summary table{border-collapse:collapse;margin:2px 0 6px 0}"
     ".hm-summary th,.hm-summary td{padding:1px 8px 1px 0;text-align:left;border:none;"
     "background:none}"
-    ".hm-summary td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    # numbers never wrap ("49.9 µs" split over two lines in a narrow widget)
+    ".hm-summary td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
     ".hm-summary th{font-weight:600;color:var(--jp-ui-font-color2,#555)}"
     ".hm-summary .hm-warn{color:#b45309}"
     ".hm-summary code{font-size:11px}"
