@@ -40,6 +40,10 @@ def test_tabs_hold_summary_flame_timeline_diagnosis_kernels(resnet):
     assert "cudnn::bn_fw_inf_1C11_kernel_NCHW" in kernels.value and "41 more" not in kernels.value
     # text/plain is the summary, so a console shows numbers rather than a widget repr
     assert tab._repr_mimebundle_()["text/plain"] == repr(resnet.summary())
+    # numeric cells never wrap ("49.9 µs" split over two lines in a narrow tab)
+    for pane in (summary, kernels):
+        assert 'class="n"' in pane.value
+        assert "td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}" in pane.value
 
 
 def test_flame_weight_switch_redraws_in_bytes(resnet):

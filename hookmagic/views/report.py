@@ -33,7 +33,7 @@ _TABLE_STYLE = (
     "font-family:var(--jp-ui-font-family,sans-serif)}"
     ".hm-table th,.hm-table td{padding:2px 8px;text-align:left;vertical-align:top;"
     "border-bottom:1px solid var(--jp-border-color2,#ddd)}"
-    ".hm-table td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".hm-table td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
     ".hm-sev-high{color:#b91c1c;font-weight:600}.hm-sev-medium{color:#b45309}"
     ".hm-sev-low,.hm-sev-info{color:#555}</style>"
 )
