@@ -166,20 +166,24 @@ class TorchCachingModel(ModelBase):
         else:
             split = size < self.max_split and rest > R.SMALL_SIZE
         if split:
-            r = _Block(b.addr + size, rest, b.stream, b.small, b.segment, True, b.expandable)
-            r.prev, r.next = b, b.next
-            if b.next is not None:
-                b.next.prev = r
-            b.next = r
-            b.size = size
-            self._blocks[r.addr] = r
-            self._insert_free(r)
+            self._split_off(b, size, mapped=True, expandable=b.expandable)
         b.allocated = True
         b.requested = requested
         self._emit("alloc", b.addr, b.size, requested, b.segment, b.stream, self._pool(b))
         return b.addr
 
     # -- free -----------------------------------------------------------------------------
+    def _split_off(self, b: _Block, size: int, mapped: bool, expandable: bool) -> None:
+        """Keep the first ``size`` bytes in ``b``; the rest becomes a free block after it."""
+        r = _Block(b.addr + size, b.size - size, b.stream, b.small, b.segment, mapped, expandable)
+        r.prev, r.next = b, b.next
+        if b.next is not None:
+            b.next.prev = r
+        b.next = r
+        b.size = size
+        self._blocks[r.addr] = r
+        self._insert_free(r)
+
     def free(self, address: int) -> None:
         b = self._blocks[address]
         if not b.allocated:
@@ -311,14 +315,7 @@ class TorchCachingModel(ModelBase):
             return None
         self._remove_free(b)
         if b.size > size:
-            r = _Block(b.addr + size, b.size - size, b.stream, b.small, b.segment, False, True)
-            r.prev, r.next = b, b.next
-            if b.next is not None:
-                b.next.prev = r
-            b.next = r
-            b.size = size
-            self._blocks[r.addr] = r
-            self._insert_free(r)
+            self._split_off(b, size, mapped=False, expandable=True)
         b.mapped = True
         self._emit("segment_map", b.addr, size, size, b.segment, b.stream, self._pool(b))
         b = self._merge_neighbours(b)
