@@ -1,6 +1,7 @@
 """``hookmagic.capture()``: CUPTI capture of everything the GPU does inside a ``with`` block."""
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import os
 import platform
@@ -297,6 +298,17 @@ def _table_names() -> tuple[str, ...]:
     from hookmagic.trace.schema import TABLE_NAMES
 
     return TABLE_NAMES
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """A capture still running at interpreter exit (a script that never left its ``with``):
+    detach CUPTI before Python's state is torn down, so no callback reads it afterwards."""
+    from hookmagic.cupti import native_module
+
+    native = native_module()
+    if native is not None and native.running():
+        native.stop()
 
 
 def _caller_parent_frame():

@@ -50,6 +50,9 @@ const void* hm_boundary_of(void* frame_object) {
 }
 
 int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
+    /* CUDA calls made while the interpreter shuts down (library destructors) have no frames
+     * worth reading, and the thread states may already be gone. */
+    if (!Py_IsInitialized()) return 0;
     PyThreadState* ts = PyGILState_GetThisThreadState();
     if (!ts) return 0;
     int n = 0;
@@ -72,6 +75,9 @@ int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
 const void* hm_boundary_of(void* frame_object) { return frame_object; }
 
 int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
+    /* CUDA calls made while the interpreter shuts down (library destructors) have no frames
+     * worth reading, and the thread states may already be gone. */
+    if (!Py_IsInitialized()) return 0;
     PyThreadState* ts = PyGILState_GetThisThreadState();
     if (!ts) return 0;
     int n = 0;
