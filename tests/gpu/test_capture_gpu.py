@@ -337,3 +337,20 @@ def test_torch_allocator_history_is_recorded():
     stacked = allocs.stack_id[allocs.stack_id >= 0]  # -1: PyTorch kept no Python frame
     assert len(stacked) >= 3 and set(stacked) <= set(trace.stacks.stack_id)
     assert allocs.requested_size.isin([400, 20000, 4 << 20]).sum() >= 3
+
+
+def test_process_exits_cleanly_with_a_capture_left_running():
+    script = """
+import torch, hookmagic
+x = torch.ones(10, device='cuda')
+manager = hookmagic.capture()
+trace = manager.__enter__()          # never left: the interpreter exits mid-capture
+for _ in range(100):
+    x.add_(1)
+torch.cuda.synchronize()
+print('done')
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("done")
