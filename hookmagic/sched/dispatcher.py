@@ -49,7 +49,13 @@ class _Model:
     """Queue state and per-model settings of one model."""
     __slots__ = ("index", "name", "fifos", "flist", "n", "level_n", "max_batch", "delay",
                  "preferred", "q_max", "q_timeout", "q_delay", "lat1", "aimd", "cap",
-                 "slo_s", "limits", "rr_last", "expiry", "by_level")
+                 "slo_s", "limits", "rr_last", "expiry", "by_level", "levels", "fresh",
+                 "oldest", "top_level", "top_oldest", "first_dl", "expires", "pref_desc", "aimd_max")
+    # ``fresh``: ``oldest`` (earliest arrival at a queue head), ``top_level`` (best level with
+    # requests) and its ``top_oldest``, and ``first_dl`` (earliest head deadline) are current.
+    # Admissions keep them current (a new head arrives after every queued request); removals
+    # at queue heads (batches, expiries, stale drops) clear ``fresh`` and the next decision
+    # rescans the heads.
 
 
 class Dispatcher:
@@ -93,10 +99,13 @@ class Dispatcher:
             # earliest time any queue head could time out or turn late (a lower bound)
             ms.expiry = _INF
             ms.by_level = {}
+            ms.levels = []
+            ms.fresh, ms.oldest, ms.top_level, ms.top_oldest, ms.first_dl = True, _INF, _INF, _INF, _INF
             b = policy.batching_for(spec.name)
             ms.max_batch = max(1, min(b.max_batch, spec.max_batch))
             ms.delay = b.max_delay_ms / 1e3
             ms.preferred = tuple(p for p in b.preferred if p <= ms.max_batch)
+            ms.pref_desc = ms.preferred[::-1]
             q = policy.queue_for(spec.name)
             ms.q_max = q.max_size or 0
             ms.q_timeout = q.timeout_ms / 1e3 if q.timeout_ms is not None else 0.0
@@ -104,6 +113,7 @@ class Dispatcher:
             ms.lat1 = float(spec.latency(1)) / 1e3
             a = policy.adaptive_for(spec.name)
             ms.aimd = a
+            ms.aimd_max = min(a.max_batch, spec.max_batch) if a else 0
             ms.cap = max(1, min(a.start, a.max_batch)) if a else ms.max_batch
             if a is not None:
                 if a.slo_ms is not None:
@@ -115,10 +125,16 @@ class Dispatcher:
             else:
                 ms.slo_s = _INF
             ms.limits = [j for j, lim in enumerate(policy.limits) if spec.name in lim.models]
+            # queue heads can leave by themselves (timeouts, EDF early drops)
+            ms.expires = bool(self.edf_drop or ms.q_timeout)
             self.models.append(ms)
         self.stream_models: list[set[int] | None] = [
             None if st.models is None else {names.index(m) for m in st.models if m in names}
             for st in policy.streams]
+        # per stream, the models it may run, in index order
+        self.stream_cands: list[list[_Model]] = [
+            [ms for ms in self.models if allowed is None or ms.index in allowed]
+            for allowed in self.stream_models]
         # Every request's queue, made up front: admission is then one append.
         cams = arrays["camera"] if fair is not None else np.full(n, -1, dtype=np.int64)
         levels, lv_idx = np.unique(arrays["priority"], return_inverse=True)
@@ -139,42 +155,85 @@ class Dispatcher:
     # -- arrivals ---------------------------------------------------------------------------
     def admit_range(self, lo: int, hi: int) -> None:
         """Admit requests ``lo..hi-1`` (in arrival order)."""
+        fifo_of, models, model_of = self.fifo_of, self.models, self.model_of
+        arrival, deadline = self.arrival, self.deadline
+        new_head = self._new_head
         if self.simple_admit:
-            fifo_of, models, model_of = self.fifo_of, self.models, self.model_of
             for i in range(lo, hi):
-                fifo_of[i].ids.append(i)
-                models[model_of[i]].n += 1
-        else:
-            for i in range(lo, hi):
-                self.admit(i)
+                f = fifo_of[i]
+                ids = f.ids
+                ms = models[model_of[i]]
+                if f.head == len(ids) and ms.fresh:
+                    new_head(ms, f, i)
+                ids.append(i)
+                ms.n += 1
+            return
+        max_frames, edf = self.max_frames, self.edf_drop
+        for i in range(lo, hi):
+            ms = models[model_of[i]]
+            f = fifo_of[i]
+            level = f.level
+            timeout = ms.q_timeout
+            if ms.q_max or timeout:
+                now = arrival[i]
+                if timeout and now >= ms.expiry:
+                    self._expire(ms, now)
+                if ms.q_max and ms.level_n[level] >= ms.q_max:
+                    self.status[i] = REJECTED
+                    self.drop_s[i] = now
+                    continue
+            ids = f.ids
+            if max_frames and f.camera >= 0 and len(ids) - f.head >= max_frames:
+                old = ids[f.head]
+                f.head += 1
+                self.status[old] = STALE
+                self.drop_s[old] = arrival[i]
+                ms.n -= 1
+                ms.level_n[level] -= 1
+                ms.fresh = False
+            if f.head == len(ids):
+                # i becomes a head: it may expire before the others (as in _expiry_of)
+                a = arrival[i]
+                t = a + timeout if timeout and level < _DELAYED else _INF
+                d = deadline[i]
+                if edf:
+                    late = d - ms.lat1 - 1e-12
+                    if late < t:
+                        t = late
+                if t < ms.expiry:
+                    ms.expiry = t
+                if ms.fresh:  # as _new_head
+                    if a < ms.oldest:
+                        ms.oldest = a
+                    if level < ms.top_level:
+                        ms.top_level = level
+                        ms.top_oldest = a
+                    elif level == ms.top_level and a < ms.top_oldest:
+                        ms.top_oldest = a
+                    if d < ms.first_dl:
+                        ms.first_dl = d
+            ids.append(i)
+            ms.n += 1
+            ms.level_n[level] += 1
 
     def admit(self, i: int) -> None:
         """Request ``i`` arrives."""
-        ms = self.models[self.model_of[i]]
-        f = self.fifo_of[i]
+        self.admit_range(i, i + 1)
+
+    def _new_head(self, ms: _Model, f: _Fifo, i: int) -> None:
+        """Request ``i`` becomes the head of the empty queue ``f``: update ``ms``'s head stats."""
+        a = self.arrival[i]
+        if a < ms.oldest:
+            ms.oldest = a
         level = f.level
-        if ms.q_max or ms.q_timeout:
-            now = self.arrival[i]
-            if ms.q_timeout and now >= ms.expiry:
-                self._expire(ms, now)
-            if ms.q_max and ms.level_n[level] >= ms.q_max:
-                self.status[i] = REJECTED
-                self.drop_s[i] = now
-                return
-        if self.max_frames and f.camera >= 0 and len(f.ids) - f.head >= self.max_frames:
-            old = f.ids[f.head]
-            f.head += 1
-            self.status[old] = STALE
-            self.drop_s[old] = self.arrival[i]
-            ms.n -= 1
-            ms.level_n[level] -= 1
-        if f.head == len(f.ids):  # i becomes a head: it may expire before the others
-            t = self._expiry_of(ms, i, level)
-            if t < ms.expiry:
-                ms.expiry = t
-        f.ids.append(i)
-        ms.n += 1
-        ms.level_n[level] += 1
+        if level < ms.top_level:
+            ms.top_level = level
+            ms.top_oldest = a
+        elif level == ms.top_level and a < ms.top_oldest:
+            ms.top_oldest = a
+        d = self.deadline[i]
+        if d < ms.first_dl:
+            ms.first_dl = d
 
     def _expiry_of(self, ms: _Model, i: int, level: int) -> float:
         t = _INF
@@ -217,6 +276,7 @@ class Dispatcher:
                     if level < _DELAYED:
                         ms.level_n[level] -= 1
             f.head = h
+        ms.fresh = False
         bound = _INF
         for f in ms.flist:
             if f.head < len(f.ids):
@@ -235,112 +295,117 @@ class Dispatcher:
             ms.flist.sort(key=lambda x: x.key)
             group = sorted((g for g in ms.flist if g.level == key[0]), key=lambda g: g.camera)
             ms.by_level[key[0]] = (group, [g.camera for g in group])
+            ms.levels = sorted(ms.by_level)
             if key[0] < _DELAYED:
                 ms.level_n.setdefault(key[0], 0)
         return f
 
     # -- decisions ------------------------------------------------------------------------------
+    @staticmethod
+    def _scan(ms: _Model, arrival: list[float], deadline: list[float]) -> None:
+        """Recompute ``ms``'s head stats from its queue heads (queues are sorted by key)."""
+        oldest = top_oldest = first_dl = top_level = _INF
+        for f in ms.flist:
+            ids = f.ids
+            h = f.head
+            if h == len(ids):
+                continue
+            i = ids[h]
+            a = arrival[i]
+            if a < oldest:
+                oldest = a
+            if top_level == _INF:
+                top_level = f.level
+                top_oldest = a
+            elif f.level == top_level and a < top_oldest:
+                top_oldest = a
+            if deadline[i] < first_dl:
+                first_dl = deadline[i]
+        ms.oldest, ms.top_level, ms.top_oldest, ms.first_dl = oldest, top_level, top_oldest, first_dl
+        ms.fresh = True
+
     def next_batch(self, now: float, stream: int) -> tuple[int, list[int]] | None:
-        """Choose the batch stream ``stream`` runs next at ``now``, or None (see ``wake``)."""
-        self.wake = _INF
-        allowed = self.stream_models[stream]
+        """Choose the batch stream ``stream`` runs next at ``now``, or None (see ``wake``).
+
+        The winner has the smallest key — fifo: (oldest head, model index); priority: (best
+        level, its oldest head, model index); edf: (earliest head deadline, model index) — among
+        models whose batch is ready (full, a preferred size, or the oldest waited ``delay``).
+        """
+        wake = _INF
         order = self.order
-        arrival, deadline = self.arrival, self.deadline
+        limit_used, limit_max = self.limit_used, self.limit_max
         best = None
-        best_key = None
+        k0 = k1 = _INF
         best_size = 0
-        for ms in self.models:
-            if ms.n == 0 or (allowed is not None and ms.index not in allowed):
+        for ms in self.stream_cands[stream]:
+            if ms.n == 0:
                 continue
-            if ms.limits and any(self.limit_used[j] >= self.limit_max[j] for j in ms.limits):
-                continue
-            if (ms.q_timeout or self.edf_drop) and now >= ms.expiry:
+            if ms.limits:
+                blocked = False
+                for j in ms.limits:
+                    if limit_used[j] >= limit_max[j]:
+                        blocked = True
+                        break
+                if blocked:
+                    continue
+            if ms.expires and now >= ms.expiry:
                 self._expire(ms, now)
                 if ms.n == 0:
                     continue
-            # One pass over the queue heads: oldest overall, best level and its oldest, and
-            # the earliest deadline.
-            oldest = _INF
-            top_level = None
-            top_oldest = _INF
-            first_deadline = _INF
-            for f in ms.flist:
-                if f.head == len(f.ids):
-                    continue
-                i = f.ids[f.head]
-                a = arrival[i]
-                if a < oldest:
-                    oldest = a
-                if top_level is None:
-                    top_level = f.level
-                    top_oldest = a
-                elif f.level == top_level and a < top_oldest:
-                    top_oldest = a
-                if deadline[i] < first_deadline:
-                    first_deadline = deadline[i]
+            if not ms.fresh:
+                self._scan(ms, self.arrival, self.deadline)
             cap = ms.cap
             n = ms.n
             if n >= cap:
                 size = cap
             else:
                 size = 0
-                for p in reversed(ms.preferred):
+                for p in ms.pref_desc:
                     if p <= n and p <= cap:
                         size = p
                         break
                 if size == 0:
-                    ready_at = oldest + ms.delay
+                    ready_at = ms.oldest + ms.delay
                     if now >= ready_at:
                         size = n
                     else:
-                        if ready_at < self.wake:
-                            self.wake = ready_at
+                        if ready_at < wake:
+                            wake = ready_at
                         continue
+            # models are visited in index order, so "strictly smaller" breaks ties by index
             if order == "fifo":
-                key = (oldest, ms.index)
+                if best is None or ms.oldest < k0:
+                    best, k0, best_size = ms, ms.oldest, size
             elif order == "priority":
-                key = (top_level, top_oldest, ms.index)
-            else:
-                key = (first_deadline, ms.index)
-            if best_key is None or key < best_key:
-                best, best_key, best_size = ms, key, size
+                a, b = ms.top_level, ms.top_oldest
+                if best is None or a < k0 or (a == k0 and b < k1):
+                    best, k0, k1, best_size = ms, a, b, size
+            elif best is None or ms.first_dl < k0:
+                best, k0, best_size = ms, ms.first_dl, size
+        self.wake = wake
         if best is None:
             return None
         ids = self._take(best, best_size)
         for j in best.limits:
-            self.limit_used[j] += 1
+            limit_used[j] += 1
         return best.index, ids
 
     def _take(self, ms: _Model, size: int) -> list[int]:
         """Remove ``size`` requests from ``ms``: best level first, oldest first (or camera round robin)."""
-        out: list[int] = []
-        if size == 1 and self.fair is None:
-            # The common unbatched case, kept short.
-            for f in ms.flist:
-                h = f.head
-                ids = f.ids
-                if h < len(ids):
-                    i = ids[h]
-                    h += 1
-                    ms.n -= 1
-                    if f.level < _DELAYED:
-                        ms.level_n[f.level] -= 1
-                    if h > 4096 and 2 * h > len(ids):
-                        del ids[:h]
-                        h = 0
-                    f.head = h
-                    return [i]
+        ms.fresh = False
+        ms.n -= size
+        level_n = ms.level_n
         if self.fair is None:
-            level_n = ms.level_n
+            out: list[int] = []
             for f in ms.flist:
                 h = f.head
                 ids = f.ids
                 k = len(ids) - h
+                if k <= 0:
+                    continue
                 need = size - len(out)
                 if k > need:
                     k = need
-                if k <= 0:
-                    continue
                 if k == 1:
                     out.append(ids[h])
                 else:
@@ -351,49 +416,77 @@ class Dispatcher:
                     del ids[:h]
                     h = 0
                 f.head = h
-                ms.n -= k
                 if f.level < _DELAYED:
                     level_n[f.level] -= k
                 if len(out) == size:
                     break
-        else:
-            for level in sorted(ms.by_level):
-                group, cam_ids = ms.by_level[level]
-                # rotate so the camera after the one served last comes first
-                start = bisect_right(cam_ids, ms.rr_last) % len(group)
-                cams = group[start:] + group[:start]
-                while len(out) < size:
-                    took = False
-                    for f in cams:
-                        k = min(self.per_camera, size - len(out), len(f.ids) - f.head)
-                        if k <= 0:
-                            continue
-                        out.extend(f.ids[f.head:f.head + k])
-                        f.head += k
-                        self._account(ms, level, k)
-                        self._compact(f)
-                        ms.rr_last = f.camera
-                        took = True
-                        if len(out) == size:
-                            break
-                    if not took:
+            return out
+        out = []
+        per = self.per_camera
+        need = size
+        for level in ms.levels:
+            group, cam_ids = ms.by_level[level]
+            g = len(group)
+            took_level = 0
+            if g == 1:
+                # one queue at this level: the rounds would take from it until done or empty
+                f = group[0]
+                h = f.head
+                ids = f.ids
+                k = len(ids) - h
+                if k > 0:
+                    if k > need:
+                        k = need
+                    out.extend(ids[h:h + k])
+                    h += k
+                    if h > 4096 and 2 * h > len(ids):
+                        del ids[:h]
+                        h = 0
+                    f.head = h
+                    need -= k
+                    ms.rr_last = f.camera
+                    if level < _DELAYED:
+                        level_n[level] -= k
+                    if not need:
                         break
-                if len(out) == size:
+                continue
+            # rotate so the camera after the one served last comes first
+            start = bisect_right(cam_ids, ms.rr_last) % g
+            cams = group[start:] + group[:start] if start else group
+            while need:
+                took = False
+                for f in cams:
+                    h = f.head
+                    ids = f.ids
+                    k = len(ids) - h
+                    if k <= 0:
+                        continue
+                    if k > per:
+                        k = per
+                    if k > need:
+                        k = need
+                    if k == 1:
+                        out.append(ids[h])
+                    else:
+                        out.extend(ids[h:h + k])
+                    h += k
+                    if h > 4096 and 2 * h > len(ids):
+                        del ids[:h]
+                        h = 0
+                    f.head = h
+                    took_level += k
+                    need -= k
+                    ms.rr_last = f.camera
+                    took = True
+                    if not need:
+                        break
+                if not took:
                     break
+            if level < _DELAYED:
+                level_n[level] -= took_level
+            if not need:
+                break
         return out
-
-    @staticmethod
-    def _account(ms: _Model, level: int, k: int) -> None:
-        ms.n -= k
-        if level < _DELAYED:
-            ms.level_n[level] -= k
-
-    @staticmethod
-    def _compact(f: _Fifo) -> None:
-        # Drop the consumed prefix now and then so long runs keep lists short.
-        if f.head > 4096 and 2 * f.head > len(f.ids):
-            del f.ids[:f.head]
-            f.head = 0
 
     def finished(self, model: int, start: float, end: float) -> None:
         """A batch of ``model`` that started at ``start`` finished at ``end``."""
@@ -405,7 +498,7 @@ class Dispatcher:
             if end - start > a.budget * ms.slo_s:
                 ms.cap = max(1, int(ms.cap * a.backoff))
             else:
-                ms.cap = min(min(a.max_batch, self.specs[model].max_batch), ms.cap + a.step)
+                ms.cap = min(ms.aimd_max, ms.cap + a.step)
 
     @property
     def queued(self) -> int:

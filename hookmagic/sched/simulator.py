@@ -164,7 +164,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                     s_end[s] = _INF
                     idle += 1
         if p < n and arr[p] <= t:
-            q = bisect_right(arr, t, p)
+            q = p + 1
+            if q < n and arr[q] <= t:
+                q = bisect_right(arr, t, q)
             admit(p, q)
             p = q
         wake = _INF
