@@ -36,11 +36,12 @@ _INF = math.inf
 
 
 class _Fifo:
-    __slots__ = ("ids", "head", "key", "level", "camera")
+    __slots__ = ("ids", "head", "key", "level", "camera", "max_frames")
 
     def __init__(self, key: tuple[int, int]) -> None:
         self.ids: list[int] = []
         self.head = 0
+        self.max_frames = 0  # stale-frame limit of a camera's queue (0: none)
         self.key = key
         self.level, self.camera = key
 
@@ -50,12 +51,16 @@ class _Model:
     __slots__ = ("index", "name", "fifos", "flist", "n", "level_n", "max_batch", "delay",
                  "preferred", "q_max", "q_timeout", "q_delay", "lat1", "aimd", "cap",
                  "slo_s", "limits", "rr_last", "expiry", "by_level", "levels", "fresh",
-                 "oldest", "top_level", "top_oldest", "first_dl", "expires", "pref_desc", "aimd_max")
+                 "oldest", "top_level", "top_oldest", "first_dl", "expires", "pref_desc", "aimd_max",
+                 "idle_until", "ready_at", "blocked")
     # ``fresh``: ``oldest`` (earliest arrival at a queue head), ``top_level`` (best level with
     # requests) and its ``top_oldest``, and ``first_dl`` (earliest head deadline) are current.
     # Admissions keep them current (a new head arrives after every queued request); removals
     # at queue heads (batches, expiries, stale drops) clear ``fresh`` and the next decision
     # rescans the heads.
+    # ``idle_until``: a model found not ready stays so, while nothing changes its queues or
+    # batch cap, until its batching timer (``ready_at``) or its next expiry, whichever is first.
+    # Every change (admission, batch, expiry, finished batch) resets it to -inf.
 
 
 class Dispatcher:
@@ -101,6 +106,7 @@ class Dispatcher:
             ms.by_level = {}
             ms.levels = []
             ms.fresh, ms.oldest, ms.top_level, ms.top_oldest, ms.first_dl = True, _INF, _INF, _INF, _INF
+            ms.idle_until, ms.ready_at = -_INF, _INF
             b = policy.batching_for(spec.name)
             ms.max_batch = max(1, min(b.max_batch, spec.max_batch))
             ms.delay = b.max_delay_ms / 1e3
@@ -125,12 +131,16 @@ class Dispatcher:
             else:
                 ms.slo_s = _INF
             ms.limits = [j for j, lim in enumerate(policy.limits) if spec.name in lim.models]
+            # how many of its limits are at their maximum (the model may not start a batch)
+            ms.blocked = sum(1 for j in ms.limits if self.limit_max[j] <= 0)
             # queue heads can leave by themselves (timeouts, EDF early drops)
             ms.expires = bool(self.edf_drop or ms.q_timeout)
             self.models.append(ms)
         self.stream_models: list[set[int] | None] = [
             None if st.models is None else {names.index(m) for m in st.models if m in names}
             for st in policy.streams]
+        self.limit_models: list[list[_Model]] = [
+            [ms for ms in self.models if j in ms.limits] for j in range(len(policy.limits))]
         # per stream, the models it may run, in index order
         self.stream_cands: list[list[_Model]] = [
             [ms for ms in self.models if allowed is None or ms.index in allowed]
@@ -148,6 +158,9 @@ class Dispatcher:
             m, li = divmod(c, max(1, len(levels)))
             made.append(self._fifo(self.models[m], (int(levels[li]), int(cam_ids[ci]))))
         self.fifo_of: list[_Fifo] = [made[j] for j in np.asarray(inverse).ravel().tolist()]
+        for f in made:
+            if f.camera >= 0:
+                f.max_frames = self.max_frames
         # EDF needs admission to note new queue heads (their deadlines bound the next drop)
         self.simple_admit = not (self.max_frames or self.edf_drop
                                  or any(ms.q_max or ms.q_timeout for ms in self.models))
@@ -167,34 +180,38 @@ class Dispatcher:
                     new_head(ms, f, i)
                 ids.append(i)
                 ms.n += 1
+                ms.idle_until = -_INF
             return
-        max_frames, edf = self.max_frames, self.edf_drop
+        edf = self.edf_drop
         for i in range(lo, hi):
             ms = models[model_of[i]]
             f = fifo_of[i]
-            level = f.level
             timeout = ms.q_timeout
-            if ms.q_max or timeout:
-                now = arrival[i]
-                if timeout and now >= ms.expiry:
-                    self._expire(ms, now)
-                if ms.q_max and ms.level_n[level] >= ms.q_max:
+            if ms.q_max:
+                if timeout and arrival[i] >= ms.expiry:
+                    self._expire(ms, arrival[i])
+                if ms.level_n[f.level] >= ms.q_max:
                     self.status[i] = REJECTED
-                    self.drop_s[i] = now
+                    self.drop_s[i] = arrival[i]
                     continue
+                ms.level_n[f.level] += 1
+            elif timeout and arrival[i] >= ms.expiry:
+                self._expire(ms, arrival[i])
+            # (level_n, the per-level count, is kept only where a max size reads it)
             ids = f.ids
-            if max_frames and f.camera >= 0 and len(ids) - f.head >= max_frames:
+            if f.max_frames and len(ids) - f.head >= f.max_frames:
                 old = ids[f.head]
                 f.head += 1
                 self.status[old] = STALE
                 self.drop_s[old] = arrival[i]
                 ms.n -= 1
-                ms.level_n[level] -= 1
+                ms.level_n[f.level] -= 1
                 ms.fresh = False
             if f.head == len(ids):
-                # i becomes a head: it may expire before the others (as in _expiry_of)
+                # i becomes a head: it may expire before the others (as in _expiry_of; an
+                # admitted request is never in a delayed queue)
                 a = arrival[i]
-                t = a + timeout if timeout and level < _DELAYED else _INF
+                t = a + timeout if timeout else _INF
                 d = deadline[i]
                 if edf:
                     late = d - ms.lat1 - 1e-12
@@ -205,6 +222,7 @@ class Dispatcher:
                 if ms.fresh:  # as _new_head
                     if a < ms.oldest:
                         ms.oldest = a
+                    level = f.level
                     if level < ms.top_level:
                         ms.top_level = level
                         ms.top_oldest = a
@@ -214,7 +232,7 @@ class Dispatcher:
                         ms.first_dl = d
             ids.append(i)
             ms.n += 1
-            ms.level_n[level] += 1
+            ms.idle_until = -_INF
 
     def admit(self, i: int) -> None:
         """Request ``i`` arrives."""
@@ -277,6 +295,7 @@ class Dispatcher:
                         ms.level_n[level] -= 1
             f.head = h
         ms.fresh = False
+        ms.idle_until = -_INF
         bound = _INF
         for f in ms.flist:
             if f.head < len(f.ids):
@@ -333,21 +352,16 @@ class Dispatcher:
         """
         wake = _INF
         order = self.order
-        limit_used, limit_max = self.limit_used, self.limit_max
         best = None
         k0 = k1 = _INF
         best_size = 0
         for ms in self.stream_cands[stream]:
-            if ms.n == 0:
+            if ms.n == 0 or ms.blocked:  # nothing waits, or a concurrency limit is reached
                 continue
-            if ms.limits:
-                blocked = False
-                for j in ms.limits:
-                    if limit_used[j] >= limit_max[j]:
-                        blocked = True
-                        break
-                if blocked:
-                    continue
+            if now < ms.idle_until:  # unchanged since found not ready, and not ready yet
+                if ms.ready_at < wake:
+                    wake = ms.ready_at
+                continue
             if ms.expires and now >= ms.expiry:
                 self._expire(ms, now)
                 if ms.n == 0:
@@ -371,6 +385,9 @@ class Dispatcher:
                     else:
                         if ready_at < wake:
                             wake = ready_at
+                        ms.ready_at = ready_at
+                        ms.idle_until = (ms.expiry if ms.expires and ms.expiry < ready_at
+                                         else ready_at)
                         continue
             # models are visited in index order, so "strictly smaller" breaks ties by index
             if order == "fifo":
@@ -386,13 +403,19 @@ class Dispatcher:
         if best is None:
             return None
         ids = self._take(best, best_size)
-        for j in best.limits:
-            limit_used[j] += 1
+        if best.limits:
+            limit_used, limit_max = self.limit_used, self.limit_max
+            for j in best.limits:
+                limit_used[j] += 1
+                if limit_used[j] == limit_max[j]:
+                    for other in self.limit_models[j]:
+                        other.blocked += 1
         return best.index, ids
 
     def _take(self, ms: _Model, size: int) -> list[int]:
         """Remove ``size`` requests from ``ms``: best level first, oldest first (or camera round robin)."""
         ms.fresh = False
+        ms.idle_until = -_INF
         ms.n -= size
         level_n = ms.level_n
         if self.fair is None:
@@ -493,8 +516,12 @@ class Dispatcher:
         ms = self.models[model]
         for j in ms.limits:
             self.limit_used[j] -= 1
+            if self.limit_used[j] == self.limit_max[j] - 1:
+                for other in self.limit_models[j]:
+                    other.blocked -= 1
         a = ms.aimd
         if a is not None:
+            ms.idle_until = -_INF
             if end - start > a.budget * ms.slo_s:
                 ms.cap = max(1, int(ms.cap * a.backoff))
             else:

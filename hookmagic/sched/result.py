@@ -104,6 +104,26 @@ def load_result(prefix: str | Path) -> Result:
     return cls(t_req.to_pandas(), t_bat.to_pandas(), meta)
 
 
+def _labels(col: pd.Series):
+    """A label column as plain values: what ``col.to_numpy()`` gives, without the detour
+    through Python objects when ``col`` is categorical over pandas strings."""
+    dtype = col.dtype
+    if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.dtype == _inferred_str():
+        return dtype.categories.array.take(col.cat.codes.to_numpy(), allow_fill=True)
+    return col.to_numpy()
+
+
+def _inferred_str():
+    """The dtype pandas infers for a column of Python strings (object before pandas 3)."""
+    global _STR
+    if _STR is None:
+        _STR = pd.Series(np.array(["x"], dtype=object)).dtype
+    return _STR
+
+
+_STR = None
+
+
 def assemble(workload_requests: pd.DataFrame, model_names: Sequence[str], status: np.ndarray,
              drop_s: np.ndarray, b_model: np.ndarray, b_stream: np.ndarray,
              b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray,
@@ -137,10 +157,10 @@ def assemble(workload_requests: pd.DataFrame, model_names: Sequence[str], status
     latency = (end - arrival) * 1e3
     req = pd.DataFrame({
         "id": np.arange(n, dtype=np.int64),
-        "model": w["model"].to_numpy(),
+        "model": _labels(w["model"]),
         "priority": w["priority"].to_numpy(np.int64),
         "camera": w["camera"].to_numpy(np.int64),
-        "source": w["source"].to_numpy(),
+        "source": _labels(w["source"]),
         "arrival_s": arrival,
         "deadline_s": deadline,
         "slo_ms": w["slo_ms"].to_numpy(float),

@@ -123,6 +123,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     d = Dispatcher(policy, specs, arrays)
     arr = arrays["arrival"].tolist()
     n = len(arr)
+    arr.append(_INF)  # sentinel: arr[p] is defined for p == n and never due
     mult_l = mult.tolist()
     tables = [spec.table_s(max(spec.max_batch, ms.max_batch, ms.cap)).tolist()
               for spec, ms in zip(specs, d.models)]
@@ -150,7 +151,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
         t_done = min(s_end) if S > 1 else s_end[0]
         t = t_done
         if idle:
-            if p < n and arr[p] < t:
+            if arr[p] < t:
                 t = arr[p]
             if wake < t:
                 t = wake
@@ -163,10 +164,10 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                         finished(s_model[s], s_start[s], s_end[s])
                     s_end[s] = _INF
                     idle += 1
-        if p < n and arr[p] <= t:
+        if arr[p] <= t:
             q = p + 1
-            if q < n and arr[q] <= t:
-                q = bisect_right(arr, t, q)
+            if arr[q] <= t:
+                q = bisect_right(arr, t, q, n)
             admit(p, q)
             p = q
         wake = _INF
