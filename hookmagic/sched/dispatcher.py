@@ -12,6 +12,11 @@ Requests are integer ids into plain arrays; queues are lists with a moving head,
 (model, priority level[, camera]). Every removal happens at a queue head: queues are in arrival
 order, so the oldest request is the first to time out and (with one SLO per queue) the first to
 miss its deadline.
+
+Speed (the general simulator calls this once or more per event): each model keeps its queue-head
+summary (oldest arrival, best level, earliest deadline) up to date on admission and rescans its
+heads only after a removal; a model found not ready is skipped until its batching timer or next
+expiry unless something changed it; concurrency limits are counters, not scans.
 """
 from __future__ import annotations
 
@@ -55,7 +60,7 @@ class _Model:
                  "idle_until", "ready_at", "blocked")
     # ``fresh``: ``oldest`` (earliest arrival at a queue head), ``top_level`` (best level with
     # requests) and its ``top_oldest``, and ``first_dl`` (earliest head deadline) are current.
-    # Admissions keep them current (a new head arrives after every queued request); removals
+    # Admissions fold a new queue head in (a min per field); removals
     # at queue heads (batches, expiries, stale drops) clear ``fresh`` and the next decision
     # rescans the heads.
     # ``idle_until``: a model found not ready stays so, while nothing changes its queues or
@@ -170,14 +175,23 @@ class Dispatcher:
         """Admit requests ``lo..hi-1`` (in arrival order)."""
         fifo_of, models, model_of = self.fifo_of, self.models, self.model_of
         arrival, deadline = self.arrival, self.deadline
-        new_head = self._new_head
         if self.simple_admit:
             for i in range(lo, hi):
                 f = fifo_of[i]
                 ids = f.ids
                 ms = models[model_of[i]]
-                if f.head == len(ids) and ms.fresh:
-                    new_head(ms, f, i)
+                if f.head == len(ids) and ms.fresh:  # a new head: fold it into the head stats
+                    a = arrival[i]
+                    if a < ms.oldest:
+                        ms.oldest = a
+                    level = f.level
+                    if level < ms.top_level:
+                        ms.top_level = level
+                        ms.top_oldest = a
+                    elif level == ms.top_level and a < ms.top_oldest:
+                        ms.top_oldest = a
+                    if deadline[i] < ms.first_dl:
+                        ms.first_dl = deadline[i]
                 ids.append(i)
                 ms.n += 1
                 ms.idle_until = -_INF
@@ -219,7 +233,7 @@ class Dispatcher:
                         t = late
                 if t < ms.expiry:
                     ms.expiry = t
-                if ms.fresh:  # as _new_head
+                if ms.fresh:  # fold the new head into the head stats
                     if a < ms.oldest:
                         ms.oldest = a
                     level = f.level
@@ -237,21 +251,6 @@ class Dispatcher:
     def admit(self, i: int) -> None:
         """Request ``i`` arrives."""
         self.admit_range(i, i + 1)
-
-    def _new_head(self, ms: _Model, f: _Fifo, i: int) -> None:
-        """Request ``i`` becomes the head of the empty queue ``f``: update ``ms``'s head stats."""
-        a = self.arrival[i]
-        if a < ms.oldest:
-            ms.oldest = a
-        level = f.level
-        if level < ms.top_level:
-            ms.top_level = level
-            ms.top_oldest = a
-        elif level == ms.top_level and a < ms.top_oldest:
-            ms.top_oldest = a
-        d = self.deadline[i]
-        if d < ms.first_dl:
-            ms.first_dl = d
 
     def _expiry_of(self, ms: _Model, i: int, level: int) -> float:
         t = _INF
@@ -320,29 +319,6 @@ class Dispatcher:
         return f
 
     # -- decisions ------------------------------------------------------------------------------
-    @staticmethod
-    def _scan(ms: _Model, arrival: list[float], deadline: list[float]) -> None:
-        """Recompute ``ms``'s head stats from its queue heads (queues are sorted by key)."""
-        oldest = top_oldest = first_dl = top_level = _INF
-        for f in ms.flist:
-            ids = f.ids
-            h = f.head
-            if h == len(ids):
-                continue
-            i = ids[h]
-            a = arrival[i]
-            if a < oldest:
-                oldest = a
-            if top_level == _INF:
-                top_level = f.level
-                top_oldest = a
-            elif f.level == top_level and a < top_oldest:
-                top_oldest = a
-            if deadline[i] < first_dl:
-                first_dl = deadline[i]
-        ms.oldest, ms.top_level, ms.top_oldest, ms.first_dl = oldest, top_level, top_oldest, first_dl
-        ms.fresh = True
-
     def next_batch(self, now: float, stream: int) -> tuple[int, list[int]] | None:
         """Choose the batch stream ``stream`` runs next at ``now``, or None (see ``wake``).
 
@@ -352,6 +328,7 @@ class Dispatcher:
         """
         wake = _INF
         order = self.order
+        arrival, deadline = self.arrival, self.deadline
         best = None
         k0 = k1 = _INF
         best_size = 0
@@ -366,8 +343,27 @@ class Dispatcher:
                 self._expire(ms, now)
                 if ms.n == 0:
                     continue
-            if not ms.fresh:
-                self._scan(ms, self.arrival, self.deadline)
+            if not ms.fresh:  # rescan the queue heads (sorted by (level, camera))
+                oldest = top_oldest = first_dl = top_level = _INF
+                for f in ms.flist:
+                    ids = f.ids
+                    h = f.head
+                    if h == len(ids):
+                        continue
+                    i = ids[h]
+                    a = arrival[i]
+                    if a < oldest:
+                        oldest = a
+                    if top_level == _INF:
+                        top_level = f.level
+                        top_oldest = a
+                    elif f.level == top_level and a < top_oldest:
+                        top_oldest = a
+                    if deadline[i] < first_dl:
+                        first_dl = deadline[i]
+                ms.oldest, ms.top_level, ms.top_oldest = oldest, top_level, top_oldest
+                ms.first_dl = first_dl
+                ms.fresh = True
             cap = ms.cap
             n = ms.n
             if n >= cap:
