@@ -118,9 +118,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         from hookmagic.trace import Trace
 
         self.options = dict(kernels=kernels, memory=memory, stacks=stacks, api=api, nvml=nvml,
-                            nvtx=nvtx, allocator_history=allocator_history, detach=detach, nvml_interval_s=nvml_interval_s,
-                            max_stack_depth=max_stack_depth, buffer_mb=buffer_mb,
-                            max_buffers=max_buffers, max_table_mb=max_table_mb)
+                            nvtx=nvtx, allocator_history=allocator_history, detach=detach,
+                            nvml_interval_s=nvml_interval_s, max_stack_depth=max_stack_depth,
+                            buffer_mb=buffer_mb, max_buffers=max_buffers,
+                            max_table_mb=max_table_mb)
         self.label = label
         self.trace = Trace()
         self._boundary = _boundary_frame
@@ -178,8 +179,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             self._warnings.append(
                 "Python stacks, threads, ranges and virtual-memory map/unmap were not recorded: "
                 f"{_dormant_holder()} holds CUPTI's callback API; kernels, copies and "
-                "allocations were still captured. Restart the kernel (or set "
-                "TEARDOWN_CUPTI=1 before using torch.profiler) to get them back.")
+                "allocations were still captured. Restart the kernel to get them back.")
         self._native = native
         self._start_ns = native.timestamp()
         self._allocators = None
