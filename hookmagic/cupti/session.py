@@ -181,6 +181,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 f"{_dormant_holder()} holds CUPTI's callback API; kernels, copies and "
                 "allocations were still captured. Restart the kernel to get them back.")
         self._native = native
+        self._hw_trace = bool(started.get("hw_trace", False))
         self._start_ns = native.timestamp()
         self._allocators = None
         if o["memory"] and o["allocator_history"]:
@@ -242,6 +243,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta["records"] = int(counters["records"])
         meta["detached"] = bool(counters["detached"])
         meta["warnings"] = list(self._warnings)
+        meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         self.trace._fill(tables, meta)
         self._native = None
 

@@ -23,6 +23,8 @@ std::string CuptiApi::load(const std::string& library_path) {
     }
     HM_CUPTI_FUNCTIONS(HM_RESOLVE)
 #undef HM_RESOLVE
+    cuptiActivityEnableHWTrace =
+        reinterpret_cast<decltype(cuptiActivityEnableHWTrace)>(dlsym(h, "cuptiActivityEnableHWTrace"));
     handle = h;
     path = library_path;
     return "";

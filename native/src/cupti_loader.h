@@ -19,10 +19,13 @@ struct CuptiApi {
     X(cuptiEnableCallback) X(cuptiEnableDomain) X(cuptiGetCallbackName)                \
     X(cuptiActivityEnable) X(cuptiActivityDisable) X(cuptiActivityRegisterCallbacks)   \
     X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord)                             \
-    X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) X(cuptiFinalize)
+    X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) X(cuptiFinalize)             \
+    X(cuptiActivitySetAttribute)
 
 #define HM_DECLARE(name) decltype(&::name) name = nullptr;
     HM_CUPTI_FUNCTIONS(HM_DECLARE)
+    // Optional: only CUPTI 12.8+ has it, and only Blackwell GPUs accept it.
+    decltype(&::cuptiActivityEnableHWTrace) cuptiActivityEnableHWTrace = nullptr;
 #undef HM_DECLARE
 
     // Opens `library_path` and resolves every function; on failure returns a message and

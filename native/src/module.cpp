@@ -208,6 +208,7 @@ PYBIND11_MODULE(_native, m) {
         py::dict started;
         started["callbacks"] = s.callbacks_active();
         started["subscribe_error"] = s.subscribe_error();
+        started["hw_trace"] = s.hw_trace();
         return started;
     }, py::arg("kernels") = true, py::arg("memory") = true, py::arg("stacks") = true,
        py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = true,

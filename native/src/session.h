@@ -70,6 +70,7 @@ public:
     bool running() const { return running_.load(); }
     bool detached_last() const { return detached_last_; }
     bool callbacks_active() const { return subscriber_ != nullptr; }
+    bool hw_trace() const { return hw_trace_; }
     int subscribe_error() const { return static_cast<int>(subscribe_error_); }
 
     uint64_t timestamp();
@@ -119,6 +120,7 @@ private:
     std::atomic<bool> finalize_pending_{false};
     std::atomic<bool> finalized_{false};
     bool detached_last_ = false;
+    bool hw_trace_ = false;
     CUpti_SubscriberHandle subscriber_ = nullptr;
     CUptiResult subscribe_error_ = CUPTI_SUCCESS;
     std::vector<CUpti_ActivityKind> enabled_;
