@@ -3,33 +3,11 @@ figures. (CI also runs `pytest --nbval-lax notebooks/03_layers.ipynb`, which com
 `# NBVAL_CHECK_OUTPUT` cell with the saved outputs.)"""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "03_layers.ipynb"
-
-
-def _text(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        parts.append(out.get("text", "") or out.get("data", {}).get("text/plain", ""))
-    return "".join(parts)
+from tests.notebook_runner import ROOT, output_text as _text, run_notebook
 
 
 def test_notebook_runs_and_reproduces_trex(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not errors, errors
+    code = run_notebook("03_layers.ipynb", monkeypatch)
     first = _text(code[1])
     assert "layers: 72" in first and "layer sum: 0.470 ms" in first
     assert "weights: 3.3 MiB, activations: 15.9 MiB" in first

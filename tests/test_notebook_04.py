@@ -2,30 +2,11 @@
 `pytest --nbval-lax notebooks/04_scheduler.ipynb`, comparing every `# NBVAL_CHECK_OUTPUT` cell.)"""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "04_scheduler.ipynb"
-
-
-def _text(cell) -> str:
-    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
+from tests.notebook_runner import NOTEBOOKS, output_text as _text, run_notebook
 
 
 def test_notebook_runs_and_agrees_with_theory(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not errors, errors
+    code = run_notebook("04_scheduler.ipynb", monkeypatch)
     text = "\n".join(_text(c) for c in code)
     assert "identical requests: True" in text and "identical batches: True" in text
     assert "Erlang C" in text and "Cobham" in text
@@ -34,7 +15,7 @@ def test_notebook_runs_and_agrees_with_theory(monkeypatch):
     # fidelity table as the benchmark wrote it (expected strings computed from the recording)
     import json
     import pandas as pd
-    rec = NOTEBOOK.parent / "recordings" / "sched_fidelity"
+    rec = NOTEBOOKS / "recordings" / "sched_fidelity"
     info = json.loads((rec / "calibration.json").read_text())
     assert f"Recorded on {info['gpu']} (driver {info['driver']}" in text and info["date"] in text
     fid = pd.read_csv(rec / "fidelity.csv")

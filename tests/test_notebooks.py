@@ -8,17 +8,11 @@ CI also runs nbval, which compares every ``# NBVAL_CHECK_OUTPUT`` cell with the 
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from tests.notebook_runner import output_text as _text, run_notebook as _run
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -28,24 +22,6 @@ def _recording(name: str) -> Any:
     computed from it, so re-recording on another GPU or date does not break these tests."""
     from hookmagic import recordings
     return recordings.load(name)
-
-
-def _run(name: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Execute notebook ``name`` in a fresh kernel (cwd: notebooks/); return its code cells."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.delenv("PLOTLY_RENDERER", raising=False)
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not errors, [f"{o.ename}: {o.evalue}" for o in errors]
-    return code
-
-
-def _text(cell: Any) -> str:
-    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "")
-                   for o in cell.outputs)
 
 
 def _cell(code: list[Any], needle: str) -> Any:
