@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from hookmagic.memory.linked import absorb_next
 from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
 
@@ -182,20 +183,12 @@ class CupyPoolModel(ModelBase):
         p = c.prev
         if p is not None and not p.allocated:
             self._remove(p)
-            del self._chunks[c.addr]
-            p.size += c.size
-            p.next = c.next
-            if c.next is not None:
-                c.next.prev = p
+            absorb_next(p, self._chunks)
             c = p
         n = c.next
         if n is not None and not n.allocated:
             self._remove(n)
-            del self._chunks[n.addr]
-            c.size += n.size
-            c.next = n.next
-            if n.next is not None:
-                n.next.prev = c
+            absorb_next(c, self._chunks)
         self._push(c)
 
     def free_all_blocks(self, stream: int | None = None) -> None:

@@ -26,6 +26,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 from hookmagic.memory import torch_rules as R
+from hookmagic.memory.linked import absorb_next
 from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
 
 _INF = 1 << 62
@@ -200,20 +201,12 @@ class TorchCachingModel(ModelBase):
         p = b.prev
         if p is not None and not p.allocated and p.mapped == b.mapped:
             self._remove_free(p)
-            del self._blocks[b.addr]
-            p.size += b.size
-            p.next = b.next
-            if b.next is not None:
-                b.next.prev = p
+            absorb_next(p, self._blocks)
             b = p
         n = b.next
         if n is not None and not n.allocated and n.mapped == b.mapped:
             self._remove_free(n)
-            del self._blocks[n.addr]
-            b.size += n.size
-            b.next = n.next
-            if n.next is not None:
-                n.next.prev = b
+            absorb_next(b, self._blocks)
         return b
 
     # -- giving memory back -----------------------------------------------------------------

@@ -1,0 +1,14 @@
+"""Address-ordered, doubly linked blocks, as the allocator models keep them."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def absorb_next(first: Any, by_address: dict[int, Any]) -> None:
+    """Merge ``first.next`` into ``first`` (adjacent in address space) and forget it."""
+    second = first.next
+    del by_address[second.addr]
+    first.size += second.size
+    first.next = second.next
+    if second.next is not None:
+        second.next.prev = first
