@@ -1,113 +1,224 @@
 """Which part of a capture costs what, on 20,000 tiny kernels (a GPU diagnostic).
 
-    python benchmarks/overhead_probe.py
+    python benchmarks/overhead_probe.py --out benchmarks/results
 
-Times the native session alone with each switch, the NVML sampler alone, and the full
-``hookmagic.capture``, interleaved, medians of 9; prints one line per configuration.
+Each configuration runs in a fresh process pinned to four cores, alternating the plain loop
+and the loop under the configuration; x is the median of the pairs' ratios, start and finish
+the medians of the time around the loop (for the native session also split into CUPTI's
+subscribe+callbacks, activity enabling, drain, and detach). The "lingering" rows time the plain
+loop right after a capture that ended with or without detaching CUPTI. Writes
+overhead_probe.md.
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+REPEATS = 11
+
+CONFIGS = {
+    "none": "the plain loop",
+    "kernel activity only": "CONCURRENT_KERNEL records, no callbacks",
+    "kernel activity, no detach": "the same, CUPTI left initialised between runs",
+    "+memcpy +memset": "CONCURRENT_KERNEL, MEMCPY, MEMSET",
+    "+memcpy +memset +sync": "... and SYNCHRONIZATION",
+    "+memcpy +memset +memory2": "... and MEMORY2",
+    "default activities": "all five, no callbacks",
+    "+callbacks": "default activities, launch and map/unmap callbacks, no stacks",
+    "+callbacks +stacks": "the native session as %%cudahook uses it",
+    "+callbacks +stacks, no detach": "the same, CUPTI left initialised between runs",
+    "python thread, idle": "a Python thread waking every 20 ms, doing nothing",
+    "python thread, pynvml": "a Python thread sampling 6 NVML fields every 20 ms",
+    "native NVML sampler": "hookmagic's native NVML thread, every 20 ms",
+    "lingering, after detach": "plain loop just after a capture that detached CUPTI",
+    "lingering, no detach": "plain loop just after a capture that left CUPTI initialised",
+    "capture(nvml=False)": "hookmagic.capture, tables in hand",
+    "capture()": "hookmagic.capture defaults, tables in hand",
+    "torch.profiler": "torch.profiler(CPU, CUDA), until exit",
+}
 
 
-def main() -> None:
+def _child(config: str) -> dict:
     import torch
 
     import hookmagic
-    from hookmagic.cupti.nvml_sampler import NvmlSampler
     from hookmagic.cupti.session import _prepare_native
 
     native, why = _prepare_native()
     assert native is not None, why
+    kinds = native.enum_names()["activity_kind"]
     x = torch.zeros(16, device="cuda")
 
-    def tiny():
+    def loop():
         for _ in range(20000):
             x.add_(1)
         torch.cuda.synchronize()
 
-    def native_run(**options):
+    def timed(before, after=lambda: None):
+        t0 = time.perf_counter()
+        before()
+        t1 = time.perf_counter()
+        loop()
+        t2 = time.perf_counter()
+        after()
+        t3 = time.perf_counter()
+        return {"start": t1 - t0, "loop": t2 - t1, "finish": t3 - t2}
+
+    def session(kind_names=(), **options):
+        ids = [kinds[k] for k in kind_names]
+
         def run():
-            t0 = time.perf_counter()
-            native.start(**options)
-            t1 = time.perf_counter()
-            tiny()
-            t2 = time.perf_counter()
-            native.stop()
-            t3 = time.perf_counter()
-            native.take()
-            t4 = time.perf_counter()
-            return {"start": t1 - t0, "loop": t2 - t1, "stop": t3 - t2, "take": t4 - t3}
+            box = {}
+            r = timed(lambda: native.start(activity_kinds=ids, **options),
+                      lambda: (native.stop(), box.update(native.take()["counters"])))
+            return {**r, **{k: box[k] for k in ("subscribe_s", "enable_s", "flush_s",
+                                                   "detach_s")}}
         return run
 
-    def plain():
-        t0 = time.perf_counter()
-        tiny()
-        return {"loop": time.perf_counter() - t0}
+    def lingering(detach):
+        def run():
+            native.start(memory=True, stacks=True, detach=detach)
+            native.stop()
+            native.take()
+            r = timed(lambda: None)
+            native.start(memory=True, stacks=True, detach=True)  # back to a clean process
+            native.stop()
+            native.take()
+            return r
+        return run
 
-    def nvml_only():
-        s = NvmlSampler(native.timestamp, 0.02)
-        t0 = time.perf_counter()
-        s.start()
-        t1 = time.perf_counter()
-        tiny()
-        t2 = time.perf_counter()
-        s.stop()
-        return {"start": t1 - t0, "loop": t2 - t1, "stop": time.perf_counter() - t2}
+    def python_thread(work):
+        def run():
+            stop = threading.Event()
+
+            def body():
+                while not stop.wait(0.02):
+                    work()
+            thread = threading.Thread(target=body, daemon=True)
+            return timed(thread.start, lambda: (stop.set(), thread.join()))
+        return run
+
+    def pynvml_sample():
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+        def sample():
+            pynvml.nvmlDeviceGetUtilizationRates(h)
+            pynvml.nvmlDeviceGetMemoryInfo(h)
+            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+            pynvml.nvmlDeviceGetPowerUsage(h)
+            pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+        return sample
 
     def full(**options):
         def run():
-            t0 = time.perf_counter()
-            with hookmagic.capture(**options) as trace:
-                t1 = time.perf_counter()
-                tiny()
-                t2 = time.perf_counter()
-            t3 = time.perf_counter()
-            o = trace.meta["overhead"]
-            return {"start": t1 - t0, "loop": t2 - t1, "exit": t3 - t2,
-                    "build": o["build_s"], "stop": o["stop_s"]}
+            box = {}
+
+            def enter():
+                box["cm"] = hookmagic.capture(**options)
+                box["trace"] = box["cm"].__enter__()
+
+            def leave():
+                box["cm"].__exit__(None, None, None)
+                trace = box["trace"]
+                for name in ("kernels", "memcpy", "memset", "memory", "sync", "api", "ranges",
+                             "stacks", "samples"):
+                    getattr(trace, name)
+            return timed(enter, leave)
         return run
 
-    def torch_profiler_loop():
+    def profiler():
         from torch.profiler import ProfilerActivity, profile
 
-        t0 = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-            t1 = time.perf_counter()
-            tiny()
-            t2 = time.perf_counter()
-        return {"start": t1 - t0, "loop": t2 - t1, "exit": time.perf_counter() - t2}
+        box = {}
 
-    configs = {
-        "none": plain,
-        "native activities only (no callbacks)": native_run(memory=False, stacks=False,
-                                                            callbacks=False, detach=False),
-        "native kernels, no detach": native_run(memory=False, stacks=False, detach=False),
-        "native kernels, detach": native_run(memory=False, stacks=False, detach=True),
-        "native +memory (callbacks), no detach": native_run(memory=True, stacks=False, detach=False),
-        "native +stacks, no detach": native_run(memory=True, stacks=True, detach=False),
-        "native +stacks, detach": native_run(memory=True, stacks=True, detach=True),
-        "nvml sampler only": nvml_only,
+        def enter():
+            box["p"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            box["p"].__enter__()
+        return timed(enter, lambda: box["p"].__exit__(None, None, None))
+
+    lean = dict(memory=False, stacks=False, callbacks=False)
+    runs = {
+        "none": lambda: timed(lambda: None),
+        "kernel activity only": session(["concurrent_kernel"], **lean, detach=True),
+        "kernel activity, no detach": session(["concurrent_kernel"], **lean, detach=False),
+        "+memcpy +memset": session(["concurrent_kernel", "memcpy", "memset"], **lean),
+        "+memcpy +memset +sync": session(["concurrent_kernel", "memcpy", "memset",
+                                          "synchronization"], **lean),
+        "+memcpy +memset +memory2": session(["concurrent_kernel", "memcpy", "memset",
+                                             "memory2"], **lean),
+        "default activities": session(memory=True, stacks=False, callbacks=False),
+        "+callbacks": session(memory=True, stacks=False),
+        "+callbacks +stacks": session(memory=True, stacks=True),
+        "+callbacks +stacks, no detach": session(memory=True, stacks=True, detach=False),
+        "python thread, idle": python_thread(lambda: None),
+        "python thread, pynvml": python_thread(pynvml_sample()),
+        "native NVML sampler": lambda: timed(lambda: native.nvml_start(0.02), native.nvml_stop),
+        "lingering, after detach": lingering(True),
+        "lingering, no detach": lingering(False),
         "capture(nvml=False)": full(nvml=False),
-        "capture() defaults": full(),
+        "capture()": full(),
+        "torch.profiler": profiler,
     }
-    tiny()
-    results = {k: [] for k in configs}
-    for _ in range(9):
-        for name, run in configs.items():
-            results[name].append(run())
-    # torch.profiler last and on its own: it keeps CUPTI subscribed for the rest of the process
-    results["torch.profiler (CPU+CUDA)"] = [torch_profiler_loop() for _ in range(5)]
-    for name, runs in results.items():
-        keys = runs[0].keys()
-        print(f"{name:40s}", "  ".join(f"{k}={statistics.median(r[k] for r in runs) * 1e3:7.2f}ms"
-                                       for k in keys), flush=True)
+    run = runs[config]
+    os.sched_setaffinity(0, set(list(os.sched_getaffinity(0))[2:6]))
+    loop()
+    run()
+    plain, under = [], []
+    for _ in range(REPEATS):
+        plain.append(timed(lambda: None)["loop"])
+        under.append(run())
+    med = statistics.median
+    return {"plain": med(plain), "x": med(u["loop"] / p for u, p in zip(under, plain)),
+            **{k: med(r[k] for r in under) for k in under[0]}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.child:
+        print(json.dumps(_child(args.child)))
+        return 0
+    from benchmarks.machine import machine_line
+
+    lines = ["# Overhead probe (diagnostic)", "", machine_line(), "",
+             "Command: `python benchmarks/overhead_probe.py` (20,000 `x.add_(1)` kernels and one "
+             f"synchronize; each row a fresh process; medians of {REPEATS}).", "",
+             "| configuration | what | plain loop (ms) | loop under it (ms) | x | start (ms) | "
+             "finish (ms) | CUPTI subscribe / enable / drain / detach (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for config, what in CONFIGS.items():
+        out = subprocess.run([sys.executable, __file__, "--child", config], capture_output=True,
+                             text=True, cwd=str(ROOT), timeout=600)
+        if out.returncode != 0:
+            lines.append(f"| {config} | {what} | failed: {out.stderr.strip().splitlines()[-1]} |")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        ms = {k: v * 1e3 for k, v in r.items()}
+        split = " / ".join(f"{ms[k]:.2f}" for k in ("subscribe_s", "enable_s", "flush_s",
+                                                    "detach_s") if k in ms)
+        lines.append(f"| {config} | {what} | {ms['plain']:.1f} | {ms['loop']:.1f} | "
+                     f"{r['x']:.3f} | {ms['start']:.2f} | {ms['finish']:.2f} | {split} |")
+        print(lines[-1], flush=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "overhead_probe.md").write_text("\n".join(lines) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

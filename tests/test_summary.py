@@ -142,7 +142,11 @@ def test_long_kernel_names_are_shortened_in_display():
 
 
 def test_overhead_adds_seconds_not_counts(synthetic_trace):
-    # A live capture's meta["overhead"] also holds counts (as the H100 recordings do).
-    synthetic_trace.meta["overhead"] = {"start_s": 0.001, "stop_s": 0.002, "callbacks": 1401,
+    # A live capture's meta["overhead"] also holds counts (as the H100 recordings do) and the
+    # parts of start and stop (subscribe, drain, detach), which must not be counted twice.
+    synthetic_trace.meta["overhead"] = {"start_s": 0.001, "stop_s": 0.002, "take_s": 0.0005,
+                                        "build_s": 0.004, "subscribe_s": 0.0008,
+                                        "flush_s": 0.001, "detach_s": 0.0009,
+                                        "decode_s": 0.0007, "callbacks": 1401,
                                         "stacks_sampled": 1401}
-    assert summarize(synthetic_trace).overhead_s == pytest.approx(0.003)
+    assert summarize(synthetic_trace).overhead_s == pytest.approx(0.0075)

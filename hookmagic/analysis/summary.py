@@ -106,6 +106,9 @@ class Summary:
         return summary_text(self)
 
 
+_AROUND_THE_CELL = ("start_s", "stop_s", "take_s", "build_s")
+
+
 def summarize(trace: "Trace", top: int = 10) -> Summary:
     """Summarise ``trace``: wall and GPU busy time, the ``top`` kernels, copies, memsets, peak
     memory allocated during the capture, capture overhead and dropped records."""
@@ -117,9 +120,9 @@ def summarize(trace: "Trace", top: int = 10) -> Summary:
                 source=str(meta.get("source") or ""), recorded_on=meta.get("recorded_on"),
                 device_names=names, overhead=_float_dict(meta.get("overhead")),
                 dropped=_int_dict(meta.get("dropped")))
-    # Only the "*_s" entries are seconds; the capture also counts things there (callbacks,
-    # stacks_sampled), which must not be added to a time.
-    base["overhead_s"] = float(sum(v for k, v in base["overhead"].items() if k.endswith("_s")))
+    # The time the capture added around the cell. The other entries are parts of these
+    # (CUPTI's subscribe/drain/detach, decoding) or counts, and must not be added again.
+    base["overhead_s"] = float(sum(base["overhead"].get(k, 0.0) for k in _AROUND_THE_CELL))
 
     kernels = trace.kernels
     kernel_total = int(kernels["duration_ns"].sum())

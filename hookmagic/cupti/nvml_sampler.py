@@ -1,83 +1,63 @@
-"""GPU utilisation, memory, clocks, power and temperature sampled with NVML during a capture."""
+"""GPU utilisation, memory, clocks, power and temperature sampled with NVML during a capture.
+
+The sampling thread is native (``hookmagic._native.nvml_start``): a Python thread would take
+the GIL from the cell it watches twice per NVML call, which slowed a launch-bound loop by 17%
+on the GPU machine (benchmarks/results/overhead_probe.md).
+"""
 from __future__ import annotations
 
-import threading
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
-_FIELDS = ("time_ns", "device", "gpu_util", "mem_util", "memory_used", "memory_total",
-           "sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c")
-
 
 class NvmlSampler:
-    """Samples every NVML device each ``interval_s`` on a daemon thread, plus once at start
-    and once at stop so that even a short cell has a before and an after.
+    """Samples every GPU visible to CUDA each ``interval_s``, plus once at start and once at
+    stop so that even a short cell has a before and an after.
 
-    ``clock`` gives the time in nanoseconds on the capture's clock. ``device_for_index`` maps
-    NVML's index to the CUDA device ordinal used in the other tables.
+    ``native`` is ``hookmagic._native``; ``devices`` its ``device_properties()``, used to give
+    each sample the CUDA device ordinal of the other tables (NVML counts every GPU on the host,
+    in its own order; they are matched by PCI address).
     """
 
-    def __init__(self, clock: Callable[[], int], interval_s: float = 0.02,
-                 device_for_index: dict[int, int] | None = None) -> None:
-        self.clock = clock
+    def __init__(self, native: Any, interval_s: float = 0.02,
+                 devices: list[dict] | None = None) -> None:
+        self.native = native
         self.interval_s = interval_s
-        self.device_for_index = device_for_index or {}
-        self.rows: list[tuple] = []
+        self.devices = devices or []
         self.error = ""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._handles: list = []
+        self._running = False
 
     def start(self) -> None:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                             for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception as exc:
-            self.error = f"NVML unavailable: {exc}"
-            return
-        self._sample()
-        self._thread = threading.Thread(target=self._run, name="hookmagic-nvml", daemon=True)
-        self._thread.start()
+        self.error = self.native.nvml_start(self.interval_s)
+        self._running = not self.error
+        if self.error:
+            self.error = f"NVML unavailable: {self.error}"
 
     def stop(self) -> dict[str, np.ndarray]:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._sample()
-        columns = list(zip(*self.rows)) if self.rows else [[] for _ in _FIELDS]
-        return {name: np.asarray(col) for name, col in zip(_FIELDS, columns)}
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
-    def _sample(self) -> None:
-        nvml = self._nvml
-        for index, handle in enumerate(self._handles):
-            now = self.clock()
-            util = _read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-            memory = _read(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
-            self.rows.append((
-                now, self.device_for_index.get(index, index),
-                getattr(util, "gpu", np.nan), getattr(util, "memory", np.nan),
-                getattr(memory, "used", -1), getattr(memory, "total", -1),
-                _read(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM), np.nan),
-                _read(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM), np.nan),
-                _read(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, np.nan),
-                _read(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
-                      np.nan),
-            ))
+        """The samples as columns of the ``samples`` table (empty if NVML was unavailable)."""
+        if not self._running:
+            return {}
+        self._running = False
+        columns = self.native.nvml_stop()
+        nvml_index = columns.pop("nvml_index")
+        pci = self.native.nvml_pci()
+        ordinal = np.full(len(pci), -1, dtype=np.int32)
+        for i, d in _cuda_ordinals(pci, self.devices).items():
+            ordinal[i] = d
+        device = ordinal[nvml_index]
+        keep = device >= 0
+        return {"device": device[keep], **{name: col[keep] for name, col in columns.items()}}
 
 
-def _read(query: Callable, default=None):
-    """One NVML query; fields a GPU does not report (Jetson has no power or memory info on
-    some releases) become ``default`` instead of failing the sample."""
-    try:
-        return query()
-    except Exception:
-        return default
+def _cuda_ordinals(nvml_pci: list, devices: list[dict]) -> dict[int, int]:
+    """NVML index -> CUDA ordinal, by PCI address. GPUs CUDA cannot see are left out; where
+    PCI addresses are unknown (some Jetson releases) NVML's order is taken as CUDA's."""
+    by_pci = {tuple(d["pci"]): d["index"] for d in devices if min(d.get("pci", (-1,))) >= 0}
+    out = {}
+    for i, pci in enumerate(nvml_pci):
+        if tuple(pci) in by_pci:
+            out[i] = by_pci[tuple(pci)]
+        elif not by_pci:
+            out[i] = i
+    return out

@@ -186,10 +186,13 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self._allocators = None
         if o["memory"] and o["allocator_history"]:
             self._allocators = AllocatorRecorders(native.timestamp, o["stacks"])
+        self._devices = native.device_properties()
         self._sampler = None
         if o["nvml"]:
-            self._sampler = NvmlSampler(native.timestamp, o["nvml_interval_s"])
+            self._sampler = NvmlSampler(native, o["nvml_interval_s"], self._devices)
             self._sampler.start()
+            if self._sampler.error:
+                self._warnings.append(f"No GPU samples: {self._sampler.error}.")
 
     # -- leaving ----------------------------------------------------------------------------
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -213,9 +216,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             return
         t0 = time.perf_counter()
         end_ns = native.timestamp()
+        # The sampler reads CUPTI's clock: it stops before CUPTI is detached.
+        samples = self._sampler.stop() if self._sampler else {}
         native.stop()
         stop_s = time.perf_counter() - t0
-        samples = self._sampler.stop() if self._sampler else {}
         allocator_parts = self._allocators.stop() if self._allocators else []
         ranges = pd.DataFrame([r.__dict__ for r in RECORDER.stop()])
         t1 = time.perf_counter()
@@ -236,6 +240,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta["overhead"] = {"start_s": self._start_s, "stop_s": stop_s,
                             "decode_s": counters["decode_s"], "take_s": take_s,
                             "build_s": build_s, "callbacks": counters["callbacks"],
+                            **{k: counters[k] for k in ("subscribe_s", "enable_s", "flush_s",
+                                                        "detach_s")},
                             "stacks_sampled": counters["stacks_sampled"]}
         meta["dropped"] = {"activity_records": counters["dropped_cupti"],
                            "over_memory_limit": counters["dropped_limit"],
@@ -257,8 +263,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             "python": platform.python_version(),
             "started_at": _dt.datetime.fromtimestamp(self._t_wall, _dt.timezone.utc).isoformat(),
             "start_ns": int(self._start_ns), "end_ns": int(end_ns), "wall_s": wall_s,
-            "devices": [dict(d, compute_capability=list(d["compute_capability"]))
-                        for d in native.device_properties()],
+            "devices": [dict(d, compute_capability=list(d["compute_capability"]),
+                             pci=list(d["pci"])) for d in self._devices],
             "driver_version": driver.driver_version, "cuda_driver_version": driver.cuda_version,
             "cupti_version": int(native.cupti_version()),
             "cupti_path": native.cupti_path(),

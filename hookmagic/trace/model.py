@@ -25,8 +25,11 @@ analysis and view works on all of them.
 - ``driver_version`` (str), ``cuda_driver_version`` (int), ``cupti_version`` (int),
   ``cupti_path`` (str): the software that captured it.
 - ``options`` (dict): the capture options (``kernels, memory, stacks, api, nvml, ...``).
-- ``overhead`` (dict of seconds): cost of the capture itself, e.g. ``start_s, stop_s, flush_s,
-  decode_s, build_s``.
+- ``overhead`` (dict): cost of the capture itself: the seconds it added around the cell,
+  ``start_s, stop_s, take_s, build_s``; parts of those, ``subscribe_s, enable_s`` (in start),
+  ``flush_s, detach_s`` (in stop), ``decode_s`` (partly on CUPTI's thread); and the counts
+  ``callbacks, stacks_sampled``. Per-launch cost inside the cell is not in it (see
+  benchmarks/results/overhead.md).
 - ``dropped`` (dict of counts): records lost, e.g. ``{"activity_records": 12}``.
 - ``recorded_on`` (str): for recordings, the GPU, driver and date they were measured on, e.g.
   ``"NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"``.

@@ -8,6 +8,7 @@
 
 #include <frameobject.h>
 
+#include "nvml_sampler.h"
 #include "session.h"
 
 namespace py = pybind11;
@@ -44,6 +45,7 @@ HM_EXPORTER(ApiTable, HM_API_COLUMNS)
 HM_EXPORTER(MarkerTable, HM_MARKER_COLUMNS)
 HM_EXPORTER(LaunchTable, HM_LAUNCH_COLUMNS)
 HM_EXPORTER(VmmTable, HM_VMM_COLUMNS)
+HM_EXPORTER(SampleTable, HM_SAMPLE_COLUMNS)
 
 // Names of CUPTI's enumerations, indexed by value, taken from the headers themselves.
 py::dict enum_names() {
@@ -123,6 +125,9 @@ py::list device_properties() {
         d["multiprocessors"] = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
         d["compute_capability"] = py::make_tuple(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                                                  attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+        d["pci"] = py::make_tuple(attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+                                  attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+                                  attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
         d["max_threads_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
         d["max_blocks_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
         d["max_regs_per_sm"] = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
@@ -195,13 +200,14 @@ PYBIND11_MODULE(_native, m) {
     m.def("start", [](bool kernels, bool memory, bool stacks, bool api, bool nvtx, bool detach,
                       int max_stack_depth, size_t buffer_bytes, size_t max_buffers,
                       size_t max_table_bytes, bool activities_without_callbacks,
-                      bool callbacks, py::object boundary) {
+                      bool callbacks, py::object boundary, std::vector<int> activity_kinds) {
         hookmagic::Options o;
         o.kernels = kernels; o.memory = memory; o.stacks = stacks; o.api = api; o.nvtx = nvtx;
         o.detach = detach; o.max_stack_depth = max_stack_depth; o.buffer_bytes = buffer_bytes;
         o.max_buffers = max_buffers; o.max_table_bytes = max_table_bytes;
         o.activities_without_callbacks = activities_without_callbacks;
         o.callbacks = callbacks;
+        o.activity_kinds = std::move(activity_kinds);
         o.boundary_frame = boundary.is_none() ? nullptr : boundary.ptr();
         auto& s = Session::instance();
         s.start(o);
@@ -215,8 +221,24 @@ PYBIND11_MODULE(_native, m) {
        py::arg("max_stack_depth") = 64, py::arg("buffer_bytes") = 8u << 20,
        py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
        py::arg("activities_without_callbacks") = false, py::arg("callbacks") = true,
-       py::arg("boundary") = py::none(),
+       py::arg("boundary") = py::none(), py::arg("activity_kinds") = std::vector<int>{},
        "Start capturing. Returns {'callbacks': bool, 'subscribe_error': CUptiResult}.");
+
+    static hookmagic::NvmlSampler* sampler = new hookmagic::NvmlSampler();  // lives until exit
+    m.def("nvml_start", [](double interval_s) {
+        return sampler->start(static_cast<int64_t>(interval_s * 1e9),
+                              [] { return Session::instance().timestamp(); });
+    }, py::arg("interval_s") = 0.02,
+       "Start sampling NVML on a native thread; returns '' or why NVML cannot be used.");
+    m.def("nvml_stop", [] {
+        {
+            py::gil_scoped_release release;
+            sampler->stop();
+        }
+        return export_table(sampler->samples);
+    }, "Stop sampling; the samples as columns (nvml_index is NVML's device index).");
+    m.def("nvml_pci", [] { return sampler->pci; },
+          "(PCI domain, bus, device) of each NVML device, (-1, -1, -1) where unknown.");
 
     m.def("stop", [] {
         py::gil_scoped_release release;
@@ -256,6 +278,10 @@ PYBIND11_MODULE(_native, m) {
         counters["callbacks"] = c.callbacks;
         counters["stacks_sampled"] = c.stacks_sampled;
         counters["decode_s"] = c.decode_ns / 1e9;
+        counters["subscribe_s"] = c.subscribe_ns / 1e9;
+        counters["enable_s"] = c.enable_ns / 1e9;
+        counters["flush_s"] = c.flush_ns / 1e9;
+        counters["detach_s"] = c.detach_ns / 1e9;
         counters["detached"] = s.detached_last();
         out["counters"] = counters;
         s.reset_tables();

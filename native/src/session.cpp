@@ -36,6 +36,12 @@ static_assert(offsetof(MemsetRecord, memoryKind) == 50 && offsetof(MemsetRecord,
 static_assert(offsetof(MemoryRecord, timestamp) == 32 && offsetof(MemoryRecord, isAsync) == 72,
               "memory record layout changed");
 
+inline uint64_t steady_ns() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+}
+
 thread_local int t_runtime_depth = 0;  // > 0 inside a runtime call we already recorded
 // The thread's open hookmagic.range ids: a launch belongs to the innermost one. Kept here,
 // not in CUPTI's external-correlation stack, whose records need API tracing switched on.
@@ -171,6 +177,10 @@ void Session::enable_activities(std::vector<CUpti_ActivityKind>& enabled) {
         kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
     }
     if (options_.nvtx) kinds.push_back(CUPTI_ACTIVITY_KIND_MARKER);
+    if (!options_.activity_kinds.empty()) {
+        kinds.clear();
+        for (int k : options_.activity_kinds) kinds.push_back(static_cast<CUpti_ActivityKind>(k));
+    }
     for (auto kind : kinds) {
         CUptiResult r = cupti_.cuptiActivityEnable(kind);
         if (r != CUPTI_SUCCESS) {
@@ -208,6 +218,7 @@ void Session::start(const Options& options) {
 
     // Launch callbacks give every record its thread and hookmagic.range, so they are on unless
     // switched off outright; `stacks` only decides whether the Python stack is walked in them.
+    const uint64_t t0 = steady_ns();
     if (options_.callbacks) {
         build_roles();
         CUptiResult r = cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr);
@@ -230,6 +241,7 @@ void Session::start(const Options& options) {
             }
     }
     if (options_.stacks && subscriber_) stacks.begin(options_.boundary_frame, options_.max_stack_depth);
+    const uint64_t t1 = steady_ns();
 
     CUptiResult r = cupti_.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
@@ -250,10 +262,13 @@ void Session::start(const Options& options) {
     // instrumentation, where the GPU has one (Blackwell); elsewhere CUPTI says no.
     hw_trace_ = options_.kernels && cupti_.cuptiActivityEnableHWTrace &&
                 cupti_.cuptiActivityEnableHWTrace(1) == CUPTI_SUCCESS;
+    counters.subscribe_ns = t1 - t0;
+    counters.enable_ns = steady_ns() - t1;
 }
 
 void Session::stop() {
     if (!running_.load()) return;
+    const uint64_t t0 = steady_ns();
     for (auto kind : enabled_) cupti_.cuptiActivityDisable(kind);
     enabled_.clear();
     if (hw_trace_) cupti_.cuptiActivityEnableHWTrace(0);
@@ -267,9 +282,12 @@ void Session::stop() {
             for (auto cbid : hooked_[d]) cupti_.cuptiEnableCallback(0, subscriber_, domains[d], cbid);
     }
     detached_last_ = false;
+    const uint64_t t1 = steady_ns();
     if (options_.detach) detach();
     if (!finalized_.load() && subscriber_) cupti_.cuptiUnsubscribe(subscriber_);
     subscriber_ = nullptr;
+    counters.flush_ns = t1 - t0;
+    counters.detach_ns = steady_ns() - t1;
 }
 
 // Without cuptiFinalize a process stays slower after profiling ends (pytorch#146604).
@@ -416,7 +434,7 @@ int32_t Session::intern_string(const char* s, bool demangle) {
 }
 
 void Session::decode(uint8_t* buffer, size_t valid) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t t0 = steady_ns();
     std::lock_guard<std::mutex> lock(tables_mu_);
     const bool full = stored_bytes() >= options_.max_table_bytes;
     CUpti_Activity* record = nullptr;
@@ -431,19 +449,15 @@ void Session::decode(uint8_t* buffer, size_t valid) {
     counters.records += n;
     counters.dropped_limit += skipped;
     ++counters.buffers;
-    counters.decode_ns += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count());
+    counters.decode_ns += steady_ns() - t0;
 }
 
 void Session::decode_synthetic(const uint8_t* buffer, const std::vector<size_t>& offsets) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t t0 = steady_ns();
     std::lock_guard<std::mutex> lock(tables_mu_);
     for (size_t off : offsets) decode_record(reinterpret_cast<const CUpti_Activity*>(buffer + off));
     counters.records += offsets.size();
-    counters.decode_ns += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count());
+    counters.decode_ns += steady_ns() - t0;
 }
 
 void Session::decode_record(const CUpti_Activity* record) {

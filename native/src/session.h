@@ -35,6 +35,9 @@ struct Options {
     size_t max_buffers = 32;            // CUPTI buffers in flight at once
     size_t max_table_bytes = 2ull << 30;  // decoded columns kept; beyond, records are dropped
     PyObject* boundary_frame = nullptr;   // borrowed; frames at/above it are not recorded
+    // Diagnostics (benchmarks/overhead_probe.py): when not empty, exactly these activity
+    // kinds are enabled instead of the ones the switches above choose.
+    std::vector<int> activity_kinds;
 };
 
 // Raised when CUPTI refuses to start; `code` is the CUptiResult.
@@ -52,6 +55,11 @@ struct Counters {
     uint64_t callbacks = 0;
     uint64_t stacks_sampled = 0;
     uint64_t decode_ns = 0;
+    // Where the capture's own fixed time went (steady clock).
+    uint64_t subscribe_ns = 0;         // cuptiSubscribe and enabling the callbacks
+    uint64_t enable_ns = 0;            // enabling the activity kinds
+    uint64_t flush_ns = 0;             // disabling and draining at stop
+    uint64_t detach_ns = 0;            // cuptiFinalize
 };
 
 class Session {

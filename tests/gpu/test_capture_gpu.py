@@ -305,11 +305,26 @@ def test_program_runs_at_full_speed_after_capture():
 
 
 def test_nvml_samples():
+    import pynvml
+
     with hookmagic.capture(nvml_interval_s=0.01) as trace:
         workloads.gemms(repeats=30)
     s = trace.samples
-    assert len(s) >= 2 and s.memory_used.gt(0).all()
-    assert s.time_ns.is_monotonic_increasing
+    assert len(s) >= 2 and s.time_ns.is_monotonic_increasing
+    # Every 10 ms on the native thread, within the capture, on the GPU torch uses.
+    wall_ms = (trace.meta["end_ns"] - trace.meta["start_ns"]) / 1e6
+    assert len(s) >= 0.5 * wall_ms / 10, (len(s), wall_ms)
+    assert s.time_ns.between(trace.meta["start_ns"] - 1e6, trace.meta["end_ns"] + 50e6).all()
+    assert set(s.device) == {torch.cuda.current_device()}
+    # Against pynvml, opened independently, for the same GPU (matched by PCI bus id).
+    pynvml.nvmlInit()
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    handle = pynvml.nvmlDeviceGetHandleByPciBusId(
+        f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0")
+    info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    assert (s.memory_total == info.total).all()
+    assert abs(s.memory_used.iloc[-1] - info.used) < 0.05 * info.total
+    assert s.gpu_util.max() > 0  # thirty 8192-squared GEMMs keep the GPU busy
 
 
 def test_magic_on_gpu():
