@@ -27,15 +27,16 @@ REPEATS = 11
 CONFIGS = {
     "none": "the plain loop",
     "kernel activity only": "CONCURRENT_KERNEL records, no callbacks",
-    "kernel activity, no detach": "the same, CUPTI left initialised between runs",
     "+memcpy +memset": "CONCURRENT_KERNEL, MEMCPY, MEMSET",
     "+memcpy +memset +sync": "... and SYNCHRONIZATION",
     "+memcpy +memset +memory2": "... and MEMORY2",
     "default activities": "all five, no callbacks",
+    "+no-op callbacks": "default activities, callbacks that return at once",
+    "+callbacks, runtime only": "default activities, runtime API callbacks only, no stacks",
+    "+callbacks, driver only": "default activities, driver API callbacks only, no stacks",
     "+callbacks": "default activities, launch and map/unmap callbacks, no stacks",
     "+callbacks +stacks": "the native session as %%cudahook uses it",
     "+callbacks +stacks, no detach": "the same, CUPTI left initialised between runs",
-    "python thread, idle": "a Python thread waking every 20 ms, doing nothing",
     "python thread, pynvml": "a Python thread sampling 6 NVML fields every 20 ms",
     "native NVML sampler": "hookmagic's native NVML thread, every 20 ms",
     "lingering, after detach": "plain loop just after a capture that detached CUPTI",
@@ -79,8 +80,8 @@ def _child(config: str) -> dict:
             box = {}
             r = timed(lambda: native.start(activity_kinds=ids, **options),
                       lambda: (native.stop(), box.update(native.take()["counters"])))
-            return {**r, **{k: box[k] for k in ("subscribe_s", "enable_s", "flush_s",
-                                                   "detach_s")}}
+            return {**r, **{k: box[k] for k in ("subscribe_s", "callbacks_s", "enable_s",
+                                                   "flush_s", "detach_s")}}
         return run
 
     def lingering(detach):
@@ -152,17 +153,18 @@ def _child(config: str) -> dict:
     runs = {
         "none": lambda: timed(lambda: None),
         "kernel activity only": session(["concurrent_kernel"], **lean, detach=True),
-        "kernel activity, no detach": session(["concurrent_kernel"], **lean, detach=False),
         "+memcpy +memset": session(["concurrent_kernel", "memcpy", "memset"], **lean),
         "+memcpy +memset +sync": session(["concurrent_kernel", "memcpy", "memset",
                                           "synchronization"], **lean),
         "+memcpy +memset +memory2": session(["concurrent_kernel", "memcpy", "memset",
                                              "memory2"], **lean),
         "default activities": session(memory=True, stacks=False, callbacks=False),
+        "+no-op callbacks": session(memory=True, stacks=False, noop_callbacks=True),
+        "+callbacks, runtime only": session(memory=True, stacks=False, callback_domains=1),
+        "+callbacks, driver only": session(memory=True, stacks=False, callback_domains=2),
         "+callbacks": session(memory=True, stacks=False),
         "+callbacks +stacks": session(memory=True, stacks=True),
         "+callbacks +stacks, no detach": session(memory=True, stacks=True, detach=False),
-        "python thread, idle": python_thread(lambda: None),
         "python thread, pynvml": python_thread(pynvml_sample()),
         "native NVML sampler": lambda: timed(lambda: native.nvml_start(0.02), native.nvml_stop),
         "lingering, after detach": lingering(True),
@@ -199,7 +201,7 @@ def main() -> int:
              "Command: `python benchmarks/overhead_probe.py` (20,000 `x.add_(1)` kernels and one "
              f"synchronize; each row a fresh process; medians of {REPEATS}).", "",
              "| configuration | what | plain loop (ms) | loop under it (ms) | x | start (ms) | "
-             "finish (ms) | CUPTI subscribe / enable / drain / detach (ms) |",
+             "finish (ms) | CUPTI subscribe / callbacks / activities / drain / detach (ms) |",
              "|---|---|---|---|---|---|---|---|"]
     for config, what in CONFIGS.items():
         out = subprocess.run([sys.executable, __file__, "--child", config], capture_output=True,
@@ -209,8 +211,8 @@ def main() -> int:
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         ms = {k: v * 1e3 for k, v in r.items()}
-        split = " / ".join(f"{ms[k]:.2f}" for k in ("subscribe_s", "enable_s", "flush_s",
-                                                    "detach_s") if k in ms)
+        split = " / ".join(f"{ms[k]:.2f}" for k in ("subscribe_s", "callbacks_s", "enable_s",
+                                                    "flush_s", "detach_s") if k in ms)
         lines.append(f"| {config} | {what} | {ms['plain']:.1f} | {ms['loop']:.1f} | "
                      f"{r['x']:.3f} | {ms['start']:.2f} | {ms['finish']:.2f} | {split} |")
         print(lines[-1], flush=True)

@@ -240,8 +240,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta["overhead"] = {"start_s": self._start_s, "stop_s": stop_s,
                             "decode_s": counters["decode_s"], "take_s": take_s,
                             "build_s": build_s, "callbacks": counters["callbacks"],
-                            **{k: counters[k] for k in ("subscribe_s", "enable_s", "flush_s",
-                                                        "detach_s")},
+                            **{k: counters[k] for k in ("subscribe_s", "callbacks_s", "enable_s",
+                                                        "flush_s", "detach_s")},
                             "stacks_sampled": counters["stacks_sampled"]}
         meta["dropped"] = {"activity_records": counters["dropped_cupti"],
                            "over_memory_limit": counters["dropped_limit"],

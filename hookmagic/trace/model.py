@@ -26,7 +26,7 @@ analysis and view works on all of them.
   ``cupti_path`` (str): the software that captured it.
 - ``options`` (dict): the capture options (``kernels, memory, stacks, api, nvml, ...``).
 - ``overhead`` (dict): cost of the capture itself: the seconds it added around the cell,
-  ``start_s, stop_s, take_s, build_s``; parts of those, ``subscribe_s, enable_s`` (in start),
+  ``start_s, stop_s, take_s, build_s``; parts of those, ``subscribe_s, callbacks_s, enable_s`` (in start),
   ``flush_s, detach_s`` (in stop), ``decode_s`` (partly on CUPTI's thread); and the counts
   ``callbacks, stacks_sampled``. Per-launch cost inside the cell is not in it (see
   benchmarks/results/overhead.md).

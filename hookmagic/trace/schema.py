@@ -117,9 +117,15 @@ TABLES: dict[str, dict[str, str]] = {
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
 
+_EMPTY: dict[str, pd.DataFrame] = {}
+
+
 def empty_table(name: str) -> pd.DataFrame:
-    """An empty DataFrame with the columns and dtypes of table ``name``."""
-    return conform(name, {})
+    """An empty DataFrame with the columns and dtypes of table ``name`` (a new one each call:
+    callers may add columns to it)."""
+    if name not in _EMPTY:
+        _EMPTY[name] = conform(name, {})
+    return _EMPTY[name].copy()
 
 
 def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
@@ -153,14 +159,17 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
             out[col] = np.asarray(frame[col])
     if n == 0:  # nothing for pandas to infer the string dtype from
         out.update({c: pd.Series([], dtype=STR) for c, d in columns.items() if d == STR})
-    return pd.DataFrame(out, index=pd.RangeIndex(n))
+    # Columns from a mapping become the table's own (the capture hands over fresh arrays, so
+    # copying them again would only cost time); a DataFrame's are copied, leaving it untouched.
+    return pd.DataFrame(out, index=pd.RangeIndex(n), copy=isinstance(frame, pd.DataFrame))
 
 
 def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
     names = list(columns)
     if list(frame.columns[: len(names)]) != names or not isinstance(frame.index, pd.RangeIndex):
         return False
-    return all(_dtype_matches(frame[c].dtype, d) for c, d in columns.items())
+    dtypes = frame.dtypes.iloc[: len(names)]
+    return all(_dtype_matches(actual, wanted) for actual, wanted in zip(dtypes, columns.values()))
 
 
 def _dtype_matches(actual: Any, wanted: str) -> bool:

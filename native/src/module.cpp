@@ -200,7 +200,8 @@ PYBIND11_MODULE(_native, m) {
     m.def("start", [](bool kernels, bool memory, bool stacks, bool api, bool nvtx, bool detach,
                       int max_stack_depth, size_t buffer_bytes, size_t max_buffers,
                       size_t max_table_bytes, bool activities_without_callbacks,
-                      bool callbacks, py::object boundary, std::vector<int> activity_kinds) {
+                      bool callbacks, py::object boundary, std::vector<int> activity_kinds,
+                      int callback_domains, bool noop_callbacks) {
         hookmagic::Options o;
         o.kernels = kernels; o.memory = memory; o.stacks = stacks; o.api = api; o.nvtx = nvtx;
         o.detach = detach; o.max_stack_depth = max_stack_depth; o.buffer_bytes = buffer_bytes;
@@ -208,6 +209,8 @@ PYBIND11_MODULE(_native, m) {
         o.activities_without_callbacks = activities_without_callbacks;
         o.callbacks = callbacks;
         o.activity_kinds = std::move(activity_kinds);
+        o.callback_domains = callback_domains;
+        o.noop_callbacks = noop_callbacks;
         o.boundary_frame = boundary.is_none() ? nullptr : boundary.ptr();
         auto& s = Session::instance();
         s.start(o);
@@ -222,7 +225,9 @@ PYBIND11_MODULE(_native, m) {
        py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
        py::arg("activities_without_callbacks") = false, py::arg("callbacks") = true,
        py::arg("boundary") = py::none(), py::arg("activity_kinds") = std::vector<int>{},
-       "Start capturing. Returns {'callbacks': bool, 'subscribe_error': CUptiResult}.");
+       py::arg("callback_domains") = 3, py::arg("noop_callbacks") = false,
+       "Start capturing. Returns {'callbacks': bool, 'subscribe_error': CUptiResult, 'hw_trace': bool}.\n"
+       "activity_kinds, callback_domains and noop_callbacks are for benchmarks/overhead_probe.py.");
 
     static hookmagic::NvmlSampler* sampler = new hookmagic::NvmlSampler();  // lives until exit
     m.def("nvml_start", [](double interval_s) {
@@ -279,6 +284,7 @@ PYBIND11_MODULE(_native, m) {
         counters["stacks_sampled"] = c.stacks_sampled;
         counters["decode_s"] = c.decode_ns / 1e9;
         counters["subscribe_s"] = c.subscribe_ns / 1e9;
+        counters["callbacks_s"] = c.callbacks_ns / 1e9;
         counters["enable_s"] = c.enable_ns / 1e9;
         counters["flush_s"] = c.flush_ns / 1e9;
         counters["detach_s"] = c.detach_ns / 1e9;

@@ -222,6 +222,7 @@ void Session::start(const Options& options) {
     if (options_.callbacks) {
         build_roles();
         CUptiResult r = cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr);
+        counters.subscribe_ns = steady_ns() - t0;
         if (r != CUPTI_SUCCESS) {
             subscriber_ = nullptr;
             // A dormant subscriber (PyTorch's Kineto keeps one after its first profile) leaves
@@ -233,12 +234,14 @@ void Session::start(const Options& options) {
         }
         const CUpti_CallbackDomain domains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API,
                                                  CUPTI_CB_DOMAIN_DRIVER_API};
-        for (int d = 0; d < 2 && subscriber_; ++d)
+        for (int d = 0; d < 2 && subscriber_; ++d) {
+            if (!(options_.callback_domains & (1 << d))) continue;
             for (auto cbid : hooked_[d]) {
                 uint8_t role = roles_[d][cbid];
                 if ((role == kMap || role == kUnmap) && !options_.memory) continue;
                 cupti_.cuptiEnableCallback(1, subscriber_, domains[d], cbid);
             }
+        }
     }
     if (options_.stacks && subscriber_) stacks.begin(options_.boundary_frame, options_.max_stack_depth);
     const uint64_t t1 = steady_ns();
@@ -262,7 +265,7 @@ void Session::start(const Options& options) {
     // instrumentation, where the GPU has one (Blackwell); elsewhere CUPTI says no.
     hw_trace_ = options_.kernels && cupti_.cuptiActivityEnableHWTrace &&
                 cupti_.cuptiActivityEnableHWTrace(1) == CUPTI_SUCCESS;
-    counters.subscribe_ns = t1 - t0;
+    counters.callbacks_ns = t1 - t0 - counters.subscribe_ns;
     counters.enable_ns = steady_ns() - t1;
 }
 
@@ -294,8 +297,15 @@ void Session::stop() {
 // CUPTI asks for it to be called at an API-exit callsite, so we hook one harmless driver call,
 // make it ourselves, and finalize inside its exit callback. Anything running later (the next
 // capture included) re-initialises CUPTI lazily.
+// Without callbacks of our own we subscribe just for this, unless another tool holds CUPTI:
+// finalizing would pull it out from under that tool.
 void Session::detach() {
-    if (!subscriber_ || !driver_.bind_if_loaded()) return;
+    if (!driver_.bind_if_loaded()) return;
+    if (!subscriber_ && (subscribe_error_ != CUPTI_SUCCESS ||
+                         cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr) != CUPTI_SUCCESS)) {
+        subscriber_ = nullptr;
+        return;
+    }
     finalize_pending_.store(true);
     cupti_.cuptiEnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API,
                                CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion);
@@ -312,6 +322,7 @@ void Session::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, co
         if (cb->callbackSite == CUPTI_API_EXIT && !finalized_.exchange(true)) cupti_.cuptiFinalize();
         return;
     }
+    if (options_.noop_callbacks) return;
     const int d = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 0 : 1;
     if (cbid >= roles_[d].size()) return;
     const uint8_t role = roles_[d][cbid];

@@ -38,6 +38,8 @@ struct Options {
     // Diagnostics (benchmarks/overhead_probe.py): when not empty, exactly these activity
     // kinds are enabled instead of the ones the switches above choose.
     std::vector<int> activity_kinds;
+    int callback_domains = 3;     // bit 0: runtime API callbacks, bit 1: driver API callbacks
+    bool noop_callbacks = false;  // callbacks that return at once: CUPTI's own cost per call
 };
 
 // Raised when CUPTI refuses to start; `code` is the CUptiResult.
@@ -56,7 +58,8 @@ struct Counters {
     uint64_t stacks_sampled = 0;
     uint64_t decode_ns = 0;
     // Where the capture's own fixed time went (steady clock).
-    uint64_t subscribe_ns = 0;         // cuptiSubscribe and enabling the callbacks
+    uint64_t subscribe_ns = 0;         // cuptiSubscribe
+    uint64_t callbacks_ns = 0;         // enabling the callbacks
     uint64_t enable_ns = 0;            // enabling the activity kinds
     uint64_t flush_ns = 0;             // disabling and draining at stop
     uint64_t detach_ns = 0;            // cuptiFinalize
