@@ -1,13 +1,13 @@
-"""Which part of a capture costs what, on 20,000 tiny kernels (a GPU diagnostic).
+"""Which part of a capture costs what, on one of bench_overhead.py's workloads (a GPU diagnostic).
 
-    python benchmarks/overhead_probe.py --out benchmarks/results
+    python benchmarks/overhead_probe.py --out benchmarks/results [--workload resnet50_fp16_b16]
 
 Each configuration runs in a fresh process pinned to four cores, alternating the plain loop
 and the loop under the configuration; x is the median of the pairs' ratios, start and finish
 the medians of the time around the loop (for the native session also split into CUPTI's
 subscribe+callbacks, activity enabling, drain, and detach). The "lingering" rows time the plain
 loop right after a capture that ended with or without detaching CUPTI. Writes
-overhead_probe.md.
+overhead_probe_<workload>.md.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ CONFIGS = {
 }
 
 
-def _child(config: str) -> dict:
+def _child(config: str, workload: str) -> dict:
     import torch
 
     import hookmagic
@@ -56,12 +56,9 @@ def _child(config: str) -> dict:
     native, why = _prepare_native()
     assert native is not None, why
     kinds = native.enum_names()["activity_kind"]
-    x = torch.zeros(16, device="cuda")
+    from benchmarks.bench_overhead import _workload
 
-    def loop():
-        for _ in range(20000):
-            x.add_(1)
-        torch.cuda.synchronize()
+    loop = _workload(workload)
 
     def timed(before, after=lambda: None):
         t0 = time.perf_counter()
@@ -190,21 +187,29 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--child")
+    parser.add_argument("--workload", default="tiny_kernels_20000",
+                        help="one of benchmarks/bench_overhead.py's workloads")
+    parser.add_argument("--only", nargs="*", help="configurations to run (default: all)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.child:
-        print(json.dumps(_child(args.child)))
+        print(json.dumps(_child(args.child, args.workload)))
         return 0
+    from benchmarks.bench_overhead import WORKLOADS
     from benchmarks.machine import machine_line
 
     lines = ["# Overhead probe (diagnostic)", "", machine_line(), "",
-             "Command: `python benchmarks/overhead_probe.py` (20,000 `x.add_(1)` kernels and one "
-             f"synchronize; each row a fresh process; medians of {REPEATS}).", "",
+             f"Command: `python benchmarks/overhead_probe.py --workload {args.workload}` "
+             f"(workload: {WORKLOADS[args.workload]}; each row a fresh process; medians of "
+             f"{REPEATS}).", "",
              "| configuration | what | plain loop (ms) | loop under it (ms) | x | start (ms) | "
              "finish (ms) | CUPTI subscribe / callbacks / activities / drain / detach (ms) |",
              "|---|---|---|---|---|---|---|---|"]
     for config, what in CONFIGS.items():
-        out = subprocess.run([sys.executable, __file__, "--child", config], capture_output=True,
+        if args.only and config not in args.only:
+            continue
+        out = subprocess.run([sys.executable, __file__, "--child", config, "--workload",
+                              args.workload], capture_output=True,
                              text=True, cwd=str(ROOT), timeout=600)
         if out.returncode != 0:
             lines.append(f"| {config} | {what} | failed: {out.stderr.strip().splitlines()[-1]} |")
@@ -218,7 +223,7 @@ def main() -> int:
         print(lines[-1], flush=True)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "overhead_probe.md").write_text("\n".join(lines) + "\n")
+    (out_dir / f"overhead_probe_{args.workload}.md").write_text("\n".join(lines) + "\n")
     return 0
 
 

@@ -27,7 +27,7 @@ struct Options {
     bool stacks = true;       // Python stack at every launch, copy and allocation
     bool api = false;         // runtime and driver API activity records
     bool nvtx = false;        // NVTX markers (only if NVTX was routed to CUPTI)
-    bool detach = true;       // cuptiFinalize after the capture, so nothing lingers
+    bool detach = false;      // cuptiFinalize after the capture (see hookmagic.capture)
     bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
     bool callbacks = true;    // API callbacks at all (threads, ranges, stacks, map/unmap)
     int max_stack_depth = 64;
@@ -76,7 +76,7 @@ public:
     uint32_t cupti_version();
 
     void start(const Options& options);  // throws CaptureError
-    // Disables everything, drains the buffers and detaches CUPTI. Call without the GIL.
+    // Disables everything, drains the buffers, finalizes CUPTI if asked to. Call without the GIL.
     void stop();
     bool running() const { return running_.load(); }
     bool detached_last() const { return detached_last_; }
