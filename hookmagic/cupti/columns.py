@@ -66,7 +66,8 @@ def build_tables(
     samples: Columns,
     callback_name: Callable[[int, int], str | None],
 ) -> dict[str, pd.DataFrame]:
-    """Turn the native hand-over ``raw`` (see ``hookmagic._native.take``) into schema tables.
+    """Turn the native hand-over ``raw`` (see ``hookmagic._native.take``) into schema tables;
+    tables without rows are left out (a Trace makes empty ones when they are asked for).
 
     ``range_rows`` holds the finished ``hookmagic.range`` records; ``samples`` the NVML
     columns; ``callback_name(domain, cbid)`` names API records (domain 0 runtime, 1 driver).
@@ -115,23 +116,26 @@ def build_tables(
             "stream": y["stream"], "event": y["event"], "correlation": y["correlation"],
             "thread": np.where(sync_thread >= 0, sync_thread, from_api)}
 
-    api = _api_table(api_raw, callback_name)
+    api = _api_table(api_raw, callback_name) if len(api_raw["start_ns"]) else None
     ranges_table = _ranges_table(range_rows, raw["markers"], enums, strings)
-    return {
-        "kernels": conform("kernels", kernels),
-        "memcpy": conform("memcpy", memcpy),
-        "memset": conform("memset", memset),
-        "memory": conform("memory", memory),
-        "sync": conform("sync", sync),
-        "api": conform("api", api),
-        "ranges": conform("ranges", ranges_table),
-        "stacks": conform("stacks", raw["stacks"]),
-        "samples": conform("samples", samples),
-    }
+    tables = {"kernels": kernels, "memcpy": memcpy, "memset": memset, "memory": memory,
+              "sync": sync, "api": api, "ranges": ranges_table, "stacks": raw["stacks"],
+              "samples": samples}
+    # Empty tables are left out: the Trace makes those itself, only if asked for.
+    return {name: conform(name, t) for name, t in tables.items()
+            if t is not None and _rows(t) > 0}
+
+
+def _rows(table) -> int:
+    if isinstance(table, pd.DataFrame):
+        return len(table)
+    return len(next(iter(table.values()))) if table else 0
 
 
 def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIndex,
-                  kernels: dict) -> pd.DataFrame:
+                  kernels: dict) -> pd.DataFrame | None:
+    if len(m["time_ns"]) == 0 and len(vmm["time_ns"]) == 0:
+        return None
     cupti = pd.DataFrame({
         "time_ns": m["time_ns"].astype(np.int64), "op": _names(m["op"], enums["memory_op"]),
         "address": m["address"], "bytes": m["bytes"],
@@ -181,8 +185,8 @@ def _ranges_table(user: pd.DataFrame, markers: Columns, enums: dict,
                   strings: np.ndarray) -> pd.DataFrame:
     user = user.assign(source="hookmagic") if len(user) else user
     flags = enums["marker_flags"]
-    mk = pd.DataFrame({k: np.asarray(v) for k, v in markers.items()})
-    if len(mk):
+    if len(markers["time_ns"]):
+        mk = pd.DataFrame({k: np.asarray(v) for k, v in markers.items()})
         starts = mk[(mk["flags"] & flags["start"]) != 0]
         ends = mk[(mk["flags"] & flags["end"]) != 0][["id", "time_ns"]]
         paired = starts.merge(ends, on="id", suffixes=("", "_end"))

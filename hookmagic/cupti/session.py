@@ -280,7 +280,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
         empty = Trace.empty(reason)
         empty.meta["label"] = self.label or ""
-        self.trace._fill({name: getattr(empty, name) for name in _table_names()}, empty.meta)
+        self.trace._fill({}, empty.meta)
         _warn_once(reason)
 
     def _stop_quietly(self) -> None:
@@ -306,16 +306,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 pass
 
 
-def _table_names() -> tuple[str, ...]:
-    from hookmagic.trace.schema import TABLE_NAMES
-
-    return TABLE_NAMES
-
-
 @atexit.register
 def _stop_at_exit() -> None:
     """A capture still running at interpreter exit (a script that never left its ``with``):
-    detach CUPTI before Python's state is torn down, so no callback reads it afterwards."""
+    stop it before Python's state is torn down, so no callback reads that state afterwards."""
     from hookmagic.cupti import native_module
 
     native = native_module()

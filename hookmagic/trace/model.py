@@ -106,12 +106,23 @@ class Trace:
                              f"{list(schema.TABLE_NAMES)}")
         for name in schema.TABLE_NAMES:
             frame = tables.get(name)
-            setattr(self, name, schema.empty_table(name) if frame is None
-                    else schema.conform(name, frame))
+            if frame is None:
+                self.__dict__.pop(name, None)  # made on first access (see __getattr__)
+            else:
+                setattr(self, name, schema.conform(name, frame))
         full = {"format_version": FORMAT_VERSION, "hookmagic_version": hookmagic_version(),
                 "status": "complete"}
         full.update(meta or {})
         self.meta = full
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for a table not set: an empty one is made when first asked for, so a
+        # capture (most of whose tables stay empty) does not pay for building them all.
+        if name in schema.TABLES:
+            frame = schema.empty_table(name)
+            setattr(self, name, frame)
+            return frame
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- data access ----------------------------------------------------------------------
     @property
