@@ -99,11 +99,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     label:
         A name for the capture, shown in views.
     detach:
-        Finalize CUPTI when the capture ends (default False). Left initialised, with every
-        activity and callback disabled, CUPTI costs nothing measurable afterwards and the next
-        capture starts in well under a millisecond; finalized, the next capture pays ~10 ms to
-        re-attach and, on the GPU machine, CUPTI then made every launch markedly slower
-        (benchmarks/results/after_capture.md, overhead.md).
+        Finalize CUPTI when the capture ends (default True), so the program runs at full
+        speed again: on the GPU machine, CUPTI left initialised with every activity and
+        callback disabled still made launch-bound loops 1.2-1.9x slower for the rest of the
+        process (benchmarks/results/after_capture.md). The price is paid by the next capture,
+        which re-attaches CUPTI (~10-14 ms). ``detach=False`` suits a burst of captures.
     nvml_interval_s, max_stack_depth, buffer_mb, max_buffers, max_table_mb:
         Sampling period; deepest Python stack kept; CUPTI buffer size; buffers in flight; the
         most decoded data kept (beyond it records are dropped and counted in ``meta["dropped"]``).
@@ -116,7 +116,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     def __init__(self, *, kernels: bool = True, memory: bool = True, stacks: bool = True,
                  api: bool = False, nvml: bool = True, nvtx: bool = False,
                  allocator_history: bool = False,
-                 label: str | None = None, detach: bool = False, nvml_interval_s: float = 0.02,
+                 label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
                  max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
                  max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:
         from hookmagic.trace import Trace

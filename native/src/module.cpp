@@ -220,7 +220,7 @@ PYBIND11_MODULE(_native, m) {
         started["hw_trace"] = s.hw_trace();
         return started;
     }, py::arg("kernels") = true, py::arg("memory") = true, py::arg("stacks") = true,
-       py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = false,
+       py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = true,
        py::arg("max_stack_depth") = 64, py::arg("buffer_bytes") = 8u << 20,
        py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
        py::arg("activities_without_callbacks") = false, py::arg("callbacks") = true,
@@ -248,7 +248,7 @@ PYBIND11_MODULE(_native, m) {
     m.def("stop", [] {
         py::gil_scoped_release release;
         Session::instance().stop();
-    }, "Stop and drain (and finalize CUPTI if started with detach=True). Idempotent.");
+    }, "Stop, drain, and finalize CUPTI unless started with detach=False. Idempotent.");
 
     m.def("take", [] {
         auto& s = Session::instance();

@@ -293,11 +293,9 @@ void Session::stop() {
     counters.detach_ns = steady_ns() - t1;
 }
 
-// Only on request (Options::detach). Kineto's users saw programs stay slower after profiling
-// (pytorch#146604), but Kineto leaves parts enabled; with every activity and callback disabled
-// and the subscriber gone, the GPU machine showed no lingering cost, whereas a finalized and
-// re-attached CUPTI made the next capture's launches markedly slower
-// (benchmarks/results/after_capture.md).
+// Without cuptiFinalize a process stays slower after profiling ends, even with every activity
+// and callback disabled and the subscriber gone (pytorch#146604; on the GPU machine launch-bound
+// loops ran 1.2-1.9x slower: benchmarks/results/after_capture.md).
 // CUPTI asks for cuptiFinalize at an API-exit callsite, so we hook one harmless driver call,
 // make it ourselves, and finalize inside its exit callback. Anything running later (the next
 // capture included) re-initialises CUPTI lazily.

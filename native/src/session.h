@@ -27,7 +27,7 @@ struct Options {
     bool stacks = true;       // Python stack at every launch, copy and allocation
     bool api = false;         // runtime and driver API activity records
     bool nvtx = false;        // NVTX markers (only if NVTX was routed to CUPTI)
-    bool detach = false;      // cuptiFinalize after the capture (see hookmagic.capture)
+    bool detach = true;       // cuptiFinalize after the capture (see hookmagic.capture)
     bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
     bool callbacks = true;    // API callbacks at all (threads, ranges, stacks, map/unmap)
     int max_stack_depth = 64;
