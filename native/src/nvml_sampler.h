@@ -1,8 +1,10 @@
 // GPU utilisation, memory, clocks, power and temperature sampled with NVML on a native thread.
 //
-// Native because a Python sampler thread competes for the GIL with the cell it watches: on the
-// GPU machine a pynvml thread sampling every 20 ms slowed a launch-bound loop of 20,000 tiny
-// kernels by 17% (benchmarks/results/overhead_probe.md). This thread never touches Python.
+// Native so that sampling never needs the GIL the cell runs under, and so that NVML stays
+// initialised between captures: starting the sampler costs about 0.1 ms instead of the ~2 ms of
+// an nvmlInit per capture. On the GPU machine neither a pynvml thread nor this one changed a
+// launch-bound loop measurably (benchmarks/results/overhead_probe_tiny_kernels_20000.md: 0.92x
+// and 1.00x, inside that host's noise); the GIL argument is for cells that hold it longer.
 #pragma once
 
 #include <array>
