@@ -12,6 +12,7 @@ in the repository is executed with the plain mimetype renderer, which keeps it s
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,13 +57,15 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
     out.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(tour, as_version=4)
     started = time.perf_counter()
-    client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tour.parent)}})
-    try:
-        # the tour reads ../tests/data, so it runs from notebooks/ as it does in JupyterLab
-        client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
-    except CellExecutionError as err:
-        raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
+    with tempfile.TemporaryDirectory(prefix="hookmagic-demo-") as sockets:
+        client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                                         config=_kernel_config(sockets),
+                                         resources={"metadata": {"path": str(tour.parent)}})
+        try:
+            # the tour reads ../tests/data, so it runs from notebooks/ as it does in JupyterLab
+            client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
+        except CellExecutionError as err:
+            raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
     seconds = time.perf_counter() - started
     notebook = out / TOUR
     nbformat.write(nb, notebook)
@@ -71,3 +74,13 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
     html = out / (Path(TOUR).stem + ".html")
     html.write_text(body, encoding="utf-8")
     return DemoResult(html=html, notebook=notebook, seconds=seconds)
+
+
+def _kernel_config(socket_dir: str):
+    """How the tour's kernel is reached: where Unix sockets exist, over them in ``socket_dir``
+    (a kernel on TCP is reachable by anyone on the host, and ipykernel warns about it)."""
+    from traitlets.config import Config
+
+    if os.name != "posix":
+        return Config()
+    return Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(socket_dir, "kernel")}})

@@ -26,6 +26,10 @@ def test_demo_writes_html_with_figures_and_plotly_js_once(tmp_path):
     # plotly.js itself is embedded exactly once (no network needed to view the page)
     assert html.count("basemaps.cartocdn.com/gl/voyager-gl-style") == 1
     assert "Traceback" not in html
+    # the kernel talks over Unix sockets in a private folder: no TCP warning, nothing left over
+    if sys.platform != "win32":
+        assert "without encryption" not in run.stderr
+        assert "Parent appears to have exited" not in run.stderr
 
 
 def test_demo_without_a_checkout_says_so(tmp_path, monkeypatch, capsys):
