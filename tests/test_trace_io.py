@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -193,3 +196,14 @@ def _rewrite(path, entries: dict) -> None:
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in entries.items():
             zf.writestr(name, data)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_saved_file_has_the_users_default_permissions(tmp_path, synthetic_trace):
+    # A trace is meant to be shared: readable by whoever the umask allows, not private (0600).
+    old = os.umask(0o022)
+    try:
+        path = Path(synthetic_trace.save(tmp_path / "shared.hmtrace"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

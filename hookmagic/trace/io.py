@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
+import secrets
 import warnings
 import zipfile
 from pathlib import Path
@@ -59,10 +59,11 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> str:
             "extra_columns": [c for c in frame.columns if c not in schema.TABLES[name]]}
     meta_bytes = json.dumps(manifest, indent=1, allow_nan=True).encode("utf-8")
 
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    # Written beside the target and renamed over it, so a failed save leaves the old file. Not
+    # with mkstemp: its files are private (0600), and a saved trace is meant to be shared.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
+        with open(tmp, "xb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
             zf.writestr(META_ENTRY, meta_bytes)
             for entry, data in entries:
                 zf.writestr(entry, data)
