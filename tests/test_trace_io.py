@@ -67,8 +67,9 @@ def test_missing_file(tmp_path):
 def test_not_a_zip(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("hello")
-    with pytest.raises(TraceFileError, match="not a hookmagic trace"):
+    with pytest.raises(TraceFileError, match="not a hookmagic trace") as err:
         load_trace(path)
+    assert "Kineto" in str(err.value)  # says what it can open instead
 
 
 def test_chrome_json_gets_a_hint(tmp_path):

@@ -92,7 +92,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
     try:
         zf = zipfile.ZipFile(path, "r")
     except zipfile.BadZipFile:
-        hint = ""
+        hint = (" hookmagic.load() opens files written by Trace.save() or %%cudahook --save, "
+                "and torch.profiler (Kineto) trace JSON.")
         with open(path, "rb") as fh:
             head = fh.read(64)
         if head[:2] == b"PK":
