@@ -1,5 +1,4 @@
 """What-if replay and the memory views (synthetic request sequences)."""
-import numpy as np
 import pandas as pd
 
 from hookmagic.analysis.fragmentation import fragmentation_over_time

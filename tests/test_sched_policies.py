@@ -1,5 +1,4 @@
 """Each policy's rule, checked on small hand-built (synthetic) arrival lists."""
-import numpy as np
 import pandas as pd
 import pytest
 

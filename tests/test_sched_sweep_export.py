@@ -1,5 +1,4 @@
 """Sweep over simulated configurations, and the Triton / Ray Serve exports (synthetic specs)."""
-import pandas as pd
 import pytest
 
 from hookmagic import sched as S

@@ -17,7 +17,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .dispatcher import DONE
 from .models import ModelSpec
 from .policies import Batching, Policy, Stream
 from .simulator import _as_specs, service_multipliers, simulate_raw

@@ -5,10 +5,8 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import hookmagic
