@@ -16,6 +16,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 TOUR = "00_tour.ipynb"
 #: figures carry plotly.js-backed HTML as well as Plotly's JSON mimetype
@@ -76,7 +80,7 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
     return DemoResult(html=html, notebook=notebook, seconds=seconds)
 
 
-def _kernel_config(socket_dir: str):
+def _kernel_config(socket_dir: str) -> "Config":
     """How the tour's kernel is reached: where Unix sockets exist, over them in ``socket_dir``
     (a kernel on TCP is reachable by anyone on the host, and ipykernel warns about it)."""
     from traitlets.config import Config
