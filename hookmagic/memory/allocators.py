@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
-from hookmagic.memory.linked import absorb_next
+from hookmagic.memory.linked import absorb_next, link_after
 from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
 
@@ -153,12 +153,7 @@ class CupyPoolModel(ModelBase):
             self._remove(c)
             if c.size > size:
                 r = _Chunk(c.addr + size, c.size - size, stream, c.segment)
-                r.prev, r.next = c, c.next
-                if c.next is not None:
-                    c.next.prev = r
-                c.next = r
-                c.size = size
-                self._chunks[r.addr] = r
+                link_after(c, r, self._chunks)
                 self._push(r)
         else:
             if not self.fits(size):

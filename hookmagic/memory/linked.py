@@ -12,3 +12,14 @@ def absorb_next(first: Any, by_address: dict[int, Any]) -> None:
     first.next = second.next
     if second.next is not None:
         second.next.prev = first
+
+
+def link_after(first: Any, rest: Any, by_address: dict[int, Any]) -> None:
+    """Split ``first``: ``rest`` (made by the caller, starting where ``first`` now ends) takes
+    the bytes beyond it and is linked in right after it."""
+    rest.prev, rest.next = first, first.next
+    if first.next is not None:
+        first.next.prev = rest
+    first.next = rest
+    first.size = rest.addr - first.addr
+    by_address[rest.addr] = rest

@@ -26,7 +26,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 from hookmagic.memory import torch_rules as R
-from hookmagic.memory.linked import absorb_next
+from hookmagic.memory.linked import absorb_next, link_after
 from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
 
 _INF = 1 << 62
@@ -177,12 +177,7 @@ class TorchCachingModel(ModelBase):
     def _split_off(self, b: _Block, size: int, mapped: bool, expandable: bool) -> None:
         """Keep the first ``size`` bytes in ``b``; the rest becomes a free block after it."""
         r = _Block(b.addr + size, b.size - size, b.stream, b.small, b.segment, mapped, expandable)
-        r.prev, r.next = b, b.next
-        if b.next is not None:
-            b.next.prev = r
-        b.next = r
-        b.size = size
-        self._blocks[r.addr] = r
+        link_after(b, r, self._blocks)
         self._insert_free(r)
 
     def free(self, address: int) -> None:
