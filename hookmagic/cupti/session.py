@@ -95,14 +95,16 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
         hand-outs (the ``allocator_events`` table) when those libraries are in use. Off by
         default: PyTorch's history recording more than doubled the time of an allocating
-        inference loop on the GPU machine (benchmarks/results/overhead.md).
+        inference loop on the GPU machine (ResNet-50: 4.0x in benchmarks/bench_overhead.py while
+        it was on by default).
     label:
         A name for the capture, shown in views.
     detach:
         Finalize CUPTI when the capture ends (default True), so the program runs at full
         speed again: on the GPU machine, CUPTI left initialised with every activity and
-        callback disabled still made launch-bound loops 1.2-1.9x slower for the rest of the
-        process (benchmarks/results/after_capture.md). The price is paid by the next capture,
+        callback disabled still made a launch-bound loop 1.48x slower afterwards, against 1.03x
+        after a finalized capture (benchmarks/results/overhead_probe_tiny_kernels_20000.md,
+        "lingering" rows). The price is paid by the next capture,
         which re-attaches CUPTI (~10-14 ms). ``detach=False`` suits a burst of captures.
     nvml_interval_s, max_stack_depth, buffer_mb, max_buffers, max_table_mb:
         Sampling period; deepest Python stack kept; CUPTI buffer size; buffers in flight; the

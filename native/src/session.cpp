@@ -294,8 +294,8 @@ void Session::stop() {
 }
 
 // Without cuptiFinalize a process stays slower after profiling ends, even with every activity
-// and callback disabled and the subscriber gone (pytorch#146604; on the GPU machine launch-bound
-// loops ran 1.2-1.9x slower: benchmarks/results/after_capture.md).
+// and callback disabled and the subscriber gone (pytorch#146604; on the GPU machine a launch-bound
+// loop ran 1.48x afterwards, 1.03x after finalizing: benchmarks/results/overhead_probe_*.md).
 // CUPTI asks for cuptiFinalize at an API-exit callsite, so we hook one harmless driver call,
 // make it ourselves, and finalize inside its exit callback. Anything running later (the next
 // capture included) re-initialises CUPTI lazily.
