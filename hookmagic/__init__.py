@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "recordings", "sched",
+__all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
+           "recordings", "sched",
            "layers",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
+
+from hookmagic.common.errors import HookmagicError
 
 if TYPE_CHECKING:
     from hookmagic.cupti import CaptureUnavailable, capture, range

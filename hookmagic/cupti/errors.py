@@ -1,6 +1,8 @@
 """Why a capture could not run, in words a user can act on."""
 from __future__ import annotations
 
+from hookmagic.common.errors import HookmagicError
+
 
 class CaptureUnavailable(UserWarning):
     """Nothing was captured: no GPU, driver or CUPTI, or another tool holds CUPTI.
@@ -9,5 +11,5 @@ class CaptureUnavailable(UserWarning):
     """
 
 
-class CaptureFailed(RuntimeError):
+class CaptureFailed(HookmagicError, RuntimeError):
     """CUPTI refused to start for a reason hookmagic could not name more precisely."""

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+from hookmagic.common.errors import Unavailable
+
 
 from .model import LayerProfile, make_layers
 from .trtexec import fold_noops, join_timing, latency_stats, layer_info_from_doc, split_constants
@@ -37,7 +39,7 @@ INSTALL_HINT = ("TensorRT is not installed in this kernel. Install it from NVIDI
                 "%trtprofile --profile p.json --layers l.json --times t.json")
 
 
-class TensorRTUnavailable(RuntimeError):
+class TensorRTUnavailable(Unavailable):
     """TensorRT (or a CUDA device for it) is missing; the message says what to do instead."""
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hookmagic.common.errors import InputFileError
 from hookmagic.trace import schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
@@ -33,7 +34,7 @@ FORMAT = "hookmagic.trace"
 META_ENTRY = "meta.json"
 
 
-class TraceFileError(ValueError):
+class TraceFileError(InputFileError):
     """A file could not be read as a hookmagic trace; the message says why and what to do."""
 
 
