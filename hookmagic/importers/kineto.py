@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.trace import schema
+from hookmagic.trace.correlation import CorrelationIndex
 from hookmagic.trace.io import TraceFileError
 
 _KERNEL = {"kernel"}
@@ -231,13 +232,9 @@ def _convert(events: list[Any], header: dict[str, Any], path: Path
         frame = pd.DataFrame(rows[name])
         if len(frame) and len(api):
             # GPU work inherits thread, stack and ranges from the runtime call that launched it
-            a_corr = api["correlation"].to_numpy(np.int64)
-            order = np.argsort(a_corr, kind="stable")
-            pos = np.clip(np.searchsorted(a_corr[order], frame["correlation"].to_numpy(np.int64)),
-                          0, len(order) - 1)
-            hit = (a_corr[order][pos] == frame["correlation"].to_numpy(np.int64)) \
-                & (frame["correlation"].to_numpy(np.int64) >= 0)
-            row = order[pos]
+            row = CorrelationIndex(api["correlation"].to_numpy(np.int64)).row_of(
+                frame["correlation"].to_numpy(np.int64))
+            hit = row >= 0
             frame["thread"] = np.where(hit, api["thread"].to_numpy(np.int64)[row], -1)
             frame["stack_id"] = np.where(hit, api_stack[row], -1)
             frame["range_id"] = np.where(hit, api_range[row], -1)
