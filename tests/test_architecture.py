@@ -65,3 +65,10 @@ def test_import_hookmagic_stays_light():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     assert hookmagic.load.__module__ == "hookmagic.facades"
+
+
+def test_dir_lists_the_public_api():
+    names = dir(hookmagic)
+    for name in hookmagic.__all__:
+        assert name in names, name
+        assert getattr(hookmagic, name) is not None
