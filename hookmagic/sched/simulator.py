@@ -25,6 +25,9 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
+
 from .dispatcher import Dispatcher
 from .models import ModelSpec
 from .policies import Policy
@@ -40,8 +43,18 @@ def _as_specs(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec)
     if isinstance(models, ModelSpec):
         return [models]
     if isinstance(models, Mapping):
-        return list(models.values())
-    return list(models)
+        specs = list(models.values())
+    else:
+        specs = list(models)
+    if not all(isinstance(s, ModelSpec) for s in specs):
+        raise InvalidArgument("models must be ModelSpec objects (or a name -> ModelSpec mapping)")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"two ModelSpecs share a name: {names}")
+    return specs
+
+#: the simulation engines ``simulate(engine=...)`` accepts
+ENGINES = ("auto", "general", "fast")
 
 
 def service_multipliers(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed: int) -> np.ndarray:
@@ -82,6 +95,10 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     """
     specs = _as_specs(models)
     policy = policy or Policy()
+    checks.choice("engine", engine, ENGINES)
+    interference = checks.number("interference", interference, non_negative=True)
+    if not isinstance(policy, Policy):
+        raise InvalidArgument(f"policy must be a Policy, not {type(policy).__name__}")
     if not isinstance(workload, Workload):
         if duration_s is None:
             raise ValueError("pass duration_s with a list of sources")
@@ -108,6 +125,8 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     """
     from . import fast
+    checks.choice("engine", engine, ENGINES)
+    policy.check_models([s.name for s in specs])
     ok = fast.supports(policy, specs, interference)
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
@@ -187,6 +206,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 dur = tables[m][size] * mult_l[ids[0]]
                 if interference:
                     dur *= 1.0 + interference * (S - idle)
+                if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
+                    raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
+                                          f"service time of {dur} s; latencies must be finite")
                 end = t + dur
                 record((m, s, t, end, size))
                 extend(ids)
