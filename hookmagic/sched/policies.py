@@ -206,7 +206,10 @@ class Policy:
             n = checks.integer("Policy streams", self.streams, minimum=1, maximum=1024)
             object.__setattr__(self, "streams", tuple(Stream() for _ in range(n)))
         else:
-            streams = tuple(self.streams)
+            try:
+                streams = tuple(self.streams)
+            except TypeError:
+                streams = ()
             if not streams or not all(isinstance(st, Stream) for st in streams):
                 raise InvalidArgument("Policy streams must be a count >= 1 or a list of Stream")
             object.__setattr__(self, "streams", streams)

@@ -127,6 +127,11 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     from . import fast
     checks.choice("engine", engine, ENGINES)
     policy.check_models([s.name for s in specs])
+    mult = np.asarray(mult, dtype=float)
+    if len(mult) and not (np.isfinite(mult).all() and (mult >= 0).all()):
+        # NaN or inf service times would never end: neither engine may see one (issue 17)
+        raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
+                              "ModelSpec.service_cv extreme?); latencies must be finite")
     ok = fast.supports(policy, specs, interference)
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
