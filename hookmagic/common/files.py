@@ -185,43 +185,53 @@ def read_zip_member(zf: zipfile.ZipFile, name: str, what: str, spent: int = 0) -
 def json_depth(data: bytes | str) -> int:
     """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings not counted.
 
-    A vectorised scan in 16 MiB chunks: about a second per GiB, and memory of a few chunks.
+    Vectorised over the few bytes that matter (quotes, backslashes, brackets), in chunks of
+    64 MiB that never split a run of backslashes: well under a second per 100 MB.
     """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
     buf = np.frombuffer(data, dtype=np.uint8)
-    step = 1 << 24
-    depth = 0
-    deepest = 0
-    in_str = False
-    backslashes = 0  # run of backslashes that ends the previous chunk
-    for lo in range(0, len(buf), step):
-        c = buf[lo:lo + step]
-        n = len(c)
-        idx = np.arange(n, dtype=np.int64)
-        is_bs = c == 92
-        # length of the run of backslashes just before each position
-        last_other = np.maximum.accumulate(np.where(is_bs, -1, idx))
-        prev_other = np.empty(n, dtype=np.int64)
-        prev_other[0] = -1
-        prev_other[1:] = last_other[:-1]
-        run = idx - 1 - prev_other
-        run = np.where(prev_other < 0, run + backslashes, run)
-        quote = (c == 34) & (run % 2 == 0)
-        toggles = np.cumsum(quote, dtype=np.int64)
-        inside = (toggles % 2 == 1) ^ in_str            # True inside a string (quote itself odd)
-        inside_before = inside ^ quote                   # state before this char
-        code = np.zeros(n, dtype=np.int64)
-        code[(c == 91) | (c == 123)] = 1
-        code[(c == 93) | (c == 125)] = -1
+    n_all = len(buf)
+    step = 1 << 26
+    depth = deepest = 0
+    in_str = 0
+    lo = 0
+    while lo < n_all:
+        hi = min(lo + step, n_all)
+        while hi < n_all and buf[hi - 1] == 92:   # keep a backslash run within one chunk
+            hi += 1
+        c = buf[lo:hi]
+        lo = hi
+        mask = (c == 34) | (c == 92) | ((c | 32) == 123) | ((c | 32) == 125)
+        pos = np.flatnonzero(mask)                    # ([ -> {, ]| -> } after | 32 ...)
+        if not len(pos):
+            continue
+        ch = c[pos]
+        keep = (ch == 34) | (ch == 92) | (ch == 91) | (ch == 93) | (ch == 123) | (ch == 125)
+        pos, ch = pos[keep], ch[keep]
+        k = len(pos)
+        if not k:
+            continue
+        idx = np.arange(k)
+        isbs = ch == 92
+        adj = np.zeros(k, dtype=bool)                 # element i directly follows element i-1
+        adj[1:] = pos[1:] == pos[:-1] + 1
+        starts = isbs & ~(np.concatenate(([False], isbs[:-1])) & adj)
+        run_start = np.maximum.accumulate(np.where(starts, idx, 0))
+        run_len = idx - run_start + 1                 # valid at backslashes
+        before = np.zeros(k, dtype=np.int64)          # backslashes right before element i
+        prev_bs = np.zeros(k, dtype=bool)
+        prev_bs[1:] = isbs[:-1] & adj[1:]
+        before[1:] = np.where(prev_bs[1:], run_len[:-1], 0)
+        quote = (ch == 34) & (before % 2 == 0)
+        flips = np.cumsum(quote, dtype=np.int64)
+        inside_before = ((flips - quote + in_str) % 2) == 1
+        code = np.where((ch == 91) | (ch == 123), 1, np.where((ch == 93) | (ch == 125), -1, 0))
         code[inside_before] = 0
-        if code.any():
-            levels = np.cumsum(code) + depth
-            deepest = max(deepest, int(levels.max()))
-            depth = int(levels[-1])
-        in_str = bool(inside[-1]) if n else in_str
-        tail = n - 1 - int(last_other[-1]) if n else 0
-        backslashes = tail + (backslashes if int(last_other[-1]) < 0 else 0)
+        levels = np.cumsum(code) + depth
+        deepest = max(deepest, int(levels.max()))
+        depth = int(levels[-1])
+        in_str = int((flips[-1] + in_str) % 2)
     return deepest
 
 
