@@ -254,6 +254,12 @@ def test_saved_trace_with_nan_times_is_refused_not_int64_min(tmp_path):
         load_trace(_zip_trace(tmp_path, {"kernels": table}))
 
 
+def test_saved_trace_with_text_times_is_damaged(tmp_path):
+    table = pa.table({"start_ns": pa.array(["soon", "later"]), "end_ns": pa.array([2, 3])})
+    with pytest.raises(TraceFileError, match="schema"):
+        load_trace(_zip_trace(tmp_path, {"kernels": table}))
+
+
 def test_saved_trace_with_negative_durations_warns(tmp_path):
     table = pa.table({"start_ns": pa.array([10, 20], pa.int64()),
                       "end_ns": pa.array([15, 5], pa.int64()),

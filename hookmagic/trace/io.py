@@ -130,6 +130,9 @@ def load_trace(path: str | os.PathLike) -> Trace:
         return Trace(tables, meta)
     except BadNumbers as err:
         raise TraceNumbersError(f"{str(path)!r}: {err}") from None
+    except (ValueError, TypeError, OverflowError) as err:   # e.g. text in a time column
+        raise TraceFileError(f"{str(path)!r} is damaged: a table does not fit the trace "
+                             f"schema ({err}); save the trace again from its source") from None
 
 
 #: columns of measured times and sizes that must be finite and not negative
