@@ -33,6 +33,7 @@ from hookmagic.layers import LayerProfile, from_trtexec
 from hookmagic.layers.errors import LayerFileError, LayerNumbersError
 from hookmagic.layers.onnxruntime import from_onnxruntime
 from hookmagic.layers.trtexec import fold_noops
+from hookmagic.memory.recording import load_recording
 from hookmagic.memory.torch_history import PickleRefused, load_snapshot
 from hookmagic.trace.io import TraceFileError, TraceNumbersError, load_trace, save_trace
 from hookmagic.trace.kineto import read_kineto
@@ -51,6 +52,7 @@ def _loaders():
         ("from_onnxruntime", from_onnxruntime),
         ("LayerProfile.load json", lambda p: LayerProfile.load(_renamed(p, ".json"))),
         ("load_snapshot", load_snapshot),
+        ("load_recording", load_recording),
     ]
 
 
@@ -181,7 +183,7 @@ def test_deep_json_is_a_limit_not_a_recursion_error(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)
     for name, load in _loaders():
-        if name.startswith(("hookmagic.load", "load_trace")):
+        if name.startswith(("hookmagic.load", "load_trace", "load_recording")):
             continue  # not ZIP: covered by read_kineto through hookmagic.load below
         with pytest.raises(LimitExceeded, match="HOOKMAGIC_MAX_DEPTH"):
             load(deep)

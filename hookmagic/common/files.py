@@ -36,7 +36,7 @@ from hookmagic.common.errors import InputFileError, InvalidArgument, LimitExceed
 from hookmagic.common.limits import MAX_BYTES, MAX_DEPTH, MAX_JSON_BYTES, exceeded, limit
 
 __all__ = ["open_input", "read_input", "read_input_maybe_gzip", "gunzip_bounded",
-           "read_zip_member", "parse_json", "load_json_file", "json_depth", "atomic_write",
+           "read_zip_member", "read_parquet", "parse_json", "load_json_file", "json_depth", "atomic_write",
            "check_output_path"]
 
 _CHUNK = 1 << 20
@@ -274,6 +274,29 @@ def load_json_file(path: str | os.PathLike, what: str = "JSON file",
     p = _path(path)
     raw = read_input_maybe_gzip(p, what, error) if gzip_ok else read_input(p, what, error)
     return parse_json(raw, f"{what} {str(p)!r}", error, parse_float=parse_float, errors=errors)
+
+
+def read_parquet(source: bytes | str | os.PathLike, what: str,
+                 error: type[InputFileError] = InputFileError):
+    """A Parquet file (a path, or its bytes) as a pyarrow Table, within the budgets: the row
+    count and decoded size come from the footer and are checked before any column is decoded.
+    Damaged files raise ``error``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hookmagic.common.limits import MAX_ROWS, check
+    data = source if isinstance(source, (bytes, bytearray)) else read_input(source, what, error)
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        meta = pf.metadata
+        check(MAX_ROWS, meta.num_rows, what)
+        decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        check(MAX_BYTES, decoded, f"{what} (decoded)")
+        return pf.read()
+    except LimitExceeded:
+        raise
+    except (pa.ArrowException, OSError, ValueError, NotImplementedError) as exc:
+        raise error(f"{what} is not a readable Parquet file ({exc})") from None
 
 
 def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
