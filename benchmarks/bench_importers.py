@@ -122,7 +122,7 @@ CASES = {
                                     "from hookmagic.layers import from_trtexec\n"
                                     "from_trtexec(profile=a['profile'], layers=a['layers'])"),
     "Kineto JSON": (make_kineto, 2000, "events",
-                    "from hookmagic.trace.kineto import read_kineto\nread_kineto(a['path'])"),
+                    "from hookmagic.importers.kineto import read_kineto\nread_kineto(a['path'])"),
     "ONNX Runtime profile": (make_ort, 200, "node events",
                              "from hookmagic.layers.onnxruntime import from_onnxruntime\n"
                              "from_onnxruntime(a['path'])"),

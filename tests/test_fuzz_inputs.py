@@ -36,7 +36,7 @@ from hookmagic.layers.onnxruntime import from_onnxruntime  # noqa: E402
 from hookmagic.memory.recording import load_recording  # noqa: E402
 from hookmagic.memory.torch_history import events_from_snapshot, load_snapshot  # noqa: E402
 from hookmagic.trace.io import save_trace  # noqa: E402
-from hookmagic.trace.kineto import read_kineto  # noqa: E402
+from hookmagic.importers.kineto import read_kineto  # noqa: E402
 from hookmagic.trace.model import Trace  # noqa: E402
 
 EXAMPLES = int(os.environ.get("HOOKMAGIC_FUZZ_EXAMPLES", "60"))

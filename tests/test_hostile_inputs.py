@@ -36,7 +36,7 @@ from hookmagic.layers.trtexec import fold_noops
 from hookmagic.memory.recording import load_recording
 from hookmagic.memory.torch_history import PickleRefused, load_snapshot
 from hookmagic.trace.io import TraceFileError, TraceNumbersError, load_trace, save_trace
-from hookmagic.trace.kineto import read_kineto
+from hookmagic.importers.kineto import read_kineto
 from hookmagic.trace.model import Trace
 
 

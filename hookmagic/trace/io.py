@@ -170,25 +170,6 @@ def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
                  f"trace file {str(path)!r} (sum of its members' declared sizes)")
 
 
-def load_any(path: str | os.PathLike) -> Trace:
-    """Open a saved trace, or a Chrome/Kineto trace JSON (``.json`` / ``.json.gz``) as a Trace.
-
-    What ``hookmagic.load(path)`` calls. Saved traces are recognised by content, not by name.
-    JSON is read by the Kineto importer (``hookmagic.trace.kineto.read_kineto``).
-    """
-    path = Path(os.path.expanduser(os.fspath(path)))
-    if os.path.lexists(path):
-        with files.open_input(path, "trace file", TraceFileError) as fh:
-            head = fh.read(64)
-            fh.seek(0)
-            is_zip = zipfile.is_zipfile(fh)
-        if not is_zip and head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
-            from hookmagic.trace.kineto import read_kineto
-            tables, meta = read_kineto(path)
-            return Trace(tables, meta)
-    return load_trace(path)
-
-
 def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     try:
         raw = files.read_zip_member(zf, META_ENTRY, f"trace file {str(path)!r}")
