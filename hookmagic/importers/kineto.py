@@ -65,34 +65,31 @@ def read_kineto(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict[
     file's own header fields, ``ignored`` event counts by category). Raises
     :class:`TraceFileError` for a missing, unreadable or malformed file.
     """
+    from hookmagic.common import limits
+    from hookmagic.common.errors import HookmagicError
     path = Path(os.path.expanduser(os.fspath(path)))
     doc = _load(path)
     events, header = _events_of(doc, path)
-    return _convert(events, header, path)
+    limits.check(limits.MAX_ROWS, len(events), f"Kineto trace {str(path)!r} (traceEvents)")
+    try:
+        return _convert(events, header, path)
+    except HookmagicError:
+        raise
+    except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as err:
+        raise TraceFileError(f"{str(path)!r} holds values this importer cannot convert "
+                             f"({type(err).__name__}: {err}); is it a torch.profiler trace?") from None
 
 
 # -- reading -------------------------------------------------------------------------------------
 
 def _load(path: Path) -> Any:
-    if not path.exists():
+    # bounded reading (hookmagic.common.files): special files refused, gzip inflated in a
+    # stream within HOOKMAGIC_MAX_BYTES, JSON within HOOKMAGIC_MAX_JSON_BYTES and _DEPTH
+    from hookmagic.common import files
+    if not os.path.lexists(path):
         raise TraceFileError(f"no Kineto trace at {str(path)!r}: check the path")
-    if path.is_dir():
-        raise TraceFileError(f"{str(path)!r} is a directory, not a Kineto trace file")
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":  # gzip, whatever the suffix says
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as err:
-        raise TraceFileError(f"{str(path)!r} could not be read or decompressed ({err}); "
-                             "is it a complete .json.gz file?") from err
-    try:
-        # floats as text: ts/dur are parsed exactly below
-        return json.loads(raw.decode("utf-8"), parse_float=str)
-    except UnicodeDecodeError as err:
-        raise TraceFileError(f"{str(path)!r} is not text JSON (a binary file?)") from err
-    except json.JSONDecodeError as err:
-        raise TraceFileError(f"{str(path)!r} is not valid JSON: {err.msg} at line {err.lineno}, "
-                             f"column {err.colno} (a trace cut short while writing?)") from err
+    # floats as text: ts/dur are parsed exactly below
+    return files.load_json_file(path, "Kineto trace", TraceFileError, parse_float=str)
 
 
 def _events_of(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
@@ -131,10 +128,10 @@ def _int(value: Any, default: int = -1) -> int:
         return default
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         try:
             return int(float(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return default
 
 
@@ -178,7 +175,12 @@ def _convert(events: list[Any], header: dict[str, Any], path: Path
         try:
             start = _ns(ev["ts"])
             dur = _ns(ev.get("dur", 0))
-        except (KeyError, ValueError, TypeError) as err:
+        except (ValueError, OverflowError) as err:
+            from hookmagic.trace.io import TraceNumbersError
+            raise TraceNumbersError(
+                f"{str(path)!r}: traceEvents[{i}] ({cat} {str(ev.get('name'))[:60]!r}) has "
+                f"no valid 'ts'/'dur': not a finite number ({err})") from None
+        except (KeyError, TypeError) as err:
             raise TraceFileError(
                 f"{str(path)!r}: traceEvents[{i}] ({cat} {str(ev.get('name'))[:60]!r}) has no "
                 f"valid 'ts'/'dur' ({err!r})") from err
@@ -418,6 +420,12 @@ def _meta(tables: dict[str, pd.DataFrame], header: dict[str, Any], path: Path,
                             "ignored": ignored}
     if starts:
         meta["start_ns"], meta["end_ns"] = min(starts), max(ends)
+    negative = {n: int((t["duration_ns"] < 0).sum()) for n, t in tables.items()
+                if len(t) and "duration_ns" in t}
+    problems = [f"{n}: {k:,} event(s) with a negative duration (dur < 0)"
+                for n, k in negative.items() if k]
+    if problems:
+        meta["warnings"] = problems
     if not any(len(tables[n]) for n in ("kernels", "memcpy", "memset")):
         meta["reason"] = "the Kineto trace holds no GPU events (was CUDA activity profiled?)"
     return meta

@@ -30,6 +30,9 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
+
 from .dispatcher import Dispatcher
 from .models import ModelSpec
 from .policies import Policy
@@ -45,8 +48,18 @@ def _as_specs(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec)
     if isinstance(models, ModelSpec):
         return [models]
     if isinstance(models, Mapping):
-        return list(models.values())
-    return list(models)
+        specs = list(models.values())
+    else:
+        specs = list(models)
+    if not all(isinstance(s, ModelSpec) for s in specs):
+        raise InvalidArgument("models must be ModelSpec objects (or a name -> ModelSpec mapping)")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"two ModelSpecs share a name: {names}")
+    return specs
+
+#: the simulation engines ``simulate(engine=...)`` accepts
+ENGINES = ("auto", "general", "fast")
 
 
 def service_multipliers(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed: int) -> np.ndarray:
@@ -87,6 +100,10 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     """
     specs = _as_specs(models)
     policy = policy or Policy()
+    checks.choice("engine", engine, ENGINES)
+    interference = checks.number("interference", interference, non_negative=True)
+    if not isinstance(policy, Policy):
+        raise InvalidArgument(f"policy must be a Policy, not {type(policy).__name__}")
     if not isinstance(workload, Workload):
         if duration_s is None:
             raise ValueError("pass duration_s with a list of sources")
@@ -110,7 +127,7 @@ def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
                     interference: float = 0.0) -> list[list[float]]:
     """Per model, its slowdown with ``k`` other streams computing, for ``k`` in ``0..streams-1``."""
     if not np.isfinite(interference) or interference < 0:
-        raise ValueError(f"interference must be finite and >= 0, got {interference}")
+        raise InvalidArgument(f"interference must be finite and >= 0, got {interference}")
     return [[s.slowdown(k, interference) for k in range(max(1, streams))] for s in specs]
 
 
@@ -121,6 +138,13 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     """
     from . import fast
+    checks.choice("engine", engine, ENGINES)
+    policy.check_models([s.name for s in specs])
+    mult = np.asarray(mult, dtype=float)
+    if len(mult) and not (np.isfinite(mult).all() and (mult >= 0).all()):
+        # NaN or inf service times would never end: neither engine may see one (issue 17)
+        raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
+                              "ModelSpec.service_cv extreme?); latencies must be finite")
     shared = any(x > 1.0 for row in share_slowdowns(specs, len(policy.streams), interference)
                  for x in row)
     ok = fast.supports(policy, specs, 0.0) and not shared
@@ -221,6 +245,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 if s_prev[s] != m:
                     dur += switch[m]
                     s_prev[s] = m
+                if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
+                    raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
+                                          f"service time of {dur} s; latencies must be finite")
                 end = t + dur
                 if sharing:
                     s_rec[s] = len(records)

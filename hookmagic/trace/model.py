@@ -149,4 +149,7 @@ class Trace:
                   f"{len(self.memset):,} memsets, {len(self.memory):,} memory events")
         wall = self.meta.get("wall_s")
         over = f" over {float(wall):.3g} s" if isinstance(wall, (int, float)) else ""
-        return f"{head}: {counts}{over}>"
+        warns = self.meta.get("warnings")
+        warn = (f"; warning: {'; '.join(str(w) for w in warns)}"
+                if isinstance(warns, list) and warns else "")
+        return f"{head}: {counts}{over}{warn}>"

@@ -139,11 +139,12 @@ def _headline(summary: "Summary") -> list[tuple[str, str]]:
 
 
 def _warnings(summary: "Summary") -> list[str]:
+    found = list(getattr(summary, "warnings", []) or [])
     lost = {k: v for k, v in summary.dropped.items() if v}
     if not lost:
-        return []
+        return found
     what = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in lost.items())
-    return [f"dropped: {what} — numbers above undercount"]
+    return [f"dropped: {what} — numbers above undercount"] + found
 
 
 def _bw(gb_per_s: float) -> str:
