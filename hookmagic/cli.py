@@ -18,6 +18,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from hookmagic.common.format import short
+
 #: exit statuses: 0 success; 1 an error (one line on stderr: bad or missing input file, a
 #: budget exceeded, ...); 2 a usage error (argparse's convention); 3 a ``--max-ms`` gate
 #: failed; 130 interrupted (Ctrl-C)
@@ -289,8 +291,7 @@ def _print_table(title: str, frame: pd.DataFrame) -> None:
     shown = frame.copy()
     for col in shown.columns:
         if shown[col].dtype == object or str(shown[col].dtype) in ("str", "string"):
-            shown[col] = shown[col].map(lambda v: v if not isinstance(v, str) or len(v) <= 70
-                                        else v[:69] + "…")
+            shown[col] = shown[col].map(lambda v: short(v, 70) if isinstance(v, str) else v)
     print(shown.to_string(index=False, float_format=lambda v: "nan" if math.isnan(v) else f"{v:.4f}"))
 
 

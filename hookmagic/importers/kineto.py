@@ -23,11 +23,8 @@ Anything that is not a readable Chrome trace raises one :class:`TraceFileError` 
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
