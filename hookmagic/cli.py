@@ -224,6 +224,17 @@ class _Usage(Exception):
     """Arguments that parse but do not make sense together."""
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None
+                    ) -> argparse.ArgumentParser:
+    """The (sub)parser of the deepest subcommand named in ``argv`` (``trt compare``)."""
+    for word in (sys.argv[1:] if argv is None else argv):
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or word not in actions[0].choices:
+            continue
+        parser = actions[0].choices[word]
+    return parser
+
+
 #: one registrar per subcommand group; add yours here
 REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt, register_demo]
 
@@ -235,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="exit status: 0 success, 1 error (one line on "
                                             "stderr), 2 usage error, 3 a --max-ms gate failed, "
                                             "130 interrupted; input budgets: docs/limits.md")
+    from hookmagic.common.version import __version__
+    parser.add_argument("--version", action="version", version=f"hookmagic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in REGISTRARS:
         register(sub)
@@ -249,8 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except _Usage as exc:
-        parser.error(str(exc))          # exits with status 2, like other usage errors
+    except _Usage as exc:               # the usage shown is the subcommand's own
+        _command_parser(parser, argv).error(str(exc))   # exits with status 2
     except (HookmagicError, ValueError, OSError) as exc:
         # one line, no traceback; the message names the file and what to do
         if isinstance(exc, BrokenPipeError):   # `hookmagic ... | head` is fine

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.trace import schema
+from hookmagic.trace.correlation import CorrelationIndex
 from hookmagic.trace.io import TraceFileError
 
 _KERNEL = {"kernel"}
@@ -142,14 +144,23 @@ def _dim3(value: Any) -> tuple[int, int, int]:
 
 # -- conversion ----------------------------------------------------------------------------------
 
+@dataclass
+class _Rows:
+    """Rows gathered from the events, by the table (or intermediate list) they go to."""
+
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {
+        k: [] for k in ("kernels", "memcpy", "memset", "api", "sync")})
+    host_ranges: list[dict[str, Any]] = field(default_factory=list)
+    gpu_ranges: list[dict[str, Any]] = field(default_factory=list)
+    python: list[dict[str, Any]] = field(default_factory=list)
+    ignored: dict[str, int] = field(default_factory=dict)
+
+
 def _convert(events: list[Any], header: dict[str, Any], path: Path
              ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    rows: dict[str, list[dict[str, Any]]] = {k: [] for k in
-                                             ("kernels", "memcpy", "memset", "api", "sync")}
-    host_ranges: list[dict[str, Any]] = []
-    gpu_ranges: list[dict[str, Any]] = []
-    python: list[dict[str, Any]] = []
-    ignored: dict[str, int] = {}
+    """Events -> rows (one small builder per category) -> tables joined by correlation."""
+    rows = _Rows()
+    ignored = rows.ignored
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             raise TraceFileError(f"{str(path)!r}: traceEvents[{i}] is a "
@@ -176,80 +187,93 @@ def _convert(events: list[Any], header: dict[str, Any], path: Path
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         name = str(ev.get("name", ""))
         base = {"start_ns": start, "end_ns": start + dur, "duration_ns": dur}
-        if cat in _KERNEL or cat in _MEMCPY or cat in _MEMSET:
-            gpu = {**base, "device": _int(args.get("device"), _int(ev.get("pid"), -1)),
-                   "context": _int(args.get("context")),
-                   "stream": _int(args.get("stream"), _int(ev.get("tid"), -1)),
-                   "correlation": _int(args.get("correlation"))}
-            if cat in _KERNEL:
-                gx, gy, gz = _dim3(args.get("grid"))
-                bx, by, bz = _dim3(args.get("block"))
-                rows["kernels"].append({
-                    **gpu, "name": name, "grid_x": gx, "grid_y": gy, "grid_z": gz,
-                    "block_x": bx, "block_y": by, "block_z": bz,
-                    "registers": _int(args.get("registers per thread"), 0),
-                    "static_smem": _int(args.get("shared memory"), 0), "dynamic_smem": 0})
-            elif cat in _MEMCPY:
-                m = _COPY.search(name)
-                rows["memcpy"].append({
-                    **gpu, "bytes": _int(args.get("bytes"), 0),
-                    "kind": m.group(1).lower() if m else "unknown",
-                    "src_kind": (m.group(2) or "unknown").lower() if m else "unknown",
-                    "dst_kind": (m.group(3) or "unknown").lower() if m else "unknown"})
-            else:
-                m = _MEMSET_KIND.search(name)
-                rows["memset"].append({**gpu, "bytes": _int(args.get("bytes"), 0), "value": 0,
-                                       "memory_kind": m.group(1).lower() if m else "unknown"})
-        elif cat in _RUNTIME or cat in _DRIVER:
-            rows["api"].append({**base, "domain": "runtime" if cat in _RUNTIME else "driver",
-                                "name": name, "cbid": _int(args.get("cbid"), 0),
-                                "process": _int(ev.get("pid")), "thread": _int(ev.get("tid")),
-                                "correlation": _int(args.get("correlation")),
-                                "return_code": 0})
-        elif cat in _SYNC:
-            rows["sync"].append({**base, "type": _SYNC_TYPES.get(name.lower(), "unknown"),
-                                 "context": _int(args.get("context")),
-                                 "stream": _int(args.get("stream"), _int(args.get("cuda_stream"))),
-                                 "event": _int(args.get("cuda_event"), -1),
-                                 "correlation": _int(args.get("correlation")),
-                                 "thread": -1})
-        elif cat in _HOST_RANGES:
-            host_ranges.append({**base, "name": name, "thread": _int(ev.get("tid")),
-                                "source": _HOST_RANGES[cat]})
-        elif cat in _GPU_RANGES:
-            gpu_ranges.append({**base, "name": name, "thread": -1,
-                               "lane": (_int(ev.get("pid")), _int(ev.get("tid"))),
-                               "source": "gpu_user_annotation"})
-        else:  # python_function
-            python.append({**base, "name": name, "thread": _int(ev.get("tid")),
-                           "pid": _int(args.get("Python id"), -1),
-                           "parent": _int(args.get("Python parent id"), -1)})
+        _add_event(rows, cat, ev, args, name, base)
+    return _assemble(rows, header, path)
 
-    api = pd.DataFrame(rows["api"])
-    ranges, api_range = _ranges(host_ranges, gpu_ranges, api)
-    stacks, api_stack = _stacks(python, api)
+
+def _add_event(rows: _Rows, cat: str, ev: dict[str, Any], args: dict[str, Any], name: str,
+               base: dict[str, int]) -> None:
+    """File one event's row where its category goes."""
+    if cat in _KERNEL or cat in _MEMCPY or cat in _MEMSET:
+        table, row = _gpu_row(cat, ev, args, name, base)
+        rows.tables[table].append(row)
+    elif cat in _RUNTIME or cat in _DRIVER:
+        rows.tables["api"].append({**base, "domain": "runtime" if cat in _RUNTIME else "driver",
+                                   "name": name, "cbid": _int(args.get("cbid"), 0),
+                                   "process": _int(ev.get("pid")), "thread": _int(ev.get("tid")),
+                                   "correlation": _int(args.get("correlation")),
+                                   "return_code": 0})
+    elif cat in _SYNC:
+        rows.tables["sync"].append({
+            **base, "type": _SYNC_TYPES.get(name.lower(), "unknown"),
+            "context": _int(args.get("context")),
+            "stream": _int(args.get("stream"), _int(args.get("cuda_stream"))),
+            "event": _int(args.get("cuda_event"), -1),
+            "correlation": _int(args.get("correlation")), "thread": -1})
+    elif cat in _HOST_RANGES:
+        rows.host_ranges.append({**base, "name": name, "thread": _int(ev.get("tid")),
+                                 "source": _HOST_RANGES[cat]})
+    elif cat in _GPU_RANGES:
+        rows.gpu_ranges.append({**base, "name": name, "thread": -1,
+                                "lane": (_int(ev.get("pid")), _int(ev.get("tid"))),
+                                "source": "gpu_user_annotation"})
+    else:  # python_function
+        rows.python.append({**base, "name": name, "thread": _int(ev.get("tid")),
+                            "pid": _int(args.get("Python id"), -1),
+                            "parent": _int(args.get("Python parent id"), -1)})
+
+
+def _gpu_row(cat: str, ev: dict[str, Any], args: dict[str, Any], name: str,
+             base: dict[str, int]) -> tuple[str, dict[str, Any]]:
+    """A kernel, copy or memset: (table name, row)."""
+    gpu = {**base, "device": _int(args.get("device"), _int(ev.get("pid"), -1)),
+           "context": _int(args.get("context")),
+           "stream": _int(args.get("stream"), _int(ev.get("tid"), -1)),
+           "correlation": _int(args.get("correlation"))}
+    if cat in _KERNEL:
+        gx, gy, gz = _dim3(args.get("grid"))
+        bx, by, bz = _dim3(args.get("block"))
+        return "kernels", {
+            **gpu, "name": name, "grid_x": gx, "grid_y": gy, "grid_z": gz,
+            "block_x": bx, "block_y": by, "block_z": bz,
+            "registers": _int(args.get("registers per thread"), 0),
+            "static_smem": _int(args.get("shared memory"), 0), "dynamic_smem": 0}
+    if cat in _MEMCPY:
+        m = _COPY.search(name)
+        return "memcpy", {
+            **gpu, "bytes": _int(args.get("bytes"), 0),
+            "kind": m.group(1).lower() if m else "unknown",
+            "src_kind": (m.group(2) or "unknown").lower() if m else "unknown",
+            "dst_kind": (m.group(3) or "unknown").lower() if m else "unknown"}
+    m = _MEMSET_KIND.search(name)
+    return "memset", {**gpu, "bytes": _int(args.get("bytes"), 0), "value": 0,
+                      "memory_kind": m.group(1).lower() if m else "unknown"}
+
+
+def _assemble(rows: _Rows, header: dict[str, Any], path: Path
+              ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """Rows -> schema tables: ranges and stacks built, GPU work joined to its launching call."""
+    api = pd.DataFrame(rows.tables["api"])
+    ranges, api_range = _ranges(rows.host_ranges, rows.gpu_ranges, api)
+    stacks, api_stack = _stacks(rows.python, api)
     tables: dict[str, pd.DataFrame] = {}
     for name in ("kernels", "memcpy", "memset"):
-        frame = pd.DataFrame(rows[name])
+        frame = pd.DataFrame(rows.tables[name])
         if len(frame) and len(api):
             # GPU work inherits thread, stack and ranges from the runtime call that launched it
-            a_corr = api["correlation"].to_numpy(np.int64)
-            order = np.argsort(a_corr, kind="stable")
-            pos = np.clip(np.searchsorted(a_corr[order], frame["correlation"].to_numpy(np.int64)),
-                          0, len(order) - 1)
-            hit = (a_corr[order][pos] == frame["correlation"].to_numpy(np.int64)) \
-                & (frame["correlation"].to_numpy(np.int64) >= 0)
-            row = order[pos]
+            row = CorrelationIndex(api["correlation"].to_numpy(np.int64)).row_of(
+                frame["correlation"].to_numpy(np.int64))
+            hit = row >= 0
             frame["thread"] = np.where(hit, api["thread"].to_numpy(np.int64)[row], -1)
             frame["stack_id"] = np.where(hit, api_stack[row], -1)
             frame["range_id"] = np.where(hit, api_range[row], -1)
         tables[name] = schema.conform(name, frame) if len(frame) else schema.empty_table(name)
     tables["api"] = schema.conform("api", api) if len(api) else schema.empty_table("api")
-    sync = pd.DataFrame(rows["sync"])
+    sync = pd.DataFrame(rows.tables["sync"])
     tables["sync"] = schema.conform("sync", sync) if len(sync) else schema.empty_table("sync")
     tables["ranges"] = ranges
     tables["stacks"] = stacks
-    return tables, _meta(tables, header, path, ignored)
+    return tables, _meta(tables, header, path, rows.ignored)
 
 
 def _nest(starts: np.ndarray, ends: np.ndarray, lanes: list[Any], q_time: np.ndarray,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.format import MiB
 
 from .errors import LayerFileError
 
@@ -56,7 +57,7 @@ _LIST_COLS = ("source_nodes", "folded")
 
 _FORMAT = "hookmagic.LayerProfile"
 _VERSION = 1
-MIB = 2**20
+MIB = MiB  # the layer tables' unit (kept public: compare and users import it)
 
 
 def make_layers(rows: list[dict[str, Any]]) -> pd.DataFrame:

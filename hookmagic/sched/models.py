@@ -42,10 +42,12 @@ class ModelSpec:
         model (colder caches, another CUDA graph), milliseconds. Latency tables are measured
         back to back with the same model, so they do not contain it; a calibration that
         alternates models measures it (``benchmarks/sched_fidelity.py``).
-    share_slowdown : how much slower this model computes while another stream's batch runs on
-        the same GPU: progress at ``1 / (1 + share_slowdown * k)`` of its own speed while ``k``
-        other streams compute (0: streams are independent). Measured per model by running it
-        beside the other models.
+    share_slowdown : how much slower this model computes while other streams' batches run on
+        the same GPU. With ``k`` others computing it progresses at ``1 / slowdown(k)`` of its own
+        speed. A number ``f`` means ``slowdown(k) = 1 + f * k``; a tuple ``(a1, a2, ...)`` gives
+        ``1 + a1`` with one other, ``1 + a2`` with two, ... (GPUs share sublinearly: measure
+        each ``k``), the last step continuing beyond. 0 or ``()``: streams are independent.
+        Measured per model by the calibration in ``benchmarks/sched_fidelity.py``.
 
     Latency for a size that was not measured is interpolated linearly between neighbours and
     extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
@@ -60,7 +62,7 @@ class ModelSpec:
     service_cv: float = 0.0
     max_batch: int = 0
     switch_ms: float = 0.0
-    share_slowdown: float = 0.0
+    share_slowdown: float | tuple[float, ...] = ()
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -92,9 +94,14 @@ class ModelSpec:
         max_batch = checks.integer(f"{self.name}: max_batch", self.max_batch, minimum=0,
                                    maximum=MAX_BATCH)
         object.__setattr__(self, "max_batch", max_batch if max_batch > 0 else sizes[-1])
-        for what in ("switch_ms", "share_slowdown"):
-            object.__setattr__(self, what, checks.number(f"ModelSpec {self.name!r}: {what}",
-                                                         getattr(self, what), non_negative=True))
+        share = self.share_slowdown
+        share = tuple(float(x) for x in (share if isinstance(share, (tuple, list)) else (share,)))
+        for what, values in (("switch_ms", (float(self.switch_ms),)), ("share_slowdown", share)):
+            if any(not np.isfinite(v) or v < 0 for v in values):
+                raise InvalidArgument(f"ModelSpec {self.name!r}: {what} must be finite and >= 0, "
+                                      f"got {getattr(self, what)}")
+        object.__setattr__(self, "switch_ms", float(self.switch_ms))
+        object.__setattr__(self, "share_slowdown", share if any(share) else ())
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -198,6 +205,17 @@ class ModelSpec:
         t = np.zeros(n + 1)
         t[1:] = np.asarray(self.latency(np.arange(1, n + 1)), dtype=float) / 1e3
         return t
+
+    def slowdown(self, others: int, default: float = 0.0) -> float:
+        """How many times longer this model computes while ``others`` other streams compute
+        (``share_slowdown``; ``default`` stands for it when the spec has none)."""
+        a = self.share_slowdown or ((default,) if default else ())
+        if others <= 0 or not a:
+            return 1.0
+        if others <= len(a):
+            return 1.0 + a[others - 1]
+        step = a[-1] - a[-2] if len(a) >= 2 else a[-1]
+        return 1.0 + a[-1] + step * (others - len(a))
 
     def throughput(self, batch_size: int) -> float:
         """Items per second one stream sustains at ``batch_size``."""

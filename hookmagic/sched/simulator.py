@@ -17,8 +17,8 @@ whose stream last ran another model also pays that model's ``switch_ms`` (cold c
 CUDA graph).
 
 Streams share one GPU: while ``k`` other streams compute, a batch of model ``m`` progresses at
-``1 / (1 + f_m * k)`` of its own speed, with ``f_m`` the spec's ``share_slowdown`` (or the
-``interference`` argument for specs without one). Its end moves whenever another batch starts
+``1 / slowdown_m(k)`` of its own speed (``ModelSpec.share_slowdown``; specs without one use
+``1 + interference * k``). Its end moves whenever another batch starts
 or ends, so the slowdown follows how long batches really overlap, not only what ran when it
 started. With every ``f_m`` zero, streams are independent servers.
 """
@@ -123,11 +123,12 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     return SimResult(req, bat, meta)
 
 
-def share_slowdowns(specs: Sequence[ModelSpec], interference: float = 0.0) -> list[float]:
-    """Each model's slowdown per other computing stream: its own, else ``interference``."""
+def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
+                    interference: float = 0.0) -> list[list[float]]:
+    """Per model, its slowdown with ``k`` other streams computing, for ``k`` in ``0..streams-1``."""
     if not np.isfinite(interference) or interference < 0:
-        raise ValueError(f"interference must be finite and >= 0, got {interference}")
-    return [s.share_slowdown if s.share_slowdown > 0 else float(interference) for s in specs]
+        raise InvalidArgument(f"interference must be finite and >= 0, got {interference}")
+    return [[s.slowdown(k, interference) for k in range(max(1, streams))] for s in specs]
 
 
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
@@ -144,7 +145,8 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
         # NaN or inf service times would never end: neither engine may see one (issue 17)
         raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
                               "ModelSpec.service_cv extreme?); latencies must be finite")
-    shared = len(policy.streams) > 1 and any(share_slowdowns(specs, interference))
+    shared = any(x > 1.0 for row in share_slowdowns(specs, len(policy.streams), interference)
+                 for x in row)
     ok = fast.supports(policy, specs, 0.0) and not shared
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
@@ -167,9 +169,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     switch = [spec.switch_ms / 1e3 for spec in specs]
     streams = policy.streams
     S = len(streams)
-    slow_by_model = share_slowdowns(specs, interference)
+    slow_by_model = share_slowdowns(specs, S, interference)
     # Overlap-aware sharing only where it can matter: several streams and some slowdown.
-    sharing = S > 1 and any(slow_by_model)
+    sharing = any(x > 1.0 for row in slow_by_model for x in row)
     s_work = [0.0] * S  # alone-seconds of work left as of s_mark (sharing only)
     s_mark = [0.0] * S
     s_slow = [1.0] * S
@@ -264,7 +266,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
             others = S - idle - 1
             for s in range(S):
                 if s_end[s] != _INF:
-                    s_slow[s] = 1.0 + slow_by_model[s_model[s]] * others
+                    s_slow[s] = slow_by_model[s_model[s]][others]
                     s_end[s] = t + s_work[s] * s_slow[s]
                     records[s_rec[s]][3] = s_end[s]
     rec = np.array(records, dtype=float).reshape(-1, 5)

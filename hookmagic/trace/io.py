@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hookmagic.common import files, limits
+from hookmagic.common.accessors import register_method
 from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
 from hookmagic.trace import schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
@@ -77,6 +78,16 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> str:
 
     files.atomic_write(path, write, "the trace")
     return str(path)
+
+
+@register_method("Trace")
+def save(self: Trace, path: str | os.PathLike) -> str:
+    """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
+
+    Read it back with ``hookmagic.load(path)``. The file holds data only (no pickle), so it
+    is safe to share.
+    """
+    return save_trace(self, path)
 
 
 def load_trace(path: str | os.PathLike) -> Trace:

@@ -36,7 +36,6 @@ analysis and view works on all of them.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
 import pandas as pd
@@ -63,8 +62,9 @@ class Trace:
     it (``hookmagic.load(path)`` reads it back) and ``.to_chrome_trace(path)`` opens it in
     Perfetto or chrome://tracing. The meta keys are listed in :mod:`hookmagic.trace.model`.
 
-    Those analysis and view methods are attached by :mod:`hookmagic.facades` (this module
-    imports nothing above the data model).
+    ``.save`` is attached by :mod:`hookmagic.trace.io` (which imports this module), the
+    analysis and view methods by :mod:`hookmagic.facades` (this module imports nothing above
+    the data model).
     """
 
     kernels: pd.DataFrame
@@ -139,16 +139,6 @@ class Trace:
         rows = stacks[stacks["stack_id"] == int(stack_id)].sort_values("depth", kind="stable")
         return [(str(f), str(fn), int(ln)) for f, fn, ln in
                 zip(rows["filename"], rows["function"], rows["line"])]
-
-    # -- files ----------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str:
-        """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
-
-        Read it back with ``hookmagic.load(path)``. The file holds data only (no pickle), so it
-        is safe to share.
-        """
-        from hookmagic.trace.io import save_trace
-        return save_trace(self, path)
 
     def __repr__(self) -> str:
         label = self.meta.get("label")
