@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common import checks
+from hookmagic.common.limits import MAX_BATCH_SIZE
 from hookmagic.common.errors import InvalidArgument
 
 __all__ = ["ModelSpec", "specs_from_sweep", "MAX_BATCH"]
 
 #: the largest batch size any scheduler object accepts (engines index latency tables by size)
-MAX_BATCH = 1_000_000
+MAX_BATCH = MAX_BATCH_SIZE
 
 
 @dataclass(frozen=True)

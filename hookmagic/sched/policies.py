@@ -28,7 +28,7 @@ from typing import Literal, Mapping, Sequence
 from hookmagic.common import checks
 from hookmagic.common.errors import InvalidArgument
 
-from .models import MAX_BATCH
+from hookmagic.common.limits import MAX_BATCH_SIZE as MAX_BATCH
 
 __all__ = ["Batching", "AIMD", "QueuePolicy", "CameraFairness", "Stream", "Limit", "Policy",
            "ORDERS"]
