@@ -84,8 +84,10 @@ def _time_hookmagic(run) -> tuple[float, dict]:
 
 def _time_cupti_floor(run, native, **options) -> float:
     """The native session alone with ``options``: what CUPTI itself costs, no hookmagic Python."""
+    from benchmarks.native_probe import probe_start
+
     t0 = time.perf_counter()
-    native.start(**options)
+    probe_start(native, **options)
     run()
     native.stop()
     native.take()

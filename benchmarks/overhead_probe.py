@@ -53,6 +53,7 @@ def _child(config: str, workload: str) -> dict:
     import torch
 
     import hookmagic
+    from benchmarks.native_probe import probe_start
     from hookmagic.cupti.session import _prepare_native
 
     native, why = _prepare_native()
@@ -77,7 +78,7 @@ def _child(config: str, workload: str) -> dict:
 
         def run():
             box = {}
-            r = timed(lambda: native.start(activity_kinds=ids, **options),
+            r = timed(lambda: probe_start(native, activity_kinds=ids, **options),
                       lambda: (native.stop(), box.update(native.take()["counters"])))
             return {**r, **{k: box[k] for k in ("subscribe_s", "callbacks_s", "enable_s",
                                                    "flush_s", "detach_s")}}
@@ -85,11 +86,11 @@ def _child(config: str, workload: str) -> dict:
 
     def lingering(detach):
         def run():
-            native.start(memory=True, stacks=True, detach=detach)
+            probe_start(native, memory=True, stacks=True, detach=detach)
             native.stop()
             native.take()
             r = timed(lambda: None)
-            native.start(memory=True, stacks=True, detach=True)  # back to a clean process
+            probe_start(native, memory=True, stacks=True, detach=True)  # back to a clean process
             native.stop()
             native.take()
             return r

@@ -19,6 +19,7 @@ from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
 from hookmagic.cupti.columns import build_tables
 from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
 from hookmagic.cupti.nvml_sampler import NvmlSampler
+from hookmagic.cupti.options import CaptureOptions
 from hookmagic.cupti.ranges import RECORDER
 
 _CUPTI_MULTIPLE_SUBSCRIBERS = 39
@@ -88,46 +89,41 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
     Parameters
     ----------
-    kernels, memory, stacks, api, nvml, nvtx:
-        What to record. ``api`` adds every runtime/driver API call (costly on launch-bound
-        code); ``nvtx`` needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use.
-    allocator_history:
-        With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
-        hand-outs (the ``allocator_events`` table) when those libraries are in use. Off by
-        default: PyTorch's history recording more than doubled the time of an allocating
-        inference loop on the GPU machine (ResNet-50: 4.0x in benchmarks/bench_overhead.py while
-        it was on by default).
+    options:
+        A :class:`~hookmagic.cupti.options.CaptureOptions`, or its fields as keyword arguments
+        (``kernels``, ``memory``, ``stacks``, ``api``, ``nvml``, ``nvtx``,
+        ``allocator_history``, ``detach``, ``callbacks``, ``nvml_interval_s``,
+        ``max_stack_depth``, ``buffer_mb``, ``max_buffers``, ``max_table_mb``); its docstring
+        holds the defaults and ranges. A wrong type or range raises
+        :class:`~hookmagic.cupti.errors.CaptureOptionError` at once.
     label:
         A name for the capture, shown in views.
-    detach:
-        Finalize CUPTI when the capture ends (default True), so the program runs at full
-        speed again: on the GPU machine, CUPTI left initialised with every activity and
-        callback disabled still made a launch-bound loop 1.48x slower afterwards, against 1.03x
-        after a finalized capture (benchmarks/results/overhead_probe_tiny_kernels_20000.md,
-        "lingering" rows). The price is paid by the next capture,
-        which re-attaches CUPTI (~10-14 ms). ``detach=False`` suits a burst of captures.
-    nvml_interval_s, max_stack_depth, buffer_mb, max_buffers, max_table_mb:
-        Sampling period; deepest Python stack kept; CUPTI buffer size; buffers in flight; the
-        most decoded data kept (beyond it records are dropped and counted in ``meta["dropped"]``).
+
+    ``allocator_history`` is off by default: PyTorch's history recording more than doubled the
+    time of an allocating inference loop on the GPU machine (ResNet-50: 4.0x in
+    benchmarks/bench_overhead.py while it was on by default). ``detach`` (default True)
+    finalizes CUPTI when the capture ends, so the program runs at full speed again: on the GPU
+    machine, CUPTI left initialised with every activity and callback disabled still made a
+    launch-bound loop 1.48x slower afterwards, against 1.03x after a finalized capture
+    (benchmarks/results/overhead_probe_tiny_kernels_20000.md, "lingering" rows). The price is
+    paid by the next capture, which re-attaches CUPTI (~10-14 ms). ``detach=False`` suits a
+    burst of captures.
 
     Without a GPU, driver or CUPTI, or while another tool holds CUPTI, the block still runs;
     the Trace says why nothing was captured (``trace.meta["reason"]``) and a
     :class:`CaptureUnavailable` warning is issued once per reason.
     """
 
-    def __init__(self, *, kernels: bool = True, memory: bool = True, stacks: bool = True,
-                 api: bool = False, nvml: bool = True, nvtx: bool = False,
-                 allocator_history: bool = False,
-                 label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
-                 max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
-                 max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:
+    def __init__(self, options: CaptureOptions | None = None, *, label: str | None = None,
+                 _boundary_frame: Any = None, **option_fields: Any) -> None:
         from hookmagic.trace import Trace
 
-        self.options = dict(kernels=kernels, memory=memory, stacks=stacks, api=api, nvml=nvml,
-                            nvtx=nvtx, allocator_history=allocator_history, detach=detach,
-                            nvml_interval_s=nvml_interval_s, max_stack_depth=max_stack_depth,
-                            buffer_mb=buffer_mb, max_buffers=max_buffers,
-                            max_table_mb=max_table_mb)
+        if options is None:
+            options = CaptureOptions.from_kwargs(**option_fields)
+        elif option_fields:
+            options = CaptureOptions.from_kwargs(**{**options.as_dict(), **option_fields})
+        self.capture_options: CaptureOptions = options
+        self.options = options.as_dict()  # as saved in meta["options"]
         self.label = label
         self.trace = Trace()
         self._boundary = _boundary_frame
@@ -161,21 +157,17 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if native is None:
             self._reason = why
             return
-        o = self.options
+        o = self.capture_options
         boundary = self._boundary if self._boundary is not None else _caller_parent_frame()
-        if o["nvtx"] and not os.environ.get("NVTX_INJECTION64_PATH"):
+        if o.nvtx and not os.environ.get("NVTX_INJECTION64_PATH"):
             os.environ["NVTX_INJECTION64_PATH"] = native.cupti_path()
         RECORDER.start()
         holder = cupti_holder()
         try:
-            started = native.start(
-                kernels=o["kernels"], memory=o["memory"], stacks=o["stacks"], api=o["api"],
-                nvtx=o["nvtx"], detach=o["detach"], max_stack_depth=o["max_stack_depth"],
-                buffer_bytes=o["buffer_mb"] << 20, max_buffers=o["max_buffers"],
-                max_table_bytes=o["max_table_mb"] << 20,
-                # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns
-                # the activity buffers too, and taking them would break it.
-                activities_without_callbacks=holder is None, boundary=boundary)
+            # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns the
+            # activity buffers too, and taking them would break it.
+            started = native.start(o.to_native(native, activities_without_callbacks=holder is None),
+                                   boundary)
         except native.CaptureError as exc:
             RECORDER.stop()
             self._reason = _explain(exc)
@@ -190,12 +182,12 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self._hw_trace = bool(started.get("hw_trace", False))
         self._start_ns = native.timestamp()
         self._allocators = None
-        if o["memory"] and o["allocator_history"]:
-            self._allocators = AllocatorRecorders(native.timestamp, o["stacks"])
+        if o.memory and o.allocator_history:
+            self._allocators = AllocatorRecorders(native.timestamp, o.stacks)
         self._devices = native.device_properties()
         self._sampler = None
-        if o["nvml"]:
-            self._sampler = NvmlSampler(native, o["nvml_interval_s"], self._devices)
+        if o.nvml:
+            self._sampler = NvmlSampler(native, o.nvml_interval_s, self._devices)
             self._sampler.start()
             if self._sampler.error:
                 self._warnings.append(f"No GPU samples: {self._sampler.error}.")

@@ -1,0 +1,58 @@
+// CUPTI API callbacks: the launching thread, its Python stack and hookmagic.range for every
+// launch, copy and allocation call (joined to the activity records by correlation id), and
+// virtual-memory map/unmap, which CUPTI has no activity record for.
+//
+// Callbacks are chosen by name rather than by number, so one build hooks the right functions
+// in every CUPTI version (callback ids are appended to between releases).
+#pragma once
+
+#include <cupti.h>
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "cupti_loader.h"
+#include "options.h"
+#include "python_stacks.h"
+#include "tables.h"
+
+namespace hookmagic {
+
+class CallbackHooks {
+public:
+    // Once per process: the role of every callback id CUPTI names.
+    void build_roles(const CuptiApi& cupti);
+    // Enables the callbacks this capture needs on `subscriber` (domains as ProbeOptions says).
+    void enable(const CuptiApi& cupti, CUpti_SubscriberHandle subscriber,
+                const CaptureOptions& options, const ProbeOptions& probe);
+    void disable(const CuptiApi& cupti, CUpti_SubscriberHandle subscriber);
+    // Before a capture: what to record. `stacks` may be null (no stack walks).
+    void begin(const CuptiApi* cupti, const CaptureOptions& options, const ProbeOptions& probe,
+               StackInterner* stacks);
+    // Called on the application's threads, inside the CUDA call.
+    void on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                     const CUpti_CallbackData* data);
+
+    // hookmagic.range on the calling thread (any time, capture or not).
+    static void push_range(int64_t id);
+    static void pop_range();
+
+    // Rows written by the callbacks; read them after the capture stopped.
+    LaunchTable launches;
+    VmmTable vmm;
+    uint64_t callbacks = 0;
+    uint64_t stacks_sampled = 0;
+    void clear();
+
+private:
+    enum Role : uint8_t { kNone = 0, kWork = 1, kMap = 2, kUnmap = 3 };
+    std::vector<uint8_t> roles_[2];  // per domain: 0 runtime, 1 driver
+    std::vector<CUpti_CallbackId> hooked_[2];
+    const CuptiApi* cupti_ = nullptr;
+    StackInterner* stacks_ = nullptr;
+    bool noop_ = false;
+    std::mutex mu_;  // launches and vmm rows
+};
+
+}  // namespace hookmagic
