@@ -16,7 +16,8 @@ def test_defaults_are_the_documented_ones():
     o = CaptureOptions()
     assert (o.kernels, o.memory, o.stacks, o.api, o.nvml, o.nvtx) == (True, True, True, False,
                                                                       True, False)
-    assert (o.allocator_history, o.detach, o.callbacks) == (False, True, True)
+    assert (o.allocator_history, o.detach, o.callbacks, o.sync_from_callbacks) == (False, True,
+                                                                                 True, True)
     assert (o.buffer_mb, o.max_buffers, o.max_table_mb, o.max_stack_depth) == (8, 32, 2048, 64)
 
 
@@ -55,11 +56,11 @@ def test_capture_accepts_an_options_object_and_overrides():
 def test_the_native_struct_gets_every_field():
     native = pytest.importorskip("hookmagic._native", reason="native extension not built")
     o = CaptureOptions(kernels=False, memory=False, stacks=False, api=True, nvtx=True,
-                       detach=False, callbacks=False, max_stack_depth=9, buffer_mb=3,
+                       detach=False, callbacks=False, sync_from_callbacks=False, max_stack_depth=9, buffer_mb=3,
                        max_buffers=5, max_table_mb=7)
     n = o.to_native(native, activities_without_callbacks=True)
-    assert (n.kernels, n.memory, n.stacks, n.api, n.nvtx, n.detach, n.callbacks) == (
-        False, False, False, True, True, False, False)
+    assert (n.kernels, n.memory, n.stacks, n.api, n.nvtx, n.detach, n.callbacks,
+            n.sync_from_callbacks) == (False, False, False, True, True, False, False, False)
     assert n.activities_without_callbacks is True
     assert (n.max_stack_depth, n.buffer_bytes, n.max_buffers, n.max_table_bytes) == (
         9, 3 << 20, 5, 7 << 20)

@@ -1,6 +1,8 @@
 // CUPTI API callbacks: the launching thread, its Python stack and hookmagic.range for every
-// launch, copy and allocation call (joined to the activity records by correlation id), and
-// virtual-memory map/unmap, which CUPTI has no activity record for.
+// launch, copy and allocation call (joined to the activity records by correlation id),
+// virtual-memory map/unmap, which CUPTI has no activity record for, and (with
+// sync_from_callbacks) the synchronising calls: stream/device/event/context synchronize and
+// stream wait event, timed from API entry to exit, instead of CUPTI's SYNCHRONIZATION kind.
 //
 // Callbacks are chosen by name rather than by number, so one build hooks the right functions
 // in every CUPTI version (callback ids are appended to between releases).
@@ -41,17 +43,22 @@ public:
     // Rows written by the callbacks; read them after the capture stopped.
     LaunchTable launches;
     VmmTable vmm;
+    SyncTable sync;  // only with sync_from_callbacks; same columns as the activity records
     uint64_t callbacks = 0;
     uint64_t stacks_sampled = 0;
     void clear();
 
 private:
-    enum Role : uint8_t { kNone = 0, kWork = 1, kMap = 2, kUnmap = 3 };
+    enum Role : uint8_t { kNone = 0, kWork = 1, kMap = 2, kUnmap = 3, kSync = 4 };
+    void on_sync(int domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
     std::vector<uint8_t> roles_[2];  // per domain: 0 runtime, 1 driver
+    std::vector<uint8_t> sync_type_[2];  // CUpti_ActivitySynchronizationType of kSync ids
+    std::vector<uint8_t> sync_stream_[2];  // 1: the call's first parameter is its stream
     std::vector<CUpti_CallbackId> hooked_[2];
     const CuptiApi* cupti_ = nullptr;
     StackInterner* stacks_ = nullptr;
     bool noop_ = false;
+    bool sync_ = false;
     std::mutex mu_;  // launches and vmm rows
 };
 

@@ -259,6 +259,12 @@ PYBIND11_MODULE(_native, m) {
         auto& s = Session::instance();
         if (s.running()) throw std::runtime_error("take() while a capture is running");
         py::dict out;
+        // Synchronisation recorded by the callbacks joins the activity records' table.
+#define HM_APPEND_SYNC(type, name, ...)                                                  \
+    s.tables.sync.name.insert(s.tables.sync.name.end(), s.hooks.sync.name.begin(),       \
+                              s.hooks.sync.name.end());
+        HM_SYNC_COLUMNS(HM_APPEND_SYNC)
+#undef HM_APPEND_SYNC
         out["kernels"] = export_table(s.tables.kernels);
         out["memcpy"] = export_table(s.tables.memcpy);
         out["memset"] = export_table(s.tables.memset);

@@ -18,7 +18,7 @@ struct CaptureOptions {
     // Synchronisation from the synchronising API callbacks (stream/device/event/context
     // synchronize, stream wait event) instead of CUPTI's SYNCHRONIZATION activity kind,
     // which costs ~0.28x on launch-bound code (issue 10). Needs callbacks.
-    bool sync_from_callbacks = false;
+    bool sync_from_callbacks = true;
     bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
     bool callbacks = true;    // API callbacks at all (threads, ranges, stacks, map/unmap)
     int max_stack_depth = 64;
