@@ -39,6 +39,8 @@ CONFIGS = {
     "+callbacks +stacks": "the native session as %%cudahook uses it",
     "+callbacks +stacks, no sync records": "the same without SYNCHRONIZATION records",
     "+callbacks +stacks, no detach": "the same, CUPTI left initialised between runs",
+    "+callbacks +stacks, sync activity records": "the same with CUPTI's SYNCHRONIZATION records "
+                                                 "instead of syncs from the API callbacks",
     "python thread, pynvml": "a Python thread sampling 6 NVML fields every 20 ms",
     "native NVML sampler": "hookmagic's native NVML thread, every 20 ms",
     "lingering, after detach": "plain loop just after a capture that detached CUPTI",
@@ -168,6 +170,8 @@ def _child(config: str, workload: str) -> dict:
         "+callbacks +stacks, no sync records": session(
             ["concurrent_kernel", "memcpy", "memset", "memory2"], memory=True, stacks=True),
         "+callbacks +stacks, no detach": session(memory=True, stacks=True, detach=False),
+        "+callbacks +stacks, sync activity records": session(memory=True, stacks=True,
+                                                             sync_from_callbacks=False),
         "python thread, pynvml": python_thread(pynvml_sample()),
         "native NVML sampler": lambda: timed(lambda: native.nvml_start(0.02), native.nvml_stop),
         "lingering, after detach": lingering(True),
@@ -196,6 +200,7 @@ def main() -> int:
     parser.add_argument("--workload", default="tiny_kernels_20000",
                         help="one of benchmarks/bench_overhead.py's workloads")
     parser.add_argument("--only", nargs="*", help="configurations to run (default: all)")
+    parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.child:
@@ -211,6 +216,7 @@ def main() -> int:
              "| configuration | what | plain loop (ms) | loop under it (ms) | x | start (ms) | "
              "finish (ms) | CUPTI subscribe / callbacks / activities / drain / detach (ms) |",
              "|---|---|---|---|---|---|---|---|"]
+    results = {}
     for config, what in CONFIGS.items():
         if args.only and config not in args.only:
             continue
@@ -221,6 +227,7 @@ def main() -> int:
             lines.append(f"| {config} | {what} | failed: {out.stderr.strip().splitlines()[-1]} |")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
+        results[config] = r
         ms = {k: v * 1e3 for k, v in r.items()}
         split = " / ".join(f"{ms[k]:.2f}" for k in ("subscribe_s", "callbacks_s", "enable_s",
                                                     "flush_s", "detach_s") if k in ms)
@@ -230,6 +237,8 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"overhead_probe_{args.workload}.md").write_text("\n".join(lines) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"workload": args.workload, "rows": results}))
     return 0
 
 

@@ -300,6 +300,8 @@ PYBIND11_MODULE(_native, m) {
         counters["flush_s"] = c.flush_ns / 1e9;
         counters["detach_s"] = c.detach_ns / 1e9;
         counters["detached"] = s.detached_last();
+        // The last this-many rows of "sync" came from the synchronising API callbacks.
+        counters["sync_callback_rows"] = s.hooks.sync.rows();
         out["counters"] = counters;
         s.reset_tables();
         return out;
