@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPEATS = 11
+REPEATS = int(os.environ.get("HOOKMAGIC_PROBE_REPEATS", "11"))
 
 CONFIGS = {
     "none": "the plain loop",
@@ -225,6 +225,7 @@ def main() -> int:
                              text=True, cwd=str(ROOT), timeout=600)
         if out.returncode != 0:
             lines.append(f"| {config} | {what} | failed: {out.stderr.strip().splitlines()[-1]} |")
+            print(lines[-1], flush=True)
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[config] = r
