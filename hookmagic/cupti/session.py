@@ -173,6 +173,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             self._reason = _explain(exc)
             return
         self._warnings = []
+        self._callbacks_active = bool(started["callbacks"])
         if not started["callbacks"]:
             self._warnings.append(
                 "Python stacks, threads, ranges and virtual-memory map/unmap were not recorded: "
@@ -246,7 +247,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                            "buffers_refused": counters["buffers_refused"]}
         meta["records"] = int(counters["records"])
         meta["detached"] = bool(counters["detached"])
-        meta["warnings"] = list(self._warnings)
+        meta["warnings"] = list(self._warnings) + missing_stack_notes(
+            tables.get("kernels"), self.capture_options.stacks, self._callbacks_active)
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         self.trace._fill(tables, meta)
         self._native = None
@@ -298,6 +300,20 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 sampler.stop()
             except Exception:
                 pass
+
+
+def missing_stack_notes(kernels: pd.DataFrame | None, stacks_wanted: bool,
+                        callbacks_active: bool) -> list[str]:
+    """One line saying how many kernels carry no Python stack although stacks were asked for
+    and the launch callbacks ran (else another note already says why none were recorded)."""
+    if not (stacks_wanted and callbacks_active) or kernels is None or not len(kernels):
+        return []
+    missing = int((kernels["stack_id"].to_numpy() < 0).sum())
+    if not missing:
+        return []
+    return [f"{missing:,} of {len(kernels):,} kernels have no Python stack: they were launched "
+            "from threads with no Python frames (autograd's backward engine, library worker "
+            "threads) or by a Python this build cannot read frames from."]
 
 
 @atexit.register

@@ -137,11 +137,12 @@ def _headline(summary: "Summary") -> list[tuple[str, str]]:
 
 
 def _warnings(summary: "Summary") -> list[str]:
+    notes = [" ".join(n.split()) for n in getattr(summary, "notes", [])]  # one line each
     lost = {k: v for k, v in summary.dropped.items() if v}
     if not lost:
-        return []
+        return notes
     what = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in lost.items())
-    return [f"dropped: {what} — numbers above undercount"]
+    return notes + [f"dropped: {what} — numbers above undercount"]
 
 
 def _short(name: str) -> str:

@@ -105,3 +105,32 @@ def test_no_stacks_reaches_the_allocator_recorders():
     assert len(events) > 0
     assert (events.stack_id == -1).all()
     assert (trace.kernels.stack_id == -1).all()
+
+
+def test_summary_says_stacks_were_missing_after_torch_profiler():
+    """After torch.profiler ran in the process, the next capture's printed summary says in one
+    line what it could not record (it used to be only in meta["warnings"])."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import torch, hookmagic
+from torch.profiler import ProfilerActivity, profile
+from hookmagic.views.summary import summary_text
+x = torch.zeros(16, device='cuda')
+with profile(activities=[ProfilerActivity.CUDA]):
+    x.add_(1); torch.cuda.synchronize()
+with hookmagic.capture() as t:
+    x.add_(1); torch.cuda.synchronize()
+print(summary_text(t.summary()))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=str(Path(__file__).parents[2]))
+    assert out.returncode == 0, out.stderr
+    notes = [line for line in out.stdout.splitlines() if line.startswith("  ! ")]
+    assert t_notes_ok(notes), out.stdout
+
+
+def t_notes_ok(notes: list[str]) -> bool:
+    return any("not recorded" in n or "no Python stack" in n for n in notes)
