@@ -181,6 +181,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 "allocations were still captured. Restart the kernel to get them back.")
         self._native = native
         self._hw_trace = bool(started.get("hw_trace", False))
+        self._autograd_undo = None
+        if o.stacks and self._callbacks_active:
+            from hookmagic.cupti import autograd
+
+            self._autograd_undo = autograd.install(native)
         self._start_ns = native.timestamp()
         self._allocators = None
         if o.memory and o.allocator_history:
@@ -217,6 +222,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         end_ns = native.timestamp()
         # The sampler reads CUPTI's clock: it stops before CUPTI is detached.
         samples = self._sampler.stop() if self._sampler else {}
+        self._undo_autograd()
         native.stop()
         stop_s = time.perf_counter() - t0
         allocator_parts = self._allocators.stop() if self._allocators else []
@@ -247,6 +253,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                            "buffers_refused": counters["buffers_refused"]}
         meta["records"] = int(counters["records"])
         meta["detached"] = bool(counters["detached"])
+        # launches from threads without Python frames attributed to the caller of backward()
+        meta["backward_attributed"] = int(counters.get("fallback_launches", 0))
         meta["warnings"] = list(self._warnings) + missing_stack_notes(
             tables.get("kernels"), self.capture_options.stacks, self._callbacks_active)
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
@@ -279,7 +287,16 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self.trace._fill({}, empty.meta)
         _warn_once(reason)
 
+    def _undo_autograd(self) -> None:
+        undo, self._autograd_undo = getattr(self, "_autograd_undo", None), None
+        if undo is not None:
+            undo()
+
     def _stop_quietly(self) -> None:
+        try:
+            self._undo_autograd()
+        except Exception:
+            pass
         native, self._native = self._native, None
         RECORDER.stop()
         if native is not None:

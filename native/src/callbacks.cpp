@@ -56,6 +56,14 @@ void CallbackHooks::pop_range() {
     if (!t_ranges.empty()) t_ranges.pop_back();
 }
 
+void CallbackHooks::set_fallback(int skip_innermost) {
+    fallback_stack_.store(stacks_ ? stacks_->sample(skip_innermost) : -1);
+    fallback_range_.store(t_ranges.empty() ? -1 : t_ranges.back());
+    fallback_on_.store(true);
+}
+
+void CallbackHooks::clear_fallback() { fallback_on_.store(false); }
+
 void CallbackHooks::build_roles(const CuptiApi& cupti) {
     if (!roles_[0].empty()) return;
     static const char* runtime_work[] = {"cudaLaunch", "cudaGraphLaunch", "cudaMemcpy",
@@ -135,6 +143,8 @@ void CallbackHooks::clear() {
     launches.clear();
     vmm.clear();
     sync.clear();
+    fallback_used_ = 0;
+    fallback_on_.store(false);
     callbacks = 0;
     stacks_sampled = 0;
 }
@@ -150,14 +160,23 @@ void CallbackHooks::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cb
             // The runtime implements its calls on the driver: one stack per user call.
             if (d == 1 && t_runtime_depth > 0) return;
             if (d == 0) ++t_runtime_depth;
-            const int32_t stack = stacks_ ? stacks_->sample() : -1;
+            int32_t stack = stacks_ ? stacks_->sample() : -1;
+            int64_t range = t_ranges.empty() ? -1 : t_ranges.back();
+            bool borrowed = false;
+            if (stacks_ && stack < 0 && fallback_on_.load(std::memory_order_relaxed)) {
+                // No Python frames here (autograd's engine thread): the caller of backward().
+                stack = fallback_stack_.load(std::memory_order_relaxed);
+                if (range < 0) range = fallback_range_.load(std::memory_order_relaxed);
+                borrowed = true;
+            }
             std::lock_guard<std::mutex> lock(mu_);
             ++callbacks;
             if (stack >= 0) ++stacks_sampled;
+            if (borrowed) ++fallback_used_;
             launches.correlation.push_back(cb->correlationId);
             launches.thread.push_back(os_thread_id());
             launches.stack_id.push_back(stack);
-            launches.range_id.push_back(t_ranges.empty() ? -1 : t_ranges.back());
+            launches.range_id.push_back(range);
         } else if (d == 0 && t_runtime_depth > 0) {
             --t_runtime_depth;
         }

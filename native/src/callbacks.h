@@ -10,6 +10,7 @@
 
 #include <cupti.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -40,6 +41,14 @@ public:
     static void push_range(int64_t id);
     static void pop_range();
 
+    // Attribution for work launched from threads with no Python frames (autograd's engine
+    // threads): while set, such launches take the stack (less `skip_innermost` frames) and
+    // innermost range of the thread that called set_fallback, i.e. the code that called
+    // backward(). Process-wide: the latest caller wins. Needs the GIL.
+    void set_fallback(int skip_innermost);
+    void clear_fallback();
+    uint64_t fallback_launches() const { return fallback_used_; }  // launches attributed so
+
     // Rows written by the callbacks; read them after the capture stopped.
     LaunchTable launches;
     VmmTable vmm;
@@ -59,6 +68,10 @@ private:
     StackInterner* stacks_ = nullptr;
     bool noop_ = false;
     bool sync_ = false;
+    std::atomic<bool> fallback_on_{false};
+    std::atomic<int32_t> fallback_stack_{-1};
+    std::atomic<int64_t> fallback_range_{-1};
+    uint64_t fallback_used_ = 0;
     std::mutex mu_;  // launches and vmm rows
 };
 

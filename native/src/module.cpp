@@ -184,6 +184,12 @@ PYBIND11_MODULE(_native, m) {
     m.def("running", [] { return Session::instance().running(); });
     m.def("push_range", [](int64_t id) { hookmagic::CallbackHooks::push_range(id); });
     m.def("pop_range", [] { hookmagic::CallbackHooks::pop_range(); });
+    m.def("set_fallback", [](int skip_innermost) {
+        Session::instance().hooks.set_fallback(skip_innermost);
+    }, py::arg("skip_innermost") = 0,
+       "Until clear_fallback(): work launched from threads with no Python frames is attributed "
+       "to this thread's stack (less skip_innermost frames) and innermost range.");
+    m.def("clear_fallback", [] { Session::instance().hooks.clear_fallback(); });
     m.def("enum_names", &enum_names);
     m.def("device_properties", &device_properties,
           "Properties of each visible GPU, if the process has already loaded the driver.");
@@ -302,6 +308,7 @@ PYBIND11_MODULE(_native, m) {
         counters["detached"] = s.detached_last();
         // The last this-many rows of "sync" came from the synchronising API callbacks.
         counters["sync_callback_rows"] = s.hooks.sync.rows();
+        counters["fallback_launches"] = s.hooks.fallback_launches();
         out["counters"] = counters;
         s.reset_tables();
         return out;

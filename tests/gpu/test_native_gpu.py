@@ -134,3 +134,39 @@ print(summary_text(t.summary()))
 
 def t_notes_ok(notes: list[str]) -> bool:
     return any("not recorded" in n or "no Python stack" in n for n in notes)
+
+
+def test_backward_kernels_carry_the_stack_that_called_backward():
+    """A TransformerEncoderLayer fp16 training step: kernels from autograd's engine thread are
+    attributed to the line that called backward() and sit in the "backward" range."""
+    import threading
+
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True).cuda().half()
+    x = torch.randn(8, 128, 512, device="cuda", dtype=torch.half)
+
+    def step():
+        loss = layer(x).float().square().mean()
+        loss.backward()  # the line backward kernels must point at
+        torch.cuda.synchronize()
+
+    step()  # warm up
+    with hookmagic.capture() as trace:
+        step()
+    k = trace.kernels
+    main = threading.get_native_id()
+    engine = k[k.thread != main]
+    attributed = float((k.stack_id >= 0).mean())
+    report = {"kernels": len(k), "engine_thread_kernels": len(engine),
+              "with_stack": attributed, "backward_attributed": trace.meta["backward_attributed"]}
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "backward_attribution.json"), "w") as f:
+            json.dump(report, f, indent=1)
+    print(json.dumps(report))
+    assert len(engine) > 0, report
+    assert attributed >= 0.99, report
+    leaf = trace.stacks[trace.stacks.stack_id == engine.stack_id.iloc[0]]
+    assert "step" in leaf.function.tolist(), leaf
+    names = trace.ranges.set_index("range_id").name
+    assert set(names.reindex(engine.range_id).dropna()) == {"backward"}
+    assert torch.autograd.backward.__module__.startswith("torch")  # unwrapped after the capture
