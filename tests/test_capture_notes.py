@@ -24,7 +24,7 @@ def _trace(warnings: list[str]) -> Trace:
 def test_summary_and_report_say_what_was_not_recorded():
     trace = _trace([KINETO_NOTE])
     summary = trace.summary()
-    assert summary.notes == [KINETO_NOTE]
+    assert summary.warnings == [KINETO_NOTE]
     text = summary_text(summary)
     assert f"  ! {KINETO_NOTE}" in text.splitlines()
     assert "holds CUPTI&#x27;s callback API" in summary_html(summary)
