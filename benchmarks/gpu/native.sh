@@ -12,7 +12,7 @@
 # Writes under $OUT: pytest_gpu.txt, sync_callbacks_vs_activity.json,
 # backward_attribution.json, probe_*.json, summary.md. Exits non-zero if a test failed.
 set -uo pipefail
-OUT=${OUT:-/tmp/hookmagic-out}
+OUT=${OUT:-$(mktemp -d -t hookmagic-native.XXXXXX)}
 mkdir -p "$OUT"
 t0=$(date +%s)
 step() { echo "[native +$(( $(date +%s) - t0 ))s] $*"; }
