@@ -43,6 +43,10 @@ class CaptureOptions:
     callbacks:
         CUPTI API callbacks at all (threads, stacks, ranges, map/unmap). Off: activity
         records only.
+    module_names:
+        With ``stacks`` and torch in use: name the ``nn.Module`` each kernel was launched in
+        (``layer1.0.conv1 (Conv2d)``, as ``named_modules()`` names it) in place of its
+        ``Module._call_impl`` frames. False keeps the raw frames.
     sync_from_callbacks:
         Record synchronisation (stream/device/event/context synchronize, stream wait event)
         from those calls' API callbacks, timed entry to exit, instead of CUPTI's
@@ -71,6 +75,7 @@ class CaptureOptions:
     detach: bool = True
     callbacks: bool = True
     sync_from_callbacks: bool = True
+    module_names: bool = True
     nvml_interval_s: float = 0.02
     max_stack_depth: int = 64
     buffer_mb: int = 8

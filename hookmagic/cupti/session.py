@@ -186,6 +186,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             from hookmagic.cupti import autograd
 
             self._autograd_undo = autograd.install(native)
+        self._modules_undo = None
+        if o.stacks and o.module_names and self._callbacks_active:
+            from hookmagic.cupti import modules
+
+            self._modules_undo = modules.install()
         self._start_ns = native.timestamp()
         self._allocators = None
         if o.memory and o.allocator_history:
@@ -233,6 +238,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         t2 = time.perf_counter()
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
         merge_into(tables, allocator_parts)
+        from hookmagic.cupti.modules import module_stacks
+
+        module_kernels = module_stacks(tables)
         build_s = time.perf_counter() - t2
         counters = raw["counters"]
         status = "complete"
@@ -255,6 +263,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta["detached"] = bool(counters["detached"])
         # launches from threads without Python frames attributed to the caller of backward()
         meta["backward_attributed"] = int(counters.get("fallback_launches", 0))
+        meta["module_kernels"] = int(module_kernels)  # kernels whose stack names its modules
         meta["warnings"] = list(self._warnings) + missing_stack_notes(
             tables.get("kernels"), self.capture_options.stacks, self._callbacks_active)
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
@@ -288,9 +297,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         _warn_once(reason)
 
     def _undo_autograd(self) -> None:
-        undo, self._autograd_undo = getattr(self, "_autograd_undo", None), None
-        if undo is not None:
-            undo()
+        for attr in ("_modules_undo", "_autograd_undo"):
+            undo = getattr(self, attr, None)
+            setattr(self, attr, None)
+            if undo is not None:
+                undo()
 
     def _stop_quietly(self) -> None:
         try:

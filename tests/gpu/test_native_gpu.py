@@ -170,3 +170,27 @@ def test_backward_kernels_carry_the_stack_that_called_backward():
     names = trace.ranges.set_index("range_id").name
     assert set(names.reindex(engine.range_id).dropna()) == {"backward"}
     assert not hasattr(torch.autograd.backward, "__hookmagic_original__")  # unwrapped after
+
+
+def test_stacks_name_the_modules_as_named_modules_does():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Sequential(torch.nn.Linear(64, 8))).cuda()
+    x = torch.randn(32, 64, device="cuda")
+    model(x)
+    torch.cuda.synchronize()
+    with hookmagic.capture() as trace:
+        model(x)
+        torch.cuda.synchronize()
+    from hookmagic.cupti.modules import MODULE_FILE
+
+    expected = {f"{n} ({type(m).__name__})" for n, m in model.named_modules() if n}
+    expected.add(type(model).__name__)
+    named = set(trace.stacks.function[trace.stacks.filename == MODULE_FILE])
+    assert named and named <= expected, (named, expected)
+    assert "2.0 (Linear)" in named
+    assert trace.meta["module_kernels"] >= 2
+    assert "_call_impl" not in set(trace.stacks.function[trace.stacks.stack_id.isin(trace.kernels.stack_id)])
+    with hookmagic.capture(module_names=False) as raw:
+        model(x)
+        torch.cuda.synchronize()
+    assert "_call_impl" in set(raw.stacks.function)
