@@ -53,19 +53,20 @@ class PickleRefused(SnapshotFileError, PermissionError):
 
 
 # -- live recording ------------------------------------------------------------------------------
-def start(max_entries: int = 1_000_000, stacks: str = "python") -> bool:
+def start(max_entries: int = 1_000_000, stacks: str | None = "python") -> bool:
     """Start recording PyTorch's allocator history; False when torch/CUDA is not in use.
 
     Only acts when ``torch`` is already imported and CUDA is initialised (a capture must not
-    import torch or create a CUDA context on its own). ``stacks``: "python" (cheap) or "all"
-    (adds C++ frames).
+    import torch or create a CUDA context on its own). ``stacks``: "python" (cheap), "all"
+    (adds C++ frames) or None (no stacks at all: PyTorch records no tracebacks).
     """
     global _recording
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=stacks,
-                                             max_entries=max_entries)
+    torch.cuda.memory._record_memory_history(enabled="all",
+                                             context="all" if stacks else None,
+                                             stacks=stacks or "python", max_entries=max_entries)
     _recording = True
     return True
 
