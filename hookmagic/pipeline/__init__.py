@@ -94,3 +94,8 @@ def _attach() -> None:
 
 
 _attach()
+
+from hookmagic.pipeline.sweep import sweep  # noqa: E402  (after the attach: sweep uses analyses)
+from hookmagic.pipeline.to_sched import cameras_that_fit  # noqa: E402
+
+__all__ += ["sweep", "cameras_that_fit"]
