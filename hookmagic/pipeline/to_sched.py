@@ -34,7 +34,7 @@ def to_sched(run: PipelineRun, stage: str | None = None, slo_ms: float = 66.0,
              fps: float | None = None, max_delay_ms: float = 2.0) -> SchedModel:
     """Turn ``run`` into scheduler inputs (see the module). ``fps`` overrides the cameras' rate
     (default: each stream's pacing, or the run's measured fps per stream when unpaced)."""
-    from hookmagic import sched as S
+    import hookmagic.sched as S
 
     if stage is None:
         batched = [s["name"] for s in run.meta["stages"] if s.get("batch")]
@@ -67,7 +67,7 @@ def cameras_that_fit(run: PipelineRun, fps: float = 30.0, slo_ms: float = 50.0,
     """Simulate 1..``max_cameras`` cameras at ``fps`` through the run's model stage; per N:
     throughput, the model stage's latency quantile, that plus the other stages, and whether it
     stays under ``slo_ms``. ``table.attrs["fit"]`` is the largest N that does."""
-    from hookmagic import sched as S
+    import hookmagic.sched as S
 
     if not (fps > 0) or not (slo_ms > 0):
         raise InvalidArgument("fps and slo_ms must be > 0")
