@@ -23,5 +23,11 @@ for p in 0 1 2; do
   python3 benchmarks/pipeline_gpu.py "$OUT/recordings" --process "$p" --frames 120 ${PIPELINE_SMOKE:+--cpu-smoke}
 done
 python3 benchmarks/pipeline_gpu.py "$OUT/recordings" --summarize
+# the GPU unit tests of hookmagic.pipeline (CUDA-event times, ranges under a live capture)
+if [ $((SECONDS - start)) -lt 125 ] && python3 -c "import pytest" 2>/dev/null; then
+  timeout 20 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu/test_pipeline_gpu.py \
+    >"$OUT/gpu_tests.txt" 2>&1 || true
+  tail -3 "$OUT/gpu_tests.txt"
+fi
 cp "$OUT/recordings/pipeline.md" "$OUT/pipeline.md"
 echo "pipeline: done in $((SECONDS - start)) s $(date -u +%H:%M:%S)"
