@@ -133,6 +133,16 @@ def summarize(out: Path) -> str:
                      f"throughput; standalone fps: " + ", ".join(
                          f"{k} {rng([r[k + '_fps'] for r in sa], '{:.0f}')}"
                          for k in ("decode", "preprocess", "infer", "postprocess")))
+    ad = [r for r in rows if r["config"] == "adaptive_oom"]
+    if ad and "error" in ad[0]:
+        lines.append(f"- adaptive batching demo failed: {ad[0]['error']}")
+    elif ad:
+        a = ad[0]
+        lines.append(f"- adaptive batch size (ResNet-50 FP16 + 1 GiB workspace per frame, memory "
+                     f"capped so batch 11 runs out of memory): {a['ooms']} out-of-memory splits, "
+                     f"sizes {a['sizes']}, settled at {a['final_size']} (ceiling "
+                     f"{a['ceiling']}); frames done {a['frames_done']}, failed "
+                     f"{a['frames_failed']}")
     nv = [r for r in rows if r["config"] == "nvdec_resnet50_fp16"]
     if nv and "unavailable" in nv[0]:
         lines.append(f"- NVDEC: not run on this machine: {nv[0]['unavailable']}")
@@ -141,6 +151,52 @@ def summarize(out: Path) -> str:
     text = "\n".join(lines) + "\n"
     (out / "pipeline.md").write_text(text)
     return text
+
+
+def adaptive_demo(torch, out, info, small_source, pre, model, dtype, dev, gdev) -> dict:
+    """AdaptiveBatch over ResNet-50 FP16 plus 1 GiB of workspace per frame, with the process
+    capped (torch.cuda.set_per_process_memory_fraction) at what it holds now + 10.5 GiB: batch
+    10 fits, batch 11 runs out of memory. The controller should settle at 10, losing no frame."""
+    from hookmagic.pipeline import AdaptiveBatch
+    gib = 1 << 30
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    base = torch.cuda.memory_reserved()
+    cap = base + int(10.5 * gib)
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
+
+    def fn(batch):
+        with torch.inference_mode():
+            work = torch.empty(len(batch) * gib, dtype=torch.uint8, device=dev)
+            x = torch.stack(batch).to(dtype).contiguous(memory_format=torch.channels_last)
+            y = model(x)
+            del work
+            return y
+
+    ctl = AdaptiveBatch(fn, slo_ms=1000, max_batch=32, window=2)
+    try:
+        run = Pipeline([Stage("preprocess", pre, device=gdev),
+                        Stage("infer", ctl, batch=32, device=gdev),
+                        Stage("postprocess", lambda y: int(y.argmax()), device=gdev)],
+                       queue_size=64, name="adaptive_oom").run(small_source())
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    d = ctl.decisions
+    d.to_csv(out / "adaptive_oom_decisions.csv", index=False)
+    run.meta.update(recorded_on={"gpu": info["gpu"], "driver": info["driver"],
+                                 "date": info["date"]}, machine=info,
+                    description="AdaptiveBatch: ResNet-50 FP16 + 1 GiB workspace per frame, "
+                                "memory capped so that batch 11 runs out of memory",
+                    decode="pre-decoded frames", adaptive_decisions=d.to_dict("records"))
+    run.save(out / "adaptive_oom.hmpipe")
+    res = {"config": "adaptive_oom", "process": 0, "frames_done": int(run.outcomes.get("done", 0)),
+           "frames_failed": int(run.outcomes.get("failed", 0)), "final_size": ctl.size,
+           "ceiling": ctl.ceiling, "ooms": int((d["action"] == "oom_split").sum()),
+           "sizes": [a for a in d["size_to"].tolist()]}
+    log(f"adaptive: {res}")
+    return res
 
 
 def main() -> int:
@@ -423,6 +479,15 @@ def main() -> int:
                     "pipeline_fps": pipe_fps, "ratio": pipe_fps / alone[slowest]})
     log(f"standalone fps {({k_: round(v, 1) for k_, v in alone.items()})}; pipeline "
         f"{pipe_fps:.1f} = {pipe_fps / alone[slowest]:.0%} of {slowest}")
+
+    # adaptive batch size on the GPU: a model that runs out of memory at a known batch size
+    if args.process == 0 and not smoke:
+        try:
+            results.append(adaptive_demo(torch, out, info, small_source, pre_gpu(224), resnet_h,
+                                         half, dev, gdev))
+        except Exception as err:  # noqa: BLE001 - reported, the rest stands
+            results.append({"config": "adaptive_oom", "error": f"{type(err).__name__}: {err}"})
+            log(f"adaptive demo failed: {type(err).__name__}: {err}")
 
     (out / f"results_p{args.process}.json").write_text(json.dumps(
         {"machine": info, "decode": decode_note, "results": results}, indent=1, default=float))

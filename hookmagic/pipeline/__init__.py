@@ -95,7 +95,8 @@ def _attach() -> None:
 
 _attach()
 
+from hookmagic.pipeline.adaptive import AdaptiveBatch  # noqa: E402
 from hookmagic.pipeline.sweep import sweep  # noqa: E402  (after the attach: sweep uses analyses)
 from hookmagic.pipeline.to_sched import cameras_that_fit  # noqa: E402
 
-__all__ += ["sweep", "cameras_that_fit"]
+__all__ += ["sweep", "cameras_that_fit", "AdaptiveBatch"]

@@ -22,7 +22,6 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 

@@ -9,7 +9,6 @@ decodes, so a thread per stream decodes in parallel with the other stages.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
