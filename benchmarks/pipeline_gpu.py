@@ -239,7 +239,7 @@ def main() -> int:
             log(f"encoded synthetic clip {clip.name} in {time.time() - t:.1f}s")
         decode_note = f"PyAV {info['av']} CPU decode of a synthetic {W}x{H} H.264 clip ({n} frames)"
 
-        def decoded(threads: int = 0):
+        def decoded(threads: int = 4):  # FFmpeg frame+slice threads; bound_decode uses 1
             return video_file(clip, threads=threads)
 
         frames_np = list(decoded().streams[0].open())
@@ -249,7 +249,7 @@ def main() -> int:
         rng = np.random.default_rng(0)
         frames_np = [rng.integers(0, 256, (H, W, 3), dtype=np.uint8) for _ in range(n)]
 
-        def decoded(threads: int = 0):
+        def decoded(threads: int = 4):
             src = frames_source([f.copy() for f in frames_np], name="synthetic")
             src.stage = "decode"
             return src
@@ -342,7 +342,7 @@ def main() -> int:
 
     configs = {
         "resnet50_fp16_gpupre": (lambda: stages(pre_gpu(224), gdev, 1, resnet_h, half),
-                                 decoded, "decode (PyAV) → GPU preprocess → ResNet-50 FP16 b16 → top-5"),
+                                 decoded, "decode (PyAV, 4 threads) → GPU preprocess → ResNet-50 FP16 b16 → top-5"),
         "resnet50_fp16_cpupre": (lambda: stages(pre_cpu, "cpu", 2, resnet_h, half),
                                  decoded, "decode (PyAV) → CPU transforms v2 (2 workers) → ResNet-50 FP16 b16 → top-5"),
         "detector_fp16_gpupre": (lambda: [Stage("preprocess", pre_gpu(320), device=gdev),
