@@ -172,3 +172,35 @@ def test_csv_per_batch_has_the_classic_columns(tmp_path):
                                    "postprocess_ms", "e2e_ms", "fps"]
     assert table["frames"].sum() == 16
     assert np.isfinite(table["fps"]).all()
+
+
+def test_kernels_of_a_capture_join_to_the_frames_of_their_stage_execution():
+    from types import SimpleNamespace
+
+    from hookmagic.pipeline.analysis import batches, kernels_by_frame
+
+    run = Pipeline([Stage("pre", lambda x: x), Stage("infer", _sleeper(1), batch=3)],
+                   queue_size=8).run(range(12))
+    # a synthetic capture: one range per stage execution on a clock 5 s ahead, and one kernel
+    # inside each range, 100 µs after it starts
+    offset = 5_000_000_000
+    rows, kern = [], []
+    rid = 1
+    for stage in ("pre", "infer"):
+        for b in batches(run, stage).itertuples():
+            rows.append({"range_id": rid, "name": stage, "start_ns": b.start_ns + offset,
+                         "end_ns": b.end_ns + offset})
+            kern.append({"range_id": rid, "name": f"synthetic_{stage}_kernel",
+                         "start_ns": b.start_ns + offset + 100_000,
+                         "end_ns": b.start_ns + offset + 200_000})
+            rid += 1
+    trace = SimpleNamespace(ranges=pd.DataFrame(rows), kernels=pd.DataFrame(kern))
+    k = kernels_by_frame(run, trace)
+    # every frame has its pre kernel and its batch's infer kernel, on the run's clock
+    assert len(k) == 24 and set(k["frame"]) == set(range(12))
+    ev = run.events.set_index(["frame", "stage"])
+    for r in k.itertuples():
+        assert r.start_ns == ev.loc[(r.frame, r.stage), "start_ns"] + 100_000
+        assert r.name == f"synthetic_{r.stage}_kernel"
+    fig = run.gantt(trace=trace)
+    assert any(t.name == "kernels (CUPTI)" for t in fig.data)

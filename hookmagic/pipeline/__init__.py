@@ -69,7 +69,8 @@ def _attach() -> None:
         return write_chrome_trace(self, path)
 
     def gantt(self: PipelineRun, **kw):
-        """Per-frame Gantt chart (Plotly): each frame's stages, waits and GPU spans."""
+        """Per-frame Gantt chart (Plotly): each frame's stages, waits and GPU spans; with
+        ``trace=`` (a capture around the run) its GPU kernels too."""
         from hookmagic.pipeline.views import gantt_figure
         return gantt_figure(self, **kw)
 

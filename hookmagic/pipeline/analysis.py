@@ -241,3 +241,42 @@ def bottleneck(run: PipelineRun) -> Bottleneck:
         return Bottleneck(None, f"no stage is saturated (busiest: {stage}, "
                           f"{top:.0%}): the source{rate} paces the run", evidence, stats)
     return Bottleneck(stage, f"bottleneck: {stage}", evidence, stats)
+
+
+def kernels_by_frame(run: PipelineRun, trace) -> pd.DataFrame:
+    """Join the GPU kernels of a capture taken around ``run`` (``with hookmagic.capture() as
+    trace: run = pipe.run(...)``) to the frames they worked on.
+
+    Each stage execution is a ``hookmagic.range`` named after the stage, so every kernel carries
+    the id of the execution that launched it. Ranges of a stage are matched to the run's
+    executions of that stage in start order (both clocks are monotonic), and the capture's clock
+    is placed on the run's by the median offset of the matched starts. Returns one row per
+    kernel per frame: frame, stage, name, start_ns, end_ns (run clock), batch.
+    """
+    cols = ["frame", "stage", "name", "start_ns", "end_ns", "batch"]
+    ranges, kernels = trace.ranges, trace.kernels
+    if ranges is None or kernels is None or ranges.empty or kernels.empty:
+        return pd.DataFrame(columns=cols)
+    pairs, offsets = [], []
+    for stage in run.stage_names[1:]:
+        r = ranges[ranges["name"] == stage].sort_values("start_ns")
+        b = batches(run, stage).sort_values("start_ns")
+        n = min(len(r), len(b))
+        if n == 0:
+            continue
+        r, b = r.iloc[:n], b.iloc[:n]
+        offsets.append(r["start_ns"].to_numpy() - b["start_ns"].to_numpy())
+        pairs.append(pd.DataFrame({"range_id": r["range_id"].to_numpy(), "stage": stage,
+                                   "worker": b["worker"].to_numpy(),
+                                   "exec_start": b["start_ns"].to_numpy()}))
+    if not pairs:
+        return pd.DataFrame(columns=cols)
+    offset = int(np.median(np.concatenate(offsets)))
+    pairs = pd.concat(pairs, ignore_index=True)
+    k = kernels[["range_id", "name", "start_ns", "end_ns"]].merge(pairs, on="range_id")
+    ev = run.events[["frame", "stage", "worker", "start_ns", "batch"]].rename(
+        columns={"start_ns": "exec_start"})
+    k = k.merge(ev, on=["stage", "worker", "exec_start"])
+    k["start_ns"] = k["start_ns"] - offset
+    k["end_ns"] = k["end_ns"] - offset
+    return k[cols].sort_values(["frame", "start_ns"]).reset_index(drop=True)

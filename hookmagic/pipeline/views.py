@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hookmagic.pipeline.analysis import bottleneck, queue_depth, stage_stats
+from hookmagic.pipeline.analysis import bottleneck, kernels_by_frame, queue_depth, stage_stats
 from hookmagic.pipeline.run import PipelineRun
 
 _COLORS = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692",
@@ -18,9 +18,11 @@ def _go():
     return go
 
 
-def gantt_figure(run: PipelineRun, frames: int = 40, start: int = 0, title: str | None = None):
+def gantt_figure(run: PipelineRun, frames: int = 40, start: int = 0, title: str | None = None,
+                 trace: Any = None):
     """Frames ``start`` .. ``start+frames`` as rows; per stage a bar while it ran (solid), the
-    queue wait before it (faint), and for GPU stages the CUDA-event span (dark, thin)."""
+    queue wait before it (faint), and for GPU stages the CUDA-event span (dark, thin). With
+    ``trace`` (a capture taken around the run) each frame's GPU kernels are drawn too."""
     go = _go()
     ev = run.events
     ids = sorted(ev["frame"].unique())[start:start + frames]
@@ -51,6 +53,14 @@ def gantt_figure(run: PipelineRun, frames: int = 40, start: int = 0, title: str 
                         base=(gpu["gpu_start_ns"] - t0) / 1e6, orientation="h", width=0.3,
                         marker_color="black", name=f"{stage} on the GPU", legendgroup=stage,
                         hovertemplate=f"{stage} GPU %{{x:.2f}} ms<extra></extra>")
+    if trace is not None:
+        k = kernels_by_frame(run, trace)
+        k = k[k["frame"].isin(ids)]
+        if not k.empty:
+            fig.add_bar(y=[f"frame {f}" for f in k["frame"]], x=(k["end_ns"] - k["start_ns"]) / 1e6,
+                        base=(k["start_ns"] - t0) / 1e6, orientation="h", width=0.15,
+                        marker_color="#FFD700", name="kernels (CUPTI)", customdata=k[["name"]],
+                        hovertemplate="%{customdata[0]} %{x:.3f} ms<extra></extra>")
     fig.update_layout(barmode="overlay", title=title or f"Per-frame stages — {run.label}",
                       xaxis_title="ms after the run started", height=max(300, 18 * len(ids)),
                       yaxis={"autorange": "reversed"}, legend={"orientation": "h"})
