@@ -42,7 +42,7 @@ def _engines(engines: Any) -> list[Any]:
 def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequence,
         policy: Policy | None = None, *, duration_s: float | None = None, seed: int = 0,
         backend: Any = None, lead_s: float = 0.05, drain_s: float = 10.0,
-        measure_repeats: int = 15) -> RunResult:
+        measure_repeats: int = 15, metrics: Any = None) -> RunResult:
     """Serve ``workload`` with ``policy`` on real engines; same records as :func:`simulate`.
 
     Parameters
@@ -54,6 +54,8 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     policy : the :class:`Policy` (the very object you simulate with).
     backend : a ``CudaBackend`` (default when a GPU is present) or the synthetic
         ``ThreadBackend``; with neither GPU nor backend, raises ``RuntimeError`` saying why.
+    metrics : a :class:`hookmagic.common.prometheus.InferenceMetrics` (or anything with
+        ``observe_batch(model, seconds, size)``): told every finished batch, for Prometheus.
     lead_s : time between setting up and the first arrival.
     drain_s : after the last arrival, how long to keep serving what is queued before stopping
         (requests still queued then keep status "pending").
@@ -122,6 +124,8 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
                 start, end = handle.times()
                 d.finished(m, start - t0, end - t0)
                 records.append((m, s, start - t0, end - t0, len(ids), disp))
+                if metrics is not None:
+                    metrics.observe_batch(names[m], end - start, len(ids))
                 served.extend(ids)
                 inflight[s] = None
         # 2. arrivals that are due
@@ -170,6 +174,8 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
                 time.sleep(1e-4)
             start, end = handle.times()
             records.append((m, s, start - t0, end - t0, len(ids), disp))
+            if metrics is not None:
+                metrics.observe_batch(names[m], end - start, len(ids))
             served.extend(ids)
     backend.synchronize()
     if hasattr(backend, "close"):
