@@ -76,7 +76,7 @@ def test_views_build():
 
 
 def test_empty_inputs_do_not_crash():
-    from hookmagic.memory.events import empty_events
-    ev = empty_events()
+    from hookmagic.trace import schema
+    ev = schema.empty_table("allocator_events")
     assert len(fragmentation_over_time(ev)) == 0
     assert len(memory_map_figure(ev).frames) == 0

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from hookmagic.memory.events import conform_events, empty_events
+from hookmagic.trace import schema
 from hookmagic.memory.stacks import StackInterner, python_frames
 
 
@@ -72,7 +72,7 @@ class PoolEventLog:
     def events(self) -> pd.DataFrame:
         """The recording as allocator events, with each chunk's segment filled in."""
         if not self._rows:
-            return empty_events()
+            return schema.empty_table("allocator_events")
         cols = ["time_ns", "action", "address", "size", "requested_size", "stream", "device",
                 "stack_id"]
         rows: list[tuple] = []
@@ -102,14 +102,16 @@ class PoolEventLog:
         frame["address"] = frame["address"].astype(np.uint64)
         frame["segment"] = frame["segment"].astype(np.uint64)
         frame["source"] = "cupy"
-        return conform_events(frame)
+        return schema.conform("allocator_events", frame)
 
 
 _active: tuple[object, PoolEventLog] | None = None
 
 
-def start(with_stacks: bool = True, clock: Callable[[], int] = time.time_ns) -> bool:
+def start(stacks: bool = True, clock: Callable[[], int] = time.time_ns) -> bool:
     """Install the hook on the calling thread; False when CuPy is not imported.
+
+    ``stacks``: take the Python stack of every hand-out (``%%cudahook --no-stacks``: none).
 
     CuPy's hooks are per thread: allocations on other threads are not seen.
     """
@@ -121,7 +123,7 @@ def start(with_stacks: bool = True, clock: Callable[[], int] = time.time_ns) -> 
     def stream_of() -> int:
         return int(cupy.cuda.get_current_stream().ptr)
 
-    log = PoolEventLog(clock=clock, stream_of=stream_of, with_stacks=with_stacks,
+    log = PoolEventLog(clock=clock, stream_of=stream_of, with_stacks=stacks,
                        device=int(cupy.cuda.Device().id))
     hook_cls = type("HookmagicPoolHook", (cupy.cuda.MemoryHook,), {
         "name": "hookmagic",

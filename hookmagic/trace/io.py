@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hookmagic.common.errors import InputFileError
-from hookmagic.trace import schema
+from hookmagic.trace import legacy, schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
 FORMAT = "hookmagic.trace"
@@ -81,6 +81,8 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> str:
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read a trace written by :func:`save_trace` (``Trace.save`` or ``%%cudahook --save``).
 
+    Allocator recordings of the retired format (:mod:`hookmagic.trace.legacy`) load too.
+
     Raises :class:`TraceFileError` when the file is missing, is not a hookmagic trace, or is
     damaged.
     """
@@ -108,6 +110,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
         raise TraceFileError(f"{str(path)!r} is not a hookmagic trace file (not a ZIP "
                              f"container).{hint}") from None
     with zf:
+        if legacy.is_allocator_recording(zf):  # the retired allocator-recording format
+            return legacy.read_allocator_recording(zf, path)
         manifest = _read_manifest(zf, path)
         tables = {}
         for name, info in manifest["tables"].items():
