@@ -1,6 +1,6 @@
 """PyTorch module backend, CPU side: hooks, naming, aggregation and launch-gap attribution, on
 synthetic capture tables and stand-in modules (torch is not needed; the GPU test is
-tests/test_layers_torch_gpu.py, marked gpu, run on the GPU machine)."""
+tests/gpu/test_layers_torch_gpu.py, marked gpu, run on the GPU machine)."""
 from __future__ import annotations
 
 import pandas as pd
