@@ -11,9 +11,7 @@ from hookmagic.layers import LayerProfile
 from hookmagic.layers.tensorrt_live import INSTALL_HINT
 from hookmagic.layers_magic import TrtProfileMagics, register
 
-from .layers_samples import mobilenet_files, needs_samples
-
-pytestmark = needs_samples
+from .layers_samples import mobilenet_files
 
 
 @pytest.fixture(scope="module")

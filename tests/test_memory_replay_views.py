@@ -70,9 +70,20 @@ def test_views_build():
     hovers = [h for tr in fig.data for h in (tr.hovertext or [])]
     assert any("model.py:10 block" in h for h in hovers)
     assert {tr.name for tr in fig.data} == {"allocated", "slack", "free"}
-    memory_timeline_figure(memory_over_time(ev), memory_by(ev, stacks))
-    fragmentation_figure(fragmentation_over_time(ev))
-    what_if_figure(what_if(req))
+    # the curves: one point per event, reserved/allocated/requested plus one per allocating line
+    mot = memory_over_time(ev)
+    timeline = memory_timeline_figure(mot, memory_by(ev, stacks))
+    names = [tr.name for tr in timeline.data]
+    assert names[:3] == ["reserved", "allocated", "requested"]
+    assert sorted(names[3:]) == [f"model.py:{line} block" for line in (10, 11, 12, 13)]
+    assert all(len(tr.x) == len(ev) for tr in timeline.data)
+    assert max(timeline.data[0].y) == mot["reserved"].max() / (1 << 20)
+    frag = fragmentation_figure(fragmentation_over_time(ev))
+    assert [tr.name for tr in frag.data] == ["total free", "largest free block",
+                                             "external fragmentation"]
+    table = what_if(req)
+    (cells,) = what_if_figure(table).data
+    assert list(cells.cells.values[0]) == list(table["model"])   # one row per model
 
 
 def test_empty_inputs_do_not_crash():

@@ -1,7 +1,7 @@
 """PyTorch's allocator history on a real GPU, with and without Python stacks.
 
 The ``stacks`` option (``%%cudahook --no-stacks``, ``hookmagic.capture(stacks=False)``) reaches
-the allocator recorders: without stacks the same allocations are recorded, none with a stack.
+the allocator recorders (``allocator_history=True``): without stacks the same allocations are recorded, none with a stack.
 Checked against what this file allocates (sizes it chose, the function it allocates in), not
 against hookmagic's own output. A few seconds on an H100.
 """
@@ -60,7 +60,7 @@ def test_capture_without_stacks_reaches_the_allocator_recorder():
     import hookmagic
 
     torch.zeros(1, device="cuda")
-    with hookmagic.capture(stacks=False) as trace:
+    with hookmagic.capture(stacks=False, allocator_history=True) as trace:
         allocate_here()
     assert trace.status == "complete", trace.meta.get("reason")
     ev = trace.allocator_events
