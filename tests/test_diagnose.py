@@ -91,7 +91,7 @@ def test_copy_bandwidth_against_link():
     assert orin["integrated"] and orin["link"].startswith("shared")
 
 
-def launch_bound_trace(n=2000, sync_every=None):
+def launch_bound_trace(n=2000):
     # 2 us kernels every 10 us; each launched 7 us before it starts (host-bound gaps of ~1 us
     # plus 7 us of launch latency)
     starts = np.arange(n) * 10 * US + 10 * US
