@@ -120,8 +120,23 @@ def load_trace(path: str | os.PathLike) -> Trace:
                               "(file from a newer version?); it was left out", stacklevel=2)
                 continue
             tables[name] = _read_table(zf, path, name, info)
+    if "allocator_events" in tables:
+        tables["allocator_events"] = _known_actions(tables["allocator_events"], path)
     meta = manifest["meta"]
     return Trace(tables, meta)
+
+
+def _known_actions(events: Any, path: Path) -> Any:
+    """Allocator events whose action this hookmagic knows; the others (a file from a newer
+    version) are left out with a warning, as unknown tables and columns are."""
+    known = events["action"].isin(schema.ALLOCATOR_ACTIONS).to_numpy()
+    if known.all():
+        return events
+    unknown = sorted(set(events.loc[~known, "action"].astype(str)))
+    warnings.warn(f"{path.name}: allocator action(s) {unknown} are unknown to this hookmagic "
+                  f"(file from a newer version?); {int((~known).sum())} such row(s) were left "
+                  "out", stacklevel=3)
+    return events.loc[known].reset_index(drop=True)
 
 
 def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:

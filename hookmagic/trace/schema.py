@@ -148,7 +148,8 @@ def validate(name: str, frame: pd.DataFrame) -> pd.DataFrame:
 
     Today that is ``allocator_events.action``, which must be one of :data:`ALLOCATOR_ACTIONS`:
     an unknown action (a typo, a newer PyTorch) raises :class:`SchemaError` rather than being
-    silently left out of every analysis.
+    silently left out of every analysis. (Reading a file written by a newer hookmagic leaves
+    such rows out with a warning instead, as it does unknown tables and columns.)
     """
     if name == "allocator_events" and len(frame):
         bad = set(pd.unique(frame["action"])) - set(ALLOCATOR_ACTIONS)
