@@ -52,11 +52,24 @@ def test_what_if_table_and_recommendation():
     assert row.loc["pytorch default", "saved_bytes"] == 0
     assert row.loc["best-fit (ideal heap)", "peak_reserved"] <= row.loc["pytorch default",
                                                                         "peak_reserved"]
+    # the stranded segments (see synthetic_requests) are what expandable segments reuse
     rec = recommend(table)
     best_torch = table[table["model"].str.startswith("pytorch")].iloc[0]
-    if rec.setting:
-        assert rec.setting == best_torch["setting"] and rec.saved_bytes > 0
-        assert "PYTORCH_CUDA_ALLOC_CONF=" in rec.text
+    assert rec.setting == best_torch["setting"] == "expandable_segments:True"
+    assert rec.saved_bytes == row.loc["pytorch default", "peak_reserved"] - best_torch[
+        "peak_reserved"] > 0
+    assert rec.text.startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_no_recommendation_when_no_setting_saves():
+    # one 1 MiB tensor: every PyTorch setting reserves the same 2 MiB segment
+    req = pd.DataFrame([(0, "alloc", 0, MiB, 0, -1), (1000, "free", 0, 0, 0, -1)],
+                       columns=["time_ns", "op", "handle", "size", "stream", "stack_id"])
+    table = what_if(req, standard_models())
+    pytorch = table[table["model"].str.startswith("pytorch")]
+    assert pytorch["peak_reserved"].nunique() == 1
+    rec = recommend(table)
+    assert rec.setting == "" and rec.saved_bytes == 0 and rec.text.startswith("keep the default")
 
 
 def test_views_build():
