@@ -41,16 +41,11 @@ class PoolEventLog:
         self._rows: list[tuple] = []
         self._live: dict[int, tuple[int, int, int]] = {}   # ptr -> (size, requested, stack)
 
-    # CuPy's callback names and arguments
-    def alloc_preprocess(self, **kw) -> None:
-        pass
-
+    # CuPy's postprocess callbacks, with their names and arguments (the hook start() installs
+    # forwards them here; the preprocess ones carry nothing this log needs)
     def alloc_postprocess(self, device_id: int, mem_size: int, mem_ptr: int) -> None:
         self._rows.append((self.clock(), "segment_alloc", int(mem_ptr), int(mem_size),
                            int(mem_size), self.stream_of(), int(device_id), -1))
-
-    def malloc_preprocess(self, **kw) -> None:
-        pass
 
     def malloc_postprocess(self, device_id: int, size: int, mem_size: int, mem_ptr: int,
                            pmem_id: int) -> None:
@@ -58,9 +53,6 @@ class PoolEventLog:
         self._live[int(mem_ptr)] = (int(mem_size), int(size), stack)
         self._rows.append((self.clock(), "alloc", int(mem_ptr), int(mem_size), int(size),
                            self.stream_of(), int(device_id), stack))
-
-    def free_preprocess(self, **kw) -> None:
-        pass
 
     def free_postprocess(self, device_id: int, mem_size: int, mem_ptr: int,
                          pmem_id: int) -> None:
