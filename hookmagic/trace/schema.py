@@ -176,8 +176,8 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
     ``frame`` is a DataFrame or a mapping of column name to array. Missing columns are filled
     with the column's neutral value (-1 for ids, 0 for numbers, "" for strings, False for
     flags; an allocator event's ``requested_size`` copies its ``size``) so that partial sources
-    (imports, older recordings) still produce a complete table; gaps (NaN) in integer columns
-    are filled the same way. The result is checked by :func:`validate`.
+    (imports, older recordings) still produce a complete table. The result is checked by
+    :func:`validate`.
     Extra columns are kept after the schema's columns. A DataFrame that already conforms is
     returned as it is: this runs on every table of every trace, so it must cost nothing then.
     """
@@ -199,14 +199,14 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
                 values = values.fillna("")
             out[col] = values  # pandas infers its string dtype from text
         else:
-            values = np.asarray(values)
-            if values.dtype.kind == "f" and dtype != F64 and np.isnan(values).any():
-                # gaps (rows built from dicts that lack a key) get what a missing column gets
-                fill_from = _FILLED_FROM.get((name, col))
-                fill = (np.asarray(frame[fill_from]) if fill_from in present
-                        else _neutral(col, dtype, 1)[0])
-                values = np.where(np.isnan(values), fill, values)
-            out[col] = values.astype(dtype, copy=False)
+            arr = np.asarray(values)
+            if arr.dtype.kind == "f" and dtype in (I64, I32, U64) and not np.isfinite(arr).all():
+                # NaN would become INT64_MIN (a wall time of 9.2e9 s): refuse it (issue 17)
+                from hookmagic.common.errors import BadNumbers
+                bad = int((~np.isfinite(arr)).sum())
+                raise BadNumbers(f"table {name!r}: column {col!r} holds {bad:,} NaN or infinite "
+                                 "value(s) where integers belong")
+            out[col] = arr.astype(dtype, copy=False)
     for col in present:
         if col not in columns:
             out[col] = np.asarray(frame[col])
