@@ -126,10 +126,10 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     """
     if variant not in GEMM_VARIANTS:
         raise KernelArgumentError(f"gemm: unknown variant {variant!r}; one of {', '.join(GEMM_VARIANTS)}")
-    spec = registry.SPECS[("gemm", variant)]
-    ai, bi = _check_pair(a, b, tuple(spec.entries), f"gemm(variant={variant!r})")
     if activation not in ACTIVATIONS:
         raise KernelArgumentError(f"gemm: activation {activation!r} is not one of None, 'relu', 'gelu', 'gelu_tanh'")
+    spec = registry.SPECS[("gemm", variant)]
+    ai, bi = _check_pair(a, b, tuple(spec.entries), f"gemm(variant={variant!r})")
     m, k = ai.shape
     n = bi.shape[1]
     int8 = ai.dtype == "int8"

@@ -160,7 +160,27 @@ def set_dynamic_smem(kernel: Any, nbytes: int, ordinal: int) -> None:
 def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
            smem: int = 0) -> None:
     """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers) and numpy scalars."""
-    from cuda.core import LaunchConfig, Stream, launch as _launch
-    device(ref.device)
-    stream = Stream.from_handle(current_stream_handle(ref))
-    _launch(stream, LaunchConfig(grid=grid, block=block, shmem_size=smem), kernel, *args)
+    from cuda.core import LaunchConfig, launch as _launch
+    dev = device(ref.device)
+    _launch(_stream(dev, current_stream_handle(ref)), LaunchConfig(grid=grid, block=block, shmem_size=smem),
+            kernel, *args)
+
+
+_streams: dict[int, Any] = {}
+
+
+def _stream(dev: Any, handle: int) -> Any:
+    """A cuda-core view of the caller's stream (handle 0: the legacy default stream, as torch's
+    and CuPy's default streams are)."""
+    s = _streams.get(handle)
+    if s is None:
+        from cuda.core import Stream
+        try:
+            s = Stream.from_handle(handle)
+        except Exception:
+            if handle != 0:
+                raise
+            from cuda.bindings import driver
+            s = Stream.from_handle(int(driver.CU_STREAM_LEGACY))
+        _streams[handle] = s
+    return s
