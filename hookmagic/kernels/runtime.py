@@ -147,11 +147,12 @@ def set_dynamic_smem(kernel: Any, nbytes: int, ordinal: int) -> None:
     from cuda.bindings import driver
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     h = kernel.handle
-    if isinstance(h, driver.CUkernel):
-        dev = driver.CUdevice(ordinal)
-        (err,) = driver.cuKernelSetAttribute(attr, nbytes, h, dev)
-    else:
+    # cuda-core loads cubins as libraries: its kernels are CUkernel handles (older: CUfunction)
+    if isinstance(h, driver.CUfunction):
         (err,) = driver.cuFuncSetAttribute(h, attr, nbytes)
+    else:
+        kh = h if isinstance(h, driver.CUkernel) else driver.CUkernel(int(h))
+        (err,) = driver.cuKernelSetAttribute(attr, nbytes, kh, driver.CUdevice(ordinal))
     if int(err) != 0:
         raise KernelsUnavailable(f"could not allow {nbytes} bytes of dynamic shared memory: {err}")
     _smem_set[(id(kernel), ordinal)] = nbytes
