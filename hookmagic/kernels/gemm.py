@@ -81,7 +81,7 @@ def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
     runtime.launch(kern, ai, _grid(spec, m, n), spec.block,
                    (ai.ptr, bi.ptr, ci.ptr, np.int32(m), np.int32(n), np.int32(k), np.int32(vec)))
     w = registry.gemm_work(m, n, k, "float32", "float32")
-    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k)
+    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
     return c
 
 
@@ -164,5 +164,5 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     runtime.launch(kern, ai, _grid(spec, m, n), spec.block, args, smem=smem)
     extra = (n if bias_i else 0) * registry.ITEMSIZE[ai.dtype] + (m * n if res_i else 0) * registry.ITEMSIZE[ai.dtype]
     w = registry.gemm_work(m, n, k, ai.dtype, out_dtype, extra)
-    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k)
+    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
     return c
