@@ -34,7 +34,7 @@ REFERENCE = {"sgemm": "cuBLAS FP32 (torch.matmul, TF32 off)", "f16": "cuBLAS FP1
              "bf16": "cuBLAS BF16 (torch.matmul)", "int8": "cuBLAS INT8 (torch._int_mm)"}
 
 
-def _time(fn, budget_s: float = 0.15, min_reps: int = 3, max_reps: int = 50) -> float:
+def _time(fn, budget_s: float = 0.1, min_reps: int = 3, max_reps: int = 50) -> float:
     """Median seconds of one call of ``fn`` (CUDA events around each call, after a warm-up)."""
     import torch
 
@@ -95,7 +95,53 @@ def worker(out: str) -> None:
             print(f"  {label:12s} {kind:5s} {variant:10s} {secs * 1e3:9.3f} ms ok={ok}", flush=True)
         del data
         torch.cuda.empty_cache()
+    rows += memory_bound(_time)
     Path(out).write_text(json.dumps(rows))
+
+
+#: (rows, cols) of the memory-bound cases; bytes = compulsory traffic (read x [+ params], write y)
+MEMORY_SHAPES = [(4096, 4096), (256, 65536)]
+
+
+def memory_bound(timer) -> list[dict]:
+    """softmax / LayerNorm / RMSNorm / bias+GELU against torch eager and a device-to-device copy
+    of the same bytes (read + write), FP16 and FP32."""
+    import torch
+    F = torch.nn.functional
+
+    import hookmagic.kernels as hk
+
+    rows = []
+    for r, c in MEMORY_SHAPES:
+        for dtype in (torch.float16, torch.float32):
+            x = torch.randn(r, c, device="cuda", dtype=dtype)
+            w = torch.randn(c, device="cuda", dtype=dtype)
+            b = torch.randn(c, device="cuda", dtype=dtype)
+            y = torch.empty_like(x)
+            label = f"{r}x{c} {str(dtype).removeprefix('torch.')}"
+            nbytes = 2 * x.numel() * x.element_size()
+            copy_s = timer(lambda: y.copy_(x))
+            rows.append({"shape": label, "kind": "copy", "variant": "torch copy_", "seconds": copy_s,
+                         "bytes": nbytes, "ok": True, "max_err": 0.0})
+            cases = {"softmax": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1), 0),
+                     "layer_norm": (lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (c,), w, b), 2),
+                     "rms_norm": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (c,), w, 1e-6), 1),
+                     "bias_gelu": (lambda: hk.bias_gelu(x, b), lambda: F.gelu(x + b), 1)}
+            for op, (ours, theirs, nparams) in cases.items():
+                t = theirs()
+                err = (ours().float() - t.float()).abs().max().item()
+                tol = 1e-2 * max(t.float().abs().max().item(), 1.0) if dtype == torch.float16 else 1e-4 * max(
+                    t.float().abs().max().item(), 1.0)
+                ok = err <= tol
+                opb = nbytes + nparams * c * x.element_size()
+                rows.append({"shape": label, "kind": op, "variant": "torch eager", "seconds": timer(theirs),
+                             "bytes": opb, "ok": True, "max_err": 0.0})
+                rows.append({"shape": label, "kind": op, "variant": "hookmagic", "seconds": timer(ours) if ok else float("nan"),
+                             "bytes": opb, "ok": bool(ok), "max_err": err})
+                print(f"  {label:18s} {op:10s} ok={ok}", flush=True)
+            del x, w, b, y
+            torch.cuda.empty_cache()
+    return rows
 
 
 def _machine() -> dict:
@@ -145,6 +191,8 @@ def summarise(frames, machine: dict, out: Path) -> None:
 
     nproc = len(frames)
     raw = pd.concat(frames, ignore_index=True)
+    mem = raw[raw["bytes"].notna()].copy() if "bytes" in raw else raw.iloc[0:0]
+    raw = raw[raw["bytes"].isna()].copy() if "bytes" in raw else raw
     raw["rate"] = 2 * raw.m * raw.n * raw.k / raw.seconds / 1e12
     ref = raw[raw.variant == "cuBLAS"][["run", "shape", "kind", "rate"]].rename(columns={"rate": "ref_rate"})
     raw = raw.merge(ref, on=["run", "shape", "kind"])
@@ -172,6 +220,26 @@ def summarise(frames, machine: dict, out: Path) -> None:
         lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.rate_min, r.rate_max, '{:.3g}')} | "
                      f"{rng(r.frac_min, r.frac_max, '{:.0%}') if r.variant != 'cuBLAS' else '—'} | "
                      f"{rng(r.ms_min, r.ms_max, '{:.3f}')} | {'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
+    if len(mem):
+        mem["gbps"] = mem["bytes"] / mem["seconds"] / 1e9
+        cp = mem[mem.kind == "copy"][["run", "shape", "gbps"]].rename(columns={"gbps": "copy_gbps"})
+        mem = mem.merge(cp, on=["run", "shape"])
+        te = mem[mem.variant == "torch eager"][["run", "shape", "kind", "seconds"]].rename(columns={"seconds": "torch_s"})
+        mem = mem.merge(te, on=["run", "shape", "kind"], how="left")
+        mem["of_copy"] = mem["gbps"] / mem["copy_gbps"]
+        mem["vs_torch"] = mem["torch_s"] / mem["seconds"]
+        mt = mem.groupby(["shape", "kind", "variant"], sort=False).agg(
+            gbps_min=("gbps", "min"), gbps_max=("gbps", "max"), copy_min=("of_copy", "min"), copy_max=("of_copy", "max"),
+            vt_min=("vs_torch", "min"), vt_max=("vs_torch", "max"), ok=("ok", "all"), max_err=("max_err", "max")).reset_index()
+        mt.to_csv(out / "kernels_bandwidth.csv", index=False)
+        lines += ["", "## Memory-bound kernels (bytes = compulsory traffic: read input and parameters, write output)", "",
+                  "| rows x cols dtype | op | implementation | GB/s | of copy bandwidth | speed-up vs torch eager | correct |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in mt.itertuples():
+            lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.gbps_min, r.gbps_max, '{:.0f}')} | "
+                         f"{rng(r.copy_min, r.copy_max, '{:.0%}')} | "
+                         f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant == 'hookmagic' else '—'} | "
+                         f"{'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
     (out / "kernels.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 

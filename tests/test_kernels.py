@@ -188,6 +188,20 @@ def test_dtype_device_kind_and_variant_errors():
     assert issubclass(hk.KernelArgumentError, ValueError) and issubclass(hk.KernelArgumentError, HookmagicError)
 
 
+@needs_torch
+def test_rowwise_argument_errors():
+    x = torch.zeros(4, 8)
+    with pytest.raises(hk.KernelArgumentError, match="float32, float16 or bfloat16"):
+        hk.softmax(x.to(torch.int64))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.layer_norm(x)
+    with pytest.raises(hk.KernelArgumentError, match="dim 5 is out of range"):
+        hk.softmax(x, dim=5)
+    with pytest.raises(hk.KernelArgumentError, match="approximate must be"):
+        hk.bias_gelu(x, approximate="fast")
+    assert {"softmax", "layer_norm", "rms_norm", "bias_gelu"} <= set(hk.available().op)
+
+
 @pytest.mark.skipif(torch is not None and torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_no_gpu_is_one_clear_unavailable_error():
     with pytest.raises(Unavailable, match="GPU"):
@@ -201,4 +215,4 @@ def test_cli_check_and_list(capsys):
     assert "sgemm_warptile" in out and "gemm_mma_s8" in out and "sm_90a" in out
     assert main(["kernels", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {"sgemm", "gemm"} == {r["op"] for r in rows}
+    assert {"sgemm", "gemm", "softmax", "layer_norm"} <= {r["op"] for r in rows}

@@ -19,8 +19,8 @@ step "kernels check (NVRTC, sm_90; fills the cubin cache)"
 timeout 40 python3 -m hookmagic.cli kernels check --arch sm_90 >"$OUT/check.txt" 2>&1 || { echo "FAILED: kernels check"; fail=1; }
 tail -30 "$OUT/check.txt"
 
-step "correctness vs torch (tests/gpu/test_kernels_gpu.py)"
-timeout 60 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_kernels_gpu.py \
+step "correctness vs torch (tests/gpu/test_kernels_gpu.py, test_rowwise_gpu.py)"
+timeout 60 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_kernels_gpu.py tests/gpu/test_rowwise_gpu.py \
   --junitxml="$OUT/pytest_kernels.xml" >"$OUT/pytest_kernels.txt" 2>&1 || { echo "FAILED: pytest"; fail=1; }
 tail -40 "$OUT/pytest_kernels.txt"
 
@@ -29,7 +29,7 @@ timeout 35 python3 benchmarks/record_kernels.py --out "$OUT/recordings" >"$OUT/r
 tail -5 "$OUT/record.txt"
 
 step "benchmark vs cuBLAS (3 fresh processes; the table is rewritten after each)"
-timeout 70 python3 benchmarks/bench_kernels.py --processes 3 --out "$OUT/bench" >"$OUT/bench.txt" 2>&1 || { echo "FAILED: benchmark"; fail=1; }
+timeout 80 python3 benchmarks/bench_kernels.py --processes 3 --out "$OUT/bench" >"$OUT/bench.txt" 2>&1 || { echo "FAILED: benchmark"; fail=1; }
 tail -45 "$OUT/bench.txt"
 
 step "done, fail=$fail"
