@@ -52,6 +52,18 @@ def _time(fn, budget_s: float = 0.1, min_reps: int = 3, max_reps: int = 50) -> f
     return times[len(times) // 2]
 
 
+def _int_mm_reference(a, b):
+    """torch._int_mm on (a, b), or on a row-major copy of b if this torch wants that; None if neither runs."""
+    import torch
+    for bb in (b, b.contiguous()):
+        try:
+            torch._int_mm(a, bb)
+            return lambda a=a, bb=bb: torch._int_mm(a, bb)
+        except RuntimeError as exc:
+            print("  torch._int_mm:", exc, flush=True)
+    return None
+
+
 def worker(out: str) -> None:
     import torch
 
@@ -66,7 +78,7 @@ def worker(out: str) -> None:
             if kind == "int8":
                 a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
                 b = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8).t()   # column-major
-                ref_fn = (lambda a=a, b=b: torch._int_mm(a, b)) if m > 16 else None   # _int_mm needs M > 16
+                ref_fn = _int_mm_reference(a, b) if m > 16 else None   # _int_mm needs M > 16
                 run = lambda v, a=a, b=b: hk.gemm(a, b, variant=v)                      # noqa: E731
                 exact = (a.double() @ b.double())
             else:
@@ -84,7 +96,14 @@ def worker(out: str) -> None:
                          "kernel": REFERENCE[kind], "seconds": ref_s, "ok": True, "max_err": ref_err})
         for kind, variant in cases:
             run, ref_s, exact, ref_err = data[kind]
-            c = run(variant)
+            try:
+                c = run(variant)
+            except Exception as exc:  # report, keep measuring the others
+                print(f"  {label:12s} {kind:5s} {variant:10s} FAILED: {exc}", flush=True)
+                rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": variant,
+                             "kernel": f"{kind} {variant}", "seconds": float("nan"), "ok": False,
+                             "max_err": float("nan")})
+                continue
             err = (c.double() - exact.double()).abs().max().item()
             scale = max(exact.abs().max().item(), 1.0)
             eps = {"sgemm": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7, "int8": 0.0}[kind]
