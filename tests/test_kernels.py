@@ -142,6 +142,9 @@ def test_available_lists_every_variant():
     assert set(t[(t.op == "gemm") & (t.variant == "mma")].dtype) == {"float16", "bfloat16", "int8"}
     assert set(t[(t.op == "gemm") & (t.variant == "wmma")].dtype) == {"float16", "bfloat16"}
     assert (t.kernel.str.len() > 0).all()
+    smem = t.set_index("kernel")["dynamic_smem"]
+    assert smem["gemm_mma_s8"] == 3 * 2 * 128 * (64 + 16)        # 3 stages of A and Bt, 80-byte rows
+    assert smem["gemm_mma_f16"] == 3 * (128 * 40 + 32 * 136) * 2  # 3 stages of A and B, padded rows
 
 
 def test_gemm_work_formula():

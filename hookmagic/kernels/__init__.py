@@ -38,7 +38,7 @@ def available() -> pd.DataFrame:
         for dtype, entry in s.entries.items():
             rows.append({"op": op, "variant": variant, "dtype": dtype, "kernel": entry,
                          "family": s.family_for(dtype), "block": s.block[0] * s.block[1] * s.block[2],
-                         "tile": f"{s.tile[0]}x{s.tile[1]}", "dynamic_smem": s.smem,
+                         "tile": f"{s.tile[0]}x{s.tile[1]}", "dynamic_smem": s.smem_for(dtype),
                          "min_arch": f"sm_{s.min_arch}", "description": s.description})
     return pd.DataFrame(rows)
 

@@ -94,7 +94,7 @@ register(KernelSpec("gemm", "wmma", "gemm_wmma", {"float16": "gemm_wmma_f16", "b
 register(KernelSpec("gemm", "mma", "gemm_mma",
                     {"float16": "gemm_mma_f16", "bfloat16": "gemm_mma_bf16", "int8": "gemm_mma_s8"},
                     (256, 1, 1), (128, 128), smem=3 * _TC_STAGE_BYTES, min_arch=80,
-                    family_by_dtype={"int8": "gemm_int8"},
+                    family_by_dtype={"int8": "gemm_int8"}, smem_by_dtype={"int8": 3 * _I8_STAGE_BYTES},
                     description="mma.sync m16n8k16 (INT8: m16n8k32) with ldmatrix, 128x128x32 tiles, "
                                 "3-stage cp.async pipeline"))
 GEMM_VARIANTS = ("wmma", "mma")
@@ -152,7 +152,7 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     name = spec.entries[ai.dtype]
     kern = runtime.get_kernel(spec.family_for(ai.dtype), name, ai.device)
     if int8:
-        smem = 3 * _I8_STAGE_BYTES
+        smem = spec.smem_for("int8")
         vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 16 == 0)
         args = (ai.ptr, bi.ptr, ci.ptr, np.int32(m), np.int32(n), np.int32(k), np.int32(vec))
     else:

@@ -31,6 +31,11 @@ class KernelSpec:
     expected_spills: bool = False
     description: str = ""
     family_by_dtype: dict[str, str] = field(default_factory=dict)  # where one dtype lives elsewhere
+    smem_by_dtype: dict[str, int] = field(default_factory=dict)    # dynamic shared memory where it differs
+
+    def smem_for(self, dtype: str) -> int:
+        """Dynamic shared memory per block of this variant's kernel for ``dtype``, bytes."""
+        return self.smem_by_dtype.get(dtype, self.smem)
 
     def family_for(self, dtype: str) -> str:
         """The source family holding this variant's kernel for ``dtype``."""

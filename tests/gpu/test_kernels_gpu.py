@@ -179,7 +179,7 @@ def test_driver_agrees_with_nvrtc_resource_use_and_hookmagic_occupancy():
             assert kern.attributes.num_regs == info["registers"], name
             assert kern.attributes.shared_size_bytes == info["smem_bytes"], name
             threads = spec.block[0] * spec.block[1] * spec.block[2]
-            dyn = 3 * 2 * 128 * 80 if dtype == "int8" else spec.smem
+            dyn = spec.smem_for(dtype)
             runtime.set_dynamic_smem(kern, dyn, 0)
             driver_blocks = kern.occupancy.max_active_blocks_per_multiprocessor(threads, dyn)
             ours = theoretical_occupancy(threads, info["registers"], info["smem_bytes"] + dyn, limits)
