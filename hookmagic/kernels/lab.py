@@ -31,7 +31,8 @@ def recorded_on() -> str:
 
 def capture_journey(size: int = 4096, launches: int = 2) -> Any:
     """Capture every SGEMM step, the Tensor Core GEMMs and their cuBLAS references on ``size``^3
-    matrices (``launches`` each, each step in a ``hookmagic.range`` named after it).
+    matrices, then the row-wise kernels (softmax, LayerNorm, RMSNorm, bias+GELU) on the FP16
+    ``size`` x ``size`` matrix (``launches`` each, each step in a ``hookmagic.range`` named after it).
 
     The returned Trace's ``meta["work"]`` lists the declared work of every launch (kernel name,
     FLOPs, DRAM bytes, dtype); cuBLAS kernels get the work of the matmul they ran.
@@ -60,6 +61,10 @@ def capture_journey(size: int = 4096, launches: int = 2) -> Any:
                   ("BF16 wmma", lambda: hk.gemm(abf, bbf, variant="wmma")), ("BF16 mma", lambda: hk.gemm(abf, bbf)),
                   ("cuBLAS BF16", lambda: abf @ bbf),
                   ("INT8 mma", lambda: hk.gemm(a8, b8)), ("cuBLAS INT8", lambda: torch._int_mm(a8, b8))]
+        # memory-bound row-wise kernels on the same 4096 x 4096 FP16 matrix (the roofline's slope)
+        w16, c16 = b16[0].contiguous(), b16[1].contiguous()
+        steps += [("softmax FP16", lambda: hk.softmax(a16)), ("LayerNorm FP16", lambda: hk.layer_norm(a16, w16, c16)),
+                  ("RMSNorm FP16", lambda: hk.rms_norm(a16, w16)), ("bias+GELU FP16", lambda: hk.bias_gelu(a16, c16))]
         kept = []
         for name, fn in steps:       # compile, load and warm up outside the capture
             try:
@@ -95,6 +100,6 @@ def capture_journey(size: int = 4096, launches: int = 2) -> Any:
     trace.meta["work"] = work
     trace.meta["nvrtc"] = {"arch": arch, "kernels": hk.check(arch).drop(columns=["cached"]).to_dict("records")}
     trace.meta["recorded_on"] = recorded_on()
-    trace.meta["description"] = (f"hookmagic.kernels GEMM journey and cuBLAS references, {n}^3, "
+    trace.meta["description"] = (f"hookmagic.kernels GEMM journey and cuBLAS references, {n}^3, row-wise kernels, "
                                  f"{launches} launches per step")
     return trace
