@@ -59,18 +59,20 @@ print(("LIVE capture on " if LIVE else "REPLAY of a recording made on ") + trace
     ("md", """## Every step: time, achieved TFLOP/s, fraction of cuBLAS, resources, occupancy
 
 Achieved rates join the captured launches (kernel name, GPU time) with the work each launch
-declared (`trace.meta["work"]`; `hookmagic.kernels.record()` does the same for your own kernels).
+declared (`trace.meta["work"]`; `hookmagic.kernels.record()` does the same for your own kernels);
+`gbps` is the compulsory DRAM traffic per second (what the row-wise kernels at the end are judged by).
 cuBLAS's kernels carry the work of the matmul they ran. `of_cuBLAS` compares with the cuBLAS
 kernel of the same precision in the same capture. Occupancy is hookmagic's calculator on the
 registers and shared memory the capture recorded."""),
     ("code", """rates = kernel_rates(trace)
 reference = {"float32": "cuBLAS FP32", "float16": "cuBLAS FP16", "bfloat16": "cuBLAS BF16", "int8": "cuBLAS INT8"}
 cublas = {p: rates.loc[rates.step == s, "tflops"].max() for p, s in reference.items()}
-rates["of_cuBLAS"] = rates.tflops / rates.precision.map(cublas)
+is_gemm = ~rates.step.str.contains("softmax|LayerNorm|RMSNorm|GELU")
+rates["of_cuBLAS"] = (rates.tflops / rates.precision.map(cublas)).where(is_gemm)
 occ = kernel_occupancy(trace)[["name", "occupancy", "limiter"]].drop_duplicates("name")
 journey = rates.merge(occ, on="name", how="left")
 journey["mean_ms"] = journey.mean_ns / 1e6
-journey[["step", "precision", "mean_ms", "tflops", "of_cuBLAS", "registers", "smem_per_block",
+journey[["step", "precision", "mean_ms", "tflops", "of_cuBLAS", "gbps", "registers", "smem_per_block",
          "threads_per_block", "occupancy", "limiter"]].round(3)"""),
     ("md", """## Roofline
 
