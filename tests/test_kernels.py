@@ -118,9 +118,13 @@ def test_concurrent_processes_share_one_valid_cache_entry(cache):
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    assert len(set(cubins)) == 1
-    assert len(list(cache.glob("sgemm-sm_87-*.cubin"))) == 1 and not list(cache.glob(".tmp-*"))
-    assert build.compile_family("sgemm", "sm_87").from_cache
+    # NVRTC's cubins may differ in bytes between processes; each must be whole, and the one
+    # entry left on disk must be one of them, intact (its recorded hash matches)
+    assert all(c[:4] == b"\x7fELF" for c in cubins)
+    (entry,) = cache.glob("sgemm-sm_87-*.cubin")
+    assert not list(cache.glob(".tmp-*"))
+    again = build.compile_family("sgemm", "sm_87")
+    assert again.from_cache and again.cubin == entry.read_bytes() and again.cubin in cubins
 
 
 def test_compile_error_carries_the_nvrtc_log(tmp_path, monkeypatch, cache):
