@@ -54,7 +54,8 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
     import nbclient
     import nbformat
     from nbclient.exceptions import CellExecutionError
-    from nbconvert import HTMLExporter
+
+    from hookmagic.views.offline import notebook_html
 
     tour = find_tour()
     out = Path(out_dir).expanduser().resolve()
@@ -73,8 +74,7 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
     seconds = time.perf_counter() - started
     notebook = out / TOUR
     nbformat.write(nb, notebook)
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(
-        nb, resources={"metadata": {"name": "hookmagic tour"}})
+    body = notebook_html(nb, title="hookmagic tour")    # no CDN: widgets render offline
     html = out / (Path(TOUR).stem + ".html")
     html.write_text(body, encoding="utf-8")
     return DemoResult(html=html, notebook=notebook, seconds=seconds)

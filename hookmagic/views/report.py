@@ -1,4 +1,5 @@
-"""The tabbed report shown after ``%%cudahook``: Summary, Flame graph, Timeline, Diagnosis, Kernels.
+"""The tabbed report shown after ``%%cudahook``: Summary, Flame graph, Timeline, Diagnosis, Kernels,
+Memory.
 
 This module only draws: every number comes from :mod:`hookmagic.analysis` (the summary, the
 flame tree behind the figures, the diagnosis, the kernel summary). Figures are ``go.Figure``
@@ -21,7 +22,9 @@ import pandas as pd
 from hookmagic.views.flame import format_ns
 from hookmagic.views.summary import summary_html, summary_text
 
-TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels")
+TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels", "Memory")
+#: tabs holding figures: drawn when first opened if the report is lazy
+_FIGURE_TABS = ("Flame graph", "Timeline", "Memory")
 #: above this many GPU events the figure tabs are drawn when first opened, not up front
 LAZY_EVENTS = 100_000
 _WEIGHTS = {"GPU time": "time", "launches": "launches", "bytes copied": "bytes"}
@@ -69,10 +72,11 @@ def report_widget(trace: Any, lazy: bool | None = None) -> widgets.Tab:
         lambda: _figure_box(trace.timeline()),
         lambda: widgets.HTML(diagnosis_html(trace.diagnose())),
         lambda: widgets.HTML(kernels_html(_kernel_summary(trace))),
+        lambda: _memory_panel(trace),
     ]
     if trace.status == "unavailable":   # nothing to draw: every tab says why, once
         line = widgets.HTML(summary_html(summary))
-        makers = [lambda: line] + [lambda: widgets.HTML("<i>nothing captured</i>")] * 4
+        makers = [lambda: line] + [lambda: widgets.HTML("<i>nothing captured</i>")] * (len(TABS) - 1)
     tab = ReportTab(plain_text=summary_text(summary))
     # Summary, Diagnosis and Kernels are tables and cheap; only the figures wait when lazy.
     slots: list[widgets.Box] = [widgets.VBox() for _ in TABS]
@@ -89,7 +93,7 @@ def report_widget(trace: Any, lazy: bool | None = None) -> widgets.Tab:
                 f"<pre>hookmagic: could not draw {TABS[index]}: {html.escape(repr(err))}</pre>"),)
 
     for i, name in enumerate(TABS):
-        if not (lazy and name in ("Flame graph", "Timeline")):
+        if not (lazy and name in _FIGURE_TABS):
             draw(i)
         else:
             slots[i].children = (widgets.HTML("<i>drawing…</i>"),)
@@ -124,8 +128,25 @@ def figure_bundle(fig: Any) -> dict[str, Any]:
 
     import plotly.io as pio
 
-    return {PLOTLY_MIME: json.loads(pio.to_json(fig, validate=False)),
-            "text/plain": f"<Plotly figure: {fig.layout.title.text or 'untitled'}>"}
+    bundle = {PLOTLY_MIME: json.loads(pio.to_json(fig, validate=False)),
+              "text/plain": f"<Plotly figure: {fig.layout.title.text or 'untitled'}>"}
+    if _for_html_export():
+        # the HTML widget manager of an exported page has no Plotly renderer; it draws this
+        from hookmagic.views.offline import figure_html
+
+        bundle["text/html"] = figure_html(fig)
+    return bundle
+
+
+def _for_html_export() -> bool:
+    """Whether figures should also carry HTML: under Plotly's ``notebook`` renderers (set by
+    ``hookmagic demo``, or by anyone exporting notebooks to HTML) or inside
+    :func:`hookmagic.views.offline.exporting`."""
+    import plotly.io as pio
+
+    from hookmagic.views import offline
+
+    return offline.EXPORTING.get() or "notebook" in str(pio.renderers.default).split("+")
 
 
 def _flame_panel(trace: Any) -> widgets.Widget:
@@ -139,6 +160,16 @@ def _flame_panel(trace: Any) -> widgets.Widget:
 
     weight.observe(redraw, names="value")
     return widgets.VBox([weight, holder])
+
+
+def _memory_panel(trace: Any) -> widgets.Widget:
+    """Device memory over the capture (reserved / allocated / requested), or why there is none."""
+    from hookmagic.analysis.memory import events_of, memory_over_time
+    from hookmagic.views.memory_timeline import memory_timeline_figure
+
+    if events_of(trace).empty:
+        return widgets.HTML("<i>No device allocations or frees in this capture.</i>")
+    return _figure_box(memory_timeline_figure(memory_over_time(trace)))
 
 
 def _kernel_summary(trace: Any) -> pd.DataFrame:
