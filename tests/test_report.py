@@ -42,8 +42,11 @@ def test_tabs_hold_summary_flame_timeline_diagnosis_kernels(resnet):
     mem = _figure(memory)
     assert [d["name"] for d in mem["data"]] == ["reserved", "allocated", "requested"]
     from hookmagic.analysis.memory import memory_over_time
-    import plotly.graph_objects as go
-    reserved = go.Figure(mem).data[0].y
+    import base64
+
+    import numpy as np
+    y = mem["data"][0]["y"]      # plotly's typed-array JSON: {"dtype": "f8", "bdata": base64}
+    reserved = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]) if isinstance(y, dict) else y
     assert max(reserved) * 2**20 == pytest.approx(memory_over_time(resnet)["reserved"].max())
     # text/plain is the summary, so a console shows numbers rather than a widget repr
     assert tab._repr_mimebundle_()["text/plain"] == repr(resnet.summary())
