@@ -3,6 +3,7 @@
     hookmagic trt summary --profile P --layers L [--times T] [--top N] [--json] [--max-ms MS]
     hookmagic trt compare --profile P1 --layers L1 --profile P2 --layers L2 [--name A --name B] [--json]
     hookmagic demo [--out DIR]
+    hookmagic report TRACE [-o report.html]
 
 Each subcommand group is one ``register_<group>(subparsers)`` function listed in
 ``REGISTRARS``; a new group (e.g. ``demo``) is a new function and one line there. Commands only
@@ -176,6 +177,39 @@ def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- report -------------------------------------------------------------------------------
+
+def register_report(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic report TRACE -o report.html``: one offline HTML page to share a profile."""
+    r = subparsers.add_parser(
+        "report", help="write a standalone, offline HTML report of a saved trace",
+        description="Write the report of TRACE (a .hmtrace saved by Trace.save or %%cudahook "
+                    "--save, or a torch.profiler / Kineto Chrome-trace JSON, optionally .gz): "
+                    "summary, flame graph, timeline, diagnosis, kernels and memory, in one HTML "
+                    "file that opens in any browser with no network and no Python.")
+    r.add_argument("trace", metavar="TRACE", help="a .hmtrace file or a torch.profiler JSON")
+    r.add_argument("-o", "--out", default=None, metavar="HTML",
+                   help="the page to write (default: TRACE's name with .html, in this folder)")
+    r.add_argument("--title", default=None, help="the page's title (default: the trace's label)")
+    r.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import hookmagic
+    from hookmagic.views.offline import report_page
+
+    trace = hookmagic.load(args.trace)
+    name = Path(args.trace).name
+    for suffix in (".gz", ".json", ".hmtrace"):
+        name = name.removesuffix(suffix)
+    out = Path(args.out) if args.out else Path(name + ".html")
+    out.write_text(report_page(trace, title=args.title), encoding="utf-8")
+    print(out)
+    return EXIT_OK
+
+
 # ---- plumbing -----------------------------------------------------------------------------
 
 class _Usage(Exception):
@@ -184,6 +218,7 @@ class _Usage(Exception):
 
 #: one registrar per subcommand group; add yours here
 REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt, register_demo]
+REGISTRARS.append(register_report)
 
 
 def build_parser() -> argparse.ArgumentParser:

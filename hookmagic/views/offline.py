@@ -139,3 +139,17 @@ def widget_page(widgets: Iterable[Any], title: str, subtitle: str = "") -> str:
     return _PAGE.format(title=html.escape(title), subtitle=html.escape(subtitle),
                         plotly=plotly_js(), views=views, widgets=widgets_js(),
                         state=json.dumps(data["manager_state"]).replace("</", "<\\/"))
+
+
+def report_page(trace: Any, title: str | None = None) -> str:
+    """The report of ``trace`` (Summary, Flame graph, Timeline, Diagnosis, Kernels, Memory) as
+    one self-contained HTML page that renders with the network off: ``hookmagic report``."""
+    from hookmagic.views.report import report_widget
+
+    with exporting():
+        tab = report_widget(trace, lazy=False)
+    label = trace.meta.get("label") or trace.meta.get("source") or "trace"
+    summary = trace.summary()
+    recorded = getattr(summary, "recorded_on", "") or ""
+    return widget_page([tab], title=title or f"hookmagic report: {label}",
+                       subtitle=str(recorded))
