@@ -82,7 +82,12 @@ def _load_many(args: argparse.Namespace) -> list:
             raise _Usage(f"give --{key} once per engine ({exports}), or not at all")
     if lists["name"] and len(lists["name"]) != n:
         raise _Usage(f"give --name once per engine ({n}), or not at all")
-    names = lists["name"] or [None] * n
+    if lists["name"]:
+        names = lists["name"]
+    else:   # by file name, with enough folders to tell engines apart (fp16/resnet, fp32/resnet)
+        from hookmagic.layers.trtexec import engine_labels
+
+        names = engine_labels(lists["profile"] or lists["layers"]) + [None] * len(lists["load"])
     out = []
     for i in range(exports):
         out.append(_load_one(*(lists[k][i] if lists[k] else None for k in ("profile", "layers", "times")),
@@ -109,6 +114,8 @@ def _trt_summary(args: argparse.Namespace) -> int:
         lat = f", end-to-end {p.latency_ms:.3f} ms" if p.latency_ms is not None else ""
         print(f"{s['name']}: {s['layers']} layers, layer sum {s['total_ms']:.3f} ms{lat}; "
               f"weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
+        if s["device"]:
+            print(f"device: {s['device']}")
         for w in s["warnings"]:
             print(f"warning: {w}")
         _print_table(f"slowest {args.top} layers", parts["top"][["order", "name", "type", "precision",
