@@ -1,8 +1,8 @@
 """``hookmagic demo``: execute the tour notebook on the bundled recordings and render it to HTML.
 
 Needs no GPU and no network. The tour is found in the source checkout that hookmagic is
-imported from (``pip install -e .`` keeps ``notebooks/`` beside the package); a wheel install
-has no notebooks and gets a clear error saying so.
+imported from (``pip install -e .`` keeps ``notebooks/`` beside the package), or in the wheel,
+which ships it as package data (``hookmagic/data/notebooks/00_tour.ipynb``).
 
 In the kernel that runs the tour, Plotly's renderer is ``plotly_mimetype+notebook`` (through
 plotly's own ``PLOTLY_RENDERER`` variable): every figure then also carries HTML, and plotly.js
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hookmagic.common.errors import HookmagicError
+
 if TYPE_CHECKING:
     from traitlets.config import Config
 
@@ -26,7 +28,7 @@ TOUR = "00_tour.ipynb"
 HTML_RENDERER = "plotly_mimetype+notebook"
 
 
-class DemoError(RuntimeError):
+class DemoError(HookmagicError, RuntimeError):
     """The demo cannot be built (no notebook found, or a cell failed)."""
 
 
@@ -38,15 +40,17 @@ class DemoResult:
 
 
 def find_tour() -> Path:
-    """``notebooks/00_tour.ipynb`` of the source checkout hookmagic is imported from."""
+    """The tour notebook: ``notebooks/00_tour.ipynb`` of the source checkout hookmagic is
+    imported from (``pip install -e .``), else the copy a wheel ships in
+    ``hookmagic/data/notebooks/``."""
     import hookmagic
 
-    checkout = Path(hookmagic.__file__).resolve().parent.parent
-    tour = checkout / "notebooks" / TOUR
-    if not tour.is_file():
-        raise DemoError(f"the tour notebook is not at {tour}: `hookmagic demo` runs from a source "
-                        "checkout (git clone, then `pip install -e .`)")
-    return tour
+    package = Path(hookmagic.__file__).resolve().parent
+    for tour in (package.parent / "notebooks" / TOUR, package / "data" / "notebooks" / TOUR):
+        if tour.is_file():
+            return tour
+    raise DemoError(f"the tour notebook is in neither {package.parent / 'notebooks'} nor "
+                    f"{package / 'data' / 'notebooks'}: reinstall hookmagic (pip install hookmagic)")
 
 
 def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 600) -> DemoResult:
@@ -67,7 +71,7 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
                                          config=_kernel_config(sockets),
                                          resources={"metadata": {"path": str(tour.parent)}})
         try:
-            # the tour reads ../tests/data, so it runs from notebooks/ as it does in JupyterLab
+            # the tour runs from its own folder, as it does in JupyterLab
             client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
         except CellExecutionError as err:
             raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
