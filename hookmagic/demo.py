@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookmagic.common.errors import HookmagicError
+from hookmagic.common.progress import bar
 
 if TYPE_CHECKING:
     from traitlets.config import Config
@@ -70,11 +71,14 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
         client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                                          config=_kernel_config(sockets),
                                          resources={"metadata": {"path": str(tour.parent)}})
-        try:
-            # the tour runs from its own folder, as it does in JupyterLab
-            client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
-        except CellExecutionError as err:
-            raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
+        cells = sum(c.cell_type == "code" for c in nb.cells)
+        with bar(desc=f"running {tour.name}", total=cells, unit="cell") as shown:
+            client.on_cell_executed = lambda **_: shown.update(1)
+            try:
+                # the tour runs from its own folder, as it does in JupyterLab
+                client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
+            except CellExecutionError as err:
+                raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
     seconds = time.perf_counter() - started
     notebook = out / TOUR
     nbformat.write(nb, notebook)

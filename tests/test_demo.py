@@ -35,6 +35,8 @@ def test_demo_writes_html_with_figures_and_plotly_js_once(demo_run):
     # plotly.js itself is embedded exactly once (no network needed to view the page)
     assert html.count("basemaps.cartocdn.com/gl/voyager-gl-style") == 1
     assert "Traceback" not in html
+    # the cells' progress (tqdm), shown because the tour takes more than a few seconds
+    assert "running 00_tour.ipynb" in run.stderr
     # the kernel talks over Unix sockets in a private folder: no TCP warning, nothing left over
     if sys.platform != "win32":
         assert "without encryption" not in run.stderr

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hookmagic.common.errors import InputFileError
+from hookmagic.common.progress import progress
 from hookmagic.trace import schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
@@ -110,7 +111,9 @@ def load_trace(path: str | os.PathLike) -> Trace:
     with zf:
         manifest = _read_manifest(zf, path)
         tables = {}
-        for name, info in manifest["tables"].items():
+        items = manifest["tables"].items()
+        for name, info in progress(items, desc=f"loading {path.name}", total=len(items),
+                                   unit="table"):
             if name not in schema.TABLES:
                 warnings.warn(f"{path.name}: table {name!r} is unknown to this hookmagic "
                               "(file from a newer version?); it was left out", stacklevel=2)
