@@ -115,8 +115,15 @@ class CudaHookMagics(Magics, Configurable):
             self.shell.user_ns[args.var] = trace
         if not quiet:
             from IPython.display import display
-            display(_report(trace) if report and trace.status != "unavailable"
-                    else trace.summary())
+
+            from hookmagic.views.outside import in_notebook_frontend, show_panel
+            if report and trace.status != "unavailable" and not in_notebook_frontend():
+                # terminal IPython: the summary, and the report as an offline HTML file
+                show_panel(lambda: _report(trace, lazy=False), text=str(trace.summary()),
+                           title=f"hookmagic report: {trace.meta.get('label', '')}")
+            else:
+                display(_report(trace) if report and trace.status != "unavailable"
+                        else trace.summary())
         if save:
             try:
                 trace.save(save)
@@ -184,11 +191,11 @@ class CudaHookMagics(Magics, Configurable):
         return trace, value, error
 
 
-def _report(trace: Any) -> Any:
+def _report(trace: Any, lazy: bool | None = None) -> Any:
     """The report widget (its text/plain is the summary), or the summary if it cannot be made."""
     try:
         from hookmagic.views.report import report_widget
-        return report_widget(trace)
+        return report_widget(trace, lazy=lazy)
     except Exception as err:  # e.g. ipywidgets missing: never lose the summary over it
         warnings.warn(f"hookmagic: showing the plain summary, the report failed: {err!r}",
                       RuntimeWarning, stacklevel=2)
