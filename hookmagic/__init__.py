@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from hookmagic.common.version import __version__
 
 __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
            "recordings", "sched",
@@ -21,32 +21,25 @@ __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "Hookmagic
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 from hookmagic.common.errors import HookmagicError
+from hookmagic.facades import load  # also attaches trace.summary(), .flame(), ... (see facades)
 
 if TYPE_CHECKING:
     from hookmagic.cupti import CaptureUnavailable, capture, range
     from hookmagic.trace import Trace
 
 
-def load(path: str) -> "Trace":
-    """Open a saved trace (``Trace.save``) or a Kineto/torch.profiler Chrome-trace JSON."""
-    from hookmagic.trace.io import load_any
-
-    return load_any(path)
-
-
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext hookmagic``: registers ``%%cudahook`` and ``%trtprofile``."""
-    from hookmagic.layers_magic import register as register_trtprofile
-    from hookmagic.magics import load_ipython_extension as load_magics
+    from hookmagic.extension import load_ipython_extension as load
 
-    load_magics(ipython)
-    register_trtprofile(ipython)
+    load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from hookmagic.magics import unload_ipython_extension as unload_magics
+    """``%unload_ext hookmagic``: removes every magic ``%load_ext hookmagic`` registered."""
+    from hookmagic.extension import unload_ipython_extension as unload
 
-    unload_magics(ipython)
+    unload(ipython)
 
 
 def __getattr__(name: str) -> Any:
@@ -64,3 +57,8 @@ def __getattr__(name: str) -> Any:
 
         return importlib.import_module(f"hookmagic.{name}")
     raise AttributeError(f"module 'hookmagic' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # tab completion lists the public API, including the names resolved lazily above
+    return sorted(set(globals()) | set(__all__))

@@ -107,3 +107,20 @@ def test_compare_without_names_tells_same_named_files_apart(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [e["engine"] for e in doc["engines"]] == ["fp32/resnet", "fp16/resnet"]
     assert list(doc["by_type"]) == ["fp32/resnet -> fp16/resnet"]
+
+
+def test_a_subcommands_error_shows_that_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["trt", "compare", "--profile", "x.json"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: hookmagic trt compare")
+    assert "compare needs at least two engines" in err
+
+
+def test_version(capsys):
+    from hookmagic import __version__
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hookmagic {__version__}"

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.intervals import busy_ns, merge_intervals  # noqa: F401 (public here)
+from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.intervals import busy_ns, merge_intervals  # noqa: F401 (public here)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from hookmagic.trace.model import Trace
@@ -61,9 +62,12 @@ def device_memory_in_use(memory: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@dataclass(eq=False)
+@accepts_methods("Summary")
+@dataclass(eq=False, repr=False)
 class Summary:
     """Headline numbers of one trace. Display it for a compact table; fields hold the numbers.
+
+    Its display (``repr`` and the notebook's HTML) is attached by :mod:`hookmagic.facades`.
 
     Times are seconds, sizes bytes. ``idle_fraction`` is the share of the capture's wall time
     the GPUs that did any work spent doing nothing (NaN when the wall time is unknown).
@@ -91,19 +95,14 @@ class Summary:
     overhead_s: float = 0.0
     overhead: dict[str, float] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    #: problems the loader found in the data (negative durations, ...), from ``meta["warnings"]``
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def peak_memory_bytes(self) -> int:
         """The largest per-device peak of memory allocated during the capture."""
         return max(self.peak_memory.values(), default=0)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        from hookmagic.views.summary import summary_bundle
-        return summary_bundle(self)
-
-    def __repr__(self) -> str:
-        from hookmagic.views.summary import summary_text
-        return summary_text(self)
 
 
 _AROUND_THE_CELL = ("start_s", "stop_s", "take_s", "build_s")
@@ -119,7 +118,9 @@ def summarize(trace: "Trace", top: int = 10) -> Summary:
     base = dict(status=status, reason=str(meta.get("reason") or ""), label=meta.get("label"),
                 source=str(meta.get("source") or ""), recorded_on=meta.get("recorded_on"),
                 device_names=names, overhead=_float_dict(meta.get("overhead")),
-                dropped=_int_dict(meta.get("dropped")))
+                dropped=_int_dict(meta.get("dropped")),
+                warnings=[str(w) for w in meta.get("warnings") or []
+                          if isinstance(meta.get("warnings"), list)])
     # The time the capture added around the cell. The other entries are parts of these
     # (CUPTI's subscribe/drain/detach, decoding) or counts, and must not be added again.
     base["overhead_s"] = float(sum(base["overhead"].get(k, 0.0) for k in _AROUND_THE_CELL))

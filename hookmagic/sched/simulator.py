@@ -12,10 +12,15 @@ next completion, or, while some stream is free, the next arrival or batching tim
 
 A batch's service time is the model's table latency at its size times a random multiplier of
 mean 1 drawn per request (``ModelSpec.service_cv``) and taken from the batch's first request,
-so results do not depend on event order and the engines agree request for request. With
-``interference > 0`` a batch that starts while ``k`` others run takes ``1 + interference * k``
-times longer (a simple stand-in for streams sharing one GPU; 0 treats streams as independent
-servers).
+so results do not depend on event order and the engines agree request for request. A batch
+whose stream last ran another model also pays that model's ``switch_ms`` (cold caches, another
+CUDA graph).
+
+Streams share one GPU: while ``k`` other streams compute, a batch of model ``m`` progresses at
+``1 / slowdown_m(k)`` of its own speed (``ModelSpec.share_slowdown``; specs without one use
+``1 + interference * k``). Its end moves whenever another batch starts
+or ends, so the slowdown follows how long batches really overlap, not only what ran when it
+started. With every ``f_m`` zero, streams are independent servers.
 """
 from __future__ import annotations
 
@@ -25,13 +30,16 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
+
 from .dispatcher import Dispatcher
 from .models import ModelSpec
 from .policies import Policy
 from .result import SimResult, assemble
 from .workloads import Workload, make_workload
 
-__all__ = ["simulate", "simulate_raw", "service_multipliers"]
+__all__ = ["simulate", "simulate_raw", "service_multipliers", "share_slowdowns"]
 
 _INF = float("inf")
 
@@ -40,8 +48,18 @@ def _as_specs(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec)
     if isinstance(models, ModelSpec):
         return [models]
     if isinstance(models, Mapping):
-        return list(models.values())
-    return list(models)
+        specs = list(models.values())
+    else:
+        specs = list(models)
+    if not all(isinstance(s, ModelSpec) for s in specs):
+        raise InvalidArgument("models must be ModelSpec objects (or a name -> ModelSpec mapping)")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"two ModelSpecs share a name: {names}")
+    return specs
+
+#: the simulation engines ``simulate(engine=...)`` accepts
+ENGINES = ("auto", "general", "fast")
 
 
 def service_multipliers(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed: int) -> np.ndarray:
@@ -75,13 +93,17 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     seed : seeds the arrivals (when sources are given) and the service-time spread.
     engine : "general" (any policy), "fast" (compiled path: fifo/priority order, dynamic
         batching, plain streams; raises if the policy needs more) or "auto" (fast when it can).
-    interference : slowdown per concurrently running batch (0: independent streams).
+    interference : ``share_slowdown`` for specs that do not set their own (0: independent streams).
 
     Returns a :class:`SimResult`: ``.requests`` (one row per request), ``.batches``,
     ``.metrics()``.
     """
     specs = _as_specs(models)
     policy = policy or Policy()
+    checks.choice("engine", engine, ENGINES)
+    interference = checks.number("interference", interference, non_negative=True)
+    if not isinstance(policy, Policy):
+        raise InvalidArgument(f"policy must be a Policy, not {type(policy).__name__}")
     if not isinstance(workload, Workload):
         if duration_s is None:
             raise ValueError("pass duration_s with a list of sources")
@@ -101,6 +123,14 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     return SimResult(req, bat, meta)
 
 
+def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
+                    interference: float = 0.0) -> list[list[float]]:
+    """Per model, its slowdown with ``k`` other streams computing, for ``k`` in ``0..streams-1``."""
+    if not np.isfinite(interference) or interference < 0:
+        raise InvalidArgument(f"interference must be finite and >= 0, got {interference}")
+    return [[s.slowdown(k, interference) for k in range(max(1, streams))] for s in specs]
+
+
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
                  policy: Policy, engine: str = "auto", interference: float = 0.0):
     """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
@@ -108,7 +138,16 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     """
     from . import fast
-    ok = fast.supports(policy, specs, interference)
+    checks.choice("engine", engine, ENGINES)
+    policy.check_models([s.name for s in specs])
+    mult = np.asarray(mult, dtype=float)
+    if len(mult) and not (np.isfinite(mult).all() and (mult >= 0).all()):
+        # NaN or inf service times would never end: neither engine may see one (issue 17)
+        raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
+                              "ModelSpec.service_cv extreme?); latencies must be finite")
+    shared = any(x > 1.0 for row in share_slowdowns(specs, len(policy.streams), interference)
+                 for x in row)
+    ok = fast.supports(policy, specs, 0.0) and not shared
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
                          "streams only; use engine='general'")
@@ -127,8 +166,17 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     mult_l = mult.tolist()
     tables = [spec.table_s(max(spec.max_batch, ms.max_batch, ms.cap)).tolist()
               for spec, ms in zip(specs, d.models)]
+    switch = [spec.switch_ms / 1e3 for spec in specs]
     streams = policy.streams
     S = len(streams)
+    slow_by_model = share_slowdowns(specs, S, interference)
+    # Overlap-aware sharing only where it can matter: several streams and some slowdown.
+    sharing = any(x > 1.0 for row in slow_by_model for x in row)
+    s_work = [0.0] * S  # alone-seconds of work left as of s_mark (sharing only)
+    s_mark = [0.0] * S
+    s_slow = [1.0] * S
+    s_rec = [0] * S  # index of the stream's running batch in records (sharing only)
+    s_prev = [-1] * S  # the last model each stream ran (switch cost)
     order = sorted(range(S), key=lambda s: (streams[s].priority, s))
     homogeneous = all(st.models is None for st in streams)
     # Only adaptive caps and concurrency limits care about completions.
@@ -138,7 +186,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     s_model = [0] * S
     s_start = [0.0] * S
     idle = S
-    records: list[tuple[int, int, float, float, int]] = []
+    records: list[list] = []  # [model, stream, start, end, size]; end moves while shared
     served: list[int] = []
     p = 0
     wake = _INF
@@ -157,13 +205,22 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 t = wake
         if t == _INF:
             break
+        if sharing:  # progress of every running batch up to t, at the slowdown it had
+            for s in range(S):
+                if s_end[s] != _INF:
+                    s_work[s] -= (t - s_mark[s]) / s_slow[s]
+                    s_mark[s] = t
+        changed = False
         if t_done <= t:
             for s in range(S):
                 if s_end[s] <= t:
                     if notify:
                         finished(s_model[s], s_start[s], s_end[s])
+                    if sharing:
+                        records[s_rec[s]][3] = s_end[s]
                     s_end[s] = _INF
                     idle += 1
+                    changed = True
         if arr[p] <= t:
             q = p + 1
             if arr[q] <= t:
@@ -185,10 +242,19 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 m, ids = got
                 size = len(ids)
                 dur = tables[m][size] * mult_l[ids[0]]
-                if interference:
-                    dur *= 1.0 + interference * (S - idle)
+                if s_prev[s] != m:
+                    dur += switch[m]
+                    s_prev[s] = m
+                if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
+                    raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
+                                          f"service time of {dur} s; latencies must be finite")
                 end = t + dur
-                record((m, s, t, end, size))
+                if sharing:
+                    s_rec[s] = len(records)
+                    s_work[s] = dur
+                    s_mark[s] = t
+                    changed = True
+                record([m, s, t, end, size])
                 extend(ids)
                 s_end[s] = end
                 s_model[s] = m
@@ -196,6 +262,13 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 idle -= 1
                 if not idle:
                     break
+        if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
+            others = S - idle - 1
+            for s in range(S):
+                if s_end[s] != _INF:
+                    s_slow[s] = slow_by_model[s_model[s]][others]
+                    s_end[s] = t + s_work[s] * s_slow[s]
+                    records[s_rec[s]][3] = s_end[s]
     rec = np.array(records, dtype=float).reshape(-1, 5)
     return (d.status, d.drop_s, rec[:, 0].astype(np.int64), rec[:, 1].astype(np.int64),
             rec[:, 2].copy(), rec[:, 3].copy(), rec[:, 4].astype(np.int64),

@@ -8,7 +8,8 @@ plotly package) are inlined into the page instead:
 
 - :func:`notebook_html` renders an executed notebook (``hookmagic demo``) through the
   ``hookmagic_offline`` nbconvert template (the ``lab`` template without CDN scripts);
-- :func:`widget_page` writes widgets (the report of ``hookmagic report``) as one page;
+- :func:`widget_page` writes widgets (the report of ``hookmagic report``, see
+  :func:`hookmagic.views.report.report_page`) as one page;
 - :func:`figure_html` is the HTML half of a figure's bundle inside a widget's Output, which
   the HTML manager can render (it has no Plotly mimetype renderer).
 """
@@ -140,16 +141,3 @@ def widget_page(widgets: Iterable[Any], title: str, subtitle: str = "") -> str:
                         plotly=plotly_js(), views=views, widgets=widgets_js(),
                         state=json.dumps(data["manager_state"]).replace("</", "<\\/"))
 
-
-def report_page(trace: Any, title: str | None = None) -> str:
-    """The report of ``trace`` (Summary, Flame graph, Timeline, Diagnosis, Kernels, Memory) as
-    one self-contained HTML page that renders with the network off: ``hookmagic report``."""
-    from hookmagic.views.report import report_widget
-
-    with exporting():
-        tab = report_widget(trace, lazy=False)
-    label = trace.meta.get("label") or trace.meta.get("source") or "trace"
-    summary = trace.summary()
-    recorded = getattr(summary, "recorded_on", "") or ""
-    return widget_page([tab], title=title or f"hookmagic report: {label}",
-                       subtitle=str(recorded))

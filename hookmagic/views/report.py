@@ -19,7 +19,7 @@ from typing import Any, Callable
 import ipywidgets as widgets
 import pandas as pd
 
-from hookmagic.views.flame import format_ns
+from hookmagic.common.format import duration_ns as format_ns
 from hookmagic.views.summary import summary_html, summary_text
 
 TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels", "Memory")
@@ -28,7 +28,6 @@ _FIGURE_TABS = ("Flame graph", "Timeline", "Memory")
 #: above this many GPU events the figure tabs are drawn when first opened, not up front
 LAZY_EVENTS = 100_000
 _WEIGHTS = {"GPU time": "time", "launches": "launches", "bytes copied": "bytes"}
-_NAME_CHARS = 90
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 _TABLE_STYLE = (
@@ -37,6 +36,10 @@ _TABLE_STYLE = (
     ".hm-table th,.hm-table td{padding:2px 8px;text-align:left;vertical-align:top;"
     "border-bottom:1px solid var(--jp-border-color2,#ddd)}"
     ".hm-table td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
+    # long names (templated kernels) wrap anywhere inside their own column, so a wide table
+    # keeps its numeric columns on one line; the wrapper scrolls sideways if it must
+    ".hm-table td.name{overflow-wrap:anywhere;word-break:break-word;min-width:24em}"
+    ".hm-scroll{overflow-x:auto;max-width:100%}"
     ".hm-sev-high{color:#b91c1c;font-weight:600}.hm-sev-medium{color:#b45309}"
     ".hm-sev-low,.hm-sev-info{color:#555}</style>"
 )
@@ -188,7 +191,8 @@ def diagnosis_html(findings: pd.DataFrame) -> str:
         rows.append(f'<tr><td class="hm-sev-{e(str(r.severity))}">{e(str(r.severity))}</td>'
                     f"<td>{e(str(r.finding))}</td><td>{e(str(r.evidence))}</td>"
                     f"<td>{e(str(r.advice))}</td></tr>")
-    return _TABLE_STYLE + '<table class="hm-table">' + "".join(rows) + "</table>"
+    return (_TABLE_STYLE + '<div class="hm-scroll"><table class="hm-table">' + "".join(rows)
+            + "</table></div>")
 
 
 def kernels_html(kernels: pd.DataFrame, top: int = 50) -> str:
@@ -200,13 +204,27 @@ def kernels_html(kernels: pd.DataFrame, top: int = 50) -> str:
             "<th>p99</th><th>kernel</th></tr>"]
     for r in kernels.head(top).itertuples(index=False):
         name = str(r.name)
-        short = name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 1] + "…"
         rows.append(f'<tr><td class="n">{100 * r.share:.1f}%</td>'
                     f'<td class="n">{format_ns(r.total_ns)}</td><td class="n">{r.count:,}</td>'
                     f'<td class="n">{format_ns(r.mean_ns)}</td>'
                     f'<td class="n">{format_ns(r.p50_ns)}</td>'
                     f'<td class="n">{format_ns(r.p99_ns)}</td>'
-                    f'<td title="{e(name)}"><code>{e(short)}</code></td></tr>')
+                    f'<td class="name"><code>{e(name)}</code></td></tr>')
     more = (f"<div>{len(kernels) - top:,} more kernels not shown</div>"
             if len(kernels) > top else "")
-    return _TABLE_STYLE + '<table class="hm-table">' + "".join(rows) + "</table>" + more
+    return (_TABLE_STYLE + '<div class="hm-scroll"><table class="hm-table">' + "".join(rows)
+            + "</table></div>" + more)
+
+
+def report_page(trace: Any, title: str | None = None) -> str:
+    """The report of ``trace`` (Summary, Flame graph, Timeline, Diagnosis, Kernels, Memory) as
+    one self-contained HTML page that renders with the network off: ``hookmagic report``."""
+    from hookmagic.views.offline import exporting, widget_page
+
+    with exporting():
+        tab = report_widget(trace, lazy=False)
+    label = trace.meta.get("label") or trace.meta.get("source") or "trace"
+    summary = trace.summary()
+    recorded = getattr(summary, "recorded_on", "") or ""
+    return widget_page([tab], title=title or f"hookmagic report: {label}",
+                       subtitle=str(recorded))

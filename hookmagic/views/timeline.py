@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from hookmagic.analysis.flame import _as_set, root_label, table
-from hookmagic.analysis.idle import api_by_correlation, lookup, merge_intervals, overlap
-from hookmagic.views.flame import format_ns
+from hookmagic.analysis.tables import as_set, root_label, table
+from hookmagic.analysis.idle import api_by_correlation, merge_intervals, overlap
+from hookmagic.common.format import duration_ns as format_ns
 
 COLOURS = {"kernel": "#1f77b4", "memcpy": "#2ca02c", "memset": "#ff7f0e", "range": "#9467bd",
            "latency": "#d62728"}
@@ -128,7 +128,7 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
     Times on the x axis are milliseconds from the capture's start (``meta["start_ns"]``, else
     the first event).
     """
-    devices, streams = _as_set(device), _as_set(stream)
+    devices, streams = as_set(device), as_set(stream)
     meta = getattr(trace, "meta", None) or {}
     everything = _gpu_rows(trace, devices, streams, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
     first = min((int(f["start_ns"].min()) for f in everything.values()), default=0)
@@ -187,14 +187,17 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
     for kind in ("kernel", "memcpy", "memset", "range", "latency"):
         fig.add_trace(go.Scattergl(x=[None], y=[None], mode="lines", name=kind,
                                    line=dict(color=COLOURS[kind], width=8), hoverinfo="skip"))
-    title = f"Timeline — {root_label(trace)}: {n_events:,} GPU events on {len(keys)} stream rows"
+    rows = "stream row" if len(keys) == 1 else "stream rows"
+    title = f"Timeline — {root_label(trace)}: {n_events:,} GPU events on {len(keys)} {rows}"
     if binned_rows:
         title += (f"<br><sup>{len(set(binned_rows))} row(s) with more than "
                   f"{max_events_per_row:,} events binned into {bins:,} slices (colour = busy); "
                   "pass start_ns/end_ns to zoom in to every event</sup>")
     fig.update_layout(
         title=dict(text=title, x=0.01),
-        xaxis=dict(title="ms from capture start", range=[(lo - t0) / 1e6, (hi - t0) / 1e6]),
+        # ",~f": 14,960 ms, never plotly's SI "14.96k ms"
+        xaxis=dict(title="ms from capture start", range=[(lo - t0) / 1e6, (hi - t0) / 1e6],
+                   tickformat=",~f"),
         yaxis=dict(tickvals=list(range(len(row_names))), ticktext=row_names,
                    autorange="reversed", zeroline=False),
         height=max(250, 60 + 40 * len(row_names)), margin=dict(l=5, r=5, t=70, b=40),
@@ -218,15 +221,16 @@ def _latency_traces(trace: Any, events: dict[str, pd.DataFrame], devices: list[i
                     row_names: list[str], lo: int, hi: int, bins: int, t0: int,
                     max_events: int, binned_rows: list[str]) -> list[go.Scattergl]:
     """Rows of API-call-start -> GPU-start segments, one per device."""
-    corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
-    if corr.size == 0:
+    calls = api_by_correlation(table(trace, "api"))
+    a_start = calls.values["start_ns"]
+    if len(calls) == 0:
         return []
     out = []
     for d in devices:
         starts, gpu = [], []
         for f in events.values():
             f = f[f["device"].to_numpy() == d]
-            pos = lookup(corr, f["correlation"].to_numpy(np.int64))
+            pos = calls.positions(f["correlation"].to_numpy(np.int64))
             hit = pos >= 0
             starts.append(a_start[pos[hit]])
             gpu.append(f["start_ns"].to_numpy(np.int64)[hit])
