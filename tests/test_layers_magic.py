@@ -110,7 +110,7 @@ def test_help_is_the_docstring(ip):
 
 def test_config_trait(ip):
     ip.run_line_magic("config", "TrtProfileMagics.iterations = 7")
-    assert register(ip).iterations == 7
+    assert _trtprofile(ip).iterations == 7
 
 
 def test_top_lists_that_many_slowest_layers(ip, capsys):
@@ -126,9 +126,6 @@ def test_top_lists_that_many_slowest_layers(ip, capsys):
     for name in slowest["name"]:
         assert name[:40] in bundle["text/plain"]
     assert "NVIDIA TITAN RTX" in bundle["text/plain"]           # from the metadata beside
-
-
-    assert _trtprofile(ip).iterations == 7
 
 
 def test_quoted_paths_with_spaces(ip, tmp_path):
