@@ -83,7 +83,8 @@ def what_if_figure(table: pd.DataFrame, title: str = "what-if: replay through al
     """The what-if table: one row per model with peak reserved and the saving."""
     show = pd.DataFrame({
         "allocator": table["model"],
-        "PYTORCH_CUDA_ALLOC_CONF": table["setting"].replace("", "-"),
+        # a space after each comma lets a long setting wrap inside its cell
+        "PYTORCH_CUDA_ALLOC_CONF": table["setting"].replace("", "-").str.replace(",", ", "),
         "peak reserved (MiB)": (table["peak_reserved"] / MiB).round(1),
         "peak allocated (MiB)": (table["peak_allocated"] / MiB).round(1),
         "waste at peak": (100 * table["waste_at_peak"]).round(1).astype(str) + " %",
