@@ -56,7 +56,8 @@ def test_terminal_ipython_displays_figures_and_the_report_as_files(tmp_path):
     assert "GPU busy" in run.stdout or "kernels" in run.stdout      # the summary text
 
 
-def test_this_process_is_not_a_notebook_frontend():
-    from hookmagic.views.outside import in_notebook_frontend
-
-    assert not in_notebook_frontend()
+def test_plain_python_is_not_a_notebook_frontend(tmp_path):
+    run = subprocess.run([sys.executable, "-c", "from hookmagic.views.outside import "
+                          "in_notebook_frontend as f; print(f())"], cwd=tmp_path,
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "False", run.stderr

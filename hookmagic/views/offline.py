@@ -131,13 +131,15 @@ h1{{font-size:20px;margin:0 0 4px}} .hm-sub{{color:#555;font-size:13px;margin-bo
 def widget_page(widgets: Iterable[Any], title: str, subtitle: str = "") -> str:
     """``widgets`` (ipywidgets, already drawn) as one self-contained HTML page: the widget
     state, the views, the HTML manager and plotly.js, all inline."""
-    from ipywidgets.embed import embed_data
+    from ipywidgets.embed import dependency_state, embed_data
 
-    data = embed_data(views=list(widgets))
-    views = "\n".join(
+    views = list(widgets)
+    # only these widgets and what they hold, not every widget alive in the process
+    data = embed_data(views=views, state=dependency_state(views, drop_defaults=True))
+    specs = "\n".join(
         '<script type="application/vnd.jupyter.widget-view+json">'
         + json.dumps(spec).replace("</", "<\\/") + "</script>" for spec in data["view_specs"])
     return _PAGE.format(title=html.escape(title), subtitle=html.escape(subtitle),
-                        plotly=plotly_js(), views=views, widgets=widgets_js(),
+                        plotly=plotly_js(), views=specs, widgets=widgets_js(),
                         state=json.dumps(data["manager_state"]).replace("</", "<\\/"))
 
