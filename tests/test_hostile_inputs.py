@@ -456,3 +456,16 @@ def test_linear_noop_folding_matches_the_reference(seed):
     import copy
     rows = _synthetic_rows(300, seed)
     assert fold_noops(copy.deepcopy(rows)) == _fold_reference(rows)
+
+
+def test_gc_paused_restores_the_collector_even_on_errors():
+    import gc
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with files.gc_paused():
+            assert not gc.isenabled()
+            with files.gc_paused():
+                pass
+            assert not gc.isenabled()
+            raise RuntimeError("boom")
+    assert gc.isenabled()

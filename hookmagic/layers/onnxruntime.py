@@ -35,8 +35,10 @@ def from_onnxruntime(path: str | Path, *, skip_first: bool = True,
 
     Raises :class:`LayerFileError` (``LayerNumbersError`` for negative, infinite or textual
     times) with one line naming the file."""
+    from hookmagic.common.files import gc_paused
     try:
-        return _from_onnxruntime(path, skip_first, name)
+        with gc_paused():
+            return _from_onnxruntime(path, skip_first, name)
     except HookmagicError:
         raise
     except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:

@@ -70,7 +70,8 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
     if profile is None and layers is None:
         raise ValueError("from_trtexec needs profile=, layers= or both")
     try:
-        return _from_trtexec(profile, layers, times, name, meta)
+        with files.gc_paused():
+            return _from_trtexec(profile, layers, times, name, meta)
     except HookmagicError:
         raise
     except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:

@@ -180,7 +180,8 @@ def events_from_snapshot(snapshot: dict, time_offset_ns: int = 0,
     if not isinstance(snapshot, dict):
         raise SnapshotFileError(f"a memory snapshot is a dict, not {type(snapshot).__name__}")
     try:
-        return _events_from_snapshot(snapshot, time_offset_ns, source)
+        with files.gc_paused():
+            return _events_from_snapshot(snapshot, time_offset_ns, source)
     except HookmagicError:
         raise
     except (ValueError, TypeError, OverflowError) as exc:
