@@ -12,7 +12,9 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
 
 import hookmagic.kernels as hk  # noqa: E402
 from hookmagic.kernels import build, registry, runtime  # noqa: E402
@@ -137,8 +139,9 @@ def test_runs_on_the_callers_stream():
     _within(d, a.half() @ b.half(), a.half().float() @ b.half().float(), torch.float16)
 
 
+@pytest.mark.needs("cupy")
 def test_cupy_arrays_in_and_out():
-    cupy = pytest.importorskip("cupy")
+    import cupy
     a = cupy.random.standard_normal((200, 300), dtype=cupy.float32)
     b = cupy.random.standard_normal((300, 100), dtype=cupy.float32)
     with cupy.cuda.Stream(non_blocking=True) as st:

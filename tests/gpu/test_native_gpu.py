@@ -11,7 +11,9 @@ import pytest
 
 import hookmagic
 
-torch = pytest.importorskip("torch")
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
 
 # CUpti_ActivitySynchronizationType (cupti_activity.h)
 EVENT, STREAM_WAIT_EVENT, STREAM, CONTEXT = 1, 2, 3, 4

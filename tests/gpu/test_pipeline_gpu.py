@@ -8,7 +8,9 @@ import pytest
 import hookmagic
 from hookmagic.pipeline import Pipeline, Stage
 
-torch = pytest.importorskip("torch")
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
 
 
 def _pipe():

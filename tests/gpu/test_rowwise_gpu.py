@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
 F = torch.nn.functional
 
 import hookmagic.kernels as hk  # noqa: E402
@@ -96,8 +98,9 @@ def test_parameter_errors_name_both():
         hk.softmax(x.to(torch.int32))
 
 
+@pytest.mark.needs("cupy")
 def test_cupy_softmax():
-    cupy = pytest.importorskip("cupy")
+    import cupy
     x = cupy.random.standard_normal((16, 1000), dtype=cupy.float32)
     y = hk.softmax(x)
     e = cupy.exp(x - x.max(axis=1, keepdims=True))
