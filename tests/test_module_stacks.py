@@ -41,3 +41,16 @@ def test_stacks_that_do_not_line_up_are_left_alone():
     tables = _tables([4, 2, -1])  # one module for two _call_impl frames; a user range; none
     assert module_stacks(tables) == 0
     assert tables["kernels"].stack_id.tolist() == [0, 0, 0]
+
+
+def test_backward_kernels_get_a_backward_of_module_frame():
+    tables = _tables([5])
+    tables["ranges"] = pd.concat([tables["ranges"], pd.DataFrame({
+        "range_id": [5], "name": ["backward of layer1.0.conv1 (Conv2d)"], "parent_id": [-1],
+        "source": ["module_backward"]})], ignore_index=True)
+    assert module_stacks(tables) == 1
+    (new_id,) = set(tables["kernels"].stack_id)
+    frames = tables["stacks"][tables["stacks"].stack_id == new_id].sort_values("depth")
+    assert len(frames) == len(RAW) + 1
+    assert (frames.filename.iloc[-1], frames.function.iloc[-1]) == (
+        MODULE_FILE, "backward of layer1.0.conv1 (Conv2d)")

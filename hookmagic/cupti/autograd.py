@@ -13,9 +13,51 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from typing import Any, Callable
 
 _NAMES = ("backward", "grad")
+
+# "backward of <module>" ranges open on engine threads: thread id -> (range id, label, start).
+_open: dict[int, tuple[int, str, int]] = {}
+_open_lock = threading.Lock()
+_backward_range = [-1]  # the innermost "backward" range of the current backward() call
+
+
+def enter_module_backward(native: Any, label: str) -> None:
+    """On an engine thread, as the backward of the module ``label`` begins (a hook on its
+    output's node): close this thread's previous module range, open one for ``label``."""
+    from hookmagic.cupti.ranges import RECORDER, RangeRecord
+
+    thread = threading.get_native_id()
+    now = native.timestamp()
+    range_id = next(RECORDER.ids)
+    with _open_lock:
+        previous = _open.pop(thread, None)
+        _open[thread] = (range_id, label, now)
+    native.set_backward_range(range_id)
+    if previous is not None:
+        _record(RECORDER, RangeRecord, previous, now, thread)
+
+
+def _record(recorder: Any, record_type: Any, entry: tuple[int, str, int], end: int,
+            thread: int) -> None:
+    range_id, label, start = entry
+    if recorder.active:
+        with recorder.lock:
+            recorder.records.append(record_type(range_id, f"backward of {label}", start, end,
+                                                thread, 1, _backward_range[0], "module_backward"))
+
+
+def _close_module_ranges(native: Any) -> None:
+    from hookmagic.cupti.ranges import RECORDER, RangeRecord
+
+    now = native.timestamp()
+    with _open_lock:
+        entries = list(_open.items())
+        _open.clear()
+    for thread, entry in entries:
+        _record(RECORDER, RangeRecord, entry, now, thread)
 
 
 def install(native: Any) -> Callable[[], None] | None:
@@ -31,12 +73,14 @@ def install(native: Any) -> Callable[[], None] | None:
     def wrap(name: str, original: Callable) -> Callable:
         @functools.wraps(original)
         def attributed(*args: Any, **kwargs: Any) -> Any:
-            with hm_range("backward"):
+            with hm_range("backward") as outer:
                 native.set_fallback(1)  # the caller's stack, without this frame
+                _backward_range[0] = outer._id
                 try:
                     return original(*args, **kwargs)
                 finally:
                     native.clear_fallback()
+                    _close_module_ranges(native)
         attributed.__hookmagic_original__ = original  # type: ignore[attr-defined]
         return attributed
 

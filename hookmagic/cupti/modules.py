@@ -7,7 +7,9 @@ capture ends, :func:`module_stacks` rewrites each kernel's stack: the k-th
 ``Module._call_impl`` frame becomes a frame naming the k-th enclosing module, and the
 ``_wrapped_call_impl`` plumbing frames go. A stack whose frames and modules do not line up
 (hooks missed a call) is left as it was. ``CaptureOptions.module_names=False`` keeps the raw
-frames.
+frames. Backward kernels (launched on autograd's engine threads, attributed to the caller of
+``backward()``) get one more frame, ``backward of <module>``, from a hook on each leaf module's
+output node (:func:`hookmagic.cupti.autograd.enter_module_backward`).
 """
 from __future__ import annotations
 
@@ -23,8 +25,11 @@ _PLUMBING = {"_wrapped_call_impl"}
 _CALL = "_call_impl"
 
 
-def install() -> Callable[[], None] | None:
-    """Register the global module hooks for one capture; returns the undo, or None."""
+def install(native: Any = None) -> Callable[[], None] | None:
+    """Register the global module hooks for one capture; returns the undo, or None.
+
+    With ``native``, a leaf module's output node also gets a hook that, when its backward
+    begins on an engine thread, opens a "backward of <module>" range there."""
     torch = sys.modules.get("torch")
     module_mod = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
     if module_mod is None or not hasattr(module_mod, "register_module_forward_pre_hook"):
@@ -56,9 +61,30 @@ def install() -> Callable[[], None] | None:
         try:
             stack = getattr(local, "stack", None)
             if stack and stack[-1][0] == id(module):
+                label = stack[-1][1].name
                 stack.pop()[1].__exit__(None, None, None)
+                if native is not None:
+                    _hook_backward(module, output, label)
         except Exception:
             pass
+
+    def _hook_backward(module: Any, output: Any, label: str) -> None:
+        if next(iter(module.children()), None) is not None or not torch.is_grad_enabled():
+            return  # leaf modules only: their output node starts their backward
+        node = getattr(output, "grad_fn", None)
+        if node is None and isinstance(output, (tuple, list)):
+            node = next((getattr(o, "grad_fn", None) for o in output
+                         if getattr(o, "grad_fn", None) is not None), None)
+        if node is None:
+            return
+        from hookmagic.cupti.autograd import enter_module_backward
+
+        def begins(*_: Any) -> None:
+            try:
+                enter_module_backward(native, label)
+            except Exception:
+                pass
+        node.register_prehook(begins)
 
     handles = [module_mod.register_module_forward_pre_hook(pre)]
     try:
@@ -82,10 +108,12 @@ def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
     kernels, ranges, stacks = (tables.get(n) for n in ("kernels", "ranges", "stacks"))
     if kernels is None or ranges is None or stacks is None or not len(ranges) or not len(stacks):
         return 0
-    if "source" not in ranges or not (ranges["source"] == "module").any():
+    if "source" not in ranges or not ranges["source"].isin(["module", "module_backward"]).any():
         return 0
     parent = dict(zip(ranges["range_id"].to_numpy().tolist(), ranges["parent_id"].to_numpy().tolist()))
     is_module = dict(zip(ranges["range_id"].to_numpy().tolist(), (ranges["source"] == "module").tolist()))
+    is_backward = dict(zip(ranges["range_id"].to_numpy().tolist(),
+                           (ranges["source"] == "module_backward").tolist()))
     label = dict(zip(ranges["range_id"].to_numpy().tolist(), ranges["name"].tolist()))
     frames = {sid: g.sort_values("depth") for sid, g in stacks.groupby("stack_id", sort=False)}
     next_id = int(stacks["stack_id"].max()) + 1
@@ -108,7 +136,16 @@ def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
             chain.reverse()  # outermost module first
             g = frames[sid]
             calls = int((g["function"] == _CALL).sum())
-            if not chain or calls != len(chain):
+            if is_backward.get(rid):  # the caller of backward(), then the module's backward
+                rows = [(f.filename, f.function, int(f.line)) for f in g.itertuples(index=False)]
+                rows.append((MODULE_FILE, label[rid], 0))
+                new_rows.append(pd.DataFrame({
+                    "stack_id": next_id, "depth": np.arange(len(rows), dtype=np.int32),
+                    "filename": [r[0] for r in rows], "function": [r[1] for r in rows],
+                    "line": np.array([r[2] for r in rows], dtype=np.int32)}))
+                made[key] = next_id
+                next_id += 1
+            elif not chain or calls != len(chain):
                 made[key] = sid
             else:
                 rows, k = [], 0

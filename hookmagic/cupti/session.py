@@ -190,7 +190,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if o.stacks and o.module_names and self._callbacks_active:
             from hookmagic.cupti import modules
 
-            self._modules_undo = modules.install()
+            self._modules_undo = modules.install(native if self._autograd_undo else None)
         self._start_ns = native.timestamp()
         self._allocators = None
         if o.memory and o.allocator_history:

@@ -15,6 +15,8 @@ thread_local uint64_t t_sync_start = 0;
 // not in CUPTI's external-correlation stack, whose records need API tracing switched on.
 thread_local std::vector<int64_t> t_ranges;
 thread_local int64_t t_tid = 0;
+thread_local int64_t t_backward_range = -1;  // see CallbackHooks::set_backward_range
+thread_local uint64_t t_backward_generation = 0;
 
 inline int64_t os_thread_id() {
     if (!t_tid) t_tid = static_cast<int64_t>(syscall(SYS_gettid));
@@ -57,12 +59,18 @@ void CallbackHooks::pop_range() {
 }
 
 void CallbackHooks::set_fallback(int skip_innermost) {
+    fallback_generation_.fetch_add(1);
     fallback_stack_.store(stacks_ ? stacks_->sample(skip_innermost) : -1);
     fallback_range_.store(t_ranges.empty() ? -1 : t_ranges.back());
     fallback_on_.store(true);
 }
 
 void CallbackHooks::clear_fallback() { fallback_on_.store(false); }
+
+void CallbackHooks::set_backward_range(int64_t range_id) {
+    t_backward_range = range_id;
+    t_backward_generation = fallback_generation_.load();
+}
 
 void CallbackHooks::build_roles(const CuptiApi& cupti) {
     if (!roles_[0].empty()) return;
@@ -166,7 +174,11 @@ void CallbackHooks::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cb
             if (stacks_ && stack < 0 && fallback_on_.load(std::memory_order_relaxed)) {
                 // No Python frames here (autograd's engine thread): the caller of backward().
                 stack = fallback_stack_.load(std::memory_order_relaxed);
-                if (range < 0) range = fallback_range_.load(std::memory_order_relaxed);
+                if (range < 0)
+                    range = (t_backward_range >= 0 &&
+                             t_backward_generation == fallback_generation_.load(std::memory_order_relaxed))
+                                ? t_backward_range
+                                : fallback_range_.load(std::memory_order_relaxed);
                 borrowed = true;
             }
             std::lock_guard<std::mutex> lock(mu_);

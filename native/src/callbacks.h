@@ -47,6 +47,10 @@ public:
     // backward(). Process-wide: the latest caller wins. Needs the GIL.
     void set_fallback(int skip_innermost);
     void clear_fallback();
+    // On an engine thread, inside backward(): the range of the module whose backward is
+    // running (set from a hook on that module's output node). Used instead of the caller's
+    // range for this thread's launches until the next set_fallback().
+    void set_backward_range(int64_t range_id);
     uint64_t fallback_launches() const { return fallback_used_; }  // launches attributed so
 
     // Rows written by the callbacks; read them after the capture stopped.
@@ -71,6 +75,7 @@ private:
     std::atomic<bool> fallback_on_{false};
     std::atomic<int32_t> fallback_stack_{-1};
     std::atomic<int64_t> fallback_range_{-1};
+    std::atomic<uint64_t> fallback_generation_{0};
     uint64_t fallback_used_ = 0;
     std::mutex mu_;  // launches and vmm rows
 };

@@ -190,6 +190,8 @@ PYBIND11_MODULE(_native, m) {
        "Until clear_fallback(): work launched from threads with no Python frames is attributed "
        "to this thread's stack (less skip_innermost frames) and innermost range.");
     m.def("clear_fallback", [] { Session::instance().hooks.clear_fallback(); });
+    m.def("set_backward_range", [](int64_t id) { Session::instance().hooks.set_backward_range(id); },
+          "On this (engine) thread, until the next set_fallback(): launches belong to range `id`.");
     m.def("enum_names", &enum_names);
     m.def("device_properties", &device_properties,
           "Properties of each visible GPU, if the process has already loaded the driver.");
