@@ -53,7 +53,8 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_from_another_folder(wheel, tmp_
                  "hookmagic/data/vendor/html-manager/embed.js",
                  "hookmagic/data/nbconvert/hookmagic_offline/index.html.j2",
                  "hookmagic/data/recordings/kineto_resnet18.json.gz",
-                 "hookmagic/data/trtexec/LICENSE-Apache-2.0.txt"):
+                 "hookmagic/data/trtexec/LICENSE-Apache-2.0.txt",
+                 "hookmagic/data/cuda/kernels/sgemm.cu", "hookmagic/data/cuda/kernels/tc_common.cuh"):
         assert data in names, data
     assert not [n for n in names if n.startswith(("hookmagic-demo/", "tests/", "native/"))]
 

@@ -42,7 +42,7 @@ def source_dir() -> Path:
     env = os.environ.get("HOOKMAGIC_KERNELS_SRC")
     candidates = [Path(env)] if env else []
     here = Path(__file__).resolve().parent
-    candidates += [here / "_cu", here.parent.parent / "kernels"]
+    candidates += [here.parent / "data" / "cuda" / "kernels", here.parent.parent / "kernels"]
     for c in candidates:
         if c.is_dir() and any(c.glob("*.cu")):
             return c
