@@ -3,6 +3,7 @@
     hookmagic trt summary --profile P --layers L [--times T] [--top N] [--json] [--max-ms MS]
     hookmagic trt compare --profile P1 --layers L1 --profile P2 --layers L2 [--name A --name B] [--json]
     hookmagic demo [--out DIR]
+    hookmagic kernels check [--arch sm_90 ...] [--json] | hookmagic kernels list
     hookmagic report TRACE [-o report.html]
 
 Each subcommand group is one ``register_<group>(subparsers)`` function listed in
@@ -334,6 +335,65 @@ def _print_table(title: str, frame: pd.DataFrame) -> None:
             shown[col] = shown[col].map(lambda v: v if not isinstance(v, str) or len(v) <= 70
                                         else v[:69] + "…")
     print(shown.to_string(index=False, float_format=lambda v: "nan" if math.isnan(v) else f"{v:.4f}"))
+
+
+# ---- kernels ------------------------------------------------------------------------------
+
+def register_kernels(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic kernels check|list``: the NVRTC-compiled kernel library (no GPU needed)."""
+    k = subparsers.add_parser("kernels", help="hookmagic's CUDA kernel library (compile checks, list)")
+    sub = k.add_subparsers(dest="kernels_command", metavar="{check,list}", required=True)
+    c = sub.add_parser("check", help="compile every kernel with NVRTC and print registers, smem, spills",
+                       description="Compile every kernels/*.cu for each --arch with NVRTC (no GPU needed); "
+                                   "exit 1 on a compile error or on spills a kernel does not declare.")
+    c.add_argument("--arch", action="append", metavar="ARCH",
+                   help="target, e.g. sm_80, sm_87, sm_90, sm_90a (repeatable; default: all four)")
+    c.add_argument("--no-cache", action="store_true", help="compile afresh instead of using the cubin cache")
+    c.add_argument("--json", action="store_true", help="print the table as JSON records")
+    c.set_defaults(func=_kernels_check)
+    ls = sub.add_parser("list", help="every kernel with its variants and dtypes")
+    ls.add_argument("--json", action="store_true", help="print the table as JSON records")
+    ls.set_defaults(func=_kernels_list)
+
+
+def _kernels_check(args: argparse.Namespace) -> int:
+    from hookmagic.common.errors import HookmagicError
+    from hookmagic.kernels import CI_ARCHS, check
+
+    frames = []
+    for arch in args.arch or CI_ARCHS:
+        try:
+            frames.append(check(arch, use_cache=not args.no_cache))
+        except HookmagicError as exc:
+            print(f"hookmagic: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    table = pd.concat(frames, ignore_index=True)
+    cols = ["arch", "kernel", "registers", "smem_bytes", "stack_bytes", "spill_store_bytes",
+            "spill_load_bytes", "spills_expected", "ok"]
+    if args.json:
+        print(json.dumps(_records(table[cols + ["family", "nvrtc"]])))
+    else:
+        _print_table(f"NVRTC {table['nvrtc'].iloc[0] if len(table) else '?'}: {len(table)} kernel builds", table[cols])
+    bad = table[~table["ok"]]
+    if len(bad):
+        print(f"hookmagic: error: undeclared spills in {', '.join(bad['arch'] + ':' + bad['kernel'])}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _kernels_list(args: argparse.Namespace) -> int:
+    from hookmagic.kernels import available
+
+    table = available()
+    if args.json:
+        print(json.dumps(_records(table)))
+    else:
+        _print_table("hookmagic.kernels", table)
+    return EXIT_OK
+
+
+REGISTRARS.append(register_kernels)
 
 
 if __name__ == "__main__":  # pragma: no cover
