@@ -61,3 +61,26 @@ def test_plain_python_is_not_a_notebook_frontend(tmp_path):
                           "in_notebook_frontend as f; print(f())"], cwd=tmp_path,
                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "False", run.stderr
+
+
+def test_scheduler_panel_outside_a_notebook_writes_a_page_with_drawable_figures(tmp_path,
+                                                                                monkeypatch, capsys):
+    import json
+
+    from hookmagic import sched as S
+    from hookmagic.sched.panel import SchedulerPanel
+    from hookmagic.views import outside
+
+    from .test_sched_views_panel import MODELS, SOURCES
+    monkeypatch.setenv("HOOKMAGIC_FIGURES_DIR", str(tmp_path))
+    monkeypatch.setattr(outside, "in_notebook_frontend", lambda: False)   # as in a terminal
+    panel = SchedulerPanel(MODELS, SOURCES, S.Policy(), duration_s=1)
+    panel._ipython_display_()
+    out = capsys.readouterr().out
+    assert out.startswith("simulated ") and "written to" in out
+    page = _written(out).read_text(encoding="utf-8")
+    state = json.loads(re.search(r'widget-state\+json">(.*?)</script>', page, re.S).group(1))
+    figures = [o for m in state["state"].values() if m["model_name"] == "OutputModel"
+               for o in m["state"].get("outputs", [])
+               if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 5 and all("text/html" in f["data"] for f in figures)

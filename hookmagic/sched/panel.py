@@ -176,7 +176,14 @@ class SchedulerPanel:
         self.gpu_out.append_stdout(self.message + "\n")
 
     def _ipython_display_(self) -> None:
-        display(self.widget)
+        from hookmagic.views.outside import show_panel
+
+        def drawn() -> W.Widget:       # redrawn, so an exported page gets drawable figures
+            self.draw()
+            return self.widget
+
+        # in a notebook: the widget; in a terminal or script: the status line and an HTML file
+        show_panel(drawn, text=self.status.value, title="hookmagic scheduler")
 
 
 def _show(out: W.Output, *objs: Any) -> None:
@@ -187,6 +194,12 @@ def _show(out: W.Output, *objs: Any) -> None:
     """
     out.outputs = ()
     for obj in objs:
+        if hasattr(obj, "to_plotly_json"):     # Plotly's own bundle, the same in any frontend
+            from hookmagic.views.report import figure_bundle
+
+            out.outputs += ({"output_type": "display_data", "data": figure_bundle(obj),
+                             "metadata": {}},)
+            continue
         try:
             out.append_display_data(obj)
         except Exception:  # no IPython display formatter (plain Python): keep the text
