@@ -64,3 +64,17 @@ def __getattr__(name: str) -> Any:
 
         return importlib.import_module(f"hookmagic.{name}")
     raise AttributeError(f"module 'hookmagic' has no attribute {name!r}")
+
+
+# A launched rank (torchrun, srun, mpirun) with HOOKMAGIC_CAPTURE_DIR set captures itself:
+# see hookmagic.distributed.autocapture. Nothing happens when the variable is unset.
+def _autocapture() -> None:
+    import os
+
+    if os.environ.get("HOOKMAGIC_CAPTURE_DIR"):
+        from hookmagic.distributed.autocapture import install_from_env
+
+        install_from_env()
+
+
+_autocapture()

@@ -109,6 +109,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     nvml_interval_s, max_stack_depth, buffer_mb, max_buffers, max_table_mb:
         Sampling period; deepest Python stack kept; CUPTI buffer size; buffers in flight; the
         most decoded data kept (beyond it records are dropped and counted in ``meta["dropped"]``).
+    dir:
+        Also write the finished trace as a trace folder ``dir/rank=<N>`` (this process's rank in
+        a torchrun, SLURM, MPI or Ray job, 0 otherwise; see :mod:`hookmagic.distributed`), with
+        rank, world size, host, GPU and job id in ``meta["rank"]``; its path is then in
+        ``meta["saved_to"]``. ``hookmagic.load_many(dir)`` reads every rank together.
 
     Without a GPU, driver or CUPTI, or while another tool holds CUPTI, the block still runs;
     the Trace says why nothing was captured (``trace.meta["reason"]``) and a
@@ -120,7 +125,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                  allocator_history: bool = False,
                  label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
                  max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
-                 max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:
+                 max_table_mb: int = 2048, dir: str | os.PathLike | None = None,  # noqa: A002
+                 _boundary_frame: Any = None) -> None:
         from hookmagic.trace import Trace
 
         self.options = dict(kernels=kernels, memory=memory, stacks=stacks, api=api, nvml=nvml,
@@ -131,6 +137,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self.label = label
         self.trace = Trace()
         self._boundary = _boundary_frame
+        self._dir = dir
         self._native = None
         self._reason = ""
         self._held = False
@@ -213,7 +220,19 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             if self._held:
                 self._held = False
                 _lock.release()
+        if self._dir is not None:
+            self._save_rank()
         return False
+
+    def _save_rank(self) -> None:
+        """Write the trace under ``dir`` (never raises: a failed write is a warning)."""
+        from hookmagic.distributed.output import save_rank_trace
+
+        try:
+            self.trace.meta["saved_to"] = save_rank_trace(self.trace, self._dir)
+        except Exception as exc:
+            warnings.warn(f"hookmagic: the capture could not be written under {self._dir!r} "
+                          f"({type(exc).__name__}: {exc})", stacklevel=3)
 
     def _finish(self, exc_type, wall_s: float) -> None:
         native = self._native

@@ -89,7 +89,12 @@ def load_trace(path: str | os.PathLike) -> Trace:
         raise TraceFileError(f"no trace file at {str(path)!r}: check the path "
                              "(traces are written by Trace.save() or %%cudahook --save PATH)")
     if path.is_dir():
-        raise TraceFileError(f"{str(path)!r} is a directory, not a trace file")
+        from hookmagic.trace.folder import is_trace_folder, load_trace_folder
+        if is_trace_folder(path):
+            return load_trace_folder(path)
+        raise TraceFileError(f"{str(path)!r} is a directory, not a trace file or trace "
+                             "folder (for a folder of per-rank traces use "
+                             "hookmagic.load_many)")
     try:
         zf = zipfile.ZipFile(path, "r")
     except zipfile.BadZipFile:
