@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
            "recordings", "sched",
            "layers",
+           "load_many",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 from hookmagic.common.errors import HookmagicError
@@ -32,6 +33,13 @@ def load(path: str) -> "Trace":
     from hookmagic.trace.io import load_any
 
     return load_any(path)
+
+
+def load_many(paths: Any, **kw: Any) -> Any:
+    """Open many traces (one per rank) as a TraceSet: see :func:`hookmagic.multirank.load_many`."""
+    from hookmagic.multirank import load_many as _load_many
+
+    return _load_many(paths, **kw)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -1,0 +1,377 @@
+"""Analyses across the ranks of a :class:`~hookmagic.traceset.TraceSet` (pure: no drawing).
+
+Every kernel-level question is one DuckDB query over the set's Parquet files (out of core);
+only per-rank or per-collective results come back as DataFrames.
+
+How ranks are compared
+----------------------
+- **Collectives are matched across ranks by order.** NCCL requires every rank to issue the
+  collectives of a communicator in the same order, so the k-th all-reduce of rank 0 and the
+  k-th all-reduce of rank 1 are one collective (matched per kind: ``(collective, seq)``).
+  Captures must cover the same steps on every rank (the automatic capture does).
+- **Arrival** at a collective is its kernel's start: the kernel starts when the rank's stream
+  reaches it and then waits inside for the peers. The rank that arrives last is the
+  straggler of that collective; its **lateness** is its arrival minus the median arrival of
+  the other ranks. Waiting inside a collective is the kernel's time beyond the shortest
+  kernel of that collective (the last to arrive hardly waits).
+- **Why late**: between the end of the previous collective (where the ranks were together)
+  and its arrival, each rank's GPU either computed or sat idle (waiting for its host:
+  data loading, Python, a sleep). The straggler's extra time is put down to whichever of the
+  two grew more than on the median other rank: ``"compute"`` or ``"host"``.
+- **One clock.** Ranks on one host share CUPTI's clock. Across hosts, offsets are estimated
+  from the ends of matched collectives (a collective ends on all ranks within a few
+  microseconds of each other): the median difference per host, with 1.4826 x the median
+  absolute deviation as its error. A host with no collective in common, or whose estimate is
+  worse than ``max_error_ns``, raises a :class:`ClockSkewWarning` with its estimate.
+- **Steps** come from each trace's ``meta["steps"]`` (host-clock boundaries of the
+  optimizer steps an automatic capture records). A collective belongs to the step in which
+  its kernel started on the earliest-assigned rank: the GPU runs behind its host, so a
+  later step is never the right answer when an earlier rank says otherwise.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.analysis.nccl import COLLECTIVE_SQL
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hookmagic.traceset.model import TraceSet
+
+NCCL = "regexp_matches(name, '^nccl')"
+
+
+class ClockSkewWarning(UserWarning):
+    """Ranks' clocks could not be aligned well; the message gives the estimate and its error."""
+
+
+# -- clocks ----------------------------------------------------------------------------------
+def clock_alignment(ts: "TraceSet", *, max_error_ns: int = 100_000) -> pd.DataFrame:
+    """Offset of each rank's clock from the reference rank's (the lowest rank with data).
+
+    Columns: ``rank, host, offset_ns`` (subtract it from the rank's times), ``error_ns``
+    (NaN where no estimate), ``collectives`` (used), ``method``. Cached in ``ts.cache``.
+    """
+    key = ("clock", max_error_ns)
+    if key in ts.cache:
+        return ts.cache[key]
+    ranks = ts.ranks
+    ranks = ranks[ranks["rank"].isin(ts.data_ranks)]
+    hosts = ranks.set_index("rank")["host"]
+    out = pd.DataFrame({"rank": ranks["rank"].to_numpy(), "host": ranks["host"].to_numpy(),
+                        "offset_ns": 0, "error_ns": 0.0, "collectives": 0,
+                        "method": "one host: CUPTI's clock is shared"})
+    if hosts.nunique() > 1:
+        coll = _raw_collectives(ts)
+        ref_rank = int(ranks["rank"].min())
+        ref_host = hosts[ref_rank]
+        ref = coll[coll["rank"] == ref_rank].set_index(["collective", "seq"])["end_ns"]
+        for host, group in out.groupby("host"):
+            idx = group.index
+            if host == ref_host:
+                out.loc[idx, "method"] = "reference host"
+                continue
+            mine = coll[coll["rank"].isin(group["rank"])]
+            joined = mine.join(ref.rename("ref_end"), on=["collective", "seq"], how="inner")
+            diffs = (joined["end_ns"] - joined["ref_end"]).to_numpy(dtype=np.float64)
+            if diffs.size == 0:
+                out.loc[idx, ["offset_ns", "error_ns", "method"]] = [0, np.nan, "none"]
+                warnings.warn(ClockSkewWarning(
+                    f"clock of host {host!r} (ranks {group['rank'].tolist()}) cannot be "
+                    "aligned: no collective in common with the reference rank; its times "
+                    "stay on its own clock"), stacklevel=2)
+                continue
+            offset = float(np.median(diffs))
+            error = 1.4826 * float(np.median(np.abs(diffs - offset)))
+            out.loc[idx, "offset_ns"] = int(round(offset))
+            out.loc[idx, "error_ns"] = error
+            out.loc[idx, "collectives"] = int(diffs.size)
+            out.loc[idx, "method"] = "ends of collectives"
+            if error > max_error_ns:
+                warnings.warn(ClockSkewWarning(
+                    f"clock of host {host!r} aligned to {offset / 1e6:+.3f} ms with an error "
+                    f"of about {error / 1e3:.0f} us (more than {max_error_ns / 1e3:.0f} us): "
+                    "cross-host timings are uncertain by that much"), stacklevel=2)
+    out["offset_ns"] = out["offset_ns"].astype("int64")
+    ts.cache[key] = out
+    return out
+
+
+def _offsets(ts: "TraceSet") -> pd.Series:
+    return clock_alignment(ts).set_index("rank")["offset_ns"]
+
+
+# -- collectives -----------------------------------------------------------------------------
+def _raw_collectives(ts: "TraceSet") -> pd.DataFrame:
+    if "raw_collectives" not in ts.cache:
+        ts.cache["raw_collectives"] = ts.sql(f"""
+            WITH c AS (SELECT rank, start_ns, end_ns, duration_ns, stream, name,
+                              {COLLECTIVE_SQL} AS collective
+                       FROM kernels WHERE {NCCL})
+            SELECT c.rank, c.collective,
+                   row_number() OVER (PARTITION BY c.rank, c.collective
+                                      ORDER BY c.start_ns, c.end_ns) - 1 AS seq,
+                   coalesce(s.step, -1) AS step, c.start_ns, c.end_ns, c.duration_ns,
+                   c.stream, c.name
+            FROM c LEFT JOIN steps s
+              ON s.rank = c.rank AND c.start_ns >= s.start_ns AND c.start_ns < s.end_ns
+            ORDER BY c.rank, c.start_ns""")
+    return ts.cache["raw_collectives"]
+
+
+def collectives(ts: "TraceSet") -> pd.DataFrame:
+    """Every NCCL kernel of every rank, matched across ranks by ``(collective, seq)``.
+
+    Columns: ``rank, collective, seq, step, start_ns, end_ns, duration_ns`` (times aligned to
+    the reference rank's clock), ``wait_ns`` (time beyond the shortest kernel of the same
+    collective: waiting for peers), ``stream, name``.
+    """
+    coll = _raw_collectives(ts).copy()
+    off = _offsets(ts)
+    shift = coll["rank"].map(off).fillna(0).astype("int64")
+    coll["start_ns"] -= shift
+    coll["end_ns"] -= shift
+    key = ["collective", "seq"]
+    coll["step"] = coll.groupby(key)["step"].transform(_earliest_step)
+    coll["wait_ns"] = coll["duration_ns"] - coll.groupby(key)["duration_ns"].transform("min")
+    return coll[["rank", "collective", "seq", "step", "start_ns", "end_ns", "duration_ns",
+                 "wait_ns", "stream", "name"]]
+
+
+def _earliest_step(steps: pd.Series) -> int:
+    known = steps[steps >= 0]
+    return int(known.min()) if len(known) else -1
+
+
+def collective_skew(ts: "TraceSet") -> pd.DataFrame:
+    """One row per collective (matched across ranks): who arrived last and how late.
+
+    Columns: ``collective, seq, step, ranks`` (how many ranks ran it), ``first_start_ns``,
+    ``median_start_ns``, ``last_rank``, ``lateness_ns`` (last arrival minus the median
+    arrival of the others), ``transfer_ns`` (the shortest kernel: the collective's own time),
+    ``max_wait_ns``; ordered by when the collective started.
+    """
+    coll = collectives(ts)
+    if coll.empty:
+        return pd.DataFrame(columns=["collective", "seq", "step", "ranks", "first_start_ns",
+                                     "median_start_ns", "last_rank", "lateness_ns",
+                                     "transfer_ns", "max_wait_ns"])
+    rows = []
+    for (kind, seq), g in coll.groupby(["collective", "seq"], sort=False):
+        starts = g["start_ns"].to_numpy()
+        last = int(np.argmax(starts))
+        others = np.delete(starts, last)
+        lateness = int(starts[last] - np.median(others)) if others.size else 0
+        rows.append((kind, int(seq), int(g["step"].iloc[0]), len(g), int(starts.min()),
+                     int(np.median(starts)), int(g["rank"].iloc[last]), lateness,
+                     int(g["duration_ns"].min()), int(g["wait_ns"].max())))
+    out = pd.DataFrame(rows, columns=["collective", "seq", "step", "ranks", "first_start_ns",
+                                      "median_start_ns", "last_rank", "lateness_ns",
+                                      "transfer_ns", "max_wait_ns"])
+    return out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
+
+
+def _before_collective(ts: "TraceSet", skew: pd.DataFrame) -> pd.DataFrame:
+    """Per (collective instance, rank): GPU compute and idle time between the end of the
+    previous collective and this one's start (each rank on its own clock)."""
+    coll = _raw_collectives(ts)
+    order = skew[["collective", "seq"]].reset_index().rename(columns={"index": "inst"})
+    c = coll.merge(order, on=["collective", "seq"])
+    c = c.sort_values(["rank", "inst"])
+    c["w_start"] = c.groupby("rank")["end_ns"].shift(1)
+    w = c.dropna(subset=["w_start"])[["rank", "inst", "w_start", "start_ns"]].rename(
+        columns={"start_ns": "w_end"}).astype("int64")
+    w = w[w["w_end"] > w["w_start"]]
+    if w.empty:
+        return pd.DataFrame(columns=["rank", "inst", "gap_ns", "compute_ns", "idle_ns"])
+    ts.con.register("_windows", w)
+    try:
+        busy = ts.sql(f"""
+            SELECT w.rank, w.inst,
+                   sum(least(k.end_ns, w.w_end) - greatest(k.start_ns, w.w_start)) AS compute_ns
+            FROM kernels k JOIN _windows w
+              ON k.rank = w.rank AND k.start_ns < w.w_end AND k.end_ns > w.w_start
+            WHERE NOT {NCCL}
+            GROUP BY ALL""")
+    finally:
+        ts.con.unregister("_windows")
+    w = w.merge(busy, on=["rank", "inst"], how="left")
+    w["compute_ns"] = w["compute_ns"].fillna(0).astype("int64")
+    w["gap_ns"] = w["w_end"] - w["w_start"]
+    # Overlapping compute kernels can sum past the gap; idle never goes below zero.
+    w["compute_ns"] = np.minimum(w["compute_ns"], w["gap_ns"])
+    w["idle_ns"] = w["gap_ns"] - w["compute_ns"]
+    return w[["rank", "inst", "gap_ns", "compute_ns", "idle_ns"]]
+
+
+def stragglers(ts: "TraceSet") -> pd.DataFrame:
+    """Per step (per collective when no steps are known): the rank that arrived last at a
+    collective, by how much, and why.
+
+    Columns: ``step, collective, seq`` (the collective of the step where the lateness was
+    largest), ``straggler_rank``, ``lateness_ns``, ``cause`` (``"compute"``: its GPU computed
+    longer before the collective; ``"host"``: its GPU sat idle longer, waiting for its host;
+    ``""`` when the first collective of the capture, with nothing before it to compare),
+    ``extra_compute_ns``, ``extra_idle_ns`` (the straggler's minus the median other rank's),
+    ``others_wait_ns`` (median time the other ranks waited inside that collective).
+    """
+    skew = collective_skew(ts)
+    cols = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
+            "extra_compute_ns", "extra_idle_ns", "others_wait_ns"]
+    if skew.empty:
+        return pd.DataFrame(columns=cols)
+    before = _before_collective(ts, skew)
+    coll = collectives(ts).set_index(["collective", "seq", "rank"])["wait_ns"]
+    has_steps = bool((skew["step"] >= 0).any())
+    group = skew["step"] if has_steps else pd.Series(np.arange(len(skew)), index=skew.index)
+    rows = []
+    for _, g in skew.groupby(group.to_numpy(), sort=True):
+        i = int(g["lateness_ns"].idxmax())
+        inst = skew.loc[i]
+        r = int(inst["last_rank"])
+        b = before[before["inst"] == i].set_index("rank")
+        cause, d_comp, d_idle = "", 0, 0
+        if r in b.index and len(b) > 1:
+            others = b.drop(index=r)
+            d_comp = int(b.loc[r, "compute_ns"] - others["compute_ns"].median())
+            d_idle = int(b.loc[r, "idle_ns"] - others["idle_ns"].median())
+            cause = "compute" if d_comp > d_idle else "host"
+        waits = [coll.get((inst["collective"], int(inst["seq"]), rr), np.nan)
+                 for rr in ts.data_ranks if rr != r]
+        rows.append((int(inst["step"]) if has_steps else -1, inst["collective"],
+                     int(inst["seq"]), r, int(inst["lateness_ns"]), cause, d_comp, d_idle,
+                     float(np.nanmedian(waits)) if waits else np.nan))
+    return pd.DataFrame(rows, columns=cols)
+
+
+# -- per rank --------------------------------------------------------------------------------
+_UNION = """
+    SELECT {part}, sum(greatest(0, end_ns - greatest(start_ns, coalesce(reach, start_ns))))
+           AS busy_ns
+    FROM (SELECT *, max(end_ns) OVER (PARTITION BY {part} ORDER BY start_ns, end_ns
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+          FROM k)
+    GROUP BY {part}"""
+
+
+def overlap(ts: "TraceSet") -> pd.DataFrame:
+    """Communication/computation overlap per rank (the metrics Holistic Trace Analysis
+    popularised), from kernel time only.
+
+    Columns: ``rank, compute_ns`` (time any non-NCCL kernel ran), ``comm_ns`` (time any NCCL
+    kernel ran), ``overlap_ns`` (both at once), ``overlap_pct`` (of ``comm_ns``),
+    ``exposed_comm_ns`` (communication nothing hid), ``busy_ns`` (either).
+    """
+    k = f"WITH k AS (SELECT rank, start_ns, end_ns, {NCCL} AS comm FROM kernels)"
+    by_kind = ts.sql(k + _UNION.format(part="rank, comm"))
+    total = ts.sql(k + _UNION.format(part="rank"))
+    piv = by_kind.pivot_table(index="rank", columns="comm", values="busy_ns", aggfunc="sum",
+                              fill_value=0)
+    out = pd.DataFrame({"rank": ts.data_ranks}).set_index("rank")
+    out["compute_ns"] = piv.get(False, pd.Series(dtype="int64"))
+    out["comm_ns"] = piv.get(True, pd.Series(dtype="int64"))
+    out["busy_ns"] = total.set_index("rank")["busy_ns"]
+    out = out.fillna(0).astype("int64")
+    out["overlap_ns"] = out["compute_ns"] + out["comm_ns"] - out["busy_ns"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["overlap_pct"] = np.where(out["comm_ns"] > 0,
+                                      100.0 * out["overlap_ns"] / out["comm_ns"], np.nan)
+    out["exposed_comm_ns"] = out["comm_ns"] - out["overlap_ns"]
+    return out.reset_index()[["rank", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
+                              "exposed_comm_ns", "busy_ns"]]
+
+
+def rank_summary(ts: "TraceSet") -> pd.DataFrame:
+    """One row per rank: status, host, GPU, kernels, GPU time, compute/communication split,
+    overlap, time waiting inside collectives, and how often it was the straggler.
+
+    Columns: ``rank, status, host, gpu, kernels, span_ns`` (first kernel start to last kernel
+    end), ``busy_ns, compute_ns, comm_ns, overlap_pct, wait_ns, times_last, median_lateness_ns``.
+    """
+    ranks = ts.ranks[["rank", "status", "host", "gpu"]]
+    counts = ts.sql("SELECT rank, count(*) AS kernels, max(end_ns) - min(start_ns) AS span_ns "
+                    "FROM kernels GROUP BY rank")
+    ov = overlap(ts)[["rank", "busy_ns", "compute_ns", "comm_ns", "overlap_pct"]]
+    coll = collectives(ts)
+    wait = coll.groupby("rank")["wait_ns"].sum().rename("wait_ns")
+    st = stragglers(ts)
+    last = st.groupby("straggler_rank").agg(times_last=("step", "size"),
+                                            median_lateness_ns=("lateness_ns", "median"))
+    out = (ranks.merge(counts, on="rank", how="left").merge(ov, on="rank", how="left")
+           .merge(wait, left_on="rank", right_index=True, how="left")
+           .merge(last, left_on="rank", right_index=True, how="left"))
+    for col in ("kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "wait_ns",
+                "times_last"):
+        has = out["status"].isin(["complete", "partial"])
+        out[col] = out[col].where(~has, out[col].fillna(0))
+    return out
+
+
+def vs_median(ts: "TraceSet", *, top: int = 20) -> pd.DataFrame:
+    """Each rank's GPU time per kernel name against the median rank's (a flame-graph diff
+    reduced to its leaves), for the ``top`` names that differ most.
+
+    Long form: ``name, rank, time_ns, median_ns, delta_ns`` (rank minus median), ``delta_pct``.
+    """
+    per = ts.sql("""
+        WITH t AS (SELECT name, rank, sum(duration_ns) AS time_ns FROM kernels GROUP BY ALL),
+             names AS (SELECT name FROM t GROUP BY name ORDER BY sum(time_ns) DESC LIMIT 500)
+        SELECT t.* FROM t JOIN names USING (name)""")
+    if per.empty:
+        return pd.DataFrame(columns=["name", "rank", "time_ns", "median_ns", "delta_ns",
+                                     "delta_pct"])
+    wide = per.pivot_table(index="name", columns="rank", values="time_ns", fill_value=0)
+    for r in ts.data_ranks:
+        if r not in wide.columns:
+            wide[r] = 0
+    median = wide.median(axis=1)
+    delta = wide.sub(median, axis=0)
+    names = delta.abs().max(axis=1).sort_values(ascending=False).index[:top]
+    long = (wide.loc[names].stack().rename("time_ns").reset_index()
+            .merge(median.rename("median_ns"), left_on="name", right_index=True))
+    long["delta_ns"] = long["time_ns"] - long["median_ns"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        long["delta_pct"] = np.where(long["median_ns"] > 0,
+                                     100.0 * long["delta_ns"] / long["median_ns"], np.nan)
+    return long[["name", "rank", "time_ns", "median_ns", "delta_ns", "delta_pct"]]
+
+
+def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000) -> pd.DataFrame:
+    """Merged busy intervals per rank and kind (``compute`` / ``comm``), on the aligned clock,
+    for a timeline with one row per rank. Gaps shorter than the set's span divided by
+    ``max_intervals_per_rank`` are closed, so the result stays small for any trace size.
+
+    Columns: ``rank, kind, start_ns, end_ns``.
+    """
+    span = ts.sql("SELECT min(start_ns) AS a, max(end_ns) AS b FROM kernels")
+    if span.empty or pd.isna(span["a"].iloc[0]):
+        return pd.DataFrame(columns=["rank", "kind", "start_ns", "end_ns"])
+    gap = max(int((span["b"].iloc[0] - span["a"].iloc[0]) // max(1, max_intervals_per_rank)), 0)
+    out = ts.sql(f"""
+        WITH k AS (SELECT rank, start_ns, end_ns,
+                          CASE WHEN {NCCL} THEN 'comm' ELSE 'compute' END AS kind FROM kernels),
+             r AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, kind ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM k),
+             g AS (SELECT *, sum(CASE WHEN reach IS NULL OR start_ns > reach + {gap}
+                                      THEN 1 ELSE 0 END)
+                             OVER (PARTITION BY rank, kind ORDER BY start_ns, end_ns) AS island
+                   FROM r)
+        SELECT rank, kind, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+        FROM g GROUP BY rank, kind, island ORDER BY rank, kind, start_ns""")
+    shift = out["rank"].map(_offsets(ts)).fillna(0).astype("int64")
+    out["start_ns"] -= shift
+    out["end_ns"] -= shift
+    return out
+
+
+def describe(ts: "TraceSet") -> dict[str, Any]:
+    """Headline numbers of a set, for a summary line: ranks, problems, stragglers."""
+    st = stragglers(ts)
+    top = st["straggler_rank"].mode() if len(st) else pd.Series(dtype="int64")
+    return {"ranks": len(ts), "with_data": len(ts.data_ranks), "problems": len(ts.problems),
+            "steps": int(len(st)),
+            "most_often_last": int(top.iloc[0]) if len(top) else None,
+            "median_lateness_ns": float(st["lateness_ns"].median()) if len(st) else float("nan")}
