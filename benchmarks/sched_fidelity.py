@@ -4,29 +4,35 @@
 
 On a GPU machine (PyTorch with CUDA, torchvision): builds torchvision models with random
 weights (fp16, channels-last, CUDA graphs), measures each one's latency per batch size with CUDA
-events, then for three scenarios runs the real driver (``hookmagic.sched.run``) for
-``--seconds`` of arrivals and simulates the same workload and policy from the measured tables.
-Writes into OUTDIR:
+events, calibrates what a batch costs beyond its table, then for four scenarios runs the real
+driver (``hookmagic.sched.run``) for ``--seconds`` of arrivals and simulates the same workload
+and policy. ``--processes 3`` repeats all of it in three fresh processes and writes the min–max.
+Writes into OUTDIR (or OUTDIR/runK per process):
 
 - ``fidelity.md`` / ``fidelity.csv``: per scenario (all requests, and per model), simulated vs
   real p50 and p99 (error relative to real) and SLO attainment (difference in points), with
   the pass criteria p50/p99 within 10 % and SLO attainment within 2 points;
+- ``fidelity_runs.md`` / ``.csv`` (with ``--processes``): min–max over the processes;
 - ``latency_tables.csv``: the measured latency tables (median, std, p90 per batch size);
-- ``calibration.json``: measured dispatch gap and two-stream interference, GPU, driver, date;
+- ``calibration.json``: per model the mean excess GPU time of a batch beyond its table, the
+  model-switch cost and the sharing slowdown; GPU, driver, date;
 - ``<scenario>.real.requests.parquet`` / ``.batches.parquet`` and the same for ``.sim``: the raw
   per-request and per-batch records (``hookmagic.sched.load_result(OUTDIR/<scenario>.real)``).
 
-What the simulator is given, all measured here, before the real runs: the latency tables (plus
-their spread as ``service_cv``), the mean host dispatch gap between one batch's end and the
-next batch's start on a busy stream (added to each batch's service time), and for the
-two-stream scenario the slowdown of a batch when another stream runs concurrently. Nothing is
-fitted to the real runs being compared.
+What the simulator is given, all measured in calibration runs of their own before the scenarios
+(nothing is fitted to the real runs being compared): the latency tables and their spread
+(``service_cv``); the mean excess of a batch following the same model (driver polling and
+launch, compute spread), added to every batch; the mean extra excess after another model
+(``switch_ms``: colder caches, another CUDA graph); and how much slower each model computes
+while another stream runs (``share_slowdown``, used for exactly the time batches overlap).
+The fourth scenario (three streams, five models, cameras and bursts) is held out: it was not
+used to choose the model.
 
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
 are labelled synthetic and prove only that the script works.
 
-Budget: about 1-2 minutes of model setup and measurement plus ~3 x (seconds + graph capture);
-well under 5 minutes on one H100 with the defaults.
+Budget: about a minute of model setup and calibration plus ~4 x (seconds + graph capture) per
+process on one H100.
 """
 from __future__ import annotations
 
@@ -78,25 +84,60 @@ def measure_all(engines, make_backend, max_batch, repeats):
     return pd.concat(tables, ignore_index=True)
 
 
-def dispatch_gap_ms(engine, make_backend, seconds=0.6):
-    """Median GPU idle time between back-to-back batches under the real driver.
-
-    A short saturating calibration run (its own workload, never a scenario's): for consecutive
-    batches on the stream where the next batch's oldest request was already waiting when the
-    previous one ended, the gap from that end to the next start is the driver's overhead
-    (completion polling plus launch).
-    """
-    spec = engine.spec
-    rate = 1.5 * spec.throughput(4)
-    wl = S.make_workload([S.Poisson(engine.name, rate, slo_ms=1e6)], seconds, seed=99)
-    res = S.run([engine], wl, S.Policy(batching=S.Batching(4, 0.0)), backend=make_backend())
-    b = res.batches.sort_values("start_s").reset_index(drop=True)
+def _back_to_back(res):
+    """Consecutive batches on each stream whose next batch's oldest request was already waiting
+    when the previous one ended: (previous model, batch model, size, gap s, duration s)."""
     first_arrival = res.requests.groupby("batch")["arrival_s"].min()
-    nxt = b.iloc[1:].reset_index(drop=True)
-    prev_end = b["end_s"].iloc[:-1].to_numpy()
-    waiting = first_arrival.loc[nxt["batch"]].to_numpy() < prev_end
-    gaps = nxt["start_s"].to_numpy()[waiting] - prev_end[waiting]
-    return 1e3 * float(np.median(gaps)) if len(gaps) else 0.0
+    rows = []
+    for _, b in res.batches.groupby("stream"):
+        b = b.sort_values("start_s").reset_index(drop=True)
+        prev, nxt = b.iloc[:-1].reset_index(drop=True), b.iloc[1:].reset_index(drop=True)
+        waiting = first_arrival.loc[nxt["batch"]].to_numpy() < prev["end_s"].to_numpy()
+        rows.append(pd.DataFrame({
+            "prev": prev["model"].astype(str).to_numpy()[waiting],
+            "model": nxt["model"].astype(str).to_numpy()[waiting],
+            "size": nxt["size"].to_numpy()[waiting],
+            "gap_s": (nxt["start_s"].to_numpy() - prev["end_s"].to_numpy())[waiting],
+            "dur_s": (nxt["end_s"] - nxt["start_s"]).to_numpy()[waiting]}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def _excess_ms(rows, specs):
+    """Per batch: the GPU time it cost beyond its table latency (gap before it + compute − table)."""
+    table = np.array([specs[m].latency(int(z)) for m, z in zip(rows["model"], rows["size"])])
+    return 1e3 * (rows["gap_s"].to_numpy() + rows["dur_s"].to_numpy()) - table
+
+
+def per_batch_costs(engines, make_backend, seconds=0.4):
+    """What a batch costs beyond its latency table, measured under the real driver.
+
+    Two saturating calibration runs of their own (never a scenario's workload), one stream,
+    batches of 4 taken as soon as a stream frees:
+    - each model alone: the mean excess of a batch that follows the same model (the driver's
+      completion polling and launch, plus the spread of compute around the table's median);
+    - all models at once, FIFO: the mean extra excess of a batch that follows another model
+      (colder caches, another CUDA graph) — the model's ``switch_ms``.
+    Means, not medians: a queue drains at the mean cost per batch.
+    Returns ({model: same-model excess ms}, {model: switch ms}).
+    """
+    specs = {n: e.spec for n, e in engines.items()}
+    same = {}
+    for name, e in engines.items():
+        wl = S.make_workload([S.Poisson(name, 1.5 * specs[name].throughput(4), slo_ms=1e6)],
+                             seconds, seed=99)
+        res = S.run([e], wl, S.Policy(batching=S.Batching(4, 0.0)), backend=make_backend())
+        rows = _back_to_back(res)
+        same[name] = float(np.mean(_excess_ms(rows, specs))) if len(rows) else 0.0
+    srcs = [S.Poisson(n, 1.5 / len(engines) * specs[n].throughput(4), slo_ms=1e6) for n in engines]
+    wl = S.make_workload(srcs, 2 * seconds, seed=98)
+    res = S.run(list(engines.values()), wl, S.Policy(batching=S.Batching(4, 0.0)),
+                backend=make_backend())
+    rows = _back_to_back(res)
+    rows = rows[rows["prev"] != rows["model"]]
+    excess = pd.Series(_excess_ms(rows, specs), index=rows["model"].to_numpy())
+    switch = {n: max(0.0, float(excess.loc[[n]].mean()) - same[n]) if n in excess.index else 0.0
+              for n in engines}
+    return same, switch
 
 
 def _wait(handle, threads: bool) -> None:
@@ -106,24 +147,37 @@ def _wait(handle, threads: bool) -> None:
             time.sleep(0)
 
 
-def interference(engines, make_backend, batch=4, n=30):
-    """Slowdown of a batch while another stream runs one: mean(concurrent / alone) - 1."""
-    a, b = list(engines.values())[:2]
+def share_slowdowns(engines, make_backend, batch=4, n=12):
+    """Per model: how much slower it computes while another stream's batch runs beside it.
+
+    Each model runs batches on stream 0 while each other model runs one on stream 1 (``n``
+    pairs per partner, started together). A batch of alone-time ``L`` that overlaps the partner
+    for ``ov`` seconds and computes at ``1/(1+f)`` of its speed meanwhile lasts
+    ``L + ov * f / (1 + f)``: ``f`` is fitted by least squares over the pairs, the very model
+    the simulator runs (``ModelSpec.share_slowdown``).
+    """
     backend = make_backend()
     threads = getattr(backend, "kind", "") == "threads"
     lanes = backend.lanes([S.Stream(), S.Stream()])
-    a.setup(backend, lanes, max_batch=batch)
-    b.setup(backend, lanes, max_batch=batch)
-    ratios = []
-    for _ in range(n):
-        ha = backend.submit(lanes[0], lambda: a.launch(batch, 0))
-        hb = backend.submit(lanes[1], lambda: b.launch(batch, 1))
-        _wait(ha, threads)
-        _wait(hb, threads)
-        for h, e in ((ha, a), (hb, b)):
-            s, t = h.times()
-            ratios.append((t - s) * 1e3 / e.spec.latency(batch))
-    return max(0.0, float(np.mean(ratios)) - 1.0)
+    for e in engines.values():
+        e.setup(backend, lanes, max_batch=batch)
+    out = {}
+    for name, e in engines.items():
+        ov, extra = [], []
+        for other in (o for o in engines.values() if o is not e):
+            for _ in range(n):
+                ha = backend.submit(lanes[0], lambda: e.launch(batch, 0))
+                hb = backend.submit(lanes[1], lambda o=other: o.launch(batch, 1))
+                _wait(ha, threads)
+                _wait(hb, threads)
+                (s0, e0), (s1, e1) = ha.times(), hb.times()
+                ov.append(max(0.0, min(e0, e1) - max(s0, s1)))
+                extra.append((e0 - s0) - e.spec.latency(batch) / 1e3)
+        ov, extra = np.array(ov), np.array(extra)
+        g = float(ov @ extra / (ov @ ov)) if ov.any() else 0.0
+        g = min(max(g, 0.0), 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
+        out[name] = g / (1.0 - g)
+    return out
 
 
 def rate_for(spec, load, batch):
@@ -131,8 +185,12 @@ def rate_for(spec, load, batch):
     return load * batch / (spec.latency(batch) / 1e3)
 
 
-def scenarios(specs, names, seconds, interf):
-    """Three scenarios sized from the measured tables."""
+def scenarios(specs, names, seconds):
+    """Three calibration-free scenarios sized from the measured tables, plus a held-out one.
+
+    Nothing here is tuned to the real runs; the held-out scenario (three streams, five models,
+    cameras plus bursts) was added after the model changes and is never used to choose them.
+    """
     n = names
     out = {}
     # 1. mixed priorities, up to 3 models on one stream, strict priority, dynamic batching
@@ -145,9 +203,9 @@ def scenarios(specs, names, seconds, interf):
         src.append(S.Bursty(m3[2], rate_for(specs[m3[2]], 0.9, 8), on_s=0.15, off_s=0.6,
                             slo_ms=slo[m3[2]], priority=2))
     out["mixed_priorities"] = (src, S.Policy(order="priority", batching={
-        m: S.Batching(8, 2.0) for m in m3}), 0.0)
+        m: S.Batching(8, 2.0) for m in m3}))
     # 2. cameras plus bursty traffic: EDF with early drop, camera fairness
-    det, other = n[0], n[-1]
+    det, other = n[0], n[min(3, len(n) - 1)]
     cams_fps = 30.0
     n_cams = int(max(2, min(16, 0.35 * specs[det].throughput(8) / cams_fps)))
     src2 = [S.Cameras(det, n=n_cams, fps=cams_fps, jitter_ms=2.0, slo_ms=3 * specs[det].latency(8) + 15),
@@ -155,53 +213,64 @@ def scenarios(specs, names, seconds, interf):
                      slo_ms=4 * specs[other].latency(8) + 5, priority=1)]
     out["cameras_bursty_edf"] = (src2, S.Policy(order="edf", fairness=S.CameraFairness(),
                                                 batching={det: S.Batching(8, 3.0),
-                                                          other: S.Batching(8, 1.0)}), 0.0)
-    # 3. two streams, every model, FIFO batching; concurrency slowdown measured beforehand
-    src3 = [S.Poisson(m, rate_for(specs[m], 0.6 / len(n) * 2, 4),
-                      slo_ms=4 * specs[m].latency(8) + 5, priority=0) for m in n]
-    out["two_streams_fifo"] = (src3, S.Policy(order="fifo", streams=2,
-                                              batching=S.Batching(8, 1.0)), interf)
-    return {k: (S.make_workload(s, seconds, seed=17 + j), pol, a)
-            for j, (k, (s, pol, a)) in enumerate(out.items())}
+                                                          other: S.Batching(8, 1.0)}))
+    # 3. two streams, four models, FIFO batching
+    n4 = n[:4]
+    src3 = [S.Poisson(m, rate_for(specs[m], 0.6 / len(n4) * 2, 4),
+                      slo_ms=4 * specs[m].latency(8) + 5, priority=0) for m in n4]
+    out["two_streams_fifo"] = (src3, S.Policy(order="fifo", streams=2, batching=S.Batching(8, 1.0)))
+    # 4. held out: three streams, every model, cameras + bursts + steady traffic, priorities
+    if len(n) >= 5:
+        cams = int(max(2, min(12, 0.2 * specs[n[0]].throughput(8) / cams_fps)))
+        src4 = [S.Cameras(n[0], n=cams, fps=cams_fps, jitter_ms=2.0,
+                          slo_ms=3 * specs[n[0]].latency(8) + 15, priority=0),
+                S.Bursty(n[1], rate_for(specs[n[1]], 0.8, 8), on_s=0.12, off_s=0.5,
+                         slo_ms=4 * specs[n[1]].latency(8) + 5, priority=1),
+                S.Poisson(n[2], rate_for(specs[n[2]], 0.15, 4),
+                          slo_ms=4 * specs[n[2]].latency(8) + 5, priority=1),
+                S.Poisson(n[3], rate_for(specs[n[3]], 0.15, 4),
+                          slo_ms=4 * specs[n[3]].latency(8) + 5, priority=2),
+                S.Bursty(n[4], rate_for(specs[n[4]], 0.6, 8), on_s=0.2, off_s=0.8,
+                         slo_ms=4 * specs[n[4]].latency(8) + 5, priority=2)]
+        out["held_out_three_streams"] = (src4, S.Policy(order="priority", streams=3,
+                                                        batching=S.Batching(8, 1.5)))
+    return {k: (S.make_workload(src_, seconds, seed=17 + j), pol)
+            for j, (k, (src_, pol)) in enumerate(out.items())}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--models", default="resnet50,resnet18,mobilenet_v3_large,efficientnet_b0")
-    ap.add_argument("--max-batch", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=25)
-    ap.add_argument("--no-graphs", action="store_true", help="eager PyTorch instead of CUDA graphs")
-    ap.add_argument("--synthetic-cpu", action="store_true",
-                    help="no GPU: sleeping CPU threads (synthetic; checks the script only)")
-    args = ap.parse_args()
+def one_process(args) -> None:
+    """Calibrate, run every scenario real and simulated, write the tables (one process)."""
     t_start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     engines, make_backend, label = build(args)
     print("measuring latency tables ...", flush=True)
     tables = measure_all(engines, make_backend, args.max_batch, args.repeats)
     tables.to_csv(args.out / "latency_tables.csv", index=False)
-    gap = dispatch_gap_ms(next(iter(engines.values())), make_backend)
-    interf = interference(engines, make_backend) if len(engines) > 1 else 0.0
+    same, switch = per_batch_costs(engines, make_backend)
+    slow = share_slowdowns(engines, make_backend) if len(engines) > 1 else {n: 0.0 for n in engines}
     info = make_backend().describe()
-    info.update(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), dispatch_gap_ms=gap,
-                interference=interf, label=label or "real GPU measurement",
+    info.update(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), batch_excess_ms=same,
+                switch_ms=switch, share_slowdown=slow, label=label or "real GPU measurement",
                 models=list(engines), max_batch=args.max_batch, cuda_graphs=not args.no_graphs)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
-    print(f"dispatch gap {gap:.3f} ms, two-stream interference {interf:.3f}", flush=True)
+    for n in engines:
+        print(f"  {n:20s} excess {same[n]:.3f} ms  switch {switch[n]:.3f} ms  "
+              f"share slowdown {slow[n]:.3f}", flush=True)
 
     specs = {n: e.spec for n, e in engines.items()}
-    # the simulator's view of a batch: measured GPU time plus the measured dispatch gap
-    sim_specs = [s.with_(latency_ms=tuple(x + gap for x in s.latency_ms)) for s in specs.values()]
-    for spec in sim_specs:  # the driver's dispatcher decides from the very same specs
+    # The simulator's view of a batch: measured table + mean excess per batch, plus the
+    # model-switch cost and the sharing slowdown. The driver decides from the same latencies.
+    sim_specs = [s.with_(latency_ms=tuple(x + same[s.name] for x in s.latency_ms),
+                         switch_ms=switch[s.name], share_slowdown=slow[s.name])
+                 for s in specs.values()]
+    for spec in sim_specs:
         engines[spec.name].spec = spec
     rows = []
-    for name, (wl, pol, a) in scenarios(specs, list(engines), args.seconds, interf).items():
+    for name, (wl, pol) in scenarios(specs, list(engines), args.seconds).items():
         print(f"scenario {name}: {len(wl)} requests over {args.seconds:g} s, {pol.describe()}",
               flush=True)
         real = S.run(engines, wl, pol, backend=make_backend())
-        sim = S.simulate(sim_specs, wl, pol, seed=1, interference=a)
+        sim = S.simulate(sim_specs, wl, pol, seed=1)
         real.save(args.out / f"{name}.real")
         sim.save(args.out / f"{name}.sim")
         for by in (None, "model"):
@@ -218,7 +287,8 @@ def main() -> None:
             f"Models: {', '.join(engines)} (fp16, random weights, "
             f"{'CUDA graphs' if not args.no_graphs else 'eager'}), max batch {args.max_batch}; "
             f"{args.seconds:g} s of arrivals per scenario, first {WARMUP_S:g} s left out.",
-            f"Measured beforehand: dispatch gap {gap:.3f} ms, two-stream interference {interf:.3f}.",
+            "Measured beforehand (calibration.json): per-batch excess, model-switch cost and "
+            "sharing slowdown per model.",
             "Pass: p50 and p99 within 10 % of real, SLO attainment within 2 points.",
             f"Re-run: `python benchmarks/sched_fidelity.py OUTDIR --seconds {args.seconds:g}`.", "",
             "| scenario | group | p50 sim | p50 real | err % | p99 sim | p99 real | err % | "
@@ -231,6 +301,70 @@ def main() -> None:
     head += ["", f"Total wall time {time.perf_counter() - t_start:.0f} s."]
     (args.out / "fidelity.md").write_text("\n".join(head) + "\n")
     print("\n".join(head))
+
+
+def summarize_runs(out: Path, runs: list[Path]) -> str:
+    """Min–max over fresh processes of each group's errors; pass only if every run passes."""
+    frames = [pd.read_csv(r / "fidelity.csv").assign(run=k) for k, r in enumerate(runs)
+              if (r / "fidelity.csv").exists()]
+    if not frames:
+        raise SystemExit("no run finished")
+    t = pd.concat(frames, ignore_index=True)
+    g = t.groupby(["scenario", "group"], sort=False)
+    agg = pd.DataFrame({
+        "p50_err_min": g["p50_err_pct"].min(), "p50_err_max": g["p50_err_pct"].max(),
+        "p99_err_min": g["p99_err_pct"].min(), "p99_err_max": g["p99_err_pct"].max(),
+        "slo_diff_min": g["slo_diff_pts"].min(), "slo_diff_max": g["slo_diff_pts"].max(),
+        "runs": g["run"].nunique(), "ok_all": g["ok"].all()}).reset_index()
+    agg.to_csv(out / "fidelity_runs.csv", index=False)
+    info = json.loads((runs[0] / "calibration.json").read_text())
+    lines = [f"# Scheduler fidelity over {len(frames)} fresh processes ({info['label']})", "",
+             f"GPU: {info.get('gpu', 'n/a')}, driver {info.get('driver', 'n/a')}, "
+             f"torch {info.get('torch', 'n/a')}, CUDA {info.get('cuda', 'n/a')}; {info['date']}.",
+             "Each process measures its own tables and calibration, then runs every scenario real "
+             "and simulated. Errors: simulated vs real, min–max over the processes.",
+             f"Pass: every run within 10 % (p50, p99) and 2 points (SLO). Passing groups: "
+             f"{int(agg['ok_all'].sum())} of {len(agg)}.", "",
+             "| scenario | group | p50 err % | p99 err % | SLO diff pts | runs | pass in all |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for r in agg.itertuples():
+        lines.append(f"| {r.scenario} | {r.group} | {r.p50_err_min:+.1f} … {r.p50_err_max:+.1f} | "
+                     f"{r.p99_err_min:+.1f} … {r.p99_err_max:+.1f} | "
+                     f"{r.slo_diff_min:+.1f} … {r.slo_diff_max:+.1f} | {r.runs} | "
+                     f"{'yes' if r.ok_all else 'NO'} |")
+    text = "\n".join(lines) + "\n"
+    (out / "fidelity_runs.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--models", default="resnet50,resnet18,mobilenet_v3_large,efficientnet_b0,resnet34")
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=25)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="run the whole measurement in this many fresh processes and write "
+                         "fidelity_runs.md with min–max errors")
+    ap.add_argument("--no-graphs", action="store_true", help="eager PyTorch instead of CUDA graphs")
+    ap.add_argument("--synthetic-cpu", action="store_true",
+                    help="no GPU: sleeping CPU threads (synthetic; checks the script only)")
+    args = ap.parse_args()
+    if args.processes <= 1:
+        one_process(args)
+        return
+    import subprocess
+    runs = []
+    for k in range(args.processes):
+        sub = args.out / f"run{k + 1}"
+        cmd = [sys.executable, __file__, str(sub), "--seconds", str(args.seconds), "--models",
+               args.models, "--max-batch", str(args.max_batch), "--repeats", str(args.repeats)]
+        cmd += ["--no-graphs"] * args.no_graphs + ["--synthetic-cpu"] * args.synthetic_cpu
+        print(f"process {k + 1}/{args.processes}: {' '.join(cmd[1:])}", flush=True)
+        subprocess.run(cmd, check=False)
+        runs.append(sub)
+    print(summarize_runs(args.out, runs))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from hookmagic.common.version import __version__
 
 __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
            "recordings", "sched",
@@ -22,24 +22,12 @@ __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "Hookmagic
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 from hookmagic.common.errors import HookmagicError
+from hookmagic.facades import load  # also attaches trace.summary(), .flame(), ... (see facades)
+from hookmagic.multirank import load_many  # also attaches TraceSet.stragglers(), ...
 
 if TYPE_CHECKING:
     from hookmagic.cupti import CaptureUnavailable, capture, range
     from hookmagic.trace import Trace
-
-
-def load(path: str) -> "Trace":
-    """Open a saved trace (``Trace.save``) or a Kineto/torch.profiler Chrome-trace JSON."""
-    from hookmagic.trace.io import load_any
-
-    return load_any(path)
-
-
-def load_many(paths: Any, **kw: Any) -> Any:
-    """Open many traces (one per rank) as a TraceSet: see :func:`hookmagic.multirank.load_many`."""
-    from hookmagic.multirank import load_many as _load_many
-
-    return _load_many(paths, **kw)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from hookmagic.analysis.flame import PATH_SEP, flame_tree, node_paths
 from hookmagic.analysis.occupancy import kernel_occupancy
-from hookmagic.trace.kineto import TraceFileError, read_kineto
+from hookmagic.importers.kineto import TraceFileError, read_kineto
 from hookmagic.trace.schema import TABLES
 
 BASE = 1_700_000_000_000_000  # epoch microseconds, as older Kineto traces write them

@@ -510,14 +510,14 @@ def _synthetic_hookmagic(gpu):
 def test_profile_module_on_a_synthetic_gpu(monkeypatch):
     import sys
 
-    import hookmagic
+    from hookmagic import cupti
     from hookmagic.layers.torch_modules import profile_module
 
     gpu = SyntheticGPU(range_cost=6000)   # hooks slower than the GPU: it waits for launches
     fake = _synthetic_hookmagic(gpu)
     monkeypatch.setitem(sys.modules, "torch", SyntheticTorch(gpu))
-    monkeypatch.setattr(hookmagic, "range", fake.range)
-    monkeypatch.setattr(hookmagic, "capture", fake.capture)
+    monkeypatch.setattr(cupti, "range", fake.range)
+    monkeypatch.setattr(cupti, "capture", fake.capture)
     conv = SyntheticKernelModule(gpu, "conv_kernel", 5000, params=[StandInParam((8, 3, 3, 3))])
     relu = SyntheticKernelModule(gpu, "relu_kernel", 100)       # short: the host falls behind
     fc = SyntheticKernelModule(gpu, "gemv", 1000)

@@ -79,24 +79,21 @@ def test_chrome_json_gets_a_hint(tmp_path):
         load_trace(path)
 
 
-def test_load_any_reads_saved_traces_and_hands_json_to_the_fake_kineto_importer(
-        tmp_path, monkeypatch, synthetic_trace):
-    import sys
-    import types
-    from hookmagic.trace.io import load_any
+def test_hookmagic_load_tells_saved_traces_from_kineto_json_by_content(tmp_path, synthetic_trace):
+    import hookmagic
     saved = synthetic_trace.save(tmp_path / "t.anyname")
-    assert load_any(saved).meta == synthetic_trace.meta
+    assert hookmagic.load(saved).meta == synthetic_trace.meta
+    # a minimal synthetic Kineto trace: one kernel, named in the file
     path = tmp_path / "kineto.json"
-    path.write_text('{"traceEvents": []}')
-    fake = types.ModuleType("hookmagic.trace.kineto")
-    fake.read_kineto = lambda p: ({"kernels": pd.DataFrame({"name": ["fake"]})},
-                                  {"source": "import:kineto", "from": str(p)})
-    monkeypatch.setitem(sys.modules, "hookmagic.trace.kineto", fake)
-    imported = load_any(path)
-    assert imported.kernels["name"].tolist() == ["fake"]
-    assert imported.meta["from"] == str(path)
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "synthetic_kernel", "pid": 0, "tid": 7,
+         "ts": 10.0, "dur": 2.5, "args": {"device": 0, "stream": 7, "correlation": 1}}]}))
+    imported = hookmagic.load(path)
+    assert imported.kernels["name"].tolist() == ["synthetic_kernel"]
+    assert imported.kernels["duration_ns"].tolist() == [2500]
+    assert imported.meta["source"].startswith("import:kineto")
     with pytest.raises(TraceFileError, match="no trace file"):
-        load_any(tmp_path / "missing.hmtrace")
+        hookmagic.load(tmp_path / "missing.hmtrace")
 
 
 def test_hookmagic_load_opens_saved_trace(tmp_path, synthetic_trace):

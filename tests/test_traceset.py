@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import hookmagic
-from hookmagic.analysis.intervals import busy_ns
+from hookmagic.common.intervals import busy_ns
 from hookmagic.analysis.ranks import ClockSkewWarning
 from hookmagic.trace.folder import save_trace_folder
 from hookmagic.traceset import MixedJobsError, TraceSetError

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.flame import event_mask, table
+from hookmagic.analysis.tables import event_mask, table
 from hookmagic.analysis.occupancy import device_entry
 
 #: usable GB/s per lane and direction after line encoding, by PCIe generation

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.analysis.copies import copy_bandwidth, tiny_kernels
-from hookmagic.analysis.flame import table
+from hookmagic.analysis.tables import table
 from hookmagic.analysis.idle import idle_summary
 from hookmagic.analysis.kernels import kernel_summary
 from hookmagic.analysis.occupancy import kernel_occupancy

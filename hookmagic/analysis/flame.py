@@ -19,6 +19,8 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import pandas as pd
 
+from hookmagic.analysis.tables import as_set, event_mask, root_label, table
+
 Weight = Literal["time", "launches", "bytes"]
 WEIGHTS: tuple[str, ...] = ("time", "launches", "bytes")
 
@@ -27,43 +29,6 @@ PATH_SEP = "\x1f"
 
 NODE_COLUMNS = ["id", "parent", "label", "kind", "value", "self_value", "calls", "file_line",
                 "share", "depth", "path"]
-
-
-# -- small shared helpers (used by the other analyses too) ---------------------------------
-
-def table(trace: Any, name: str) -> pd.DataFrame:
-    """Table ``name`` of ``trace``, or an empty schema table when the trace lacks it."""
-    frame = getattr(trace, name, None)
-    if frame is None:
-        from hookmagic.trace.schema import empty_table
-        return empty_table(name)
-    return frame
-
-
-def _as_set(value: int | Iterable[int] | None) -> list[int] | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, np.integer)):
-        return [int(value)]
-    return [int(v) for v in value]
-
-
-def event_mask(frame: pd.DataFrame, device: int | Iterable[int] | None = None,
-               stream: int | Iterable[int] | None = None) -> np.ndarray:
-    """Boolean mask of the rows of ``frame`` on ``device`` and ``stream`` (None: all)."""
-    mask = np.ones(len(frame), dtype=bool)
-    devices, streams = _as_set(device), _as_set(stream)
-    if devices is not None and "device" in frame:
-        mask &= np.isin(frame["device"].to_numpy(), devices)
-    if streams is not None and "stream" in frame:
-        mask &= np.isin(frame["stream"].to_numpy(), streams)
-    return mask
-
-
-def root_label(trace: Any) -> str:
-    """The name of the tree's root: the capture's label, else ``"capture"``."""
-    meta = getattr(trace, "meta", None) or {}
-    return str(meta.get("label") or meta.get("cell_label") or "capture")
 
 
 # -- events -> groups ------------------------------------------------------------------------

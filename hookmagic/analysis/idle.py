@@ -24,8 +24,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.flame import _as_set, event_mask, table
-from hookmagic.analysis.intervals import merge_intervals
+from hookmagic.analysis.tables import as_set, event_mask, table
+from hookmagic.common.intervals import merge_intervals
 
 #: API calls that block the host until the GPU catches up
 BLOCKING_API = re.compile(r"Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
@@ -201,7 +201,7 @@ def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
     meta gives them; the others are "between". Columns: see :data:`GAP_COLUMNS` and the
     module docstring; ``cause`` is "host-bound", "launch latency" or "synchronisation".
     """
-    events, labels = _gpu_events(trace, _as_set(device))
+    events, labels = _gpu_events(trace, as_set(device))
     none_label = int(np.flatnonzero(labels == "")[0]) if len(labels) else 0
     meta = getattr(trace, "meta", None) or {}
     cap_start, cap_end = meta.get("start_ns"), meta.get("end_ns")
@@ -270,7 +270,7 @@ def idle_summary(trace: Any, device: int | Iterable[int] | None = None) -> pd.Da
     gaps whose cause is synchronisation), ``gaps`` (between-work gaps), ``median_gap_ns``,
     ``launch_latency_p50_ns`` and ``launch_latency_p90_ns`` (API call start -> kernel start).
     """
-    events, _ = _gpu_events(trace, _as_set(device))
+    events, _ = _gpu_events(trace, as_set(device))
     gaps = idle_gaps(trace, device)
     corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
     meta = getattr(trace, "meta", None) or {}

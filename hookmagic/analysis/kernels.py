@@ -9,7 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.flame import event_mask, table
+from hookmagic.analysis.tables import event_mask, table
 
 SUMMARY_COLUMNS = ["name", "count", "total_ns", "mean_ns", "p50_ns", "p99_ns", "min_ns",
                    "max_ns", "share"]

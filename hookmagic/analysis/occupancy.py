@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.flame import event_mask, table
+from hookmagic.analysis.tables import event_mask, table
 
 KiB = 1024
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.intervals import busy_ns, merge_intervals  # noqa: F401 (public here)
+from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.intervals import busy_ns, merge_intervals  # noqa: F401 (public here)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from hookmagic.trace.model import Trace
@@ -61,9 +62,12 @@ def device_memory_in_use(memory: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@dataclass(eq=False)
+@accepts_methods("Summary")
+@dataclass(eq=False, repr=False)
 class Summary:
     """Headline numbers of one trace. Display it for a compact table; fields hold the numbers.
+
+    Its display (``repr`` and the notebook's HTML) is attached by :mod:`hookmagic.facades`.
 
     Times are seconds, sizes bytes. ``idle_fraction`` is the share of the capture's wall time
     the GPUs that did any work spent doing nothing (NaN when the wall time is unknown).
@@ -97,13 +101,6 @@ class Summary:
         """The largest per-device peak of memory allocated during the capture."""
         return max(self.peak_memory.values(), default=0)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        from hookmagic.views.summary import summary_bundle
-        return summary_bundle(self)
-
-    def __repr__(self) -> str:
-        from hookmagic.views.summary import summary_text
-        return summary_text(self)
 
 
 _AROUND_THE_CELL = ("start_s", "stop_s", "take_s", "build_s")

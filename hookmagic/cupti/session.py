@@ -279,7 +279,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self._native = None
 
     def _meta(self, native, end_ns: int, wall_s: float) -> dict:
-        from hookmagic import __version__
+        from hookmagic.common.version import __version__
 
         driver = library.driver_info()
         return {

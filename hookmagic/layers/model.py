@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.accessors import accepts_methods
+
 from .errors import LayerFileError
 
 #: ordered {column: meaning} of ``LayerProfile.layers``; one row per engine layer in execution order
@@ -97,6 +99,7 @@ def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
+@accepts_methods("LayerProfile")
 @dataclass
 class LayerProfile:
     """Per-layer timing, precision and memory of one engine (or one PyTorch module).
@@ -165,14 +168,6 @@ class LayerProfile:
         cols = ["order", "name", "type", "precision", "mean_ms", "median_ms", "pct", "tactic"]
         return (self.layers.sort_values([by, "order"], ascending=[False, True], kind="stable")
                 .head(n)[cols].reset_index(drop=True))
-
-    def compare(self, other: "LayerProfile", **kwargs: Any) -> pd.DataFrame:
-        """Pair this engine's layers with ``other``'s and give the speedup of each pair.
-
-        See :func:`hookmagic.layers.compare.compare_layers` for the columns and options.
-        """
-        from .compare import compare_layers
-        return compare_layers(self, other, **kwargs)
 
     def summary(self) -> dict[str, Any]:
         """Headline numbers as a plain dict (what ``hookmagic trt summary --json`` prints)."""

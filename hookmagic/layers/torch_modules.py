@@ -289,7 +289,7 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
     """
     import torch
 
-    import hookmagic
+    from hookmagic import cupti
 
     if iterations < 1:
         raise ValueError("iterations must be at least 1")
@@ -297,7 +297,7 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
     was_training = model.training
     model.eval()
     leaves = leaf_modules(model)
-    hooks = ModuleRangeHooks(leaves, hookmagic.range)
+    hooks = ModuleRangeHooks(leaves, cupti.range)
     gc_was_enabled = gc.isenabled()
     try:
         with torch.inference_mode():
@@ -309,12 +309,12 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
             clean = _timed_runs(torch, model, inputs, iterations) if clean_latency else []
             events = _event_pairs(torch, iterations)
             hooks.install()
-            with hookmagic.capture(label=name or type(model).__name__, stacks=False) as trace:
-                with hookmagic.range(WARMUP_RANGE):
+            with cupti.capture(label=name or type(model).__name__, stacks=False) as trace:
+                with cupti.range(WARMUP_RANGE):
                     for _ in range(capture_warmup):
                         model(*inputs)
                 for i, (start, end) in enumerate(events):
-                    with hookmagic.range(f"{ITERATION_PREFIX}{i}"):
+                    with cupti.range(f"{ITERATION_PREFIX}{i}"):
                         start.record()
                         model(*inputs)
                         end.record()

@@ -34,8 +34,8 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _kernel(arrival, qid, qorder, qstart, mult, tables, max_batch, delay, preferred, n_pref,
-            n_levels, stream_order, order_code):
+def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay, preferred,
+            n_pref, n_levels, stream_order, order_code):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -46,6 +46,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, max_batch, delay, prefer
     n_m = np.zeros(M, np.int64)
     busy = np.zeros(S, np.bool_)
     s_end = np.full(S, inf)
+    s_prev = np.full(S, -1, np.int64)  # last model per stream: a different one pays switch
     b_model = np.empty(n, np.int64)
     b_stream = np.empty(n, np.int64)
     b_start = np.empty(n)
@@ -164,6 +165,9 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, max_batch, delay, prefer
                         break
                 n_m[m] -= best_size
                 end = t + tables[m, best_size] * mult[first]
+                if s_prev[s] != m:
+                    end += switch[m]
+                    s_prev[s] = m
                 b_model[nb] = m
                 b_stream[nb] = s
                 b_start[nb] = t
@@ -196,6 +200,7 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
     for k, s in enumerate(specs):
         tables[k, : s.max_batch + 1] = s.table_s(s.max_batch)
     delay = np.array([b.max_delay_ms / 1e3 for b in batchings])
+    switch = np.array([s.switch_ms / 1e3 for s in specs], dtype=float)
     prefs = [tuple(p for p in b.preferred if p <= mb) for b, mb in zip(batchings, max_batch)]
     n_pref = np.array([len(p) for p in prefs], dtype=np.int64)
     preferred = np.zeros((M, max(1, int(n_pref.max(initial=0)))), dtype=np.int64)
@@ -206,8 +211,8 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
                             dtype=np.int64)
     order_code = 0 if policy.order == "fifo" else 1
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
-                  np.ascontiguousarray(mult, dtype=float), tables, max_batch, delay, preferred,
-                  n_pref, L, stream_order, order_code)
+                  np.ascontiguousarray(mult, dtype=float), tables, switch, max_batch, delay,
+                  preferred, n_pref, L, stream_order, order_code)
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
     drop_s = np.full(n, np.nan)

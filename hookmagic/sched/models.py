@@ -32,6 +32,14 @@ class ModelSpec:
         0 means deterministic. The simulator draws a gamma-distributed multiplier of mean 1
         (cv 1 is exponential), so the same spec gives M/D/1, M/M/1 or M/G/1 behaviour.
     max_batch : the largest batch the engine accepts (defaults to the largest measured size).
+    switch_ms : extra time a batch takes when the previous batch on its stream was another
+        model (colder caches, another CUDA graph), milliseconds. Latency tables are measured
+        back to back with the same model, so they do not contain it; a calibration that
+        alternates models measures it (``benchmarks/sched_fidelity.py``).
+    share_slowdown : how much slower this model computes while another stream's batch runs on
+        the same GPU: progress at ``1 / (1 + share_slowdown * k)`` of its own speed while ``k``
+        other streams compute (0: streams are independent). Measured per model by running it
+        beside the other models.
 
     Latency for a size that was not measured is interpolated linearly between neighbours and
     extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
@@ -45,6 +53,8 @@ class ModelSpec:
     memory_bytes: int = 0
     service_cv: float = 0.0
     max_batch: int = 0
+    switch_ms: float = 0.0
+    share_slowdown: float = 0.0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +71,11 @@ class ModelSpec:
         object.__setattr__(self, "latency_ms", lat)
         if self.max_batch <= 0:
             object.__setattr__(self, "max_batch", sizes[-1])
+        for what in ("switch_ms", "share_slowdown"):
+            v = float(getattr(self, what))
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"ModelSpec {self.name!r}: {what} must be finite and >= 0, got {v}")
+            object.__setattr__(self, what, v)
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod

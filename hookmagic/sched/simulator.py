@@ -12,10 +12,15 @@ next completion, or, while some stream is free, the next arrival or batching tim
 
 A batch's service time is the model's table latency at its size times a random multiplier of
 mean 1 drawn per request (``ModelSpec.service_cv``) and taken from the batch's first request,
-so results do not depend on event order and the engines agree request for request. With
-``interference > 0`` a batch that starts while ``k`` others run takes ``1 + interference * k``
-times longer (a simple stand-in for streams sharing one GPU; 0 treats streams as independent
-servers).
+so results do not depend on event order and the engines agree request for request. A batch
+whose stream last ran another model also pays that model's ``switch_ms`` (cold caches, another
+CUDA graph).
+
+Streams share one GPU: while ``k`` other streams compute, a batch of model ``m`` progresses at
+``1 / (1 + f_m * k)`` of its own speed, with ``f_m`` the spec's ``share_slowdown`` (or the
+``interference`` argument for specs without one). Its end moves whenever another batch starts
+or ends, so the slowdown follows how long batches really overlap, not only what ran when it
+started. With every ``f_m`` zero, streams are independent servers.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from .policies import Policy
 from .result import SimResult, assemble
 from .workloads import Workload, make_workload
 
-__all__ = ["simulate", "simulate_raw", "service_multipliers"]
+__all__ = ["simulate", "simulate_raw", "service_multipliers", "share_slowdowns"]
 
 _INF = float("inf")
 
@@ -75,7 +80,7 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     seed : seeds the arrivals (when sources are given) and the service-time spread.
     engine : "general" (any policy), "fast" (compiled path: fifo/priority order, dynamic
         batching, plain streams; raises if the policy needs more) or "auto" (fast when it can).
-    interference : slowdown per concurrently running batch (0: independent streams).
+    interference : ``share_slowdown`` for specs that do not set their own (0: independent streams).
 
     Returns a :class:`SimResult`: ``.requests`` (one row per request), ``.batches``,
     ``.metrics()``.
@@ -101,6 +106,13 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     return SimResult(req, bat, meta)
 
 
+def share_slowdowns(specs: Sequence[ModelSpec], interference: float = 0.0) -> list[float]:
+    """Each model's slowdown per other computing stream: its own, else ``interference``."""
+    if not np.isfinite(interference) or interference < 0:
+        raise ValueError(f"interference must be finite and >= 0, got {interference}")
+    return [s.share_slowdown if s.share_slowdown > 0 else float(interference) for s in specs]
+
+
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
                  policy: Policy, engine: str = "auto", interference: float = 0.0):
     """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
@@ -108,7 +120,8 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     """
     from . import fast
-    ok = fast.supports(policy, specs, interference)
+    shared = len(policy.streams) > 1 and any(share_slowdowns(specs, interference))
+    ok = fast.supports(policy, specs, 0.0) and not shared
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
                          "streams only; use engine='general'")
@@ -127,8 +140,17 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     mult_l = mult.tolist()
     tables = [spec.table_s(max(spec.max_batch, ms.max_batch, ms.cap)).tolist()
               for spec, ms in zip(specs, d.models)]
+    switch = [spec.switch_ms / 1e3 for spec in specs]
     streams = policy.streams
     S = len(streams)
+    slow_by_model = share_slowdowns(specs, interference)
+    # Overlap-aware sharing only where it can matter: several streams and some slowdown.
+    sharing = S > 1 and any(slow_by_model)
+    s_work = [0.0] * S  # alone-seconds of work left as of s_mark (sharing only)
+    s_mark = [0.0] * S
+    s_slow = [1.0] * S
+    s_rec = [0] * S  # index of the stream's running batch in records (sharing only)
+    s_prev = [-1] * S  # the last model each stream ran (switch cost)
     order = sorted(range(S), key=lambda s: (streams[s].priority, s))
     homogeneous = all(st.models is None for st in streams)
     # Only adaptive caps and concurrency limits care about completions.
@@ -138,7 +160,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     s_model = [0] * S
     s_start = [0.0] * S
     idle = S
-    records: list[tuple[int, int, float, float, int]] = []
+    records: list[list] = []  # [model, stream, start, end, size]; end moves while shared
     served: list[int] = []
     p = 0
     wake = _INF
@@ -157,13 +179,22 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 t = wake
         if t == _INF:
             break
+        if sharing:  # progress of every running batch up to t, at the slowdown it had
+            for s in range(S):
+                if s_end[s] != _INF:
+                    s_work[s] -= (t - s_mark[s]) / s_slow[s]
+                    s_mark[s] = t
+        changed = False
         if t_done <= t:
             for s in range(S):
                 if s_end[s] <= t:
                     if notify:
                         finished(s_model[s], s_start[s], s_end[s])
+                    if sharing:
+                        records[s_rec[s]][3] = s_end[s]
                     s_end[s] = _INF
                     idle += 1
+                    changed = True
         if arr[p] <= t:
             q = p + 1
             if arr[q] <= t:
@@ -185,10 +216,16 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 m, ids = got
                 size = len(ids)
                 dur = tables[m][size] * mult_l[ids[0]]
-                if interference:
-                    dur *= 1.0 + interference * (S - idle)
+                if s_prev[s] != m:
+                    dur += switch[m]
+                    s_prev[s] = m
                 end = t + dur
-                record((m, s, t, end, size))
+                if sharing:
+                    s_rec[s] = len(records)
+                    s_work[s] = dur
+                    s_mark[s] = t
+                    changed = True
+                record([m, s, t, end, size])
                 extend(ids)
                 s_end[s] = end
                 s_model[s] = m
@@ -196,6 +233,13 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 idle -= 1
                 if not idle:
                     break
+        if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
+            others = S - idle - 1
+            for s in range(S):
+                if s_end[s] != _INF:
+                    s_slow[s] = 1.0 + slow_by_model[s_model[s]] * others
+                    s_end[s] = t + s_work[s] * s_slow[s]
+                    records[s_rec[s]][3] = s_end[s]
     rec = np.array(records, dtype=float).reshape(-1, 5)
     return (d.status, d.drop_s, rec[:, 0].astype(np.int64), rec[:, 1].astype(np.int64),
             rec[:, 2].copy(), rec[:, 3].copy(), rec[:, 4].astype(np.int64),

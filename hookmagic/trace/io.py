@@ -125,23 +125,6 @@ def load_trace(path: str | os.PathLike) -> Trace:
     return Trace(tables, meta)
 
 
-def load_any(path: str | os.PathLike) -> Trace:
-    """Open a saved trace, or a Chrome/Kineto trace JSON (``.json`` / ``.json.gz``) as a Trace.
-
-    What ``hookmagic.load(path)`` calls. Saved traces are recognised by content, not by name.
-    JSON is read by the Kineto importer (``hookmagic.trace.kineto.read_kineto``).
-    """
-    path = Path(os.path.expanduser(os.fspath(path)))
-    if path.is_file() and not zipfile.is_zipfile(path):
-        with open(path, "rb") as fh:
-            head = fh.read(64)
-        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
-            from hookmagic.trace.kineto import read_kineto
-            tables, meta = read_kineto(path)
-            return Trace(tables, meta)
-    return load_trace(path)
-
-
 def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     try:
         raw = zf.read(META_ENTRY)

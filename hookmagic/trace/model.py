@@ -37,31 +37,23 @@ analysis and view works on all of them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
+from hookmagic.common.accessors import accepts_methods
 from hookmagic.trace import schema
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from hookmagic.analysis.summary import Summary
 
 FORMAT_VERSION = 1
 
 
 def hookmagic_version() -> str:
     """The installed hookmagic version, or ``"0+unknown"`` when running from a bare checkout."""
-    try:
-        from hookmagic import __version__
-        return str(__version__)
-    except ImportError:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            return version("hookmagic")
-        except PackageNotFoundError:
-            return "0+unknown"
+    from hookmagic.common.version import __version__
+    return str(__version__)
 
 
+@accepts_methods("Trace")
 class Trace:
     """One GPU capture: a DataFrame per table (see :mod:`hookmagic.trace.schema`) plus ``meta``.
 
@@ -70,6 +62,9 @@ class Trace:
     ``.memory_map()``, ``.diagnose()`` and ``.diff(other)`` look closer; ``.save(path)`` keeps
     it (``hookmagic.load(path)`` reads it back) and ``.to_chrome_trace(path)`` opens it in
     Perfetto or chrome://tracing. The meta keys are listed in :mod:`hookmagic.trace.model`.
+
+    Those analysis and view methods are attached by :mod:`hookmagic.facades` (this module
+    imports nothing above the data model).
     """
 
     kernels: pd.DataFrame
@@ -154,55 +149,6 @@ class Trace:
         """
         from hookmagic.trace.io import save_trace
         return save_trace(self, path)
-
-    def to_chrome_trace(self, path: str | os.PathLike) -> str:
-        """Write Chrome/Perfetto trace JSON (``.json`` or ``.json.gz``); returns the path.
-
-        Open it at https://ui.perfetto.dev or chrome://tracing; the fields follow PyTorch's
-        Kineto traces, so tools that read those (e.g. Holistic Trace Analysis) read it too.
-        """
-        from hookmagic.trace.chrome import to_chrome_trace
-        return to_chrome_trace(self, path)
-
-    # -- analyses and views (implemented in their own modules) -----------------------------
-    def summary(self, top: int = 10) -> "Summary":
-        """Headline numbers: GPU busy/idle time, top ``top`` kernels, copies, peak memory, overhead."""
-        from hookmagic.analysis.summary import summarize
-        return summarize(self, top=top)
-
-    def flame(self, **kw: Any) -> Any:
-        """Flame graph of GPU time by the Python stack that launched it (a Plotly figure)."""
-        from hookmagic.views.flame import flame_figure
-        return flame_figure(self, **kw)
-
-    def timeline(self, **kw: Any) -> Any:
-        """Timeline of kernels, copies and API calls per stream (a Plotly figure)."""
-        from hookmagic.views.timeline import timeline_figure
-        return timeline_figure(self, **kw)
-
-    def diagnose(self) -> Any:
-        """Findings about this trace (idle gaps, tiny kernels, syncs, ...) with advice."""
-        from hookmagic.analysis.diagnose import diagnose
-        return diagnose(self)
-
-    def diff(self, other: "Trace", **kw: Any) -> Any:
-        """Differential flame graph of GPU time: this trace against ``other``."""
-        from hookmagic.views.flame import diff_figure
-        return diff_figure(self, other, **kw)
-
-    def memory_map(self, **kw: Any) -> Any:
-        """Map of device allocations over address and time (a Plotly figure)."""
-        from hookmagic.views.memory_map import memory_map_figure
-        return memory_map_figure(self, **kw)
-
-    def fragmentation(self) -> pd.DataFrame:
-        """Fragmentation of device memory over the capture (a DataFrame)."""
-        from hookmagic.analysis.fragmentation import fragmentation_over_time
-        return fragmentation_over_time(self)
-
-    # -- display --------------------------------------------------------------------------
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return self.summary()._repr_mimebundle_(include=include, exclude=exclude)
 
     def __repr__(self) -> str:
         label = self.meta.get("label")

@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hookmagic.common.accessors import accepts_methods
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
 from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
@@ -38,6 +39,7 @@ from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, d
 DEFAULT_MEMORY_LIMIT = "3GB"
 
 
+@accepts_methods("TraceSet")
 class TraceSet:
     """Traces of many ranks (or many runs), analysed together out of core.
 
@@ -120,12 +122,12 @@ class TraceSet:
 
     def trace(self, rank: int) -> Trace:
         """Rank ``rank`` as a full :class:`~hookmagic.Trace` (every table in memory)."""
-        from hookmagic.trace.io import load_any
+        from hookmagic.trace.io import load_trace
 
         m = self.member(rank)
         if not m.layout:
             raise TraceSetError(f"rank {rank} has no trace: {m.reason}")
-        return load_any(m.path)
+        return load_trace(m.path)
 
     # -- DuckDB --------------------------------------------------------------------------------
     @property

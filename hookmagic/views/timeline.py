@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from hookmagic.analysis.flame import _as_set, root_label, table
+from hookmagic.analysis.tables import as_set, root_label, table
 from hookmagic.analysis.idle import api_by_correlation, lookup, merge_intervals, overlap
 from hookmagic.views.flame import format_ns
 
@@ -128,7 +128,7 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
     Times on the x axis are milliseconds from the capture's start (``meta["start_ns"]``, else
     the first event).
     """
-    devices, streams = _as_set(device), _as_set(stream)
+    devices, streams = as_set(device), as_set(stream)
     meta = getattr(trace, "meta", None) or {}
     everything = _gpu_rows(trace, devices, streams, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
     first = min((int(f["start_ns"].min()) for f in everything.values()), default=0)

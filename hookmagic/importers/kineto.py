@@ -34,12 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-try:  # one error class for every trace reader, wherever the project keeps it
-    from hookmagic.trace.errors import TraceFileError  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the layout of the day
-    from hookmagic.trace.io import TraceFileError
-
 from hookmagic.trace import schema
+from hookmagic.trace.io import TraceFileError
 
 _KERNEL = {"kernel"}
 _MEMCPY = {"gpu_memcpy", "memcpy"}

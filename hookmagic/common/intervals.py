@@ -1,4 +1,4 @@
-"""Interval arithmetic shared by the analyses (vectorised; times in int64 nanoseconds)."""
+"""Interval arithmetic shared by the importers and analyses (vectorised; times in int64 nanoseconds)."""
 from __future__ import annotations
 
 import numpy as np

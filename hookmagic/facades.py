@@ -1,0 +1,145 @@
+"""The front door's one-line delegations: ``hookmagic.load`` and the convenience methods of the
+data model (``trace.summary()``, ``trace.flame()``, ``profile.compare(other)``, ...).
+
+The data model (:mod:`hookmagic.trace`, :mod:`hookmagic.layers.model`, the ``Summary`` of
+:mod:`hookmagic.analysis.summary`) imports nothing above it; the methods users call on it are
+registered here, from above, with :func:`hookmagic.common.accessors.register_method` (as pandas
+registers ``DataFrame.plot``). Each method imports its analysis or view only when called, so
+``import hookmagic`` stays cheap. The names are fixed public API: keep them.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hookmagic.common.accessors import register_method
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
+
+    from hookmagic.analysis.summary import Summary
+    from hookmagic.layers.model import LayerProfile
+    from hookmagic.trace.model import Trace
+
+__all__ = ["load"]
+
+
+# -- files --------------------------------------------------------------------------------------
+
+def load(path: str | os.PathLike) -> "Trace":
+    """Open a saved trace (``Trace.save``, ``%%cudahook --save``) or a Chrome/Kineto trace JSON
+    (``torch.profiler``'s ``.json`` / ``.json.gz``) as a :class:`~hookmagic.Trace`.
+
+    Saved traces are recognised by content, not by name. JSON goes to the Kineto importer
+    (:func:`hookmagic.importers.kineto.read_kineto`). Raises
+    :class:`~hookmagic.trace.io.TraceFileError` (a :class:`~hookmagic.HookmagicError`) for a
+    missing, damaged or foreign file, saying why.
+    """
+    from hookmagic.trace.io import load_trace
+    from hookmagic.trace.model import Trace
+
+    path = Path(os.path.expanduser(os.fspath(path)))
+    if path.is_file() and not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+            from hookmagic.importers.kineto import read_kineto
+            tables, meta = read_kineto(path)
+            return Trace(tables, meta)
+    return load_trace(path)
+
+
+# -- Trace --------------------------------------------------------------------------------------
+
+@register_method("Trace")
+def to_chrome_trace(self: "Trace", path: str | os.PathLike) -> str:
+    """Write Chrome/Perfetto trace JSON (``.json`` or ``.json.gz``); returns the path.
+
+    Open it at https://ui.perfetto.dev or chrome://tracing; the fields follow PyTorch's
+    Kineto traces, so tools that read those (e.g. Holistic Trace Analysis) read it too.
+    """
+    from hookmagic.exporters.chrome import to_chrome_trace as export
+    return export(self, path)
+
+
+@register_method("Trace")
+def summary(self: "Trace", top: int = 10) -> "Summary":
+    """Headline numbers: GPU busy/idle time, top ``top`` kernels, copies, peak memory, overhead."""
+    from hookmagic.analysis.summary import summarize
+    return summarize(self, top=top)
+
+
+@register_method("Trace")
+def flame(self: "Trace", **kw: Any) -> Any:
+    """Flame graph of GPU time by the Python stack that launched it (a Plotly figure)."""
+    from hookmagic.views.flame import flame_figure
+    return flame_figure(self, **kw)
+
+
+@register_method("Trace")
+def timeline(self: "Trace", **kw: Any) -> Any:
+    """Timeline of kernels, copies and API calls per stream (a Plotly figure)."""
+    from hookmagic.views.timeline import timeline_figure
+    return timeline_figure(self, **kw)
+
+
+@register_method("Trace")
+def diagnose(self: "Trace") -> Any:
+    """Findings about this trace (idle gaps, tiny kernels, syncs, ...) with advice."""
+    from hookmagic.analysis.diagnose import diagnose as find
+    return find(self)
+
+
+@register_method("Trace")
+def diff(self: "Trace", other: "Trace", **kw: Any) -> Any:
+    """Differential flame graph of GPU time: this trace against ``other``."""
+    from hookmagic.views.flame import diff_figure
+    return diff_figure(self, other, **kw)
+
+
+@register_method("Trace")
+def memory_map(self: "Trace", **kw: Any) -> Any:
+    """Map of device allocations over address and time (a Plotly figure)."""
+    from hookmagic.views.memory_map import memory_map_figure
+    return memory_map_figure(self, **kw)
+
+
+@register_method("Trace")
+def fragmentation(self: "Trace") -> "pd.DataFrame":
+    """Fragmentation of device memory over the capture (a DataFrame)."""
+    from hookmagic.analysis.fragmentation import fragmentation_over_time
+    return fragmentation_over_time(self)
+
+
+@register_method("Trace", "_repr_mimebundle_")
+def _trace_mimebundle(self: "Trace", include: Any = None, exclude: Any = None) -> dict[str, str]:
+    return summary(self)._repr_mimebundle_(include=include, exclude=exclude)
+
+
+# -- Summary (display) --------------------------------------------------------------------------
+
+@register_method("Summary", "_repr_mimebundle_")
+def _summary_mimebundle(self: "Summary", include: Any = None, exclude: Any = None
+                        ) -> dict[str, str]:
+    from hookmagic.views.summary import summary_bundle
+    return summary_bundle(self)
+
+
+@register_method("Summary", "__repr__")
+def _summary_repr(self: "Summary") -> str:
+    from hookmagic.views.summary import summary_text
+    return summary_text(self)
+
+
+# -- LayerProfile -------------------------------------------------------------------------------
+
+@register_method("LayerProfile")
+def compare(self: "LayerProfile", other: "LayerProfile", **kwargs: Any) -> "pd.DataFrame":
+    """Pair this engine's layers with ``other``'s and give the speedup of each pair.
+
+    See :func:`hookmagic.layers.compare.compare_layers` for the columns and options.
+    """
+    from hookmagic.layers.compare import compare_layers
+    return compare_layers(self, other, **kwargs)
