@@ -106,6 +106,7 @@ def rank_identity(env: Mapping[str, str] | None = None) -> RankIdentity:
                 ident.local_rank = train["local_rank"]
                 ident.local_world_size = train["local_world_size"]
                 ident.node_rank = train["node_rank"]
+                ident.extra["ray_train"] = True
             ident.extra.update(ray)
     ident.rank = _int(env, "HOOKMAGIC_RANK", default=ident.rank)
     ident.world_size = _int(env, "HOOKMAGIC_WORLD_SIZE", default=ident.world_size)
