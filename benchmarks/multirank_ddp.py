@@ -47,9 +47,9 @@ def main() -> None:
                                 torch.nn.Linear(512, 512)).to(dev)
     model = DDP(model, device_ids=None if args.cpu else [local])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = 2 if args.cpu else 16
-    x = torch.randn(batch, 128, 512, device=dev)
-    target = torch.randn(batch, 128, 512, device=dev)
+    batch, seq = (2, 16) if args.cpu else (16, 128)
+    x = torch.randn(batch, seq, 512, device=dev)
+    target = torch.randn(batch, seq, 512, device=dev)
 
     sleeps, steps = [], []
     for step in range(args.steps):
