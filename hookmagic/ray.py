@@ -176,7 +176,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.ray.capture(): ...`
         self.rank = int(ray.get(self._collector.begin.remote(self.session, self._key, info,
                                                              rank, actor),
                                 timeout=self.timeout_s))
-        self._cap = local_capture(**self.capture_kw)
+        import sys
+
+        # Stacks start below the frame holding the `with` (as for hookmagic.capture).
+        self._cap = local_capture(_boundary_frame=sys._getframe(2), **self.capture_kw)
         return self._cap.__enter__()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:

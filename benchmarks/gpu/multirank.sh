@@ -28,7 +28,7 @@ run() {  # name, then multirank_ddp.py arguments
   local t0=$(date +%s)
   mkdir -p "$OUT/runs"
   if ! HOOKMAGIC_CAPTURE_DIR="$dir" HOOKMAGIC_CAPTURE_STEPS=6:10 HOOKMAGIC_CAPTURE_OPTIONS="nvml=1" \
-      NCCL_DEBUG=WARN timeout 60 torchrun --standalone --nproc-per-node 2 \
+      NCCL_DEBUG=WARN timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
       benchmarks/multirank_ddp.py --steps 12 --out "$dir" ${MULTIRANK_CPU:+--cpu} "$@" \
       >"$OUT/runs/$name.log" 2>&1; then
     tail -30 "$OUT/runs/$name.log"

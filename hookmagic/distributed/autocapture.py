@@ -136,10 +136,20 @@ def _timestamp() -> int:
     return int(native.timestamp()) if native is not None else 0
 
 
+def _finished_frame() -> Any:
+    """A frame object that has returned: it owns its data, so it never matches a frame on any
+    thread's stack. As the capture's stack boundary it keeps whole stacks (a capture started
+    inside an optimizer hook has no caller frame that lives as long as the capture)."""
+    import sys
+
+    return sys._getframe()
+
+
 def _start() -> None:
     from hookmagic.cupti.session import capture
 
-    cap = capture(**_state["options"])
+    _state["boundary"] = _finished_frame()
+    cap = capture(_boundary_frame=_state["boundary"], **_state["options"])
     cap.__enter__()
     _state["capture"] = cap
     _state["boundaries"] = [(_state["step"], _timestamp())]
