@@ -129,21 +129,26 @@ def collectives(ts: "TraceSet") -> pd.DataFrame:
     the reference rank's clock), ``wait_ns`` (time beyond the shortest kernel of the same
     collective: waiting for peers), ``stream, name``.
     """
+    if "collectives" in ts.cache:
+        return ts.cache["collectives"]
     coll = _raw_collectives(ts).copy()
     off = _offsets(ts)
     shift = coll["rank"].map(off).fillna(0).astype("int64")
     coll["start_ns"] -= shift
     coll["end_ns"] -= shift
     key = ["collective", "seq"]
-    coll["step"] = coll.groupby(key)["step"].transform(_earliest_step)
+    known = coll["step"].where(coll["step"] >= 0)
+    coll["step"] = known.groupby([coll[k] for k in key]).transform("min").fillna(-1) \
+        .astype("int64")
     coll["wait_ns"] = coll["duration_ns"] - coll.groupby(key)["duration_ns"].transform("min")
-    return coll[["rank", "collective", "seq", "step", "start_ns", "end_ns", "duration_ns",
-                 "wait_ns", "stream", "name"]]
+    out = coll[["rank", "collective", "seq", "step", "start_ns", "end_ns", "duration_ns",
+                "wait_ns", "stream", "name"]]
+    ts.cache["collectives"] = out
+    return out
 
 
-def _earliest_step(steps: pd.Series) -> int:
-    known = steps[steps >= 0]
-    return int(known.min()) if len(known) else -1
+_SKEW_COLUMNS = ["collective", "seq", "step", "ranks", "first_start_ns", "median_start_ns",
+                 "last_rank", "lateness_ns", "transfer_ns", "max_wait_ns"]
 
 
 def collective_skew(ts: "TraceSet") -> pd.DataFrame:
@@ -154,47 +159,61 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
     arrival of the others), ``transfer_ns`` (the shortest kernel: the collective's own time),
     ``max_wait_ns``; ordered by when the collective started.
     """
+    if "skew" in ts.cache:
+        return ts.cache["skew"]
     coll = collectives(ts)
     if coll.empty:
-        return pd.DataFrame(columns=["collective", "seq", "step", "ranks", "first_start_ns",
-                                     "median_start_ns", "last_rank", "lateness_ns",
-                                     "transfer_ns", "max_wait_ns"])
-    rows = []
-    for (kind, seq), g in coll.groupby(["collective", "seq"], sort=False):
-        starts = g["start_ns"].to_numpy()
-        last = int(np.argmax(starts))
-        others = np.delete(starts, last)
-        lateness = int(starts[last] - np.median(others)) if others.size else 0
-        rows.append((kind, int(seq), int(g["step"].iloc[0]), len(g), int(starts.min()),
-                     int(np.median(starts)), int(g["rank"].iloc[last]), lateness,
-                     int(g["duration_ns"].min()), int(g["wait_ns"].max())))
-    out = pd.DataFrame(rows, columns=["collective", "seq", "step", "ranks", "first_start_ns",
-                                      "median_start_ns", "last_rank", "lateness_ns",
-                                      "transfer_ns", "max_wait_ns"])
-    return out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
+        return pd.DataFrame(columns=_SKEW_COLUMNS)
+    key = ["collective", "seq"]
+    c = coll.sort_values(key + ["start_ns", "rank"], kind="stable").reset_index(drop=True)
+    g = c.groupby(key, sort=False)
+    out = g.agg(step=("step", "first"), ranks=("rank", "size"),
+                first_start_ns=("start_ns", "min"), median_start_ns=("start_ns", "median"),
+                last_rank=("rank", "last"), last_start=("start_ns", "last"),
+                transfer_ns=("duration_ns", "min"), max_wait_ns=("wait_ns", "max"))
+    # median arrival of the others: the median of each group's sorted starts without its last
+    pos = g.cumcount().to_numpy()
+    m = c.groupby(key, sort=False)["rank"].transform("size").to_numpy() - 1  # others
+    lo, hi = (m - 1) // 2, m // 2
+    starts = c["start_ns"].to_numpy(dtype=np.float64)
+    pick = pd.DataFrame({"collective": c["collective"], "seq": c["seq"],
+                         "v": np.where(pos == lo, starts, 0) + np.where(pos == hi, starts, 0),
+                         "w": (pos == lo).astype(int) + (pos == hi).astype(int)})
+    pick = pick[(m > 0) & (pick["w"] > 0)].groupby(key, sort=False)[["v", "w"]].sum()
+    others = (pick["v"] / pick["w"]).reindex(out.index)
+    out["lateness_ns"] = (out["last_start"] - others).fillna(0).round().astype("int64")
+    out["median_start_ns"] = out["median_start_ns"].round().astype("int64")
+    out = out.reset_index()[_SKEW_COLUMNS]
+    out = out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
+    ts.cache["skew"] = out
+    return out
 
 
-def _before_collective(ts: "TraceSet", skew: pd.DataFrame) -> pd.DataFrame:
-    """Per (collective instance, rank): GPU compute and idle time between the end of the
-    previous collective and this one's start (each rank on its own clock)."""
+def _before_collective(ts: "TraceSet", skew: pd.DataFrame, insts: np.ndarray) -> pd.DataFrame:
+    """For the collective instances ``insts`` (rows of ``skew``), per rank: GPU compute and
+    idle time between the end of the rank's previous collective and this one's start (each
+    rank on its own clock; compute kernels counted by the part inside the window)."""
+    cols = ["rank", "inst", "gap_ns", "compute_ns", "idle_ns"]
     coll = _raw_collectives(ts)
     order = skew[["collective", "seq"]].reset_index().rename(columns={"index": "inst"})
-    c = coll.merge(order, on=["collective", "seq"])
-    c = c.sort_values(["rank", "inst"])
+    c = coll.merge(order, on=["collective", "seq"]).sort_values(["rank", "inst"])
     c["w_start"] = c.groupby("rank")["end_ns"].shift(1)
-    w = c.dropna(subset=["w_start"])[["rank", "inst", "w_start", "start_ns"]].rename(
-        columns={"start_ns": "w_end"}).astype("int64")
-    w = w[w["w_end"] > w["w_start"]]
+    w = c[c["inst"].isin(insts)].dropna(subset=["w_start"])
+    w = w[["rank", "inst", "w_start", "start_ns"]].rename(columns={"start_ns": "w_end"})
+    w = w.astype("int64")
+    w = w[w["w_end"] > w["w_start"]].sort_values(["rank", "w_start"])
     if w.empty:
-        return pd.DataFrame(columns=["rank", "inst", "gap_ns", "compute_ns", "idle_ns"])
+        return pd.DataFrame(columns=cols)
     ts.con.register("_windows", w)
     try:
+        # each kernel goes to the latest window starting at or before it (an ASOF join:
+        # a sorted merge, never rank x windows comparisons)
         busy = ts.sql(f"""
             SELECT w.rank, w.inst,
-                   sum(least(k.end_ns, w.w_end) - greatest(k.start_ns, w.w_start)) AS compute_ns
-            FROM kernels k JOIN _windows w
-              ON k.rank = w.rank AND k.start_ns < w.w_end AND k.end_ns > w.w_start
-            WHERE NOT {NCCL}
+                   sum(least(k.end_ns, w.w_end) - k.start_ns) AS compute_ns
+            FROM (SELECT rank, start_ns, end_ns FROM kernels WHERE NOT {NCCL}) k
+            ASOF JOIN _windows w ON k.rank = w.rank AND k.start_ns >= w.w_start
+            WHERE k.start_ns < w.w_end
             GROUP BY ALL""")
     finally:
         ts.con.unregister("_windows")
@@ -204,7 +223,11 @@ def _before_collective(ts: "TraceSet", skew: pd.DataFrame) -> pd.DataFrame:
     # Overlapping compute kernels can sum past the gap; idle never goes below zero.
     w["compute_ns"] = np.minimum(w["compute_ns"], w["gap_ns"])
     w["idle_ns"] = w["gap_ns"] - w["compute_ns"]
-    return w[["rank", "inst", "gap_ns", "compute_ns", "idle_ns"]]
+    return w[cols]
+
+
+_STRAGGLER_COLUMNS = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
+                      "extra_compute_ns", "extra_idle_ns", "others_wait_ns"]
 
 
 def stragglers(ts: "TraceSet") -> pd.DataFrame:
@@ -218,33 +241,39 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     ``extra_compute_ns``, ``extra_idle_ns`` (the straggler's minus the median other rank's),
     ``others_wait_ns`` (median time the other ranks waited inside that collective).
     """
+    if "stragglers" in ts.cache:
+        return ts.cache["stragglers"]
     skew = collective_skew(ts)
-    cols = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
-            "extra_compute_ns", "extra_idle_ns", "others_wait_ns"]
     if skew.empty:
-        return pd.DataFrame(columns=cols)
-    before = _before_collective(ts, skew)
-    coll = collectives(ts).set_index(["collective", "seq", "rank"])["wait_ns"]
+        return pd.DataFrame(columns=_STRAGGLER_COLUMNS)
     has_steps = bool((skew["step"] >= 0).any())
-    group = skew["step"] if has_steps else pd.Series(np.arange(len(skew)), index=skew.index)
-    rows = []
-    for _, g in skew.groupby(group.to_numpy(), sort=True):
-        i = int(g["lateness_ns"].idxmax())
-        inst = skew.loc[i]
-        r = int(inst["last_rank"])
-        b = before[before["inst"] == i].set_index("rank")
-        cause, d_comp, d_idle = "", 0, 0
-        if r in b.index and len(b) > 1:
-            others = b.drop(index=r)
-            d_comp = int(b.loc[r, "compute_ns"] - others["compute_ns"].median())
-            d_idle = int(b.loc[r, "idle_ns"] - others["idle_ns"].median())
-            cause = "compute" if d_comp > d_idle else "host"
-        waits = [coll.get((inst["collective"], int(inst["seq"]), rr), np.nan)
-                 for rr in ts.data_ranks if rr != r]
-        rows.append((int(inst["step"]) if has_steps else -1, inst["collective"],
-                     int(inst["seq"]), r, int(inst["lateness_ns"]), cause, d_comp, d_idle,
-                     float(np.nanmedian(waits)) if waits else np.nan))
-    return pd.DataFrame(rows, columns=cols)
+    group = skew["step"].to_numpy() if has_steps else np.arange(len(skew))
+    chosen = skew.groupby(group, sort=True)["lateness_ns"].idxmax().to_numpy()
+    sel = skew.loc[chosen].copy()
+    sel["inst"] = chosen
+    before = _before_collective(ts, skew, chosen).merge(
+        sel[["inst", "last_rank"]], on="inst")
+    mine = before[before["rank"] == before["last_rank"]].set_index("inst")
+    others = before[before["rank"] != before["last_rank"]].groupby("inst")[
+        ["compute_ns", "idle_ns"]].median()
+    d_comp = (mine["compute_ns"] - others["compute_ns"]).reindex(chosen)
+    d_idle = (mine["idle_ns"] - others["idle_ns"]).reindex(chosen)
+    known = d_comp.notna() & d_idle.notna()
+    cause = np.where(~known.to_numpy(), "",
+                     np.where(d_comp.to_numpy() > d_idle.to_numpy(), "compute", "host"))
+    coll = collectives(ts)[["collective", "seq", "rank", "wait_ns"]]
+    waits = coll.merge(sel[["collective", "seq", "last_rank", "inst"]], on=["collective", "seq"])
+    waits = waits[waits["rank"] != waits["last_rank"]].groupby("inst")["wait_ns"].median()
+    out = pd.DataFrame({
+        "step": sel["step"].to_numpy() if has_steps else -1,
+        "collective": sel["collective"].to_numpy(), "seq": sel["seq"].to_numpy(),
+        "straggler_rank": sel["last_rank"].to_numpy(),
+        "lateness_ns": sel["lateness_ns"].to_numpy(), "cause": cause,
+        "extra_compute_ns": d_comp.fillna(0).round().astype("int64").to_numpy(),
+        "extra_idle_ns": d_idle.fillna(0).round().astype("int64").to_numpy(),
+        "others_wait_ns": waits.reindex(chosen).to_numpy(dtype=np.float64)})
+    ts.cache["stragglers"] = out
+    return out
 
 
 # -- per rank --------------------------------------------------------------------------------
