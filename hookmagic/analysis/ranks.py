@@ -239,7 +239,8 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     longer before the collective; ``"host"``: its GPU sat idle longer, waiting for its host;
     ``""`` when the first collective of the capture, with nothing before it to compare),
     ``extra_compute_ns``, ``extra_idle_ns`` (the straggler's minus the median other rank's),
-    ``others_wait_ns`` (median time the other ranks waited inside that collective).
+    ``others_wait_ns`` (median time the other ranks waited inside that collective). When
+    steps are known, collectives outside every captured step are left out.
     """
     if "stragglers" in ts.cache:
         return ts.cache["stragglers"]
@@ -247,8 +248,12 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     if skew.empty:
         return pd.DataFrame(columns=_STRAGGLER_COLUMNS)
     has_steps = bool((skew["step"] >= 0).any())
-    group = skew["step"].to_numpy() if has_steps else np.arange(len(skew))
-    chosen = skew.groupby(group, sort=True)["lateness_ns"].idxmax().to_numpy()
+    if has_steps:  # collectives outside every captured step are not a step's
+        skew_in = skew[skew["step"] >= 0]
+        group = skew_in["step"].to_numpy()
+    else:
+        skew_in, group = skew, np.arange(len(skew))
+    chosen = skew_in.groupby(group, sort=True)["lateness_ns"].idxmax().to_numpy()
     sel = skew.loc[chosen].copy()
     sel["inst"] = chosen
     before = _before_collective(ts, skew, chosen).merge(
