@@ -49,9 +49,11 @@ def synthetic_stacks(n: int = 50) -> pd.DataFrame:
 
 
 def run_all(ev: pd.DataFrame, stacks: pd.DataFrame) -> dict[str, float]:
-    from hookmagic.analysis.fragmentation import fragmentation_over_time, segment_fragmentation
+    from hookmagic.analysis.fragmentation import (
+        fragmentation_over_time, segment_fragmentation, would_fail,
+    )
     from hookmagic.analysis.memory import (
-        leak_report, memory_by, memory_over_time, peak_attribution, would_fail,
+        leak_report, memory_by, memory_over_time, peak_attribution,
     )
     from hookmagic.views.memory_map import memory_map_figure
 

@@ -4,22 +4,25 @@
 #   source benchmarks/gpu_setup.sh && python3 -m pytest tests/gpu
 set -u
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/hookmagic-out}
+OUT=${OUT:-$(mktemp -d -t hookmagic-out.XXXXXX)}
 mkdir -p "$OUT"
+# wheels and the native build go to a private folder (mode 700), never a fixed name in /tmp
+HOOKMAGIC_GPU_STATE=${HOOKMAGIC_GPU_STATE:-${XDG_CACHE_HOME:-${HOME:-$PWD}/.cache}/hookmagic-gpu}
+mkdir -p -m 700 "$HOOKMAGIC_GPU_STATE"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; return 1 2>/dev/null || exit 1; }
+    --target "$HOOKMAGIC_GPU_STATE/site" .whl/*.whl >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; return 1 2>/dev/null || exit 1; }
 fi
-export PYTHONPATH=/tmp/site:$PWD
+export PYTHONPATH=$HOOKMAGIC_GPU_STATE/site:$PWD
 PYBIND11_DIR=$(python3 -c "import pybind11; print(pybind11.get_cmake_dir())")
 CUDA_INC=""
 for d in /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include; do
   [ -f "$d/cupti.h" ] && [ -f "$d/cuda.h" ] && CUDA_INC="$d" && break
 done
-cmake -S native -B /tmp/hookmagic-build -DSKBUILD_STATE=editable -DCMAKE_BUILD_TYPE=Release \
+cmake -S native -B "$HOOKMAGIC_GPU_STATE/build" -DSKBUILD_STATE=editable -DCMAKE_BUILD_TYPE=Release \
   -DPython_EXECUTABLE="$(command -v python3)" -Dpybind11_DIR="$PYBIND11_DIR" \
   ${CUDA_INC:+-DHOOKMAGIC_CUDA_INCLUDE=$CUDA_INC} >>"$OUT/setup.log" 2>&1 &&
-  cmake --build /tmp/hookmagic-build -j 16 >>"$OUT/setup.log" 2>&1 ||
+  cmake --build "$HOOKMAGIC_GPU_STATE/build" -j 16 >>"$OUT/setup.log" 2>&1 ||
   { tail -40 "$OUT/setup.log"; return 1 2>/dev/null || exit 1; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

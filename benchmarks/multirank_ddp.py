@@ -5,7 +5,7 @@
         --steps 12 --slow-rank 1 --slow-ms 20
 
 The script knows nothing of hookmagic beyond ``import hookmagic``: the capture comes from the
-HOOKMAGIC_CAPTURE_* variables (hookmagic.distributed.autocapture). A transformer encoder
+HOOKMAGIC_CAPTURE_* variables (hookmagic.cupti.autocapture). A transformer encoder
 (4 layers, d_model 512, batch 16 x 128 tokens, fp32) trains with NCCL all-reduce of its
 gradients. ``--slow-rank R --slow-ms S`` sleeps S ms on rank R before each forward pass: the
 deliberate straggler. Each rank writes ``truth_rank=<N>.json`` beside the traces: the sleeps it

@@ -14,19 +14,19 @@ Writes into OUTDIR (or OUTDIR/runK per process):
   the pass criteria p50/p99 within 10 % and SLO attainment within 2 points;
 - ``fidelity_runs.md`` / ``.csv`` (with ``--processes``): min–max over the processes;
 - ``latency_tables.csv``: the measured latency tables (median, std, p90 per batch size);
-- ``calibration.json``: per model the mean excess GPU time of a batch beyond its table, the
-  model-switch cost and the sharing slowdown; GPU, driver, date;
+- ``calibration.json``: per model the driver-measured service times, the model-switch cost
+  and the sharing slowdowns; GPU, driver, date;
 - ``<scenario>.real.requests.parquet`` / ``.batches.parquet`` and the same for ``.sim``: the raw
   per-request and per-batch records (``hookmagic.sched.load_result(OUTDIR/<scenario>.real)``).
 
 What the simulator is given, all measured in calibration runs of their own before the scenarios
-(nothing is fitted to the real runs being compared): the latency tables and their spread
-(``service_cv``); the mean excess of a batch following the same model (driver polling and
-launch, compute spread), added to every batch; the mean extra excess after another model
+(nothing is fitted to the real runs being compared): per model and batch size, the mean cost of
+a batch under the real driver (gap since the previous batch plus compute; measured in the same
+process, so with that process's clocks); the mean extra cost after another model
 (``switch_ms``: colder caches, another CUDA graph); and how much slower each model computes
-while another stream runs (``share_slowdown``, used for exactly the time batches overlap).
-The fourth scenario (three streams, five models, cameras and bursts) is held out: it was not
-used to choose the model.
+beside one and beside two other streams (``share_slowdown``, applied for exactly the time
+batches overlap). The fourth scenario (three streams, five models, cameras and bursts) is held
+out: it was not used to choose the model.
 
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
 are labelled synthetic and prove only that the script works.
@@ -102,81 +102,99 @@ def _back_to_back(res):
     return pd.concat(rows, ignore_index=True)
 
 
-def _excess_ms(rows, specs):
-    """Per batch: the GPU time it cost beyond its table latency (gap before it + compute − table)."""
-    table = np.array([specs[m].latency(int(z)) for m, z in zip(rows["model"], rows["size"])])
-    return 1e3 * (rows["gap_s"].to_numpy() + rows["dur_s"].to_numpy()) - table
+def service_tables(engines, make_backend, max_batch, seconds=0.12):
+    """Per model and batch size: the mean GPU time a batch costs under the real driver.
 
-
-def per_batch_costs(engines, make_backend, seconds=0.4):
-    """What a batch costs beyond its latency table, measured under the real driver.
-
-    Two saturating calibration runs of their own (never a scenario's workload), one stream,
-    batches of 4 taken as soon as a stream frees:
-    - each model alone: the mean excess of a batch that follows the same model (the driver's
-      completion polling and launch, plus the spread of compute around the table's median);
-    - all models at once, FIFO: the mean extra excess of a batch that follows another model
-      (colder caches, another CUDA graph) — the model's ``switch_ms``.
-    Means, not medians: a queue drains at the mean cost per batch.
-    Returns ({model: same-model excess ms}, {model: switch ms}).
+    For each size ``b`` a saturating calibration run of its own (never a scenario's workload):
+    one stream, batches of exactly ``b`` taken as soon as the stream frees. For back-to-back
+    batches (the next one's requests were already waiting) the cost is the gap since the
+    previous batch ended (completion polling, launch) plus its compute. Means, not medians: a
+    queue drains at the mean cost. Measured under the driver and in the same process as the
+    scenarios, so it carries that process's clocks, unlike a table from an idle GPU.
+    Returns {model: ModelSpec with these latencies}.
     """
-    specs = {n: e.spec for n, e in engines.items()}
-    same = {}
-    for name, e in engines.items():
-        wl = S.make_workload([S.Poisson(name, 1.5 * specs[name].throughput(4), slo_ms=1e6)],
-                             seconds, seed=99)
-        res = S.run([e], wl, S.Policy(batching=S.Batching(4, 0.0)), backend=make_backend())
-        rows = _back_to_back(res)
-        same[name] = float(np.mean(_excess_ms(rows, specs))) if len(rows) else 0.0
-    srcs = [S.Poisson(n, 1.5 / len(engines) * specs[n].throughput(4), slo_ms=1e6) for n in engines]
-    wl = S.make_workload(srcs, 2 * seconds, seed=98)
-    res = S.run(list(engines.values()), wl, S.Policy(batching=S.Batching(4, 0.0)),
-                backend=make_backend())
-    rows = _back_to_back(res)
-    rows = rows[rows["prev"] != rows["model"]]
-    excess = pd.Series(_excess_ms(rows, specs), index=rows["model"].to_numpy())
-    switch = {n: max(0.0, float(excess.loc[[n]].mean()) - same[n]) if n in excess.index else 0.0
-              for n in engines}
-    return same, switch
-
-
-def _wait(handle, threads: bool) -> None:
-    # thread lanes need the GIL to finish: yield it while polling
-    while not handle.done():
-        if threads:
-            time.sleep(0)
-
-
-def share_slowdowns(engines, make_backend, batch=4, n=12):
-    """Per model: how much slower it computes while another stream's batch runs beside it.
-
-    Each model runs batches on stream 0 while each other model runs one on stream 1 (``n``
-    pairs per partner, started together). A batch of alone-time ``L`` that overlaps the partner
-    for ``ov`` seconds and computes at ``1/(1+f)`` of its speed meanwhile lasts
-    ``L + ov * f / (1 + f)``: ``f`` is fitted by least squares over the pairs, the very model
-    the simulator runs (``ModelSpec.share_slowdown``).
-    """
-    backend = make_backend()
-    threads = getattr(backend, "kind", "") == "threads"
-    lanes = backend.lanes([S.Stream(), S.Stream()])
-    for e in engines.values():
-        e.setup(backend, lanes, max_batch=batch)
     out = {}
     for name, e in engines.items():
-        ov, extra = [], []
-        for other in (o for o in engines.values() if o is not e):
-            for _ in range(n):
-                ha = backend.submit(lanes[0], lambda: e.launch(batch, 0))
-                hb = backend.submit(lanes[1], lambda o=other: o.launch(batch, 1))
-                _wait(ha, threads)
-                _wait(hb, threads)
-                (s0, e0), (s1, e1) = ha.times(), hb.times()
-                ov.append(max(0.0, min(e0, e1) - max(s0, s1)))
-                extra.append((e0 - s0) - e.spec.latency(batch) / 1e3)
-        ov, extra = np.array(ov), np.array(extra)
-        g = float(ov @ extra / (ov @ ov)) if ov.any() else 0.0
-        g = min(max(g, 0.0), 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
-        out[name] = g / (1.0 - g)
+        base = e.spec
+        lat = []
+        for b in range(1, max_batch + 1):
+            wl = S.make_workload([S.Poisson(name, 2.0 * base.throughput(b), slo_ms=1e6)],
+                                 seconds, seed=90 + b)
+            res = S.run([e], wl, S.Policy(batching=S.Batching(b, 0.0)), backend=make_backend(),
+                        drain_s=0.2)
+            rows = _back_to_back(res)
+            rows = rows[rows["size"] == b]
+            lat.append(1e3 * float((rows["gap_s"] + rows["dur_s"]).mean()) if len(rows)
+                       else base.latency(b))
+        out[name] = base.with_(batch_sizes=tuple(range(1, max_batch + 1)), latency_ms=tuple(lat))
+    return out
+
+
+def switch_costs(engines, make_backend, service, seconds=0.8):
+    """Per model: the mean extra cost of a batch that follows another model on its stream
+    (colder caches, another CUDA graph) beyond its driver-measured service time. One saturating
+    FIFO run of its own over every model, batches of 4."""
+    srcs = [S.Poisson(n, 2.0 / len(engines) * service[n].throughput(4), slo_ms=1e6)
+            for n in engines]
+    wl = S.make_workload(srcs, seconds, seed=98)
+    res = S.run(list(engines.values()), wl, S.Policy(batching=S.Batching(4, 0.0)),
+                backend=make_backend(), drain_s=0.2)
+    rows = _back_to_back(res)
+    rows = rows[rows["prev"] != rows["model"]]
+    cost = 1e3 * (rows["gap_s"] + rows["dur_s"]).to_numpy()
+    extra = cost - np.array([service[m].latency(int(z)) for m, z in zip(rows["model"], rows["size"])])
+    by = pd.Series(extra, index=rows["model"].to_numpy())
+    return {n: max(0.0, float(by.loc[[n]].mean())) if n in by.index else 0.0 for n in engines}
+
+
+def _overlap_by_count(batches, most=2):
+    """Per batch (in ``batches``' order): seconds it ran beside exactly k other batches, k=1..most."""
+    b = batches.reset_index(drop=True)
+    events = sorted([(t, 1, i) for i, t in enumerate(b["start_s"])]
+                    + [(t, -1, i) for i, t in enumerate(b["end_s"])])
+    running, last = set(), None
+    ov = np.zeros((len(b), most + 1))
+    for t, kind, i in events:
+        if last is not None and len(running) > 1:
+            k = min(len(running) - 1, most)
+            for j in running:
+                ov[j, k] += t - last
+        last = t
+        running.add(i) if kind == 1 else running.discard(i)
+    return ov[:, 1:]
+
+
+def share_slowdowns(engines, make_backend, streams=3, seconds=1.0):
+    """Per model: how much slower it computes beside one and beside two other streams.
+
+    One calibration run of its own: every model's requests, FIFO, batches of up to 4, on
+    ``streams`` streams, loaded so that one, two or three streams compute at different times.
+    A batch of alone-time ``L`` (the idle-GPU table) that ran ``ov_k`` seconds beside ``k``
+    others lasts ``L + sum_k ov_k * a_k / (1 + a_k)`` if it computes at ``1/(1+a_k)`` of its
+    speed meanwhile: ``a_1, a_2`` are fitted by least squares — exactly the model the simulator
+    runs (``ModelSpec.share_slowdown``).
+    """
+    specs = {n: e.spec for n, e in engines.items()}
+    srcs = [S.Poisson(n, 1.4 / len(engines) * specs[n].throughput(4), slo_ms=1e6)
+            for n in engines]
+    wl = S.make_workload(srcs, seconds, seed=97)
+    res = S.run(list(engines.values()), wl, S.Policy(streams=streams, batching=S.Batching(4, 0.0)),
+                backend=make_backend(), drain_s=0.2)
+    b = res.batches.sort_values("start_s").reset_index(drop=True)
+    ov = _overlap_by_count(b, streams - 1)
+    alone = np.array([specs[m].latency(int(z)) / 1e3 for m, z in zip(b["model"], b["size"])])
+    extra = (b["end_s"] - b["start_s"]).to_numpy() - alone
+    out = {}
+    for name in engines:
+        sel = (b["model"].astype(str) == name).to_numpy()
+        x, y = ov[sel], extra[sel]
+        keep = x.sum(axis=0) > 0
+        c = np.zeros(x.shape[1])
+        if keep.any():
+            c[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
+        c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
+        a = c / (1.0 - c)
+        out[name] = tuple(float(v) for v in np.maximum.accumulate(a))  # more sharers never help
     return out
 
 
@@ -246,23 +264,25 @@ def one_process(args) -> None:
     print("measuring latency tables ...", flush=True)
     tables = measure_all(engines, make_backend, args.max_batch, args.repeats)
     tables.to_csv(args.out / "latency_tables.csv", index=False)
-    same, switch = per_batch_costs(engines, make_backend)
-    slow = share_slowdowns(engines, make_backend) if len(engines) > 1 else {n: 0.0 for n in engines}
+    service = service_tables(engines, make_backend, args.max_batch)
+    switch = switch_costs(engines, make_backend, service)
+    slow = (share_slowdowns(engines, make_backend) if len(engines) > 1
+            else {n: () for n in engines})
     info = make_backend().describe()
-    info.update(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), batch_excess_ms=same,
+    info.update(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                service_ms={n: list(sp.latency_ms) for n, sp in service.items()},
                 switch_ms=switch, share_slowdown=slow, label=label or "real GPU measurement",
                 models=list(engines), max_batch=args.max_batch, cuda_graphs=not args.no_graphs)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     for n in engines:
-        print(f"  {n:20s} excess {same[n]:.3f} ms  switch {switch[n]:.3f} ms  "
-              f"share slowdown {slow[n]:.3f}", flush=True)
+        print(f"  {n:20s} service b=1 {service[n].latency(1):.3f} ms (idle table "
+              f"{engines[n].spec.latency(1):.3f})  switch {switch[n]:.3f} ms  share slowdown "
+              f"{', '.join(f'{a:.3f}' for a in slow[n])}", flush=True)
 
     specs = {n: e.spec for n, e in engines.items()}
-    # The simulator's view of a batch: measured table + mean excess per batch, plus the
-    # model-switch cost and the sharing slowdown. The driver decides from the same latencies.
-    sim_specs = [s.with_(latency_ms=tuple(x + same[s.name] for x in s.latency_ms),
-                         switch_ms=switch[s.name], share_slowdown=slow[s.name])
-                 for s in specs.values()]
+    # The simulator's view of a batch: its driver-measured service time, plus the model-switch
+    # cost and the sharing slowdown. The driver decides from the same latencies.
+    sim_specs = [service[n].with_(switch_ms=switch[n], share_slowdown=slow[n]) for n in engines]
     for spec in sim_specs:
         engines[spec.name].spec = spec
     rows = []
@@ -287,8 +307,9 @@ def one_process(args) -> None:
             f"Models: {', '.join(engines)} (fp16, random weights, "
             f"{'CUDA graphs' if not args.no_graphs else 'eager'}), max batch {args.max_batch}; "
             f"{args.seconds:g} s of arrivals per scenario, first {WARMUP_S:g} s left out.",
-            "Measured beforehand (calibration.json): per-batch excess, model-switch cost and "
-            "sharing slowdown per model.",
+            "Measured beforehand in calibration runs of their own (calibration.json): per model, "
+            "service time per batch size under the driver, model-switch cost, sharing slowdown "
+            "beside one and two other streams.",
             "Pass: p50 and p99 within 10 % of real, SLO attainment within 2 points.",
             f"Re-run: `python benchmarks/sched_fidelity.py OUTDIR --seconds {args.seconds:g}`.", "",
             "| scenario | group | p50 sim | p50 real | err % | p99 sim | p99 real | err % | "

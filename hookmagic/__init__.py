@@ -32,17 +32,16 @@ if TYPE_CHECKING:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext hookmagic``: registers ``%%cudahook`` and ``%trtprofile``."""
-    from hookmagic.layers_magic import register as register_trtprofile
-    from hookmagic.magics import load_ipython_extension as load_magics
+    from hookmagic.extension import load_ipython_extension as load
 
-    load_magics(ipython)
-    register_trtprofile(ipython)
+    load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from hookmagic.magics import unload_ipython_extension as unload_magics
+    """``%unload_ext hookmagic``: removes every magic ``%load_ext hookmagic`` registered."""
+    from hookmagic.extension import unload_ipython_extension as unload
 
-    unload_magics(ipython)
+    unload(ipython)
 
 
 def __getattr__(name: str) -> Any:
@@ -62,13 +61,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'hookmagic' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # tab completion lists the public API, including the names resolved lazily above
+    return sorted(set(globals()) | set(__all__))
+
+
 # A launched rank (torchrun, srun, mpirun) with HOOKMAGIC_CAPTURE_DIR set captures itself:
-# see hookmagic.distributed.autocapture. Nothing happens when the variable is unset.
+# see hookmagic.cupti.autocapture. Nothing happens when the variable is unset.
 def _autocapture() -> None:
     import os
 
     if os.environ.get("HOOKMAGIC_CAPTURE_DIR"):
-        from hookmagic.distributed.autocapture import install_from_env
+        from hookmagic.cupti.autocapture import install_from_env
 
         install_from_env()
 

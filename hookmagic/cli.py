@@ -18,7 +18,50 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-EXIT_OK, EXIT_ERROR, EXIT_THRESHOLD = 0, 1, 3
+#: exit statuses: 0 success; 1 an error (one line on stderr: bad or missing input file, a
+#: budget exceeded, ...); 2 a usage error (argparse's convention); 3 a ``--max-ms`` gate
+#: failed; 130 interrupted (Ctrl-C)
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0 (``--top``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative; give a number >= 0")
+    return n
+
+
+def _milliseconds(text: str) -> float:
+    """argparse type: a finite number of milliseconds >= 0 (``--max-ms``; NaN and inf refused,
+    since every comparison with NaN is false and the gate would always pass)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of milliseconds >= 0")
+    return x
+
+
+def _json_text(doc: Any) -> str:
+    """JSON with NaN and infinities written as null: strict JSON that every parser reads."""
+    return json.dumps(_finite(doc), indent=1, default=str, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:
+        return _finite(obj.item())   # numpy scalars
+    return obj
 
 
 # ---- trt ----------------------------------------------------------------------------------
@@ -31,15 +74,15 @@ def register_trt(subparsers: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("summary", help="headline numbers, slowest layers, time by type/precision")
     _engine_args(s, many=False)
-    s.add_argument("--top", type=int, default=10, metavar="N", help="slowest layers to list (10)")
+    s.add_argument("--top", type=_count, default=10, metavar="N", help="slowest layers to list (10)")
     s.add_argument("--json", action="store_true", help="print one JSON document")
-    s.add_argument("--max-ms", type=float, metavar="MS",
+    s.add_argument("--max-ms", type=_milliseconds, metavar="MS",
                    help=f"exit with status {EXIT_THRESHOLD} if the layer sum exceeds MS (for CI)")
     s.set_defaults(func=_trt_summary)
 
     c = sub.add_parser("compare", help="pair the layers of two or more engines of one network")
     _engine_args(c, many=True)
-    c.add_argument("--top", type=int, default=10, metavar="N",
+    c.add_argument("--top", type=_count, default=10, metavar="N",
                    help="largest per-layer changes to list (10)")
     c.add_argument("--json", action="store_true", help="print one JSON document")
     c.set_defaults(func=_trt_compare)
@@ -102,7 +145,7 @@ def _trt_summary(args: argparse.Namespace) -> int:
              "findings": findings(p)}
     if args.json:
         doc = {"summary": p.summary(), **{k: _records(v) for k, v in parts.items()}}
-        print(json.dumps(doc, indent=1, default=str))
+        print(_json_text(doc))
     else:
         s = p.summary()
         lat = f", end-to-end {p.latency_ms:.3f} ms" if p.latency_ms is not None else ""
@@ -138,10 +181,9 @@ def _trt_compare(args: argparse.Namespace) -> int:
         layers[k] = cmp[["name_a", "name_b", "match", "precision_a", "precision_b", "ms_a", "ms_b",
                          "speedup"]]
     if args.json:
-        print(json.dumps({"engines": _records(summary),
+        print(_json_text({"engines": _records(summary),
                           "by_type": {k: _records(v) for k, v in by_type.items()},
-                          "largest_changes": {k: _records(v) for k, v in layers.items()}},
-                         indent=1, default=str))
+                          "largest_changes": {k: _records(v) for k, v in layers.items()}}))
         return EXIT_OK
     _print_table("engines", summary)
     for k in pairs:
@@ -182,6 +224,17 @@ class _Usage(Exception):
     """Arguments that parse but do not make sense together."""
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None
+                    ) -> argparse.ArgumentParser:
+    """The (sub)parser of the deepest subcommand named in ``argv`` (``trt compare``)."""
+    for word in (sys.argv[1:] if argv is None else argv):
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or word not in actions[0].choices:
+            continue
+        parser = actions[0].choices[word]
+    return parser
+
+
 #: one registrar per subcommand group; add yours here
 REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt, register_demo]
 
@@ -189,7 +242,12 @@ REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt, 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand group."""
     parser = argparse.ArgumentParser(prog="hookmagic",
-                                     description="GPU observability for Jupyter, from the shell.")
+                                     description="GPU observability for Jupyter, from the shell.",
+                                     epilog="exit status: 0 success, 1 error (one line on "
+                                            "stderr), 2 usage error, 3 a --max-ms gate failed, "
+                                            "130 interrupted; input budgets: docs/limits.md")
+    from hookmagic.common.version import __version__
+    parser.add_argument("--version", action="version", version=f"hookmagic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in REGISTRARS:
         register(sub)
@@ -200,17 +258,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookmagic`` command; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from hookmagic.layers.errors import LayerFileError
+    from hookmagic.common.errors import HookmagicError
 
     try:
         return int(args.func(args) or 0)
-    except _Usage as exc:
-        parser.error(str(exc))          # exits with status 2, like other usage errors
-    except (LayerFileError, ValueError) as exc:
-        print(f"hookmagic: error: {exc}", file=sys.stderr)
+    except _Usage as exc:               # the usage shown is the subcommand's own
+        _command_parser(parser, argv).error(str(exc))   # exits with status 2
+    except (HookmagicError, ValueError, OSError) as exc:
+        # one line, no traceback; the message names the file and what to do
+        if isinstance(exc, BrokenPipeError):   # `hookmagic ... | head` is fine
+            return EXIT_OK
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"hookmagic: error: {text}", file=sys.stderr)
         return EXIT_ERROR
-    except BrokenPipeError:             # `hookmagic ... | head` is fine
-        return EXIT_OK
+    except KeyboardInterrupt:
+        print("hookmagic: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_OK
 
 

@@ -40,11 +40,21 @@ def load(path: str | os.PathLike) -> "Trace":
     from hookmagic.trace.io import load_trace
     from hookmagic.trace.model import Trace
 
+    from hookmagic.common.files import open_input
+    from hookmagic.trace.io import TraceFileError
+
     path = Path(os.path.expanduser(os.fspath(path)))
-    if path.is_file() and not zipfile.is_zipfile(path):
-        with open(path, "rb") as fh:
+    if path.is_dir() and (path / "meta.json").is_file():
+        # a trace folder (one rank of capture(dir=...)); hookmagic.load_many opens many
+        from hookmagic.trace.folder import load_trace_folder
+        return load_trace_folder(path)
+    if os.path.lexists(path):
+        # folders, FIFOs and devices are refused here, before anything blocks (issue 17)
+        with open_input(path, "trace file", TraceFileError) as fh:
             head = fh.read(64)
-        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+            fh.seek(0)
+            is_zip = zipfile.is_zipfile(fh)
+        if not is_zip and (head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"[")):
             from hookmagic.importers.kineto import read_kineto
             tables, meta = read_kineto(path)
             return Trace(tables, meta)

@@ -1,7 +1,7 @@
 """The ``%trtprofile`` line magic: layer-by-layer profiles in the notebook.
 
 Only parses arguments and wires importers/profilers to the display; the work is in
-:mod:`hookmagic.layers`. Register with :func:`register` (``%load_ext hookmagic`` does).
+:mod:`hookmagic.layers`. ``%load_ext hookmagic`` registers it (:mod:`hookmagic.extension`).
 """
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from traitlets import Int, Unicode
+
+from hookmagic.magic_args import parse_line
 
 
 @magics_class
@@ -66,7 +68,7 @@ class TrtProfileMagics(Magics):
         explorer; ``-o`` returns / ``-v VAR`` stores the LayerProfile. When TensorRT or a GPU
         is missing it says so in one message and how to proceed; it never stops the kernel.
         """
-        args = parse_argstring(self.trtprofile, line)
+        args = parse_line(self.trtprofile, line)
         try:
             profile = self._profile(args)
         except UsageError:
@@ -191,15 +193,3 @@ def _gpu_name() -> str:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def register(ip: Any) -> TrtProfileMagics:
-    """Register ``%trtprofile`` on the IPython shell ``ip`` (idempotent) and return the magics
-    instance; it is added to ``ip.configurables`` so ``%config TrtProfileMagics...`` works."""
-    for existing in getattr(ip, "configurables", []):
-        if isinstance(existing, TrtProfileMagics):
-            ip.register_magics(existing)
-            return existing
-    magics = TrtProfileMagics(shell=ip)   # Magics.__init__ adds it to ip.configurables
-    ip.register_magics(magics)
-    return magics

@@ -16,11 +16,10 @@ from typing import Any, Iterator
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.utils.process import arg_split
 from traitlets import Bool
 from traitlets.config import Configurable
 
-_MAGIC = "cudahook"
+from hookmagic.magic_args import parse_line
 
 
 @magics_class
@@ -85,7 +84,7 @@ class CudaHookMagics(Magics, Configurable):
             t.flame()        # where GPU time went, by Python stack
         """
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in tracebacks
-        args = _parse(self.cudahook.parser, line)
+        args = parse_line(self.cudahook, line)
         if not cell.strip():
             raise UsageError("%%cudahook needs code in the cell below it")
         if args.var is not None and not args.var.isidentifier():
@@ -105,7 +104,7 @@ class CudaHookMagics(Magics, Configurable):
             "nvml": self.nvml if args.nvml is None else args.nvml,
             "allocator_history": (self.allocator_history if args.allocator_history is None
                                   else args.allocator_history),
-            "label": args.label or f"In [{self.shell.execution_count}]",
+            "label": args.label or f"In [{_cell_number(self.shell)}]",
         }
         body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
 
@@ -141,7 +140,8 @@ class CudaHookMagics(Magics, Configurable):
         source = shell.transform_cell(cell)
         tree = shell.compile.ast_parse(source)
         tree = shell.transform_ast(tree)
-        filename = shell.compile.cache(source, shell.execution_count)  # tracebacks show source
+        # tracebacks show the cell's source, as In[N] of the cell that runs the magic
+        filename = shell.compile.cache(source, _cell_number(shell))
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
@@ -184,6 +184,22 @@ class CudaHookMagics(Magics, Configurable):
         return trace, value, error
 
 
+def _cell_number(shell: Any) -> int:
+    """The In[N] number of the cell running now.
+
+    IPython 9 counts ``execution_count`` up before a cell runs, so during the cell it names the
+    next one; the number IPython gave this cell is the one its code was compiled under.
+    """
+    numbers = getattr(shell.compile, "_filename_map", {})
+    frame = sys._getframe(1)
+    while frame is not None:
+        number = numbers.get(frame.f_code.co_filename)
+        if isinstance(number, int):
+            return number
+        frame = frame.f_back
+    return int(shell.execution_count)   # run outside a cell (e.g. run_cell_magic from code)
+
+
 def _report(trace: Any) -> Any:
     """The report widget (its text/plain is the summary), or the summary if it cannot be made."""
     try:
@@ -193,15 +209,6 @@ def _report(trace: Any) -> Any:
         warnings.warn(f"hookmagic: showing the plain summary, the report failed: {err!r}",
                       RuntimeWarning, stacklevel=2)
         return trace.summary()
-
-
-def _parse(parser: Any, line: str) -> Any:
-    """Parse magic arguments with shell quoting, so ``--label 'my run'`` means ``my run``."""
-    try:
-        argv = arg_split(line, posix=True, strict=True)
-    except ValueError as err:   # unbalanced quotes
-        raise UsageError(f"%%cudahook: {err}") from None
-    return parser.parse_args(argv)   # MagicArgumentParser raises UsageError on misuse
 
 
 @contextmanager
@@ -223,29 +230,3 @@ def _unavailable_shown_by_summary(enabled: bool) -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureUnavailable)
         yield
-
-
-def load_ipython_extension(ip: Any) -> None:
-    """Register ``%%cudahook`` (called by ``%load_ext hookmagic``); loading twice is harmless."""
-    if _registered(ip) is not None:
-        return
-    ip.register_magics(CudaHookMagics(shell=ip))   # Magics.__init__ adds it to configurables
-
-
-def unload_ipython_extension(ip: Any) -> None:
-    """Remove ``%%cudahook`` and its configurable (``%unload_ext`` / ``%reload_ext``)."""
-    instance = _registered(ip)
-    if instance is None:
-        return
-    manager = ip.magics_manager
-    cell_magics = manager.magics.get("cell", {})
-    if getattr(cell_magics.get(_MAGIC), "__self__", None) is instance:
-        del cell_magics[_MAGIC]
-    manager.registry.pop(CudaHookMagics.__name__, None)
-    ip.configurables[:] = [c for c in ip.configurables if c is not instance]
-
-
-def _registered(ip: Any) -> CudaHookMagics | None:
-    # Compare by class name: after %reload_ext the module (and class) is a fresh object.
-    instance = ip.magics_manager.registry.get(CudaHookMagics.__name__)
-    return instance if type(instance).__name__ == CudaHookMagics.__name__ else None

@@ -89,3 +89,20 @@ def test_module_runs_as_a_program():
                        capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["layers"] == 73
+
+
+def test_a_subcommands_error_shows_that_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["trt", "compare", "--profile", "x.json"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: hookmagic trt compare")
+    assert "compare needs at least two engines" in err
+
+
+def test_version(capsys):
+    from hookmagic import __version__
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hookmagic {__version__}"

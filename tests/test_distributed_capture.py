@@ -18,7 +18,7 @@ import pytest
 import hookmagic
 from hookmagic.analysis.nccl import COLLECTIVE_SQL, classify_nccl, parse_nccl_kernel
 from hookmagic.distributed import rank_identity
-from hookmagic.distributed.autocapture import AutoCaptureConfigError, parse_options, parse_steps
+from hookmagic.cupti.autocapture import AutoCaptureConfigError, parse_options, parse_steps
 from hookmagic.trace import TraceFileError
 from hookmagic.trace.folder import is_trace_folder, load_trace_folder, save_trace_folder
 from hookmagic.trace.model import Trace

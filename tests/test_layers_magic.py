@@ -9,7 +9,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from hookmagic.layers import LayerProfile
 from hookmagic.layers.tensorrt_live import INSTALL_HINT
-from hookmagic.layers_magic import TrtProfileMagics, register
+from hookmagic.extension import load_ipython_extension
+from hookmagic.layers_magic import TrtProfileMagics
 
 from .layers_samples import mobilenet_files, needs_samples
 
@@ -19,8 +20,13 @@ pytestmark = needs_samples
 @pytest.fixture(scope="module")
 def ip():
     shell = InteractiveShell.instance()
-    register(shell)
+    load_ipython_extension(shell)
     return shell
+
+
+def _trtprofile(ip) -> TrtProfileMagics:
+    (magics,) = [c for c in ip.configurables if isinstance(c, TrtProfileMagics)]
+    return magics
 
 
 def _files(keys=("profile", "layers", "times")):
@@ -28,10 +34,10 @@ def _files(keys=("profile", "layers", "times")):
     return " ".join(f"--{k} {f[k]}" for k in keys)
 
 
-def test_register_is_idempotent(ip):
-    first = register(ip)
-    assert register(ip) is first
-    assert sum(isinstance(c, TrtProfileMagics) for c in ip.configurables) == 1
+def test_loading_twice_registers_once(ip):
+    first = _trtprofile(ip)
+    load_ipython_extension(ip)
+    assert _trtprofile(ip) is first
     assert "trtprofile" in ip.magics_manager.magics["line"]
 
 
@@ -104,4 +110,16 @@ def test_help_is_the_docstring(ip):
 
 def test_config_trait(ip):
     ip.run_line_magic("config", "TrtProfileMagics.iterations = 7")
-    assert register(ip).iterations == 7
+    assert _trtprofile(ip).iterations == 7
+
+
+def test_quoted_paths_with_spaces(ip, tmp_path):
+    """Both magics split their line with shell quoting (hookmagic.magic_args.parse_line)."""
+    import shutil
+    folder = tmp_path / "my exports"
+    folder.mkdir()
+    f = mobilenet_files()
+    paths = {k: shutil.copy(f[k], folder / f"{k}.json") for k in ("profile", "layers")}
+    p = ip.run_line_magic("trtprofile", f"--profile '{paths['profile']}' "
+                                        f"--layers \"{paths['layers']}\" --name 'mobile net' -o -q")
+    assert isinstance(p, LayerProfile) and p.name == "mobile net"

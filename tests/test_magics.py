@@ -230,7 +230,7 @@ def test_cell_warning_filters_are_not_undone(ip, fake_capture):
 def test_reload_does_not_stack_and_unload_removes(ip, fake_capture):
     ip.run_line_magic("reload_ext", "hookmagic")
     ip.run_line_magic("reload_ext", "hookmagic")
-    from hookmagic.magics import load_ipython_extension, unload_ipython_extension
+    from hookmagic.extension import load_ipython_extension, unload_ipython_extension
     load_ipython_extension(ip)                # a second load is harmless
     (instance,) = _instances(ip)
     assert ip.magics_manager.magics["cell"]["cudahook"].__self__ is instance
@@ -238,7 +238,9 @@ def test_reload_does_not_stack_and_unload_removes(ip, fake_capture):
     assert len(fake_capture.made) == 1        # one capture per cell, not one per load
     unload_ipython_extension(ip)
     assert "cudahook" not in ip.magics_manager.magics["cell"]
+    assert "trtprofile" not in ip.magics_manager.magics["line"]   # every magic goes
     assert _instances(ip) == []
+    assert not [c for c in ip.configurables if type(c).__name__ == "TrtProfileMagics"]
     load_ipython_extension(ip)                # restore for the fixture's unload
     assert len(_instances(ip)) == 1
 
@@ -247,3 +249,28 @@ def test_help_comes_from_the_docstring(ip):
     from hookmagic.magics import CudaHookMagics
     doc = CudaHookMagics.cudahook.__doc__
     assert "--no-raise-error" in doc and "-v VAR" in doc and "capturing its GPU kernels" in doc
+
+
+def test_unload_ext_removes_every_magic_and_load_ext_brings_them_back(ip):
+    ip.run_line_magic("unload_ext", "hookmagic")
+    assert "cudahook" not in ip.magics_manager.magics["cell"]
+    assert "trtprofile" not in ip.magics_manager.magics["line"]
+    ip.run_line_magic("load_ext", "hookmagic")
+    assert "cudahook" in ip.magics_manager.magics["cell"]
+    assert "trtprofile" in ip.magics_manager.magics["line"]
+
+
+def test_traceback_names_the_cell_that_raised(ip, fake_capture):
+    """The cell's code is compiled under its own In[N], not the next cell's number."""
+    result = ip.run_cell("%%cudahook -q\nx = 1\nraise ValueError('synthetic failure')",
+                         store_history=True)
+    assert isinstance(result.error_in_exec, ValueError)
+    tb = result.error_in_exec.__traceback__
+    files = []
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    numbers = [ip.compile._filename_map[f] for f in files if f in ip.compile._filename_map]
+    # the cell that calls the magic and the cell body it runs: both In[N] of this cell
+    assert numbers and set(numbers) == {result.execution_count}
+    assert fake_capture.made[-1].options["label"] == f"In [{result.execution_count}]"

@@ -4,10 +4,10 @@ import pandas as pd
 import pytest
 
 from hookmagic.analysis.fragmentation import (
-    fragmentation_over_time, free_blocks_at, layout_at, segment_fragmentation,
+    fragmentation_over_time, free_blocks_at, layout_at, segment_fragmentation, would_fail,
 )
 from hookmagic.analysis.memory import (
-    leak_report, memory_by, memory_over_time, peak_attribution, would_fail,
+    leak_report, memory_by, memory_over_time, peak_attribution,
 )
 from hookmagic.memory.events import conform_events
 from hookmagic.memory.replay import replay

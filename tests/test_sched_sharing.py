@@ -99,3 +99,21 @@ def test_sharing_conserves_work_under_load():
     dur = (b.end_s - b.start_s).to_numpy() * 1e3
     assert (dur >= alone - 1e-9).all() and (dur <= 1.4 * alone + 1e-9).all()
     assert (dur > alone + 1e-6).mean() > 0.5  # busy streams do overlap most of the time
+
+
+def test_slowdown_per_number_of_others():
+    # three batches of 1 ms start together; a's slowdown is 1.5 beside one other, 1.8 beside two.
+    # All three share at 1/1.8 until the first ends: b and c are alike (default 0.5 per other ->
+    # 2.0 beside two), so a is ahead: a ends at 1.8 ms. Then b and c (slowdown 1.5 beside one)
+    # have done 1.8/2.0 = 0.9 ms of work; their last 0.1 ms takes 0.15 ms: they end at 1.95 ms.
+    specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=(0.5, 0.8)),
+             S.ModelSpec.constant("b", 1.0), S.ModelSpec.constant("c", 1.0)]
+    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b"), (0.0, "c")]), S.Policy(streams=3),
+                     interference=0.5)
+    assert _batches(res) == [("a", 0.0, 1.8), ("b", 0.0, 1.95), ("c", 0.0, 1.95)]
+
+
+def test_slowdown_table_extends_its_last_step():
+    spec = S.ModelSpec.constant("a", 1.0, share_slowdown=(0.5, 0.8))
+    assert [spec.slowdown(k) for k in range(5)] == pytest.approx([1.0, 1.5, 1.8, 2.1, 2.4])
+    assert S.ModelSpec.constant("b", 1.0, share_slowdown=0.25).slowdown(3) == pytest.approx(1.75)

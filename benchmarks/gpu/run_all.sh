@@ -4,7 +4,7 @@
 # its own time limit (default 240 s), then bundles every area's files into $OUT/AREA.tgz (the
 # device returns at most 8 files) and keeps one combined log, $OUT/run_all.log.
 set -u
-OUT=${OUT:-/tmp/hookmagic-out}
+OUT=${OUT:-$(mktemp -d -t hookmagic-out.XXXXXX)}
 mkdir -p "$OUT"
 log="$OUT/run_all.log"
 source benchmarks/gpu_setup.sh >>"$log" 2>&1 || { echo "gpu_setup failed" | tee -a "$log"; exit 1; }

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.tables import as_set, event_mask, root_label, table
+from hookmagic.analysis.tables import event_mask, root_label, table
 
 Weight = Literal["time", "launches", "bytes"]
 WEIGHTS: tuple[str, ...] = ("time", "launches", "bytes")

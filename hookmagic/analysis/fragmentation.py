@@ -16,6 +16,8 @@ event, compiled with numba.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 import pandas as pd
@@ -23,6 +25,7 @@ import pandas as pd
 from hookmagic.analysis.memory import (
     alive_at, block_lifetimes, byte_deltas, end_action, events_of,
 )
+from hookmagic.memory import torch_rules as R
 
 _UNRESERVED, _FREE, _ALLOCATED = 0, 1, 2
 
@@ -380,3 +383,59 @@ def map_steps(trace, steps: int = 30) -> tuple[np.ndarray, list[pd.DataFrame]]:
                    pool=ev["pool"].to_numpy(dtype=object))
     life = block_lifetimes(ev)
     return idx, [layout_at(ev, int(i), life) for i in idx]
+
+
+# -- would it fail? ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WouldFail:
+    """The answer to "would an allocation of N bytes fail at this moment?"."""
+
+    fails: bool | None        # None: needs the device but its free memory is unknown
+    block_bytes: int          # N after the allocator's rounding
+    fits_in_cache: bool       # a cached free block is large enough (no device call needed)
+    largest_free: int         # largest cached free block at that moment
+    total_free: int           # all cached free bytes at that moment
+    device_bytes: int         # what the allocator would ask the device for on a miss
+    reason: str
+
+
+def would_fail(data, n_bytes: int, at_ns: int | None = None, device_free: int | None = None,
+               allocator: str = "pytorch") -> WouldFail:
+    """Would an allocation of ``n_bytes`` fail at time ``at_ns`` (default: the end)?
+
+    It succeeds from the cache when the largest free block fits the rounded size (``pytorch``
+    rounding and pools, or exact 512 B rounding for ``cupy``/others). Otherwise it needs a new
+    segment; with ``device_free`` (bytes the device had free, e.g. from NVML samples) the
+    answer is definite: it fails when the segment exceeds device free memory plus what the
+    allocator could release (whole cached segments).
+    """
+    ev = events_of(data)
+    t = ev["time_ns"].to_numpy()
+    index = len(ev) - 1 if at_ns is None else int(np.searchsorted(t, at_ns, side="right")) - 1
+    free = free_blocks_at(ev, index)
+    if allocator == "pytorch":
+        block = R.round_size(n_bytes)
+        small = R.is_small(block)
+        pool_ok = free["pool"].to_numpy() == ("small" if small else "large") \
+            if len(free) and (free["pool"] != "").any() else np.ones(len(free), bool)
+        cand = free.loc[pool_ok]
+        seg_bytes = R.allocation_size(block)
+    else:
+        block = max(512, (n_bytes + 511) // 512 * 512)
+        cand, seg_bytes = free, block
+    largest = int(cand["size"].max()) if len(cand) else 0
+    total = int(free["size"].sum()) if len(free) else 0
+    if largest >= block:
+        return WouldFail(False, block, True, largest, total, 0,
+                         f"fits in a cached free block of {largest} bytes")
+    if device_free is None:
+        return WouldFail(None, block, False, largest, total, seg_bytes,
+                         f"no cached block fits: needs a new {seg_bytes}-byte segment; "
+                         "device free memory unknown")
+    releasable = int(free.loc[free["whole_segment"], "size"].sum()) if len(free) else 0
+    fails = seg_bytes > device_free + releasable
+    why = (f"needs a {seg_bytes}-byte segment; device has {device_free} free"
+           f" + {releasable} releasable from the cache")
+    frag = f" although {total} bytes are free in the cache (largest block {largest})" \
+        if fails and total >= block else ""
+    return WouldFail(fails, block, False, largest, total, seg_bytes, why + frag)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from hookmagic.analysis.tables import as_set, event_mask, table
 from hookmagic.common.intervals import merge_intervals
+from hookmagic.trace.correlation import CorrelationIndex
 
 #: API calls that block the host until the GPU catches up
 BLOCKING_API = re.compile(r"Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
@@ -71,32 +72,15 @@ def touches(u_starts: np.ndarray, u_ends: np.ndarray, a: np.ndarray, b: np.ndarr
 
 # -- launches ---------------------------------------------------------------------------------
 
-def api_by_correlation(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """API calls sorted by correlation id, the earliest (outermost) call kept per id.
+def api_by_correlation(api: pd.DataFrame) -> CorrelationIndex:
+    """API calls indexed by correlation id, the earliest (outermost) call kept per id.
 
-    Returns (correlation, start_ns, end_ns, row index into ``api``).
+    Its values ``start_ns`` and ``end_ns`` are the kept calls' times; ``rows`` their rows in
+    ``api``.
     """
-    if len(api) == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z, z, z
-    corr = api["correlation"].to_numpy(dtype=np.int64)
     start = api["start_ns"].to_numpy(dtype=np.int64)
-    if corr.size and corr[0] >= 0 and (np.diff(corr) > 0).all():  # the usual case: no sort
-        rows = np.arange(corr.size)
-        return corr, start, api["end_ns"].to_numpy(dtype=np.int64), rows
-    order = np.lexsort((start, corr))
-    corr_s = corr[order]
-    first = np.r_[True, corr_s[1:] != corr_s[:-1]] & (corr_s >= 0)
-    rows = order[first]
-    return corr[rows], start[rows], api["end_ns"].to_numpy(dtype=np.int64)[rows], rows
-
-
-def lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Position of each key in ``sorted_keys``, or -1 where it is absent."""
-    if sorted_keys.size == 0:
-        return np.full(np.shape(keys), -1, dtype=np.int64)
-    pos = np.clip(np.searchsorted(sorted_keys, keys), 0, sorted_keys.size - 1)
-    return np.where(sorted_keys[pos] == keys, pos, -1)
+    return CorrelationIndex(api["correlation"].to_numpy(dtype=np.int64), keep="first", by=start,
+                            start_ns=start, end_ns=api["end_ns"].to_numpy(dtype=np.int64))
 
 
 def launch_latency(trace: Any, device: int | Iterable[int] | None = None,
@@ -109,7 +93,8 @@ def launch_latency(trace: Any, device: int | Iterable[int] | None = None,
     began before the call returned). Events whose API call was not captured are left out.
     """
     api = table(trace, "api")
-    corr, a_start, a_end, a_row = api_by_correlation(api)
+    calls = api_by_correlation(api)
+    a_start, a_end, a_row = calls.values["start_ns"], calls.values["end_ns"], calls.rows
     parts = []
     for kind, name in (("kernel", "kernels"), ("memcpy", "memcpy"), ("memset", "memset")):
         frame = table(trace, name)
@@ -117,7 +102,7 @@ def launch_latency(trace: Any, device: int | Iterable[int] | None = None,
         frame = frame[mask] if not mask.all() else frame
         if len(frame) == 0:
             continue
-        pos = lookup(corr, frame["correlation"].to_numpy(dtype=np.int64))
+        pos = calls.positions(frame["correlation"].to_numpy(dtype=np.int64))
         hit = pos >= 0
         if not hit.any():
             continue
@@ -206,7 +191,8 @@ def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
     meta = getattr(trace, "meta", None) or {}
     cap_start, cap_end = meta.get("start_ns"), meta.get("end_ns")
     sync_s, sync_e = sync_intervals(trace)
-    corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
+    calls = api_by_correlation(table(trace, "api"))
+    a_start = calls.values["start_ns"]
     frames = []
     for dev, ev in events.groupby("device", sort=True):
         order = np.argsort(ev["start_ns"].to_numpy(), kind="stable")
@@ -232,7 +218,7 @@ def idle_gaps(trace: Any, device: int | Iterable[int] | None = None,
         has_next = nxt >= 0
         safe = np.maximum(nxt, 0)
         n_corr = np.where(has_next, ev["correlation"].to_numpy()[safe], -1)
-        api_pos = lookup(corr, n_corr)
+        api_pos = calls.positions(n_corr)
         found = (api_pos >= 0) & has_next
         launch_at = g1.copy()
         launch_at[found] = a_start[api_pos[found]]
@@ -272,7 +258,8 @@ def idle_summary(trace: Any, device: int | Iterable[int] | None = None) -> pd.Da
     """
     events, _ = _gpu_events(trace, as_set(device))
     gaps = idle_gaps(trace, device)
-    corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
+    calls = api_by_correlation(table(trace, "api"))
+    a_start = calls.values["start_ns"]
     meta = getattr(trace, "meta", None) or {}
     rows = []
     for dev, ev in events.groupby("device", sort=True):
@@ -284,7 +271,7 @@ def idle_summary(trace: Any, device: int | Iterable[int] | None = None) -> pd.Da
         g = gaps[gaps["device"] == dev]
         between = g[g["position"] == "between"]
         kern = ev[ev["kind"].to_numpy() == 0]
-        pos = lookup(corr, kern["correlation"].to_numpy())
+        pos = calls.positions(kern["correlation"].to_numpy())
         kl = kern["start_ns"].to_numpy()[pos >= 0] - a_start[pos[pos >= 0]]
         rows.append({
             "device": int(dev), "span_ns": span, "busy_ns": busy, "idle_ns": span - busy,

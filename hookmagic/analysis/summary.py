@@ -95,6 +95,8 @@ class Summary:
     overhead_s: float = 0.0
     overhead: dict[str, float] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    #: problems the loader found in the data (negative durations, ...), from ``meta["warnings"]``
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -116,7 +118,9 @@ def summarize(trace: "Trace", top: int = 10) -> Summary:
     base = dict(status=status, reason=str(meta.get("reason") or ""), label=meta.get("label"),
                 source=str(meta.get("source") or ""), recorded_on=meta.get("recorded_on"),
                 device_names=names, overhead=_float_dict(meta.get("overhead")),
-                dropped=_int_dict(meta.get("dropped")))
+                dropped=_int_dict(meta.get("dropped")),
+                warnings=[str(w) for w in meta.get("warnings") or []
+                          if isinstance(meta.get("warnings"), list)])
     # The time the capture added around the cell. The other entries are parts of these
     # (CUPTI's subscribe/drain/detach, decoding) or counts, and must not be added again.
     base["overhead_s"] = float(sum(base["overhead"].get(k, 0.0) for k in _AROUND_THE_CELL))

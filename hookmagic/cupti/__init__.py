@@ -5,6 +5,7 @@ Only this package talks to the native CUPTI session; everything it produces is a
 """
 from __future__ import annotations
 
+import importlib
 from functools import lru_cache
 from types import ModuleType
 
@@ -15,7 +16,8 @@ from hookmagic.cupti.ranges import range
 @lru_cache(maxsize=1)
 def _import_native() -> tuple[ModuleType | None, str]:
     try:
-        from hookmagic import _native
+        # the compiled extension, by its full name (not through hookmagic/__init__)
+        _native = importlib.import_module("hookmagic._native")
     except ImportError as exc:
         return None, (f"hookmagic's native extension is not built ({exc}); "
                       "reinstall with `pip install .` from a source checkout")

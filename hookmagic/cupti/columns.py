@@ -12,29 +12,10 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from hookmagic.trace.correlation import CorrelationIndex
 from hookmagic.trace.schema import conform
 
 Columns = dict[str, np.ndarray]
-
-
-class CorrelationIndex:
-    """Looks up a value per correlation id (the last one recorded wins on repeats)."""
-
-    def __init__(self, correlation: np.ndarray, **values: np.ndarray) -> None:
-        order = np.argsort(correlation, kind="stable")
-        self.keys = np.asarray(correlation)[order].astype(np.int64)
-        self.values = {name: np.asarray(v)[order] for name, v in values.items()}
-
-    def get(self, name: str, correlation: np.ndarray, default) -> np.ndarray:
-        query = np.asarray(correlation).astype(np.int64)
-        values = self.values[name]
-        out = np.full(len(query), default, dtype=values.dtype if len(values) else np.int64)
-        if len(self.keys) == 0 or len(query) == 0:
-            return out
-        pos = np.searchsorted(self.keys, query, side="right") - 1
-        hit = (pos >= 0) & (self.keys[np.clip(pos, 0, None)] == query)
-        out[hit] = values[pos[hit]]
-        return out
 
 
 def _names(codes: np.ndarray, names: Sequence[str]) -> np.ndarray:
@@ -79,7 +60,8 @@ def build_tables(
         return strings[np.where((codes >= 0) & (codes < len(strings) - 1), codes, -1)]
 
     launch = raw["launches"]
-    launches = CorrelationIndex(launch["correlation"], thread=launch["thread"].astype(np.int64),
+    launches = CorrelationIndex(launch["correlation"], keep="last",
+                                thread=launch["thread"].astype(np.int64),
                                 stack_id=launch["stack_id"].astype(np.int64),
                                 range_id=launch["range_id"].astype(np.int64))
 
@@ -109,7 +91,8 @@ def build_tables(
 
     y = raw["sync"]
     api_raw = raw["api"]
-    api_threads = CorrelationIndex(api_raw["correlation"], thread=api_raw["thread"].astype(np.int64))
+    api_threads = CorrelationIndex(api_raw["correlation"], keep="last",
+                                   thread=api_raw["thread"].astype(np.int64))
     sync_thread = launches.get("thread", y["correlation"], -1)
     from_api = api_threads.get("thread", y["correlation"], -1)
     sync = {**_timed(y), "type": _names(y["type"], enums["sync_type"]), "context": y["context"],

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.analysis.summary import device_memory_in_use
+from hookmagic.trace.correlation import CorrelationIndex
 from hookmagic.trace.model import Trace
 
 _CHUNK = 200_000          # rows formatted at a time: bounds memory for huge traces
@@ -195,9 +196,13 @@ def _flow_pairs(trace: Trace) -> pd.DataFrame:
     """One row per (API call, GPU record) pair sharing a correlation id, with a flow id."""
     gpu = pd.concat([getattr(trace, t)[["correlation", "device", "stream", "start_ns"]]
                      for t in ("kernels", "memcpy", "memset")], ignore_index=True)
-    api = trace.api[["correlation", "process", "thread", "start_ns"]]
-    api = api[api["correlation"] > 0].drop_duplicates("correlation", keep="first")
-    pairs = gpu[gpu["correlation"] > 0].merge(api, on="correlation", suffixes=("", "_api"))
+    api = trace.api
+    row = CorrelationIndex(api["correlation"].to_numpy(np.int64)).row_of(
+        gpu["correlation"].to_numpy(np.int64))
+    hit = row >= 0
+    pairs = gpu[hit].reset_index(drop=True).assign(
+        **{c: api[c].to_numpy()[row[hit]] for c in ("process", "thread")},
+        start_ns_api=api["start_ns"].to_numpy()[row[hit]])
     if pairs.empty:
         return pairs.assign(flow_id=pd.Series(dtype="int64"))
     pairs = pairs.sort_values(["start_ns"], kind="stable").reset_index(drop=True)

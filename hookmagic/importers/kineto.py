@@ -28,6 +28,7 @@ import json
 import os
 import re
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.trace import schema
+from hookmagic.trace.correlation import CorrelationIndex
 from hookmagic.trace.io import TraceFileError
 
 _KERNEL = {"kernel"}
@@ -63,34 +65,31 @@ def read_kineto(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict[
     file's own header fields, ``ignored`` event counts by category). Raises
     :class:`TraceFileError` for a missing, unreadable or malformed file.
     """
+    from hookmagic.common import limits
+    from hookmagic.common.errors import HookmagicError
     path = Path(os.path.expanduser(os.fspath(path)))
     doc = _load(path)
     events, header = _events_of(doc, path)
-    return _convert(events, header, path)
+    limits.check(limits.MAX_ROWS, len(events), f"Kineto trace {str(path)!r} (traceEvents)")
+    try:
+        return _convert(events, header, path)
+    except HookmagicError:
+        raise
+    except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as err:
+        raise TraceFileError(f"{str(path)!r} holds values this importer cannot convert "
+                             f"({type(err).__name__}: {err}); is it a torch.profiler trace?") from None
 
 
 # -- reading -------------------------------------------------------------------------------------
 
 def _load(path: Path) -> Any:
-    if not path.exists():
+    # bounded reading (hookmagic.common.files): special files refused, gzip inflated in a
+    # stream within HOOKMAGIC_MAX_BYTES, JSON within HOOKMAGIC_MAX_JSON_BYTES and _DEPTH
+    from hookmagic.common import files
+    if not os.path.lexists(path):
         raise TraceFileError(f"no Kineto trace at {str(path)!r}: check the path")
-    if path.is_dir():
-        raise TraceFileError(f"{str(path)!r} is a directory, not a Kineto trace file")
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":  # gzip, whatever the suffix says
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as err:
-        raise TraceFileError(f"{str(path)!r} could not be read or decompressed ({err}); "
-                             "is it a complete .json.gz file?") from err
-    try:
-        # floats as text: ts/dur are parsed exactly below
-        return json.loads(raw.decode("utf-8"), parse_float=str)
-    except UnicodeDecodeError as err:
-        raise TraceFileError(f"{str(path)!r} is not text JSON (a binary file?)") from err
-    except json.JSONDecodeError as err:
-        raise TraceFileError(f"{str(path)!r} is not valid JSON: {err.msg} at line {err.lineno}, "
-                             f"column {err.colno} (a trace cut short while writing?)") from err
+    # floats as text: ts/dur are parsed exactly below
+    return files.load_json_file(path, "Kineto trace", TraceFileError, parse_float=str)
 
 
 def _events_of(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
@@ -129,10 +128,10 @@ def _int(value: Any, default: int = -1) -> int:
         return default
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         try:
             return int(float(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return default
 
 
@@ -145,14 +144,23 @@ def _dim3(value: Any) -> tuple[int, int, int]:
 
 # -- conversion ----------------------------------------------------------------------------------
 
+@dataclass
+class _Rows:
+    """Rows gathered from the events, by the table (or intermediate list) they go to."""
+
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {
+        k: [] for k in ("kernels", "memcpy", "memset", "api", "sync")})
+    host_ranges: list[dict[str, Any]] = field(default_factory=list)
+    gpu_ranges: list[dict[str, Any]] = field(default_factory=list)
+    python: list[dict[str, Any]] = field(default_factory=list)
+    ignored: dict[str, int] = field(default_factory=dict)
+
+
 def _convert(events: list[Any], header: dict[str, Any], path: Path
              ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    rows: dict[str, list[dict[str, Any]]] = {k: [] for k in
-                                             ("kernels", "memcpy", "memset", "api", "sync")}
-    host_ranges: list[dict[str, Any]] = []
-    gpu_ranges: list[dict[str, Any]] = []
-    python: list[dict[str, Any]] = []
-    ignored: dict[str, int] = {}
+    """Events -> rows (one small builder per category) -> tables joined by correlation."""
+    rows = _Rows()
+    ignored = rows.ignored
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             raise TraceFileError(f"{str(path)!r}: traceEvents[{i}] is a "
@@ -167,87 +175,105 @@ def _convert(events: list[Any], header: dict[str, Any], path: Path
         try:
             start = _ns(ev["ts"])
             dur = _ns(ev.get("dur", 0))
-        except (KeyError, ValueError, TypeError) as err:
+        except (ValueError, OverflowError) as err:
+            from hookmagic.trace.io import TraceNumbersError
+            raise TraceNumbersError(
+                f"{str(path)!r}: traceEvents[{i}] ({cat} {str(ev.get('name'))[:60]!r}) has "
+                f"no valid 'ts'/'dur': not a finite number ({err})") from None
+        except (KeyError, TypeError) as err:
             raise TraceFileError(
                 f"{str(path)!r}: traceEvents[{i}] ({cat} {str(ev.get('name'))[:60]!r}) has no "
                 f"valid 'ts'/'dur' ({err!r})") from err
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         name = str(ev.get("name", ""))
         base = {"start_ns": start, "end_ns": start + dur, "duration_ns": dur}
-        if cat in _KERNEL or cat in _MEMCPY or cat in _MEMSET:
-            gpu = {**base, "device": _int(args.get("device"), _int(ev.get("pid"), -1)),
-                   "context": _int(args.get("context")),
-                   "stream": _int(args.get("stream"), _int(ev.get("tid"), -1)),
-                   "correlation": _int(args.get("correlation"))}
-            if cat in _KERNEL:
-                gx, gy, gz = _dim3(args.get("grid"))
-                bx, by, bz = _dim3(args.get("block"))
-                rows["kernels"].append({
-                    **gpu, "name": name, "grid_x": gx, "grid_y": gy, "grid_z": gz,
-                    "block_x": bx, "block_y": by, "block_z": bz,
-                    "registers": _int(args.get("registers per thread"), 0),
-                    "static_smem": _int(args.get("shared memory"), 0), "dynamic_smem": 0})
-            elif cat in _MEMCPY:
-                m = _COPY.search(name)
-                rows["memcpy"].append({
-                    **gpu, "bytes": _int(args.get("bytes"), 0),
-                    "kind": m.group(1).lower() if m else "unknown",
-                    "src_kind": (m.group(2) or "unknown").lower() if m else "unknown",
-                    "dst_kind": (m.group(3) or "unknown").lower() if m else "unknown"})
-            else:
-                m = _MEMSET_KIND.search(name)
-                rows["memset"].append({**gpu, "bytes": _int(args.get("bytes"), 0), "value": 0,
-                                       "memory_kind": m.group(1).lower() if m else "unknown"})
-        elif cat in _RUNTIME or cat in _DRIVER:
-            rows["api"].append({**base, "domain": "runtime" if cat in _RUNTIME else "driver",
-                                "name": name, "cbid": _int(args.get("cbid"), 0),
-                                "process": _int(ev.get("pid")), "thread": _int(ev.get("tid")),
-                                "correlation": _int(args.get("correlation")),
-                                "return_code": 0})
-        elif cat in _SYNC:
-            rows["sync"].append({**base, "type": _SYNC_TYPES.get(name.lower(), "unknown"),
-                                 "context": _int(args.get("context")),
-                                 "stream": _int(args.get("stream"), _int(args.get("cuda_stream"))),
-                                 "event": _int(args.get("cuda_event"), -1),
-                                 "correlation": _int(args.get("correlation")),
-                                 "thread": -1})
-        elif cat in _HOST_RANGES:
-            host_ranges.append({**base, "name": name, "thread": _int(ev.get("tid")),
-                                "source": _HOST_RANGES[cat]})
-        elif cat in _GPU_RANGES:
-            gpu_ranges.append({**base, "name": name, "thread": -1,
-                               "lane": (_int(ev.get("pid")), _int(ev.get("tid"))),
-                               "source": "gpu_user_annotation"})
-        else:  # python_function
-            python.append({**base, "name": name, "thread": _int(ev.get("tid")),
-                           "pid": _int(args.get("Python id"), -1),
-                           "parent": _int(args.get("Python parent id"), -1)})
+        _add_event(rows, cat, ev, args, name, base)
+    return _assemble(rows, header, path)
 
-    api = pd.DataFrame(rows["api"])
-    ranges, api_range = _ranges(host_ranges, gpu_ranges, api)
-    stacks, api_stack = _stacks(python, api)
+
+def _add_event(rows: _Rows, cat: str, ev: dict[str, Any], args: dict[str, Any], name: str,
+               base: dict[str, int]) -> None:
+    """File one event's row where its category goes."""
+    if cat in _KERNEL or cat in _MEMCPY or cat in _MEMSET:
+        table, row = _gpu_row(cat, ev, args, name, base)
+        rows.tables[table].append(row)
+    elif cat in _RUNTIME or cat in _DRIVER:
+        rows.tables["api"].append({**base, "domain": "runtime" if cat in _RUNTIME else "driver",
+                                   "name": name, "cbid": _int(args.get("cbid"), 0),
+                                   "process": _int(ev.get("pid")), "thread": _int(ev.get("tid")),
+                                   "correlation": _int(args.get("correlation")),
+                                   "return_code": 0})
+    elif cat in _SYNC:
+        rows.tables["sync"].append({
+            **base, "type": _SYNC_TYPES.get(name.lower(), "unknown"),
+            "context": _int(args.get("context")),
+            "stream": _int(args.get("stream"), _int(args.get("cuda_stream"))),
+            "event": _int(args.get("cuda_event"), -1),
+            "correlation": _int(args.get("correlation")), "thread": -1})
+    elif cat in _HOST_RANGES:
+        rows.host_ranges.append({**base, "name": name, "thread": _int(ev.get("tid")),
+                                 "source": _HOST_RANGES[cat]})
+    elif cat in _GPU_RANGES:
+        rows.gpu_ranges.append({**base, "name": name, "thread": -1,
+                                "lane": (_int(ev.get("pid")), _int(ev.get("tid"))),
+                                "source": "gpu_user_annotation"})
+    else:  # python_function
+        rows.python.append({**base, "name": name, "thread": _int(ev.get("tid")),
+                            "pid": _int(args.get("Python id"), -1),
+                            "parent": _int(args.get("Python parent id"), -1)})
+
+
+def _gpu_row(cat: str, ev: dict[str, Any], args: dict[str, Any], name: str,
+             base: dict[str, int]) -> tuple[str, dict[str, Any]]:
+    """A kernel, copy or memset: (table name, row)."""
+    gpu = {**base, "device": _int(args.get("device"), _int(ev.get("pid"), -1)),
+           "context": _int(args.get("context")),
+           "stream": _int(args.get("stream"), _int(ev.get("tid"), -1)),
+           "correlation": _int(args.get("correlation"))}
+    if cat in _KERNEL:
+        gx, gy, gz = _dim3(args.get("grid"))
+        bx, by, bz = _dim3(args.get("block"))
+        return "kernels", {
+            **gpu, "name": name, "grid_x": gx, "grid_y": gy, "grid_z": gz,
+            "block_x": bx, "block_y": by, "block_z": bz,
+            "registers": _int(args.get("registers per thread"), 0),
+            "static_smem": _int(args.get("shared memory"), 0), "dynamic_smem": 0}
+    if cat in _MEMCPY:
+        m = _COPY.search(name)
+        return "memcpy", {
+            **gpu, "bytes": _int(args.get("bytes"), 0),
+            "kind": m.group(1).lower() if m else "unknown",
+            "src_kind": (m.group(2) or "unknown").lower() if m else "unknown",
+            "dst_kind": (m.group(3) or "unknown").lower() if m else "unknown"}
+    m = _MEMSET_KIND.search(name)
+    return "memset", {**gpu, "bytes": _int(args.get("bytes"), 0), "value": 0,
+                      "memory_kind": m.group(1).lower() if m else "unknown"}
+
+
+def _assemble(rows: _Rows, header: dict[str, Any], path: Path
+              ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """Rows -> schema tables: ranges and stacks built, GPU work joined to its launching call."""
+    api = pd.DataFrame(rows.tables["api"])
+    ranges, api_range = _ranges(rows.host_ranges, rows.gpu_ranges, api)
+    stacks, api_stack = _stacks(rows.python, api)
     tables: dict[str, pd.DataFrame] = {}
     for name in ("kernels", "memcpy", "memset"):
-        frame = pd.DataFrame(rows[name])
+        frame = pd.DataFrame(rows.tables[name])
         if len(frame) and len(api):
             # GPU work inherits thread, stack and ranges from the runtime call that launched it
-            a_corr = api["correlation"].to_numpy(np.int64)
-            order = np.argsort(a_corr, kind="stable")
-            pos = np.clip(np.searchsorted(a_corr[order], frame["correlation"].to_numpy(np.int64)),
-                          0, len(order) - 1)
-            hit = (a_corr[order][pos] == frame["correlation"].to_numpy(np.int64)) \
-                & (frame["correlation"].to_numpy(np.int64) >= 0)
-            row = order[pos]
+            row = CorrelationIndex(api["correlation"].to_numpy(np.int64)).row_of(
+                frame["correlation"].to_numpy(np.int64))
+            hit = row >= 0
             frame["thread"] = np.where(hit, api["thread"].to_numpy(np.int64)[row], -1)
             frame["stack_id"] = np.where(hit, api_stack[row], -1)
             frame["range_id"] = np.where(hit, api_range[row], -1)
         tables[name] = schema.conform(name, frame) if len(frame) else schema.empty_table(name)
     tables["api"] = schema.conform("api", api) if len(api) else schema.empty_table("api")
-    sync = pd.DataFrame(rows["sync"])
+    sync = pd.DataFrame(rows.tables["sync"])
     tables["sync"] = schema.conform("sync", sync) if len(sync) else schema.empty_table("sync")
     tables["ranges"] = ranges
     tables["stacks"] = stacks
-    return tables, _meta(tables, header, path, ignored)
+    return tables, _meta(tables, header, path, rows.ignored)
 
 
 def _nest(starts: np.ndarray, ends: np.ndarray, lanes: list[Any], q_time: np.ndarray,
@@ -394,6 +420,12 @@ def _meta(tables: dict[str, pd.DataFrame], header: dict[str, Any], path: Path,
                             "ignored": ignored}
     if starts:
         meta["start_ns"], meta["end_ns"] = min(starts), max(ends)
+    negative = {n: int((t["duration_ns"] < 0).sum()) for n, t in tables.items()
+                if len(t) and "duration_ns" in t}
+    problems = [f"{n}: {k:,} event(s) with a negative duration (dur < 0)"
+                for n, k in negative.items() if k]
+    if problems:
+        meta["warnings"] = problems
     if not any(len(tables[n]) for n in ("kernels", "memcpy", "memset")):
         meta["reason"] = "the Kineto trace holds no GPU events (was CUDA activity profiled?)"
     return meta

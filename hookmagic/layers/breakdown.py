@@ -5,9 +5,9 @@ from typing import Any
 
 import pandas as pd
 
-from ._frame import layers_of
+from hookmagic.common.format import MiB
 
-MIB = 2**20
+from ._frame import layers_of
 
 
 def top_layers(layers: Any, n: int = 10, by: str = "mean_ms") -> pd.DataFrame:
@@ -48,7 +48,7 @@ def memory_by_type(layers: Any) -> pd.DataFrame:
            .agg(layers=("name", "size"), weights_mib=("weight_bytes", "sum"),
                 activations_mib=("activation_bytes", "sum"))
            .reset_index())
-    out[["weights_mib", "activations_mib"]] /= MIB
+    out[["weights_mib", "activations_mib"]] /= MiB
     return out.sort_values(["weights_mib", "type"], ascending=[False, True],
                            kind="stable").reset_index(drop=True)
 

@@ -6,6 +6,7 @@ or just ``"Half"`` for some Myelin tensors) and as separate keys in 11.x. Both e
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -41,7 +42,13 @@ def precision_of(text: str | None) -> str:
     """
     if not text:
         return UNKNOWN
-    for token in re.findall(r"[a-z0-9]+", str(text).lower()):
+    return _precision_of_text(str(text)[:200])
+
+
+@functools.lru_cache(maxsize=4096)
+def _precision_of_text(text: str) -> str:
+    # a few dozen distinct phrases per engine, each seen thousands of times: cached
+    for token in re.findall(r"[a-z0-9]+", text.lower()):
         if token in _TOKENS:
             return _TOKENS[token]
     return UNKNOWN
@@ -58,8 +65,11 @@ def tensor_bytes(dims, precision: str) -> float:
         return math.nan
     try:
         dims = [int(d) for d in dims]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
     if any(d < 0 for d in dims):
         return math.nan
-    return float(math.prod(dims) * size)
+    try:
+        return float(math.prod(dims) * size)
+    except OverflowError:   # absurd dimensions (hand-edited or hostile files)
+        return math.nan

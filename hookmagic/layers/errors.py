@@ -1,7 +1,7 @@
 """Errors raised while reading layer-profile files."""
 from __future__ import annotations
 
-from hookmagic.common.errors import InputFileError
+from hookmagic.common.errors import BadNumbers, InputFileError
 
 
 class LayerFileError(InputFileError):
@@ -10,3 +10,8 @@ class LayerFileError(InputFileError):
     The message names the file and says what was expected, so that a notebook user sees one
     clear line instead of a traceback from deep inside ``json``.
     """
+
+
+class LayerNumbersError(LayerFileError, BadNumbers):
+    """A layer-profile file holds impossible numbers: negative or infinite times or counts, or
+    text where a number belongs. The message names the file, the record and the field."""

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.format import MiB
 
 from .errors import LayerFileError
 
@@ -56,7 +57,7 @@ _LIST_COLS = ("source_nodes", "folded")
 
 _FORMAT = "hookmagic.LayerProfile"
 _VERSION = 1
-MIB = 2**20
+MIB = MiB  # the layer tables' unit (kept public: compare and users import it)
 
 
 def make_layers(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -150,6 +151,24 @@ class LayerProfile:
         value = lat.get("mean") if isinstance(lat, dict) else None
         return None if value is None else float(value)
 
+    def number_warnings(self) -> list[str]:
+        """What is wrong with the measured numbers: layers without a time (NaN), negative or
+        infinite times and sizes. Shown by ``repr``, ``summary()`` and the CLI, so a layer sum
+        over missing or impossible values is never presented as a plain total."""
+        from hookmagic.common.checks import bad_numbers, describe_bad
+        out = []
+        n = len(self.layers)
+        untimed = int(self.layers["mean_ms"].isna().sum()) if n else 0
+        if untimed:
+            out.append(f"{untimed} of {n} layer(s) have no time (NaN): the layer sum covers "
+                       f"the other {n - untimed}")
+        for col in ("mean_ms", "median_ms", "p90_ms", "weight_bytes", "bias_bytes",
+                    "activation_bytes"):
+            bad = bad_numbers(self.layers[col].dropna()) if n else {}
+            if bad:
+                out.append(describe_bad(bad, col))
+        return out
+
     @property
     def weight_bytes(self) -> float:
         """Total weight bytes (bias excluded)."""
@@ -185,7 +204,8 @@ class LayerProfile:
             "myelin_layers": int(self.layers["is_myelin"].sum()),
             "time_by_type_ms": {str(k): round(float(v), 6) for k, v in by_type.items()},
             "precisions": sorted(set(self.layers["precision"])),
-            "warnings": list(self.meta.get("warnings", [])),
+            "warnings": list(self.meta.get("warnings", [])) + [
+                w for w in self.number_warnings() if w not in self.meta.get("warnings", [])],
         }
 
     # ---- display -------------------------------------------------------------------------
@@ -204,8 +224,10 @@ class LayerProfile:
                 f"median {gap['median']:.3f} ms")
 
     def __repr__(self) -> str:
+        problems = self.number_warnings()
+        warn = f"; warning: {'; '.join(problems)}" if problems else ""
         return (f"<LayerProfile {self.name!r}: {len(self.layers)} layers, "
-                f"layer sum {self.total_ms:.3f} ms{self._latency_text()}>")
+                f"layer sum {self.total_ms:.3f} ms{self._latency_text()}{warn}>")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         s = self.summary()
@@ -213,7 +235,8 @@ class LayerProfile:
                 + (f", {_esc(s['device'])}" if s["device"] else "") + ")<br>"
                 f"{s['layers']} layers, layer sum {s['total_ms']:.3f} ms"
                 + _esc(self._latency_text())
-                + f"; weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
+                + f"; weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB"
+                + "".join(f"<br>⚠ {_esc(w)}" for w in self.number_warnings()))
         cols = ["name", "type", "precision", "mean_ms", "pct"]
         if self.layers["gap_ms"].notna().any():
             cols.append("gap_ms")
@@ -226,6 +249,7 @@ class LayerProfile:
     def save(self, path: str | Path) -> Path:
         """Write to ``.parquet`` (layers table; meta, times and the rest in its metadata) or
         ``.json`` (one document). Both are data only, safe to share."""
+        from hookmagic.common import files
         path = Path(path)
         doc = self._aux_doc()
         if path.suffix == ".parquet":
@@ -234,10 +258,11 @@ class LayerProfile:
             table = pa.Table.from_pandas(self.layers, preserve_index=False)
             extra = {b"hookmagic": json.dumps(doc, default=_json_default).encode()}
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
-            pq.write_table(table, path)
+            files.atomic_write(path, lambda fh: pq.write_table(table, fh), "the layer profile")
         elif path.suffix == ".json":
             doc["layers"] = _records(self.layers)
-            path.write_text(json.dumps(doc, default=_json_default, indent=1))
+            text = json.dumps(_finite(doc), default=_json_default, indent=1, allow_nan=False)
+            files.atomic_write(path, text.encode("utf-8"), "the layer profile")
         else:
             raise ValueError(f"{path}: use a .parquet or .json file name")
         return path
@@ -245,36 +270,66 @@ class LayerProfile:
     @classmethod
     def load(cls, path: str | Path) -> "LayerProfile":
         """Read a profile written by :meth:`save` (``.parquet`` or ``.json``)."""
+        import os
+
+        from hookmagic.common import files, limits
+        from hookmagic.common.errors import HookmagicError
         path = Path(path)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise LayerFileError(f"{path}: no such file")
         try:
             if path.suffix == ".parquet":
+                import pyarrow as pa
                 import pyarrow.parquet as pq
-                table = pq.read_table(path)
-                raw = (table.schema.metadata or {}).get(b"hookmagic")
+                pf = pq.ParquetFile(pa.BufferReader(files.read_input(path, "layer profile",
+                                                                     LayerFileError)))
+                limits.check(limits.MAX_ROWS, pf.metadata.num_rows, f"layer profile {path}")
+                raw = (pf.schema_arrow.metadata or {}).get(b"hookmagic")
                 if raw is None:
                     raise LayerFileError(f"{path}: not a hookmagic LayerProfile (no metadata)")
-                doc = json.loads(raw)
-                layers = table.to_pandas()
+                doc = files.parse_json(raw, f"layer profile {path} (metadata)", LayerFileError)
+                layers = pf.read().to_pandas()
             else:
-                doc = json.loads(path.read_text())
+                doc = files.load_json_file(path, "layer profile", LayerFileError, gzip_ok=False)
                 if not isinstance(doc, dict) or "layers" not in doc:
                     raise LayerFileError(f"{path}: not a hookmagic LayerProfile JSON document")
+                if isinstance(doc["layers"], list):
+                    limits.check(limits.MAX_ROWS, len(doc["layers"]), f"layer profile {path}")
                 layers = pd.DataFrame(doc["layers"])
-        except LayerFileError:
+            if not isinstance(doc, dict):
+                raise LayerFileError(f"{path}: not a hookmagic LayerProfile (metadata is not "
+                                     "an object)")
+        except HookmagicError:
             raise
         except Exception as exc:  # pyarrow/json raise many types; the user needs one message
             raise LayerFileError(f"{path}: cannot read LayerProfile: {exc}") from exc
         if doc.get("format") != _FORMAT:
             raise LayerFileError(f"{path}: not a hookmagic LayerProfile (format={doc.get('format')!r})")
-        for col in _LIST_COLS:  # Parquet gives numpy arrays back for list columns
-            if col in layers:
-                layers[col] = [list(v) if v is not None else [] for v in layers[col]]
-        return cls(layers=make_layers(layers.to_dict("records")), meta=doc.get("meta", {}),
-                   times=_frame_or_none(doc.get("times")),
-                   constants=_frame_or_none(doc.get("constants")) if doc.get("constants") else pd.DataFrame(),
-                   kernels=_frame_or_none(doc.get("kernels")))
+        try:
+            for col in _LIST_COLS:  # Parquet gives numpy arrays back for list columns
+                if col in layers:
+                    layers[col] = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
+                                   for v in layers[col]]
+            for col in ("mean_ms", "median_ms", "p90_ms"):
+                if col in layers and layers[col].dtype == object:
+                    junk = [v for v in layers[col] if v is not None and (
+                        isinstance(v, (bool, str)) or not isinstance(v, (int, float)))]
+                    if junk:
+                        from .errors import LayerNumbersError
+                        raise LayerNumbersError(f"{path}: column {col} holds {len(junk)} "
+                                                f"value(s) that are not numbers, e.g. "
+                                                f"{str(junk[0])[:40]!r}")
+            meta = doc.get("meta", {})
+            return cls(layers=make_layers(layers.to_dict("records")),
+                       meta=meta if isinstance(meta, dict) else {},
+                       times=_frame_or_none(doc.get("times")),
+                       constants=_frame_or_none(doc.get("constants")) if doc.get("constants") else pd.DataFrame(),
+                       kernels=_frame_or_none(doc.get("kernels")))
+        except HookmagicError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise LayerFileError(f"{path}: not a readable LayerProfile ({type(exc).__name__}: "
+                                 f"{exc})") from None
 
     def _aux_doc(self) -> dict[str, Any]:
         return {"format": _FORMAT, "version": _VERSION, "meta": self.meta,
@@ -290,6 +345,17 @@ def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]] | None:
 
 def _frame_or_none(records: Any) -> pd.DataFrame | None:
     return None if records is None else pd.DataFrame(records)
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every NaN/infinite float replaced by None (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (float, np.floating)) and not math.isfinite(float(obj)):
+        return None
+    return obj
 
 
 def _json_default(obj: Any) -> Any:

@@ -67,6 +67,8 @@ def _unwrap_pwn(part: str) -> list[str]:
 
 def _split_top_level(text: str, sep: str) -> list[str]:
     """Split on ``sep`` outside parentheses and brackets."""
+    if not any(ch in text for ch in "([{)]}"):
+        return text.split(sep)   # the common case, without the character loop
     parts, depth, start, i = [], 0, 0, 0
     while i < len(text):
         ch = text[i]

@@ -14,12 +14,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from hookmagic.common import limits
+from hookmagic.common.errors import HookmagicError
 
 from .dtypes import UNKNOWN, precision_of
 from .errors import LayerFileError
 from .model import LayerProfile, make_layers
-from .trtexec import latency_stats, read_json
+from .trtexec import _number, latency_stats, read_json
 
 _SUFFIX = "_kernel_time"
 
@@ -27,11 +31,25 @@ _SUFFIX = "_kernel_time"
 def from_onnxruntime(path: str | Path, *, skip_first: bool = True,
                      name: str | None = None) -> LayerProfile:
     """A :class:`LayerProfile` from an ONNX Runtime profile: one row per graph node, times over
-    the ``model_run`` calls (the first, a warm-up, skipped unless ``skip_first=False``)."""
+    the ``model_run`` calls (the first, a warm-up, skipped unless ``skip_first=False``).
+
+    Raises :class:`LayerFileError` (``LayerNumbersError`` for negative, infinite or textual
+    times) with one line naming the file."""
+    try:
+        return _from_onnxruntime(path, skip_first, name)
+    except HookmagicError:
+        raise
+    except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:
+        raise LayerFileError(f"ONNX Runtime profile {path} holds a value this importer cannot "
+                             f"use ({type(exc).__name__}: {exc})") from None
+
+
+def _from_onnxruntime(path: str | Path, skip_first: bool, name: str | None) -> LayerProfile:
     data = read_json(path, "ONNX Runtime profile")
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise LayerFileError(f"ONNX Runtime profile {path} should be a JSON array of trace events")
+    limits.check(limits.MAX_ROWS, len(events), f"ONNX Runtime profile {path}")
     nodes = [e for e in events if isinstance(e, dict) and e.get("cat") == "Node"
              and str(e.get("name", "")).endswith(_SUFFIX)]
     runs = sorted((e for e in events if isinstance(e, dict) and e.get("cat") == "Session"
@@ -39,11 +57,20 @@ def from_onnxruntime(path: str | Path, *, skip_first: bool = True,
     if not nodes:
         raise LayerFileError(f"ONNX Runtime profile {path} has no '*{_SUFFIX}' node events; "
                              "was profiling enabled for a session.run()?")
+    where = f"ONNX Runtime profile {path}"
+    for e in nodes + runs:
+        for key in ("ts", "dur"):
+            _number(e.get(key, 0), f"{where}: event {str(e.get('name'))[:60]!r} {key}",
+                    negative_ok=key == "ts")
     frame = pd.DataFrame({
         "node": [str(e["name"])[: -len(_SUFFIX)] for e in nodes],
         "ts": [float(e.get("ts", 0)) for e in nodes],
         "dur_us": [float(e.get("dur", 0)) for e in nodes],
     })
+    if frame[["ts", "dur_us"]].isna().any().any():
+        from .errors import LayerNumbersError
+        raise LayerNumbersError(f"{where}: {int(frame[['ts', 'dur_us']].isna().sum().sum())} "
+                                "node event(s) have a NaN ts or dur")
     frame["run"] = _run_index(frame["ts"], runs)
     if skip_first and len(runs) > 1:
         frame = frame[frame["run"] != 0]
@@ -64,15 +91,16 @@ def from_onnxruntime(path: str | Path, *, skip_first: bool = True,
 
 
 def _run_index(ts: pd.Series, runs: list[dict[str, Any]]) -> list[int]:
-    out = []
-    for t in ts:
-        idx = -1
-        for i, r in enumerate(runs):
-            if r.get("ts", 0) <= t <= r.get("ts", 0) + r.get("dur", 0):
-                idx = i
-                break
-        out.append(idx if runs else 0)
-    return out
+    """The index of the ``model_run`` around each node time (-1: none); 0 for all without
+    runs. Runs are sorted by start; a binary search per node keeps this linear-logarithmic."""
+    if not runs:
+        return [0] * len(ts)
+    starts = np.array([float(r.get("ts", 0)) for r in runs])
+    ends = starts + np.array([float(r.get("dur", 0)) for r in runs])
+    t = np.asarray(ts, dtype=float)
+    idx = np.searchsorted(starts, t, side="right") - 1
+    ok = (idx >= 0) & (t <= ends[np.clip(idx, 0, None)])
+    return np.where(ok, idx, -1).tolist()
 
 
 def _tensors(items: Any) -> list[tuple[str, list[int]]]:

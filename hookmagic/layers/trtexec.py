@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
 from .dtypes import UNKNOWN, precision_of, tensor_bytes
-from .errors import LayerFileError
+from hookmagic.common import files, limits
+from hookmagic.common.errors import HookmagicError
+
+from .errors import LayerFileError, LayerNumbersError
 from .model import LayerProfile, make_layers
 from .names import is_myelin, nodes_from_name, parse_metadata
 
@@ -61,10 +66,23 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
     """
     if profile is None and layers is None:
         raise ValueError("from_trtexec needs profile=, layers= or both")
+    try:
+        return _from_trtexec(profile, layers, times, name, meta)
+    except HookmagicError:
+        raise
+    except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:
+        # a backstop: whatever a hand-edited or hostile export trips, the user gets one line
+        files_ = ", ".join(str(f) for f in (profile, layers, times) if f is not None)
+        raise LayerFileError(f"trtexec export(s) {files_} hold a value this importer cannot "
+                             f"use ({type(exc).__name__}: {exc})") from None
+
+
+def _from_trtexec(profile, layers, times, name, meta) -> LayerProfile:
     warnings: list[str] = []
     records, count = read_profile(profile) if profile is not None else ([], None)
     info = read_layer_info(layers, warnings) if layers is not None else None
-    rows = join_timing([_timing(r) for r in records], info["layers"] if info else None, warnings)
+    rows = join_timing([_timing(r, profile) for r in records], info["layers"] if info else None,
+                       warnings)
     rows, constants = split_constants(rows, warnings)
     rows = fold_noops(rows)
     label = name or _label(profile or layers)
@@ -79,10 +97,22 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
         times_df = read_times(times)
         out_meta["latency_ms"] = latency_stats(times_df["latency_ms"])
         out_meta["compute_ms"] = latency_stats(times_df["compute_ms"])
+        untimed = int(times_df["latency_ms"].isna().sum())
+        if untimed:
+            warnings.append(f"{untimed} iteration(s) of the --exportTimes file have no "
+                            "latency (null/NaN); left out of the statistics")
+    nan = sum(1 for r in records if _isnan(r.get("averageMs", r.get("timeMs"))))
+    if nan:
+        warnings.append(f"{nan} profile record(s) have a NaN/null time; they are left out of "
+                        "the layer sum")
     out_meta.update(meta or {})
     out_meta["warnings"] = list(out_meta.get("warnings", [])) + warnings
     return LayerProfile(layers=make_layers(rows), meta=out_meta, times=times_df,
                         constants=pd.DataFrame(constants))
+
+
+def _isnan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 # ---- readers --------------------------------------------------------------------------------
@@ -90,19 +120,11 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
 def read_json(path: PathLike, what: str) -> Any:
     """Parse a JSON file, or raise :class:`LayerFileError` saying which file and what is wrong."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise LayerFileError(f"{what} file {path} does not exist")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise LayerFileError(f"{what} file {path} cannot be read: {exc.strerror}") from exc
-    if not text.strip():
-        raise LayerFileError(f"{what} file {path} is empty")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LayerFileError(f"{what} file {path} is not valid JSON ({exc.msg} at line "
-                             f"{exc.lineno}, column {exc.colno}); was the export cut short?") from exc
+    # bounded (HOOKMAGIC_MAX_BYTES / _JSON_BYTES / _DEPTH); folders, FIFOs, devices refused
+    raw = files.read_input(path, f"{what} file", LayerFileError)
+    return files.parse_json(raw, f"{what} file {path}", LayerFileError, errors="replace")
 
 
 def read_profile(path: PathLike) -> tuple[list[dict[str, Any]], int | None]:
@@ -116,11 +138,12 @@ def read_profile(path: PathLike) -> tuple[list[dict[str, Any]], int | None]:
                              "[{\"count\": N}, {\"name\": ..., \"averageMs\": ...}, ...]")
     if isinstance(data[0], dict) and "startComputeMs" in data[0]:
         raise LayerFileError(f"{path} is a --exportTimes file, not --exportProfile; pass it as times= (--times)")
+    limits.check(limits.MAX_ROWS, len(data), f"--exportProfile file {path}")
     count = None
     records = []
     for i, item in enumerate(data):
         if isinstance(item, dict) and set(item) == {"count"}:
-            count = int(item["count"])
+            count = _number(item["count"], f"--exportProfile file {path}: count", integer=True)
             continue
         if not isinstance(item, dict) or "name" not in item or not (
                 "averageMs" in item or "timeMs" in item):
@@ -147,6 +170,7 @@ def layer_info_from_doc(data: Any, warnings: list[str] | None = None,
                              "not --exportLayerInfo; pass it as profile= or times= (--profile, --times)")
     if not isinstance(data, dict) or not isinstance(data.get("Layers"), list):
         raise LayerFileError(f"--exportLayerInfo file {path} has no \"Layers\" list")
+    limits.check(limits.MAX_ROWS, len(data["Layers"]), f"--exportLayerInfo file {path}")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         warnings.append(f"layer info: top-level keys not understood: {sorted(unknown)}")
@@ -164,7 +188,13 @@ def read_times(path: PathLike) -> pd.DataFrame:
             isinstance(d, dict) and "latencyMs" in d for d in data):
         raise LayerFileError(f"--exportTimes file {path} should be a JSON array of per-iteration "
                              "objects with latencyMs, computeMs, ...")
+    limits.check(limits.MAX_ROWS, len(data), f"--exportTimes file {path}")
     frame = pd.DataFrame(data).rename(columns=_TIMES_RENAME)
+    for col in [c for c in frame.columns if c.endswith("_ms")]:
+        for i, v in enumerate(frame[col]):
+            if not _isnan(v):
+                _number(v, f"--exportTimes file {path}: iteration {i} {col}",
+                        negative_ok=col.startswith(("start_", "end_")))
     return frame.astype({c: "float64" for c in frame.columns if c.endswith("_ms")})
 
 
@@ -267,7 +297,10 @@ def _tensor(t: Any, warnings: list[str]) -> dict[str, Any]:
 def _param_bytes(param: Any) -> float:
     if not isinstance(param, dict) or "Count" not in param:
         return 0.0
-    b = tensor_bytes([int(param["Count"])], precision_of(param.get("Type")))
+    count = _number(param["Count"], "--exportLayerInfo: a layer's weight Count", integer=True)
+    if _isnan(count):
+        return 0.0
+    b = tensor_bytes([count], precision_of(param.get("Type")))
     return 0.0 if math.isnan(b) else b
 
 
@@ -325,12 +358,34 @@ def join_timing(timing: list[dict[str, Any]], info: list[dict[str, Any]] | None,
     return rows
 
 
-def _timing(r: dict[str, Any]) -> dict[str, Any]:
-    mean = r.get("averageMs")
-    return {"name": str(r["name"]),
-            "mean_ms": float(mean) if mean is not None else math.nan,
-            "median_ms": float(r["medianMs"]) if "medianMs" in r else math.nan,
-            "total_time_ms": float(r.get("timeMs", math.nan))}
+def _number(value: Any, where: str, *, integer: bool = False, negative_ok: bool = False) -> Any:
+    """A measured number from an export: finite, not negative (unless ``negative_ok``), a
+    number and not text; else :class:`LayerNumbersError` naming ``where``. NaN passes (it
+    means "not measured"; callers warn about it)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise LayerNumbersError(f"{where} is {_short(value, 40)}, not a number")
+    x = float(value)
+    if math.isnan(x):
+        return x
+    if math.isinf(x) or (x < 0 and not negative_ok):
+        raise LayerNumbersError(f"{where} is {value}: a time or count must be finite and >= 0")
+    if integer:
+        if not x.is_integer():
+            raise LayerNumbersError(f"{where} is {value}, not a whole number")
+        return int(x)
+    return x
+
+
+def _timing(r: dict[str, Any], path: Any = "profile") -> dict[str, Any]:
+    name = str(r["name"])
+    where = f"--exportProfile file {path}: layer {name[:60]!r}"
+
+    def ms(key: str) -> float:
+        v = r.get(key)
+        return math.nan if v is None else float(_number(v, f"{where} {key}"))
+
+    return {"name": name, "mean_ms": ms("averageMs"), "median_ms": ms("medianMs"),
+            "total_time_ms": ms("timeMs")}
 
 
 def _guess_type(name: str) -> str:
@@ -359,20 +414,24 @@ def split_constants(rows: list[dict[str, Any]], warnings: list[str]):
 
 def fold_noops(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drop NoOp layers, adding their (normally zero) time and name to a neighbour: the layer
-    that produced their input if known, else the one before (or after, for the first)."""
+    that produced their input if known, else the nearest kept layer before (or the first kept
+    layer, for NoOps before any). Linear in the number of layers."""
     keep = [r for r in rows if r.get("layer_type") != "NoOp"]
     if len(keep) == len(rows) or not keep:
         return rows
     producer = {t: r for r in keep for t in r.get("out_tensors", [])}
-    index = {id(r): i for i, r in enumerate(rows)}
+    folded: dict[int, list[str]] = {}   # id(target) -> names folded into it, in order
+    previous = None                     # the last kept layer seen, in execution order
     for r in rows:
         if r.get("layer_type") != "NoOp":
+            previous = r
             continue
         target = next((producer[t] for t in r.get("in_tensors", []) if t in producer), None)
         if target is None:
-            before = [k for k in keep if index[id(k)] < index[id(r)]]
-            target = before[-1] if before else keep[0]
-        target["folded"] = list(target.get("folded", [])) + [r["name"]]
+            target = previous if previous is not None else keep[0]
+        if id(target) not in folded:
+            folded[id(target)] = list(target.get("folded", []))
+        folded[id(target)].append(r["name"])
         for col in ("mean_ms", "median_ms"):
             extra = r.get(col, math.nan)
             if extra is not None and not math.isnan(extra) and extra > 0:
@@ -380,6 +439,9 @@ def fold_noops(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         # a NoOp's output becomes its producer's output for any later NoOp in a chain
         for t in r.get("out_tensors", []):
             producer[t] = target
+    for r in keep:
+        if id(r) in folded:
+            r["folded"] = folded[id(r)]
     return keep
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hookmagic.common import files, limits
+from hookmagic.common.errors import BadNumbers, HookmagicError, InputFileError
 from hookmagic.memory import torch_rules as R
 from hookmagic.memory.events import conform_events, empty_events, sort_events
 from hookmagic.memory.stacks import StackInterner
@@ -36,6 +38,18 @@ from hookmagic.memory.stacks import StackInterner
 _ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
             "segment_map", "segment_unmap", "oom"}
 _recording = False
+
+
+class SnapshotFileError(InputFileError):
+    """A memory snapshot file is missing, not a regular file, or not a PyTorch snapshot."""
+
+
+class SnapshotNumbersError(SnapshotFileError, BadNumbers):
+    """A memory snapshot holds negative sizes or times, or text where numbers belong."""
+
+
+class PickleRefused(SnapshotFileError, PermissionError):
+    """A snapshot is a pickle and ``allow_pickle=True`` was not given (unpickling runs code)."""
 
 
 # -- live recording ------------------------------------------------------------------------------
@@ -76,11 +90,16 @@ def load_snapshot(path: str | Path, allow_pickle: bool = False) -> dict:
     """Read a snapshot file: JSON as is; a pickle (``_dump_snapshot``) only with
     ``allow_pickle=True``, with a warning. Never unpickle a file you did not make yourself."""
     path = Path(path)
-    raw = path.read_bytes()
-    if raw[:1] in (b"{", b"["):
-        return json.loads(raw)
+    # bounded (HOOKMAGIC_MAX_BYTES, _JSON_BYTES, _DEPTH); folders, FIFOs and devices refused
+    raw = files.read_input(path, "memory snapshot", SnapshotFileError)
+    if raw.lstrip()[:1] in (b"{", b"["):
+        doc = files.parse_json(raw, f"memory snapshot {str(path)!r}", SnapshotFileError)
+        if not isinstance(doc, dict):
+            raise SnapshotFileError(f"memory snapshot {str(path)!r} is JSON but not a snapshot "
+                                    "(an object with 'segments' and 'device_traces')")
+        return doc
     if not allow_pickle:
-        raise PermissionError(
+        raise PickleRefused(
             f"{path} is a pickle (torch.cuda.memory._dump_snapshot). Unpickling runs code chosen "
             "by whoever wrote the file; pass allow_pickle=True only for files you trust.")
     warnings.warn(f"unpickling {path}: only do this for files you trust", stacklevel=2)
@@ -153,18 +172,49 @@ class _Layout:
 
 def events_from_snapshot(snapshot: dict, time_offset_ns: int = 0,
                          source: str = "torch") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Convert a PyTorch memory snapshot dict into (allocator_events, stacks)."""
+    """Convert a PyTorch memory snapshot dict into (allocator_events, stacks).
+
+    Raises :class:`SnapshotFileError` for a dict that is not a snapshot,
+    :class:`SnapshotNumbersError` for negative or non-numeric sizes, addresses or times, and
+    :class:`~hookmagic.common.errors.LimitExceeded` past ``HOOKMAGIC_MAX_ROWS`` events.
+    """
+    if not isinstance(snapshot, dict):
+        raise SnapshotFileError(f"a memory snapshot is a dict, not {type(snapshot).__name__}")
+    try:
+        return _events_from_snapshot(snapshot, time_offset_ns, source)
+    except HookmagicError:
+        raise
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise SnapshotNumbersError(f"memory snapshot holds a size, address or time that is not "
+                                   f"a whole number ({type(exc).__name__}: {exc})") from None
+    except (KeyError, AttributeError, IndexError) as exc:
+        raise SnapshotFileError(f"memory snapshot is missing a field or has one of the wrong "
+                                f"kind ({type(exc).__name__}: {exc})") from None
+
+
+def _events_from_snapshot(snapshot: dict, time_offset_ns: int,
+                          source: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     interner = StackInterner()
     traces = snapshot.get("device_traces") or []
     segments = snapshot.get("segments") or []
+    if not isinstance(traces, list) or not isinstance(segments, list):
+        raise SnapshotFileError("memory snapshot: 'device_traces' and 'segments' must be lists")
+    limits.check(limits.MAX_ROWS, sum(len(t) for t in traces if isinstance(t, list))
+                 + len(segments), "memory snapshot (events plus segments)")
     rows: list[tuple] = []
     for device, trace in enumerate(traces):
+        if not isinstance(trace, list):
+            raise SnapshotFileError(f"memory snapshot: device_traces[{device}] is not a list")
         rows.extend(_device_rows(device, trace, segments, interner, time_offset_ns))
     if not rows:
         return empty_events(), interner.table()
     cols = ["time_ns", "action", "address", "size", "requested_size", "segment", "stream",
             "device", "pool", "stack_id", "_order"]
     frame = pd.DataFrame.from_records(rows, columns=cols)
+    for col in ("size", "requested_size", "address"):
+        neg = int((frame[col] < 0).sum())
+        if neg:
+            raise SnapshotNumbersError(f"memory snapshot: {neg} event(s) with a negative {col}")
     frame = frame.sort_values(["time_ns", "_order"], kind="stable").drop(columns="_order")
     frame["source"] = source
     frame["address"] = frame["address"].astype(np.uint64)
@@ -174,8 +224,9 @@ def events_from_snapshot(snapshot: dict, time_offset_ns: int = 0,
 
 def _device_rows(device: int, trace: list[dict], segments: list[dict],
                  interner: StackInterner, offset: int) -> list[tuple]:
-    entries = [e for e in trace if e.get("action") in _ACTIONS]
-    dev_segments = [s for s in segments if int(s.get("device", device)) == device]
+    entries = [e for e in trace if isinstance(e, dict) and e.get("action") in _ACTIONS]
+    dev_segments = [s for s in segments
+                    if isinstance(s, dict) and int(s.get("device", device)) == device]
     seg_type = {int(s["address"]): s.get("segment_type", "") for s in dev_segments}
     t0 = min((int(e.get("time_us", 0)) for e in entries), default=0) * 1000 + offset
     layout = _Layout()

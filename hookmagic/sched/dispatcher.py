@@ -98,6 +98,7 @@ class Dispatcher:
         self.max_frames = fair.max_frames if fair and fair.max_frames else 0
 
         names = [s.name for s in self.specs]
+        policy.check_models(names)  # a misspelt per-model name is an error, not "unbatched"
         self.limit_max = [lim.max_concurrent for lim in policy.limits]
         self.limit_used = [0] * len(policy.limits)
         self.models: list[_Model] = []

@@ -76,6 +76,7 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
         backend = CudaBackend()
     by_name = {e.name: e for e in engines}
     names = [e.name for e in engines]
+    policy.check_models(names)  # a misspelt per-model name is an error, before any setup
     missing = set(workload.models) - set(by_name)
     if missing:
         raise ValueError(f"no engine for models {sorted(missing)}")

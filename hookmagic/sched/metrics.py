@@ -15,6 +15,12 @@ __all__ = ["summary", "batch_histogram", "queue_depth", "mean_depth", "stream_bu
 
 PERCENTILES = (50, 90, 95, 99)
 _DROPS = ("rejected", "timeout", "late", "stale")
+#: the columns of :func:`summary`, also when there is nothing to summarise (an empty workload)
+SUMMARY_COLUMNS = (("offered", "served") + _DROPS
+                   + ("throughput_rps", "goodput_rps", "slo_pct", "slo_ms", "mean_ms")
+                   + tuple(f"p{p}_ms" for p in PERCENTILES)
+                   + tuple(f"{n}_{s}_ms" for n in ("queue", "compute") for s in ("mean", "p50", "p99"))
+                   + ("batch_mean",))
 
 
 def _groups(frame: pd.DataFrame, by: str | Sequence[str] | None):
@@ -68,6 +74,11 @@ def summary(requests: pd.DataFrame, by: str | Sequence[str] | None = "model",
         row["batch_mean"] = float(sizes.mean()) if len(sizes) else np.nan
         rows.append(row)
     out = pd.DataFrame(rows)
+    if not len(out):  # an empty workload: no rows, but every column, so code that reads one works
+        name = "group" if by is None else (by if isinstance(by, str) else "/".join(by))
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("offered", "served") + _DROPS
+                                          else "float64") for c in SUMMARY_COLUMNS},
+                            index=pd.Index([], name=name))
     if by is not None and len(out):
         name = by if isinstance(by, str) else "/".join(by)
         out = out.rename(columns={"group": name}).set_index(name)
@@ -153,7 +164,10 @@ def camera_stats(requests: pd.DataFrame) -> pd.DataFrame:
                      "slo_pct": 100.0 * g["met_slo"].mean(),
                      "staleness_p50_ms": float(np.percentile(lat, 50)) if len(lat) else np.nan,
                      "staleness_p99_ms": float(np.percentile(lat, 99)) if len(lat) else np.nan})
-    return pd.DataFrame(rows).set_index("camera") if rows else pd.DataFrame()
+    cols = ["model", "frames", "served", "dropped", "slo_pct", "staleness_p50_ms",
+            "staleness_p99_ms"]
+    return (pd.DataFrame(rows).set_index("camera") if rows
+            else pd.DataFrame(columns=cols, index=pd.Index([], name="camera")))
 
 
 def latency_cdf(requests: pd.DataFrame, by: str = "model", points: int = 200) -> pd.DataFrame:

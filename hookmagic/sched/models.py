@@ -14,6 +14,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
+
 __all__ = ["ModelSpec", "specs_from_sweep"]
 
 
@@ -36,10 +39,12 @@ class ModelSpec:
         model (colder caches, another CUDA graph), milliseconds. Latency tables are measured
         back to back with the same model, so they do not contain it; a calibration that
         alternates models measures it (``benchmarks/sched_fidelity.py``).
-    share_slowdown : how much slower this model computes while another stream's batch runs on
-        the same GPU: progress at ``1 / (1 + share_slowdown * k)`` of its own speed while ``k``
-        other streams compute (0: streams are independent). Measured per model by running it
-        beside the other models.
+    share_slowdown : how much slower this model computes while other streams' batches run on
+        the same GPU. With ``k`` others computing it progresses at ``1 / slowdown(k)`` of its own
+        speed. A number ``f`` means ``slowdown(k) = 1 + f * k``; a tuple ``(a1, a2, ...)`` gives
+        ``1 + a1`` with one other, ``1 + a2`` with two, ... (GPUs share sublinearly: measure
+        each ``k``), the last step continuing beyond. 0 or ``()``: streams are independent.
+        Measured per model by the calibration in ``benchmarks/sched_fidelity.py``.
 
     Latency for a size that was not measured is interpolated linearly between neighbours and
     extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
@@ -54,28 +59,44 @@ class ModelSpec:
     service_cv: float = 0.0
     max_batch: int = 0
     switch_ms: float = 0.0
-    share_slowdown: float = 0.0
+    share_slowdown: float | tuple[float, ...] = ()
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        sizes = tuple(int(b) for b in self.batch_sizes)
-        lat = tuple(float(x) for x in self.latency_ms)
-        if not sizes or len(sizes) != len(lat):
-            raise ValueError("batch_sizes and latency_ms must be non-empty and of equal length")
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgument(f"ModelSpec name must be a non-empty string, not {self.name!r}")
+        try:
+            raw_sizes, raw_lat = list(self.batch_sizes), list(self.latency_ms)
+        except TypeError:
+            raise InvalidArgument("batch_sizes and latency_ms must be sequences of numbers") from None
+        if not raw_sizes or len(raw_sizes) != len(raw_lat):
+            raise InvalidArgument("batch_sizes and latency_ms must be non-empty and of equal length")
+        sizes = tuple(checks.integer(f"{self.name}: batch size", b, minimum=1) for b in raw_sizes)
+        # a NaN latency would hang the general engine and give garbage from the fast path
+        lat = tuple(checks.number(f"{self.name}: latency_ms at batch {b}", x, positive=True)
+                    for b, x in zip(sizes, raw_lat))
+        if len(set(sizes)) != len(sizes):
+            raise InvalidArgument(f"{self.name}: batch_sizes {sizes} repeat a size")
         order = np.argsort(sizes, kind="stable")
         sizes = tuple(sizes[i] for i in order)
         lat = tuple(lat[i] for i in order)
-        if sizes[0] < 1 or any(x <= 0 for x in lat):
-            raise ValueError("batch sizes must be >= 1 and latencies > 0")
         object.__setattr__(self, "batch_sizes", sizes)
         object.__setattr__(self, "latency_ms", lat)
-        if self.max_batch <= 0:
-            object.__setattr__(self, "max_batch", sizes[-1])
-        for what in ("switch_ms", "share_slowdown"):
-            v = float(getattr(self, what))
-            if not np.isfinite(v) or v < 0:
-                raise ValueError(f"ModelSpec {self.name!r}: {what} must be finite and >= 0, got {v}")
-            object.__setattr__(self, what, v)
+        object.__setattr__(self, "memory_bytes",
+                           checks.integer(f"{self.name}: memory_bytes", self.memory_bytes, minimum=0))
+        object.__setattr__(self, "service_cv",
+                           checks.number(f"{self.name}: service_cv", self.service_cv,
+                                         non_negative=True))
+        max_batch = checks.integer(f"{self.name}: max_batch", self.max_batch, minimum=0)
+        object.__setattr__(self, "max_batch", max_batch if max_batch > 0 else sizes[-1])
+        share = self.share_slowdown
+        share = tuple(float(x) for x in (share if isinstance(share, (tuple, list)) else (share,)))
+        for what, values in (("switch_ms", (float(self.switch_ms),)), ("share_slowdown", share)):
+            if any(not np.isfinite(v) or v < 0 for v in values):
+                raise InvalidArgument(f"ModelSpec {self.name!r}: {what} must be finite and >= 0, "
+                                      f"got {getattr(self, what)}")
+        object.__setattr__(self, "switch_ms", float(self.switch_ms))
+        object.__setattr__(self, "share_slowdown", share if any(share) else ())
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -87,6 +108,9 @@ class ModelSpec:
     def linear(cls, name: str, base_ms: float, per_item_ms: float, max_batch: int = 32,
                **kw: Any) -> "ModelSpec":
         """Latency ``base_ms + per_item_ms * b``: a fixed launch cost plus per-sample work."""
+        max_batch = checks.integer("max_batch", max_batch, minimum=1, maximum=1_000_000)
+        base_ms = checks.number("base_ms", base_ms, non_negative=True)
+        per_item_ms = checks.number("per_item_ms", per_item_ms, non_negative=True)
         sizes = tuple(range(1, max_batch + 1))
         return cls(name, sizes, tuple(base_ms + per_item_ms * b for b in sizes),
                    max_batch=max_batch, **kw)
@@ -176,6 +200,17 @@ class ModelSpec:
         t = np.zeros(n + 1)
         t[1:] = np.asarray(self.latency(np.arange(1, n + 1)), dtype=float) / 1e3
         return t
+
+    def slowdown(self, others: int, default: float = 0.0) -> float:
+        """How many times longer this model computes while ``others`` other streams compute
+        (``share_slowdown``; ``default`` stands for it when the spec has none)."""
+        a = self.share_slowdown or ((default,) if default else ())
+        if others <= 0 or not a:
+            return 1.0
+        if others <= len(a):
+            return 1.0 + a[others - 1]
+        step = a[-1] - a[-2] if len(a) >= 2 else a[-1]
+        return 1.0 + a[-1] + step * (others - len(a))
 
     def throughput(self, batch_size: int) -> float:
         """Items per second one stream sustains at ``batch_size``."""

@@ -25,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
+
 __all__ = ["Batching", "AIMD", "QueuePolicy", "CameraFairness", "Stream", "Limit", "Policy",
            "ORDERS"]
 
@@ -45,10 +48,18 @@ class Batching:
     preferred: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_batch < 1 or self.max_delay_ms < 0:
-            raise ValueError("max_batch must be >= 1 and max_delay_ms >= 0")
+        object.__setattr__(self, "max_batch",
+                           checks.integer("Batching max_batch", self.max_batch, minimum=1))
+        object.__setattr__(self, "max_delay_ms",
+                           checks.number("Batching max_delay_ms", self.max_delay_ms,
+                                         non_negative=True))
+        try:
+            pref = [checks.integer("Batching preferred size", p, minimum=1)
+                    for p in self.preferred]
+        except TypeError:
+            raise InvalidArgument("Batching preferred must be a sequence of batch sizes") from None
         object.__setattr__(self, "preferred",
-                           tuple(sorted({int(p) for p in self.preferred if 0 < p <= self.max_batch})))
+                           tuple(sorted({p for p in pref if p <= self.max_batch})))
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,21 @@ class AIMD:
     backoff: float = 0.5
     max_batch: int = 64
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slo_ms", checks.optional_number("AIMD slo_ms", self.slo_ms,
+                                                                  positive=True))
+        object.__setattr__(self, "budget", checks.number("AIMD budget", self.budget,
+                                                         positive=True))
+        object.__setattr__(self, "max_batch", checks.integer("AIMD max_batch", self.max_batch,
+                                                             minimum=1))
+        object.__setattr__(self, "start", checks.integer("AIMD start", self.start, minimum=1,
+                                                         maximum=self.max_batch))
+        object.__setattr__(self, "step", checks.integer("AIMD step", self.step, minimum=1))
+        backoff = checks.number("AIMD backoff", self.backoff, positive=True, maximum=1.0)
+        if backoff >= 1.0:
+            raise InvalidArgument(f"AIMD backoff must be < 1 (a decrease), not {backoff}")
+        object.__setattr__(self, "backoff", backoff)
+
 
 @dataclass(frozen=True)
 class QueuePolicy:
@@ -83,8 +109,11 @@ class QueuePolicy:
     action: Literal["reject", "delay"] = "reject"
 
     def __post_init__(self) -> None:
-        if self.action not in ("reject", "delay"):
-            raise ValueError("action must be 'reject' or 'delay'")
+        checks.choice("QueuePolicy action", self.action, ("reject", "delay"))
+        object.__setattr__(self, "max_size", checks.optional_integer(
+            "QueuePolicy max_size", self.max_size, minimum=0))
+        object.__setattr__(self, "timeout_ms", checks.optional_number(
+            "QueuePolicy timeout_ms", self.timeout_ms, non_negative=True))
 
 
 @dataclass(frozen=True)
@@ -99,6 +128,12 @@ class CameraFairness:
     per_camera: int = 1
     max_frames: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_camera", checks.integer(
+            "CameraFairness per_camera", self.per_camera, minimum=1))
+        object.__setattr__(self, "max_frames", checks.optional_integer(
+            "CameraFairness max_frames", self.max_frames, minimum=1))
+
 
 @dataclass(frozen=True)
 class Stream:
@@ -112,12 +147,34 @@ class Stream:
     models: tuple[str, ...] | None = None
     name: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "priority", checks.integer("Stream priority", self.priority))
+        if self.models is not None:
+            object.__setattr__(self, "models", _names("Stream models", self.models))
+
 
 @dataclass(frozen=True)
 class Limit:
     """At most ``max_concurrent`` batches of ``models`` in flight at once, across all streams."""
     models: tuple[str, ...]
     max_concurrent: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", _names("Limit models", self.models))
+        object.__setattr__(self, "max_concurrent", checks.integer(
+            "Limit max_concurrent", self.max_concurrent, minimum=1))
+
+
+def _names(what: str, models) -> tuple[str, ...]:
+    if isinstance(models, str):
+        models = (models,)
+    try:
+        names = tuple(models)
+    except TypeError:
+        raise InvalidArgument(f"{what} must be model names, not {models!r}") from None
+    if not all(isinstance(m, str) for m in names):
+        raise InvalidArgument(f"{what} must be model names (strings), not {names!r}")
+    return names
 
 
 def _per_model(value, name: str, default):
@@ -144,15 +201,54 @@ class Policy:
     drop_late: bool = True
 
     def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}")
-        if isinstance(self.streams, int):
-            if self.streams < 1:
-                raise ValueError("need at least one stream")
-            object.__setattr__(self, "streams", tuple(Stream() for _ in range(self.streams)))
+        checks.choice("Policy order", self.order, ORDERS)
+        if isinstance(self.streams, (int, float)) and not isinstance(self.streams, bool):
+            n = checks.integer("Policy streams", self.streams, minimum=1, maximum=1024)
+            object.__setattr__(self, "streams", tuple(Stream() for _ in range(n)))
         else:
-            object.__setattr__(self, "streams", tuple(self.streams))
-        object.__setattr__(self, "limits", tuple(self.limits))
+            try:
+                streams = tuple(self.streams)
+            except TypeError:
+                streams = ()
+            if not streams or not all(isinstance(st, Stream) for st in streams):
+                raise InvalidArgument("Policy streams must be a count >= 1 or a list of Stream")
+            object.__setattr__(self, "streams", streams)
+        limits = tuple(self.limits)
+        if not all(isinstance(lim, Limit) for lim in limits):
+            raise InvalidArgument("Policy limits must be Limit objects")
+        object.__setattr__(self, "limits", limits)
+        for what, value, kind in (("batching", self.batching, Batching),
+                                  ("adaptive", self.adaptive, AIMD),
+                                  ("queue", self.queue, QueuePolicy)):
+            items = value.values() if isinstance(value, Mapping) else [value]
+            for item in items:
+                if not (isinstance(item, kind) or (item is None and what != "batching")):
+                    raise InvalidArgument(f"Policy {what} must be a {kind.__name__} or a mapping "
+                                          f"of model name to {kind.__name__}, not {item!r}")
+        if self.fairness is not None and not isinstance(self.fairness, CameraFairness):
+            raise InvalidArgument("Policy fairness must be a CameraFairness or None")
+
+    def per_model_names(self) -> set[str]:
+        """Model names the per-model settings (batching, adaptive, queue mappings; stream and
+        limit model lists) mention, besides ``"*"``."""
+        names: set[str] = set()
+        for value in (self.batching, self.adaptive, self.queue):
+            if isinstance(value, Mapping):
+                names |= {str(k) for k in value if k != "*"}
+        for st in self.streams:
+            names |= set(st.models or ())
+        for lim in self.limits:
+            names |= set(lim.models)
+        return names
+
+    def check_models(self, known) -> None:
+        """Raise :class:`InvalidArgument` when a per-model setting names a model that is not
+        in ``known`` (a misspelt name would otherwise silently leave that model unbatched)."""
+        known = [str(k) for k in known]
+        unknown = sorted(self.per_model_names() - set(known))
+        if unknown:
+            raise InvalidArgument(f"the policy's per-model settings name unknown model(s) "
+                                  f"{unknown}; the models are {known}")
 
     def batching_for(self, model: str) -> Batching:
         """The :class:`Batching` that applies to ``model``."""

@@ -78,7 +78,9 @@ class Result:
             md = dict(table.schema.metadata or {})
             md[b"hookmagic.sched"] = json.dumps(self.meta, default=str).encode()
             path = prefix.with_name(prefix.name + f".{name}.parquet")
-            pq.write_table(table.replace_schema_metadata(md), path)
+            from hookmagic.common import files
+            table = table.replace_schema_metadata(md)
+            files.atomic_write(path, lambda fh, t=table: pq.write_table(t, fh), "the result")
             paths.append(path)
         return paths[0], paths[1]
 
@@ -95,11 +97,17 @@ class RunResult(Result):
 
 def load_result(prefix: str | Path) -> Result:
     """Load a result written by :meth:`Result.save` (a SimResult or RunResult per its meta)."""
-    import pyarrow.parquet as pq
+    from hookmagic.common import files
     prefix = Path(prefix)
-    t_req = pq.read_table(prefix.with_name(prefix.name + ".requests.parquet"))
-    t_bat = pq.read_table(prefix.with_name(prefix.name + ".batches.parquet"))
-    meta = json.loads((t_req.schema.metadata or {}).get(b"hookmagic.sched", b"{}"))
+    # bounded like every loader (docs/limits.md): rows and decoded bytes checked first
+    req_path = prefix.with_name(prefix.name + ".requests.parquet")
+    bat_path = prefix.with_name(prefix.name + ".batches.parquet")
+    t_req = files.read_parquet(req_path, f"scheduler result {str(req_path)!r}")
+    t_bat = files.read_parquet(bat_path, f"scheduler result {str(bat_path)!r}")
+    meta = files.parse_json((t_req.schema.metadata or {}).get(b"hookmagic.sched", b"{}"),
+                            f"scheduler result {str(req_path)!r} (metadata)")
+    if not isinstance(meta, dict):
+        meta = {}
     cls = RunResult if meta.get("mode") == "real" else SimResult
     return cls(t_req.to_pandas(), t_bat.to_pandas(), meta)
 

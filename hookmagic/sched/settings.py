@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+from hookmagic.common.errors import InvalidArgument
+
 from .policies import AIMD, Batching, Policy, Stream
 from .workloads import Bursty, Cameras, Poisson, Replay
 
@@ -53,10 +55,11 @@ def sources_from_settings(sources: Sequence[Any], settings: Mapping[str, Any]) -
     Rates scale every source of the model by the same factor (Poisson rate, bursty rates,
     camera frame rate); replayed arrivals cannot be rescaled and keep their times.
     """
-    per_model = settings["models"]
+    per_model = _models_of(settings)
     current: dict[str, float] = {}
     for s in sources:
         current[s.model] = current.get(s.model, 0.0) + offered_rate(s)
+    _check_names(per_model, list(current))
     out = []
     for s in sources:
         ms = per_model.get(s.model)
@@ -79,11 +82,45 @@ def sources_from_settings(sources: Sequence[Any], settings: Mapping[str, Any]) -
 def policy_from_settings(settings: Mapping[str, Any], base: Policy | None = None) -> Policy:
     """The :class:`Policy` the settings describe (other fields from ``base``)."""
     base = base or Policy()
-    batching = {name: Batching(int(m["max_batch"]), float(m["max_delay_ms"]))
-                for name, m in settings["models"].items()}
-    adaptive = ({name: AIMD(slo_ms=float(m["slo_ms"]), max_batch=int(m["max_batch"]))
-                 for name, m in settings["models"].items()} if settings.get("aimd") else None)
+    per_model = _models_of(settings)
+    batching = {name: Batching(m["max_batch"], m["max_delay_ms"])
+                for name, m in per_model.items()}
+    adaptive = ({name: AIMD(slo_ms=m["slo_ms"], max_batch=m["max_batch"])
+                 for name, m in per_model.items()} if settings.get("aimd") else None)
     k = int(settings.get("streams", len(base.streams)))
     streams = base.streams if k == len(base.streams) else tuple(Stream() for _ in range(k))
     return replace(base, order=settings.get("order", base.order), batching=batching,
                    adaptive=adaptive, streams=streams)
+
+
+#: the keys of one model's settings, with their units
+MODEL_KEYS = {"rate": "requests per second", "priority": "0 is most urgent",
+              "slo_ms": "milliseconds", "max_batch": "requests", "max_delay_ms": "milliseconds"}
+
+
+def _models_of(settings: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
+    """``settings["models"]``, checked: a mapping of model name to a mapping with every key of
+    :data:`MODEL_KEYS` and no other."""
+    models = settings.get("models") if isinstance(settings, Mapping) else None
+    if not isinstance(models, Mapping):
+        raise InvalidArgument("settings need a 'models' mapping of model name to its settings")
+    for name, m in models.items():
+        if not isinstance(m, Mapping):
+            raise InvalidArgument(f"settings for model {name!r} must be a mapping with keys "
+                                  f"{sorted(MODEL_KEYS)}")
+        missing = sorted(set(MODEL_KEYS) - set(m))
+        extra = sorted(set(m) - set(MODEL_KEYS))
+        if missing or extra:
+            raise InvalidArgument(f"settings for model {name!r}: "
+                                  + (f"missing {missing}" if missing else "")
+                                  + ("; " if missing and extra else "")
+                                  + (f"unknown key(s) {extra}" if extra else "")
+                                  + f" (keys and units: {MODEL_KEYS})")
+    return models
+
+
+def _check_names(per_model: Mapping[str, Any], known: Sequence[str]) -> None:
+    unknown = sorted(set(per_model) - set(known))
+    if unknown:
+        raise InvalidArgument(f"settings name unknown model(s) {unknown}; the models are "
+                              f"{sorted(set(known))}")

@@ -17,8 +17,8 @@ whose stream last ran another model also pays that model's ``switch_ms`` (cold c
 CUDA graph).
 
 Streams share one GPU: while ``k`` other streams compute, a batch of model ``m`` progresses at
-``1 / (1 + f_m * k)`` of its own speed, with ``f_m`` the spec's ``share_slowdown`` (or the
-``interference`` argument for specs without one). Its end moves whenever another batch starts
+``1 / slowdown_m(k)`` of its own speed (``ModelSpec.share_slowdown``; specs without one use
+``1 + interference * k``). Its end moves whenever another batch starts
 or ends, so the slowdown follows how long batches really overlap, not only what ran when it
 started. With every ``f_m`` zero, streams are independent servers.
 """
@@ -29,6 +29,9 @@ from bisect import bisect_right
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
+
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
 
 from .dispatcher import Dispatcher
 from .models import ModelSpec
@@ -45,8 +48,18 @@ def _as_specs(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec)
     if isinstance(models, ModelSpec):
         return [models]
     if isinstance(models, Mapping):
-        return list(models.values())
-    return list(models)
+        specs = list(models.values())
+    else:
+        specs = list(models)
+    if not all(isinstance(s, ModelSpec) for s in specs):
+        raise InvalidArgument("models must be ModelSpec objects (or a name -> ModelSpec mapping)")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"two ModelSpecs share a name: {names}")
+    return specs
+
+#: the simulation engines ``simulate(engine=...)`` accepts
+ENGINES = ("auto", "general", "fast")
 
 
 def service_multipliers(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed: int) -> np.ndarray:
@@ -87,6 +100,10 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     """
     specs = _as_specs(models)
     policy = policy or Policy()
+    checks.choice("engine", engine, ENGINES)
+    interference = checks.number("interference", interference, non_negative=True)
+    if not isinstance(policy, Policy):
+        raise InvalidArgument(f"policy must be a Policy, not {type(policy).__name__}")
     if not isinstance(workload, Workload):
         if duration_s is None:
             raise ValueError("pass duration_s with a list of sources")
@@ -106,11 +123,12 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     return SimResult(req, bat, meta)
 
 
-def share_slowdowns(specs: Sequence[ModelSpec], interference: float = 0.0) -> list[float]:
-    """Each model's slowdown per other computing stream: its own, else ``interference``."""
+def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
+                    interference: float = 0.0) -> list[list[float]]:
+    """Per model, its slowdown with ``k`` other streams computing, for ``k`` in ``0..streams-1``."""
     if not np.isfinite(interference) or interference < 0:
-        raise ValueError(f"interference must be finite and >= 0, got {interference}")
-    return [s.share_slowdown if s.share_slowdown > 0 else float(interference) for s in specs]
+        raise InvalidArgument(f"interference must be finite and >= 0, got {interference}")
+    return [[s.slowdown(k, interference) for k in range(max(1, streams))] for s in specs]
 
 
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
@@ -120,7 +138,15 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     """
     from . import fast
-    shared = len(policy.streams) > 1 and any(share_slowdowns(specs, interference))
+    checks.choice("engine", engine, ENGINES)
+    policy.check_models([s.name for s in specs])
+    mult = np.asarray(mult, dtype=float)
+    if len(mult) and not (np.isfinite(mult).all() and (mult >= 0).all()):
+        # NaN or inf service times would never end: neither engine may see one (issue 17)
+        raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
+                              "ModelSpec.service_cv extreme?); latencies must be finite")
+    shared = any(x > 1.0 for row in share_slowdowns(specs, len(policy.streams), interference)
+                 for x in row)
     ok = fast.supports(policy, specs, 0.0) and not shared
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
@@ -143,9 +169,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     switch = [spec.switch_ms / 1e3 for spec in specs]
     streams = policy.streams
     S = len(streams)
-    slow_by_model = share_slowdowns(specs, interference)
+    slow_by_model = share_slowdowns(specs, S, interference)
     # Overlap-aware sharing only where it can matter: several streams and some slowdown.
-    sharing = S > 1 and any(slow_by_model)
+    sharing = any(x > 1.0 for row in slow_by_model for x in row)
     s_work = [0.0] * S  # alone-seconds of work left as of s_mark (sharing only)
     s_mark = [0.0] * S
     s_slow = [1.0] * S
@@ -219,6 +245,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 if s_prev[s] != m:
                     dur += switch[m]
                     s_prev[s] = m
+                if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
+                    raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
+                                          f"service time of {dur} s; latencies must be finite")
                 end = t + dur
                 if sharing:
                     s_rec[s] = len(records)
@@ -237,7 +266,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
             others = S - idle - 1
             for s in range(S):
                 if s_end[s] != _INF:
-                    s_slow[s] = 1.0 + slow_by_model[s_model[s]] * others
+                    s_slow[s] = slow_by_model[s_model[s]][others]
                     s_end[s] = t + s_work[s] * s_slow[s]
                     records[s_rec[s]][3] = s_end[s]
     rec = np.array(records, dtype=float).reshape(-1, 5)

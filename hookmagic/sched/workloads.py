@@ -19,9 +19,33 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from hookmagic.common import checks
+from hookmagic.common.errors import InvalidArgument
+
 __all__ = ["Poisson", "Cameras", "Bursty", "Replay", "Workload", "make_workload"]
 
 COLUMNS = ("arrival_s", "model", "priority", "slo_ms", "deadline_s", "camera", "source")
+
+#: a source draws at most this many arrivals (a guard against rate=1e12 exhausting memory)
+MAX_ARRIVALS = 50_000_000
+
+
+def _common(src) -> None:
+    """Checks every source shares: a model name, an SLO > 0 in ms (inf: none), an int priority."""
+    if not isinstance(src.model, str) or not src.model:
+        raise InvalidArgument(f"{type(src).__name__}: model must be a model name, "
+                              f"not {src.model!r}")
+    kind = type(src).__name__
+    object.__setattr__(src, "slo_ms", checks.number(f"{kind}({src.model!r}) slo_ms", src.slo_ms,
+                                                    positive=True, allow_inf=True))
+    object.__setattr__(src, "priority", checks.integer(f"{kind}({src.model!r}) priority",
+                                                       src.priority))
+
+
+def _expected(kind: str, rate: float, duration_s: float) -> None:
+    if rate * duration_s > MAX_ARRIVALS:
+        raise InvalidArgument(f"{kind}: {rate:g} requests/s over {duration_s:g} s is more than "
+                              f"{MAX_ARRIVALS:,} arrivals; shorten duration_s or lower the rate")
 
 
 @dataclass(frozen=True)
@@ -33,7 +57,13 @@ class Poisson:
     priority: int = 0
     name: str = ""
 
+    def __post_init__(self) -> None:
+        _common(self)
+        object.__setattr__(self, "rate", checks.number(f"Poisson({self.model!r}) rate (requests/s)",
+                                                       self.rate, non_negative=True))
+
     def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        _expected("Poisson", self.rate, duration_s)
         if self.rate <= 0:
             return np.empty(0), np.empty(0, dtype=np.int64)
         # Draw a few extra gaps so one cumsum nearly always covers the window.
@@ -62,7 +92,17 @@ class Cameras:
     priority: int = 0
     name: str = ""
 
+    def __post_init__(self) -> None:
+        _common(self)
+        what = f"Cameras({self.model!r})"
+        object.__setattr__(self, "n", checks.integer(f"{what} n (cameras)", self.n, minimum=1))
+        object.__setattr__(self, "fps", checks.number(f"{what} fps (frames/s)", self.fps,
+                                                      positive=True))
+        object.__setattr__(self, "jitter_ms", checks.number(f"{what} jitter_ms", self.jitter_ms,
+                                                            non_negative=True))
+
     def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        _expected("Cameras", self.n * self.fps, duration_s)
         period = 1.0 / self.fps
         frames = int(np.ceil(duration_s * self.fps)) + 1
         phase = rng.uniform(0.0, period, self.n)
@@ -91,7 +131,17 @@ class Bursty:
     priority: int = 0
     name: str = ""
 
+    def __post_init__(self) -> None:
+        _common(self)
+        what = f"Bursty({self.model!r})"
+        for field_, positive in (("rate_on", False), ("rate_off", False), ("on_s", True),
+                                 ("off_s", True)):
+            object.__setattr__(self, field_, checks.number(
+                f"{what} {field_}", getattr(self, field_), positive=positive,
+                non_negative=True))
+
     def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        _expected("Bursty", max(self.rate_on, self.rate_off), duration_s)
         out, t, on = [], 0.0, False
         while t < duration_s:
             length = rng.exponential(self.on_s if on else self.off_s)
@@ -115,6 +165,19 @@ class Replay:
     camera: int = -1
     name: str = ""
 
+    def __post_init__(self) -> None:
+        _common(self)
+        what = f"Replay({self.model!r})"
+        try:
+            times = tuple(self.arrivals_s)
+        except TypeError:
+            raise InvalidArgument(f"{what} arrivals_s must be a sequence of seconds") from None
+        object.__setattr__(self, "arrivals_s", tuple(
+            checks.number(f"{what} arrivals_s[{i}]", t, non_negative=True)
+            for i, t in enumerate(times)))
+        object.__setattr__(self, "camera", checks.integer(f"{what} camera", self.camera,
+                                                          minimum=-1))
+
     def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         a = np.sort(np.asarray(self.arrivals_s, dtype=float))
         a = a[a < duration_s]
@@ -136,8 +199,23 @@ class Workload:
                  sources: Sequence[Source] = (), seed: int | None = None) -> None:
         missing = {"arrival_s", "model"} - set(requests.columns)
         if missing:
-            raise ValueError(f"workload table lacks {sorted(missing)}")
+            raise InvalidArgument(f"workload table lacks {sorted(missing)}")
+        if duration_s is not None:
+            duration_s = checks.number("duration_s", duration_s, non_negative=True)
         r = requests.copy()
+        try:
+            r["arrival_s"] = pd.to_numeric(r["arrival_s"]).astype(float)
+            if "slo_ms" in r:
+                r["slo_ms"] = pd.to_numeric(r["slo_ms"]).astype(float)
+        except (ValueError, TypeError):
+            raise InvalidArgument("workload arrival_s and slo_ms must be numbers") from None
+        bad = ~np.isfinite(r["arrival_s"].to_numpy()) | (r["arrival_s"].to_numpy() < 0)
+        if bad.any():
+            raise InvalidArgument(f"workload has {int(bad.sum())} arrival time(s) that are NaN, "
+                                  "infinite or negative")
+        if "slo_ms" in r and (np.isnan(r["slo_ms"].to_numpy()).any()
+                              or (r["slo_ms"].to_numpy() <= 0).any()):
+            raise InvalidArgument("workload slo_ms must be > 0 (inf: no SLO), not NaN")
         r["priority"] = r["priority"].astype(np.int64) if "priority" in r else np.int64(0)
         r["slo_ms"] = r["slo_ms"].astype(float) if "slo_ms" in r else np.inf
         r["deadline_s"] = r["arrival_s"] + r["slo_ms"] / 1e3
@@ -186,6 +264,13 @@ class Workload:
 
 def make_workload(sources: Sequence[Source], duration_s: float, seed: int = 0) -> Workload:
     """Draw every source's arrivals over ``[0, duration_s)`` and merge them into a Workload."""
+    duration_s = checks.number("duration_s", duration_s, non_negative=True)
+    seed = checks.integer("seed", seed, minimum=0)
+    sources = list(sources)
+    for src in sources:
+        if not isinstance(src, (Poisson, Cameras, Bursty, Replay)):
+            raise InvalidArgument(f"a workload source is Poisson, Cameras, Bursty or Replay, "
+                                  f"not {type(src).__name__}")
     children = np.random.SeedSequence(seed).spawn(len(sources))
     frames, cam_base = [], 0
     for k, (src, ss) in enumerate(zip(sources, children)):

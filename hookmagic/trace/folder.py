@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hookmagic.common import files
 from hookmagic.trace import schema
 from hookmagic.trace.io import FORMAT, META_ENTRY, TraceFileError, _jsonable
 from hookmagic.trace.model import FORMAT_VERSION, Trace
@@ -88,11 +89,9 @@ def read_folder_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise TraceFileError(f"{str(path)!r} is a folder but not a trace folder (it has no "
                              f"{META_ENTRY}); a rank that stopped before its capture was "
                              "saved leaves none")
-    try:
-        manifest = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, OSError) as err:
-        raise TraceFileError(f"{str(path)!r} is damaged: its {META_ENTRY} is not valid JSON "
-                             f"({err})") from None
+    # bounded: a hostile meta.json cannot exhaust memory or the parser
+    manifest = files.load_json_file(meta_file, f"the {META_ENTRY} of trace folder",
+                                    TraceFileError, gzip_ok=False)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise TraceFileError(f"{str(path)!r} is not a hookmagic trace folder (its "
                              f"{META_ENTRY} does not say format {FORMAT!r})")
@@ -131,7 +130,10 @@ def load_trace_folder(path: str | os.PathLike) -> Trace:
         try:
             file, rows = path / str(info["file"]), int(info["rows"])
             extras = set(info.get("extra_columns", []))
-            table = pq.read_table(file)
+            if file.resolve().parent != path.resolve():
+                raise ValueError(f"its file {info['file']!r} is outside the folder")
+            table = files.read_parquet(file, f"table {name!r} of {str(path)!r}",
+                                       TraceFileError)
         except (KeyError, TypeError, ValueError, pa.ArrowException, OSError) as err:
             raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} could not be "
                                  f"read ({err})") from None

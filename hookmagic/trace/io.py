@@ -16,9 +16,9 @@ from __future__ import annotations
 import io
 import json
 import os
-import secrets
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hookmagic.common.errors import InputFileError
+from hookmagic.common import files, limits
+from hookmagic.common.accessors import register_method
+from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
 from hookmagic.trace import schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
@@ -36,6 +38,10 @@ META_ENTRY = "meta.json"
 
 class TraceFileError(InputFileError):
     """A file could not be read as a hookmagic trace; the message says why and what to do."""
+
+
+class TraceNumbersError(TraceFileError, BadNumbers):
+    """A trace file holds NaN or infinite times, or text where numbers belong."""
 
 
 def save_trace(trace: Trace, path: str | os.PathLike) -> str:
@@ -62,20 +68,26 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> str:
 
     # Written beside the target and renamed over it, so a failed save leaves the old file. Not
     # with mkstemp: its files are private (0600), and a saved trace is meant to be shared.
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        with open(tmp, "xb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
+    # Through a symlink the link's target is replaced; devices and folders are refused; an
+    # overwritten file keeps its permissions (hookmagic.common.files.atomic_write).
+    def write(fh):
+        with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
             zf.writestr(META_ENTRY, meta_bytes)
             for entry, data in entries:
                 zf.writestr(entry, data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+
+    files.atomic_write(path, write, "the trace")
     return str(path)
+
+
+@register_method("Trace")
+def save(self: Trace, path: str | os.PathLike) -> str:
+    """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
+
+    Read it back with ``hookmagic.load(path)``. The file holds data only (no pickle), so it
+    is safe to share.
+    """
+    return save_trace(self, path)
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
@@ -85,23 +97,18 @@ def load_trace(path: str | os.PathLike) -> Trace:
     damaged.
     """
     path = Path(os.path.expanduser(os.fspath(path)))
-    if not path.exists():
+    if not os.path.lexists(path):
         raise TraceFileError(f"no trace file at {str(path)!r}: check the path "
                              "(traces are written by Trace.save() or %%cudahook --save PATH)")
-    if path.is_dir():
-        from hookmagic.trace.folder import is_trace_folder, load_trace_folder
-        if is_trace_folder(path):
-            return load_trace_folder(path)
-        raise TraceFileError(f"{str(path)!r} is a directory, not a trace file or trace "
-                             "folder (for a folder of per-rank traces use "
-                             "hookmagic.load_many)")
+    fh = files.open_input(path, "trace file", TraceFileError)  # refuses folders, FIFOs, devices
     try:
-        zf = zipfile.ZipFile(path, "r")
+        zf = zipfile.ZipFile(fh, "r")
     except zipfile.BadZipFile:
         hint = (" hookmagic.load() opens files written by Trace.save() or %%cudahook --save, "
                 "and torch.profiler (Kineto) trace JSON.")
-        with open(path, "rb") as fh:
-            head = fh.read(64)
+        fh.seek(0)
+        head = fh.read(64)
+        fh.close()
         if head[:2] == b"PK":
             raise TraceFileError(f"{str(path)!r} is damaged (a ZIP container that cannot be "
                                  "read, perhaps truncated by an interrupted copy); save or "
@@ -112,22 +119,73 @@ def load_trace(path: str | os.PathLike) -> Trace:
                     "hookmagic.load(), which imports Kineto JSON.")
         raise TraceFileError(f"{str(path)!r} is not a hookmagic trace file (not a ZIP "
                              f"container).{hint}") from None
-    with zf:
+    except BaseException:
+        fh.close()
+        raise
+    with fh, zf:
+        _check_members(zf, path)
         manifest = _read_manifest(zf, path)
         tables = {}
+        spent = [zf.getinfo(META_ENTRY).file_size]
         for name, info in manifest["tables"].items():
             if name not in schema.TABLES:
                 warnings.warn(f"{path.name}: table {name!r} is unknown to this hookmagic "
                               "(file from a newer version?); it was left out", stacklevel=2)
                 continue
-            tables[name] = _read_table(zf, path, name, info)
+            tables[name] = _read_table(zf, path, name, info, spent)
     meta = manifest["meta"]
-    return Trace(tables, meta)
+    problems = number_warnings(tables)
+    if problems:
+        meta = {**meta, "warnings": list(meta.get("warnings") or []) + problems}
+    try:
+        return Trace(tables, meta)
+    except BadNumbers as err:
+        raise TraceNumbersError(f"{str(path)!r}: {err}") from None
+    except (ValueError, TypeError, OverflowError) as err:   # e.g. text in a time column
+        raise TraceFileError(f"{str(path)!r} is damaged: a table does not fit the trace "
+                             f"schema ({err}); save the trace again from its source") from None
+
+
+#: columns of measured times and sizes that must be finite and not negative
+_NON_NEGATIVE = ("duration_ns", "bytes", "size", "requested_size")
+
+
+def number_warnings(tables: dict[str, Any]) -> list[str]:
+    """Warnings about impossible numbers in trace tables: negative durations or sizes, and
+    intervals that end before they start. Loaders put them in ``meta["warnings"]``, which the
+    trace's repr and summary show (never a silent total)."""
+    out = []
+    for name, frame in tables.items():
+        if frame is None or not len(frame):
+            continue
+        for col in _NON_NEGATIVE:
+            if col in frame.columns and frame[col].dtype.kind in "if":
+                neg = int((frame[col].to_numpy() < 0).sum())
+                if neg:
+                    out.append(f"{name}: {neg:,} row(s) with negative {col}")
+        if "start_ns" in frame.columns and "end_ns" in frame.columns \
+                and frame["start_ns"].dtype.kind in "iu" and frame["end_ns"].dtype.kind in "iu":
+            back = int((frame["end_ns"].to_numpy() < frame["start_ns"].to_numpy()).sum())
+            if back:
+                out.append(f"{name}: {back:,} row(s) end before they start")
+    return out
+
+
+def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
+    """The container's declared sizes, before any member is read: within the bytes budget."""
+    infos = zf.infolist()
+    if len(infos) > 4 * len(schema.TABLES) + 16:
+        raise TraceFileError(f"{str(path)!r} is not a hookmagic trace: its ZIP holds "
+                             f"{len(infos):,} entries (a trace has one per table)")
+    limits.check(limits.MAX_BYTES, sum(i.file_size for i in infos),
+                 f"trace file {str(path)!r} (sum of its members' declared sizes)")
 
 
 def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     try:
-        raw = zf.read(META_ENTRY)
+        raw = files.read_zip_member(zf, META_ENTRY, f"trace file {str(path)!r}")
+    except LimitExceeded:
+        raise
     except KeyError:
         raise TraceFileError(f"{str(path)!r} is a ZIP file but not a hookmagic trace "
                              f"(it has no {META_ENTRY})") from None
@@ -135,10 +193,12 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
         raise TraceFileError(f"{str(path)!r} is damaged ({err}); save the trace again "
                              "from its source") from None
     try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise TraceFileError(f"{str(path)!r} is damaged: its {META_ENTRY} is not valid JSON "
-                             f"({err}); save the trace again from its source") from None
+        manifest = files.parse_json(raw, f"{META_ENTRY} of {str(path)!r}", TraceFileError)
+    except LimitExceeded:
+        raise
+    except TraceFileError as err:
+        raise TraceFileError(f"{str(path)!r} is damaged: {err}; save the trace again from "
+                             "its source") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise TraceFileError(f"{str(path)!r} is not a hookmagic trace (its {META_ENTRY} does "
                              f"not say format {FORMAT!r})")
@@ -155,15 +215,30 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     return manifest
 
 
-def _read_table(zf: zipfile.ZipFile, path: Path, name: str, info: Any):
+def _read_table(zf: zipfile.ZipFile, path: Path, name: str, info: Any, spent: list[int]):
+    what = f"table {name!r} of trace file {str(path)!r}"
     try:
         entry, rows = info["file"], int(info["rows"])
         extras = set(info.get("extra_columns", []))
-        table = pq.read_table(pa.BufferReader(zf.read(entry)))
-    except (KeyError, TypeError, ValueError) as err:
+        limits.check(limits.MAX_ROWS, rows, what)
+        data = files.read_zip_member(zf, entry, f"trace file {str(path)!r}", spent[0])
+        spent[0] += len(data)
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        limits.check(limits.MAX_ROWS, pf.metadata.num_rows, what)
+        if pf.metadata.num_rows != rows:
+            raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} has "
+                                 f"{pf.metadata.num_rows} rows, its manifest says {rows}")
+        decoded = sum(pf.metadata.row_group(i).total_byte_size
+                      for i in range(pf.metadata.num_row_groups))
+        limits.check(limits.MAX_BYTES, spent[0] + decoded, f"{what} (decoded)")
+        table = pf.read()
+    except (LimitExceeded, TraceFileError):
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} is missing or "
                              f"unreadable ({err}); save the trace again from its source") from None
-    except (pa.ArrowException, zipfile.BadZipFile, OSError, EOFError) as err:
+    except (pa.ArrowException, zipfile.BadZipFile, OSError, EOFError, zlib.error,
+            NotImplementedError, RuntimeError) as err:
         raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} could not be read "
                              f"({err}); save the trace again from its source") from None
     if table.num_rows != rows:

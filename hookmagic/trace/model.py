@@ -36,7 +36,6 @@ analysis and view works on all of them.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
 import pandas as pd
@@ -63,8 +62,9 @@ class Trace:
     it (``hookmagic.load(path)`` reads it back) and ``.to_chrome_trace(path)`` opens it in
     Perfetto or chrome://tracing. The meta keys are listed in :mod:`hookmagic.trace.model`.
 
-    Those analysis and view methods are attached by :mod:`hookmagic.facades` (this module
-    imports nothing above the data model).
+    ``.save`` is attached by :mod:`hookmagic.trace.io` (which imports this module), the
+    analysis and view methods by :mod:`hookmagic.facades` (this module imports nothing above
+    the data model).
     """
 
     kernels: pd.DataFrame
@@ -140,16 +140,6 @@ class Trace:
         return [(str(f), str(fn), int(ln)) for f, fn, ln in
                 zip(rows["filename"], rows["function"], rows["line"])]
 
-    # -- files ----------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str:
-        """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
-
-        Read it back with ``hookmagic.load(path)``. The file holds data only (no pickle), so it
-        is safe to share.
-        """
-        from hookmagic.trace.io import save_trace
-        return save_trace(self, path)
-
     def __repr__(self) -> str:
         label = self.meta.get("label")
         head = f"<hookmagic.Trace{f' {label!r}' if label else ''} {self.status}"
@@ -159,4 +149,7 @@ class Trace:
                   f"{len(self.memset):,} memsets, {len(self.memory):,} memory events")
         wall = self.meta.get("wall_s")
         over = f" over {float(wall):.3g} s" if isinstance(wall, (int, float)) else ""
-        return f"{head}: {counts}{over}>"
+        warns = self.meta.get("warnings")
+        warn = (f"; warning: {'; '.join(str(w) for w in warns)}"
+                if isinstance(warns, list) and warns else "")
+        return f"{head}: {counts}{over}{warn}>"

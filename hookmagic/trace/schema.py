@@ -153,7 +153,14 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
                 values = values.fillna("")
             out[col] = values  # pandas infers its string dtype from text
         else:
-            out[col] = np.asarray(values).astype(dtype, copy=False)
+            arr = np.asarray(values)
+            if arr.dtype.kind == "f" and dtype in (I64, I32, U64) and not np.isfinite(arr).all():
+                # NaN would become INT64_MIN (a wall time of 9.2e9 s): refuse it (issue 17)
+                from hookmagic.common.errors import BadNumbers
+                bad = int((~np.isfinite(arr)).sum())
+                raise BadNumbers(f"table {name!r}: column {col!r} holds {bad:,} NaN or infinite "
+                                 "value(s) where integers belong")
+            out[col] = arr.astype(dtype, copy=False)
     for col in present:
         if col not in columns:
             out[col] = np.asarray(frame[col])

@@ -122,12 +122,13 @@ class TraceSet:
 
     def trace(self, rank: int) -> Trace:
         """Rank ``rank`` as a full :class:`~hookmagic.Trace` (every table in memory)."""
+        from hookmagic.trace.folder import load_trace_folder
         from hookmagic.trace.io import load_trace
 
         m = self.member(rank)
         if not m.layout:
             raise TraceSetError(f"rank {rank} has no trace: {m.reason}")
-        return load_trace(m.path)
+        return load_trace_folder(m.path) if m.layout == "folder" else load_trace(m.path)
 
     # -- DuckDB --------------------------------------------------------------------------------
     @property

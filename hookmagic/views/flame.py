@@ -14,6 +14,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from hookmagic.analysis.flame import Weight, flame_diff, flame_tree
+from hookmagic.common.format import duration_ns as format_ns  # noqa: F401 (public here)
+from hookmagic.common.format import short
+from hookmagic.common.format import si_bytes as format_bytes  # noqa: F401 (public here)
 
 KIND_COLOURS = {"root": "#b0b0b0", "frame": "#6b8fc7", "range": "#a98bd1",
                 "kernel": "#f2a03d", "memcpy": "#5fb760", "memset": "#45b0a8"}
@@ -23,27 +26,6 @@ MAX_NODES = 10_000
 LABEL_CHARS = 60
 
 
-def format_ns(ns: float) -> str:
-    """A duration in ns as a short human string (ns, us, ms or s)."""
-    ns = float(ns)
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:,.3f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:,.3f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:,.2f} us"
-    return f"{ns:,.0f} ns"
-
-
-def format_bytes(n: float) -> str:
-    """A byte count as B, kB, MB or GB (powers of 1000)."""
-    n = float(n)
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def format_weight(value: float, weight: str) -> str:
     """A node value in the words of its weight."""
     if weight == "time":
@@ -51,10 +33,6 @@ def format_weight(value: float, weight: str) -> str:
     if weight == "bytes":
         return format_bytes(value)
     return f"{value:,.0f} launches"
-
-
-def _short(label: str) -> str:
-    return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"
 
 
 def prune(nodes: pd.DataFrame, max_nodes: int = MAX_NODES) -> pd.DataFrame:
@@ -112,7 +90,7 @@ def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int
     fig = go.Figure(go.Icicle(
         ids=nodes["id"].astype(str).to_numpy(),
         parents=np.where(nodes["parent"] < 0, "", nodes["parent"].astype(str)),
-        labels=[_short(s) for s in nodes["label"]],
+        labels=[short(s, LABEL_CHARS) for s in nodes["label"]],
         values=nodes["value"].to_numpy(dtype=np.float64),
         branchvalues="total",
         marker=dict(colors=colours, line=dict(width=0.5, color="white")),
@@ -187,7 +165,7 @@ def diff_figure(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[
     fig = go.Figure(go.Icicle(
         ids=d["id"].astype(str).to_numpy(),
         parents=np.where(d["parent"] < 0, "", d["parent"].astype(str)),
-        labels=[_short(str(s)) for s in d["label"]],
+        labels=[short(str(s), LABEL_CHARS) for s in d["label"]],
         values=d["value"].to_numpy(dtype=np.float64),
         branchvalues="total", marker=marker,
         customdata=np.asarray(hover, dtype=object),

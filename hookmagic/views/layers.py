@@ -9,14 +9,12 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from hookmagic.common.format import short
+
 _HEIGHT_PER_BAR = 22
 _PRECISION_COLORS = {"FP32": "#4c78a8", "TF32": "#72b7b2", "FP16": "#f58518", "BF16": "#e45756",
                      "FP8": "#b279a2", "INT8": "#54a24b", "INT4": "#9d755d", "FP4": "#bab0ac",
                      "Unknown": "#999999"}
-
-
-def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def layer_bars(layers: pd.DataFrame, color: str = "precision", title: str = "Slowest layers") -> go.Figure:
@@ -27,13 +25,13 @@ def layer_bars(layers: pd.DataFrame, color: str = "precision", title: str = "Slo
     for key in keys:
         sel = layers[layers[color] == key]
         fig.add_bar(
-            y=[f"{o}: {_short(n)}" for o, n in zip(sel["order"], sel["name"])],
+            y=[f"{o}: {short(n)}" for o, n in zip(sel["order"], sel["name"])],
             x=sel["mean_ms"], orientation="h", name=str(key),
             marker_color=_PRECISION_COLORS.get(key) if color == "precision" else None,
             customdata=sel[["name", "type", "precision"]].to_numpy(),
             hovertemplate="%{customdata[0]}<br>%{customdata[1]}, %{customdata[2]}"
                           "<br>%{x:.4f} ms<extra></extra>")
-    order = [f"{o}: {_short(n)}" for o, n in zip(layers["order"], layers["name"])]
+    order = [f"{o}: {short(n)}" for o, n in zip(layers["order"], layers["name"])]
     fig.update_layout(title=title, xaxis_title="mean time per inference (ms)", barmode="stack",
                       height=max(260, 80 + _HEIGHT_PER_BAR * len(layers)),
                       yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
@@ -78,7 +76,7 @@ def _hierarchy(trace, layers: pd.DataFrame, path: tuple[str, ...], title: str) -
         for _, row in grouped.iterrows():
             parts = [str(row[k]) for k in keys]
             ids.append(root + "/" + "/".join(parts))
-            labels.append(_short(parts[-1], 40))
+            labels.append(short(parts[-1], 40))
             parents.append(root + ("/" + "/".join(parts[:-1]) if depth > 1 else ""))
             values.append(float(row["mean_ms"]))
     fig = go.Figure(trace(ids=ids, labels=labels, parents=parents, values=values,
@@ -109,7 +107,7 @@ def speedup_bars(compare: pd.DataFrame, title: str | None = None) -> go.Figure:
     labels = compare.attrs.get("labels", ("a", "b"))
     colors = ["#54a24b" if c else "#4c78a8" for c in pairs["precision_changed"]]
     fig = go.Figure(go.Bar(
-        x=[f"{o}: {_short(n, 40)}" for o, n in zip(pairs["order_a"], pairs["name_a"])],
+        x=[f"{o}: {short(n, 40)}" for o, n in zip(pairs["order_a"], pairs["name_a"])],
         y=pairs["speedup"], marker_color=colors,
         customdata=pairs[["name_b", "precision_a", "precision_b", "ms_a", "ms_b"]].to_numpy(),
         hovertemplate="%{x}<br>↔ %{customdata[0]}<br>%{customdata[1]} → %{customdata[2]}"

@@ -9,16 +9,9 @@ import plotly.graph_objects as go
 
 from hookmagic.analysis.fragmentation import map_steps
 from hookmagic.analysis.memory import events_of, stack_labels, stacks_of
+from hookmagic.common.format import MiB, iec_bytes
 
 COLOURS = {"allocated": "#2f6db5", "slack": "#f0a030", "free": "#d9d9d9"}
-MiB = float(1 << 20)
-
-
-def _fmt(b: float) -> str:
-    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= div:
-            return f"{b / div:.1f} {unit}"
-    return f"{int(b)} B"
 
 
 def _bars(layout: pd.DataFrame, row_of: dict[int, str], labels: pd.Series,
@@ -39,7 +32,8 @@ def _bars(layout: pd.DataFrame, row_of: dict[int, str], labels: pd.Series,
                 marker_line_width=0.5, marker_line_color="white",
                 hovertemplate="free: %{x:.2f} MiB<extra></extra>"))
             continue
-        text = [f"{kind}: {_fmt(s)}<br>block {_fmt(b)} (asked {_fmt(r)})<br>{w}"
+        text = [f"{kind}: {iec_bytes(s, '.1f')}<br>block {iec_bytes(b, '.1f')} "
+                f"(asked {iec_bytes(r, '.1f')})<br>{w}"
                 for s, b, r, w in zip(part["size"].to_numpy(), part["block_size"].to_numpy(),
                                       part["requested_size"].to_numpy(), who)]
         bars.append(go.Bar(

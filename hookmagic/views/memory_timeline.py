@@ -13,7 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-MiB = float(1 << 20)
+from hookmagic.common.format import MiB
+
 
 
 def _envelope(t: np.ndarray, ys: list[np.ndarray], points: int = 3000):

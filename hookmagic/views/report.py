@@ -18,7 +18,7 @@ from typing import Any, Callable
 import ipywidgets as widgets
 import pandas as pd
 
-from hookmagic.views.flame import format_ns
+from hookmagic.common.format import duration_ns as format_ns
 from hookmagic.views.summary import summary_html, summary_text
 
 TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels")

@@ -5,6 +5,8 @@ import html
 import math
 from typing import TYPE_CHECKING
 
+from hookmagic.common.format import iec_bytes, percent, seconds, short
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from hookmagic.analysis.summary import Summary
 
@@ -51,14 +53,14 @@ def summary_text(summary: "Summary") -> str:
     if len(summary.top_kernels):
         lines.append("  top kernels:")
         for row in summary.top_kernels.itertuples(index=False):
-            lines.append(f"    {_pct(row.share):>6}  {_secs(row.total_s):>9}  "
-                         f"{row.count:>7,}×  {_short(row.name)}")
+            lines.append(f"    {percent(row.share):>6}  {seconds(row.total_s):>9}  "
+                         f"{row.count:>7,}×  {short(row.name, _NAME_WIDTH)}")
     for row in summary.copies.itertuples(index=False):
-        lines.append(f"  copies {row.kind}: {row.count:,}, {_bytes(row.bytes)} in "
-                     f"{_secs(row.total_s)} ({_bw(row.gb_per_s)})")
+        lines.append(f"  copies {row.kind}: {row.count:,}, {iec_bytes(row.bytes)} in "
+                     f"{seconds(row.total_s)} ({_bw(row.gb_per_s)})")
     for row in summary.memsets.itertuples(index=False):
-        lines.append(f"  memsets {row.memory_kind}: {row.count:,}, {_bytes(row.bytes)} in "
-                     f"{_secs(row.total_s)}")
+        lines.append(f"  memsets {row.memory_kind}: {row.count:,}, {iec_bytes(row.bytes)} in "
+                     f"{seconds(row.total_s)}")
     for warn in _warnings(summary):
         lines.append(f"  ! {warn}")
     return "\n".join(lines)
@@ -81,25 +83,25 @@ def summary_html(summary: "Summary") -> str:
         parts.append("<table><tr><th>share</th><th>total</th><th>mean</th><th>count</th>"
                      "<th>kernel</th></tr>")
         for row in summary.top_kernels.itertuples(index=False):
-            parts.append(f'<tr><td class="n">{_pct(row.share)}</td>'
-                         f'<td class="n">{_secs(row.total_s)}</td>'
-                         f'<td class="n">{_secs(row.mean_s)}</td>'
+            parts.append(f'<tr><td class="n">{percent(row.share)}</td>'
+                         f'<td class="n">{seconds(row.total_s)}</td>'
+                         f'<td class="n">{seconds(row.mean_s)}</td>'
                          f'<td class="n">{row.count:,}</td>'
-                         f'<td title="{e(row.name)}"><code>{e(_short(row.name))}</code></td></tr>')
+                         f'<td title="{e(row.name)}"><code>{e(short(row.name, _NAME_WIDTH))}</code></td></tr>')
         parts.append("</table>")
     if len(summary.copies) or len(summary.memsets):
         parts.append("<table><tr><th>transfer</th><th>count</th><th>bytes</th><th>time</th>"
                      "<th>bandwidth</th></tr>")
         for row in summary.copies.itertuples(index=False):
             parts.append(f"<tr><td>memcpy {e(row.kind)}</td><td class=\"n\">{row.count:,}</td>"
-                         f'<td class="n">{_bytes(row.bytes)}</td>'
-                         f'<td class="n">{_secs(row.total_s)}</td>'
+                         f'<td class="n">{iec_bytes(row.bytes)}</td>'
+                         f'<td class="n">{seconds(row.total_s)}</td>'
                          f'<td class="n">{_bw(row.gb_per_s)}</td></tr>')
         for row in summary.memsets.itertuples(index=False):
             parts.append(f"<tr><td>memset {e(row.memory_kind)}</td>"
                          f'<td class="n">{row.count:,}</td>'
-                         f'<td class="n">{_bytes(row.bytes)}</td>'
-                         f'<td class="n">{_secs(row.total_s)}</td><td></td></tr>')
+                         f'<td class="n">{iec_bytes(row.bytes)}</td>'
+                         f'<td class="n">{seconds(row.total_s)}</td><td></td></tr>')
         parts.append("</table>")
     for warn in _warnings(summary):
         parts.append(f'<div class="hm-warn">{e(warn)}</div>')
@@ -119,59 +121,30 @@ def _title(summary: "Summary") -> str:
 
 
 def _headline(summary: "Summary") -> list[tuple[str, str]]:
-    rows = [("wall time", _secs(summary.wall_s))]
-    busy = _secs(summary.busy_s)
+    rows = [("wall time", seconds(summary.wall_s))]
+    busy = seconds(summary.busy_s)
     if not math.isnan(summary.idle_fraction):
-        busy += f" (idle {_pct(summary.idle_fraction)})"
+        busy += f" (idle {percent(summary.idle_fraction)})"
     rows.append(("GPU busy", busy))
-    rows.append(("kernels", f"{summary.kernel_count:,} in {_secs(summary.kernel_time_s)}"))
+    rows.append(("kernels", f"{summary.kernel_count:,} in {seconds(summary.kernel_time_s)}"))
     if summary.allocations or summary.frees or summary.peak_memory:
-        peaks = ", ".join(f"GPU {d}: {_bytes(v)}" for d, v in sorted(summary.peak_memory.items()))
+        peaks = ", ".join(f"GPU {d}: {iec_bytes(v)}" for d, v in sorted(summary.peak_memory.items()))
         rows.append(("memory", f"{summary.allocations:,} allocs, {summary.frees:,} frees"
                      + (f"; peak allocated during capture {peaks}" if peaks else "")))
     if summary.api_calls:
         rows.append(("API calls", f"{summary.api_calls:,}"))
     if summary.overhead_s:
-        rows.append(("capture overhead", _secs(summary.overhead_s)))
+        rows.append(("capture overhead", seconds(summary.overhead_s)))
     return rows
 
 
 def _warnings(summary: "Summary") -> list[str]:
+    found = list(getattr(summary, "warnings", []) or [])
     lost = {k: v for k, v in summary.dropped.items() if v}
     if not lost:
-        return []
+        return found
     what = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in lost.items())
-    return [f"dropped: {what} — numbers above undercount"]
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= _NAME_WIDTH else name[:_NAME_WIDTH - 1] + "…"
-
-
-def _secs(s: float) -> str:
-    if s is None or (isinstance(s, float) and math.isnan(s)):
-        return "—"
-    a = abs(s)
-    if a >= 1:
-        return f"{s:.3g} s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    if a >= 1e-6 or a == 0:
-        return f"{s * 1e6:.3g} µs"
-    return f"{s * 1e9:.3g} ns"
-
-
-def _bytes(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} TiB"  # pragma: no cover - unreachable
-
-
-def _pct(x: float) -> str:
-    return "—" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+    return [f"dropped: {what} — numbers above undercount"] + found
 
 
 def _bw(gb_per_s: float) -> str:

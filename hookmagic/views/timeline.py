@@ -19,8 +19,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from hookmagic.analysis.tables import as_set, root_label, table
-from hookmagic.analysis.idle import api_by_correlation, lookup, merge_intervals, overlap
-from hookmagic.views.flame import format_ns
+from hookmagic.analysis.idle import api_by_correlation, merge_intervals, overlap
+from hookmagic.common.format import duration_ns as format_ns
 
 COLOURS = {"kernel": "#1f77b4", "memcpy": "#2ca02c", "memset": "#ff7f0e", "range": "#9467bd",
            "latency": "#d62728"}
@@ -218,15 +218,16 @@ def _latency_traces(trace: Any, events: dict[str, pd.DataFrame], devices: list[i
                     row_names: list[str], lo: int, hi: int, bins: int, t0: int,
                     max_events: int, binned_rows: list[str]) -> list[go.Scattergl]:
     """Rows of API-call-start -> GPU-start segments, one per device."""
-    corr, a_start, _, _ = api_by_correlation(table(trace, "api"))
-    if corr.size == 0:
+    calls = api_by_correlation(table(trace, "api"))
+    a_start = calls.values["start_ns"]
+    if len(calls) == 0:
         return []
     out = []
     for d in devices:
         starts, gpu = [], []
         for f in events.values():
             f = f[f["device"].to_numpy() == d]
-            pos = lookup(corr, f["correlation"].to_numpy(np.int64))
+            pos = calls.positions(f["correlation"].to_numpy(np.int64))
             hit = pos >= 0
             starts.append(a_start[pos[hit]])
             gpu.append(f["start_ns"].to_numpy(np.int64)[hit])

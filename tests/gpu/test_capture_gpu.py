@@ -25,14 +25,17 @@ def _run_python(script: str) -> str:
 
 
 REFERENCE = """
-import json, torch
+import json, os, tempfile, torch
 from torch.profiler import ProfilerActivity, profile
 from tests.gpu import workloads
 workloads.gemms(repeats=3)
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
     workloads.gemms()
-prof.export_chrome_trace('/tmp/hookmagic_kineto_reference.json')
-events = json.load(open('/tmp/hookmagic_kineto_reference.json'))['traceEvents']
+with tempfile.TemporaryDirectory(prefix='hookmagic-') as tmp:  # private, not a fixed /tmp name
+    path = os.path.join(tmp, 'kineto_reference.json')
+    prof.export_chrome_trace(path)
+    with open(path) as fh:
+        events = json.load(fh)['traceEvents']
 kernels = [e for e in events if e.get('cat') == 'kernel' and e.get('ph') == 'X']
 print(json.dumps({'count': len(kernels), 'ns': sum(e['dur'] for e in kernels) * 1000.0,
                   'names': sorted({e['name'] for e in kernels})}))
