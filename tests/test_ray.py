@@ -27,9 +27,16 @@ def cluster():
     if sys.platform != "linux":
         pytest.skip("the Ray tests run on Linux")
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}})
+    for attempt in range(3):  # Ray gives its raylet 30 s to start: a busy machine can miss it
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     log_to_driver=False, configure_logging=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}})
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
     try:
         yield
     finally:
