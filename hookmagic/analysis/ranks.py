@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.analysis.nccl import COLLECTIVE_SQL
+from hookmagic.common.intervals import busy_ns, merge_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
     from hookmagic.traceset.model import TraceSet
@@ -282,13 +283,13 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
 
 
 # -- per rank --------------------------------------------------------------------------------
-_UNION = """
-    SELECT {part}, sum(greatest(0, end_ns - greatest(start_ns, coalesce(reach, start_ns))))
-           AS busy_ns
-    FROM (SELECT *, max(end_ns) OVER (PARTITION BY {part} ORDER BY start_ns, end_ns
-                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-          FROM k)
-    GROUP BY {part}"""
+def _rank_kernels(ts: "TraceSet", rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rank's kernel ``start_ns, end_ns`` and NCCL flags as arrays (DuckDB reads only that
+    rank's file: the rank is the folder's partition key)."""
+    t = ts.con.execute(f"SELECT start_ns, end_ns, {NCCL} AS comm FROM kernels "
+                       "WHERE rank = ?", [int(rank)]).fetchnumpy()
+    return (np.asarray(t["start_ns"], dtype=np.int64), np.asarray(t["end_ns"], dtype=np.int64),
+            np.asarray(t["comm"], dtype=bool))
 
 
 def overlap(ts: "TraceSet") -> pd.DataFrame:
@@ -297,25 +298,27 @@ def overlap(ts: "TraceSet") -> pd.DataFrame:
 
     Columns: ``rank, compute_ns`` (time any non-NCCL kernel ran), ``comm_ns`` (time any NCCL
     kernel ran), ``overlap_ns`` (both at once), ``overlap_pct`` (of ``comm_ns``),
-    ``exposed_comm_ns`` (communication nothing hid), ``busy_ns`` (either).
+    ``exposed_comm_ns`` (communication nothing hid), ``busy_ns`` (either). Computed one rank
+    at a time, so memory holds one rank's kernel times at most.
     """
-    k = f"WITH k AS (SELECT rank, start_ns, end_ns, {NCCL} AS comm FROM kernels)"
-    by_kind = ts.sql(k + _UNION.format(part="rank, comm"))
-    total = ts.sql(k + _UNION.format(part="rank"))
-    piv = by_kind.pivot_table(index="rank", columns="comm", values="busy_ns", aggfunc="sum",
-                              fill_value=0)
-    out = pd.DataFrame({"rank": ts.data_ranks}).set_index("rank")
-    out["compute_ns"] = piv.get(False, pd.Series(dtype="int64"))
-    out["comm_ns"] = piv.get(True, pd.Series(dtype="int64"))
-    out["busy_ns"] = total.set_index("rank")["busy_ns"]
-    out = out.fillna(0).astype("int64")
+    if "overlap" in ts.cache:
+        return ts.cache["overlap"]
+    rows = []
+    for rank in ts.data_ranks:
+        s, e, comm = _rank_kernels(ts, rank)
+        compute = busy_ns(s[~comm], e[~comm])
+        communication = busy_ns(s[comm], e[comm])
+        rows.append((rank, compute, communication, busy_ns(s, e)))
+    out = pd.DataFrame(rows, columns=["rank", "compute_ns", "comm_ns", "busy_ns"]).astype("int64")
     out["overlap_ns"] = out["compute_ns"] + out["comm_ns"] - out["busy_ns"]
     with np.errstate(invalid="ignore", divide="ignore"):
         out["overlap_pct"] = np.where(out["comm_ns"] > 0,
                                       100.0 * out["overlap_ns"] / out["comm_ns"], np.nan)
     out["exposed_comm_ns"] = out["comm_ns"] - out["overlap_ns"]
-    return out.reset_index()[["rank", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
-                              "exposed_comm_ns", "busy_ns"]]
+    out = out[["rank", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns",
+               "busy_ns"]]
+    ts.cache["overlap"] = out
+    return out
 
 
 def rank_summary(ts: "TraceSet") -> pd.DataFrame:
@@ -380,25 +383,22 @@ def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000) -> pd.
 
     Columns: ``rank, kind, start_ns, end_ns``.
     """
+    cols = ["rank", "kind", "start_ns", "end_ns"]
     span = ts.sql("SELECT min(start_ns) AS a, max(end_ns) AS b FROM kernels")
     if span.empty or pd.isna(span["a"].iloc[0]):
-        return pd.DataFrame(columns=["rank", "kind", "start_ns", "end_ns"])
+        return pd.DataFrame(columns=cols)
     gap = max(int((span["b"].iloc[0] - span["a"].iloc[0]) // max(1, max_intervals_per_rank)), 0)
-    out = ts.sql(f"""
-        WITH k AS (SELECT rank, start_ns, end_ns,
-                          CASE WHEN {NCCL} THEN 'comm' ELSE 'compute' END AS kind FROM kernels),
-             r AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, kind ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM k),
-             g AS (SELECT *, sum(CASE WHEN reach IS NULL OR start_ns > reach + {gap}
-                                      THEN 1 ELSE 0 END)
-                             OVER (PARTITION BY rank, kind ORDER BY start_ns, end_ns) AS island
-                   FROM r)
-        SELECT rank, kind, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-        FROM g GROUP BY rank, kind, island ORDER BY rank, kind, start_ns""")
-    shift = out["rank"].map(_offsets(ts)).fillna(0).astype("int64")
-    out["start_ns"] -= shift
-    out["end_ns"] -= shift
-    return out
+    off = _offsets(ts)
+    parts = []
+    for rank in ts.data_ranks:
+        s, e, comm = _rank_kernels(ts, rank)
+        for kind, mask in (("compute", ~comm), ("comm", comm)):
+            ms, me = merge_intervals(s[mask], e[mask] + gap)   # closes gaps up to `gap`
+            if ms.size:
+                shift = int(off.get(rank, 0))
+                parts.append(pd.DataFrame({"rank": rank, "kind": kind, "start_ns": ms - shift,
+                                           "end_ns": me - gap - shift}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
 def describe(ts: "TraceSet") -> dict[str, Any]:
