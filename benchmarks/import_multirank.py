@@ -1,6 +1,6 @@
 """Bring the 2-GPU runs of benchmarks/gpu/multirank.sh into the repository (issue 14).
 
-    python benchmarks/import_multirank.py OUT_DIR --recorded-on "2x NVIDIA H200, driver 580.x, 2026-11-25"
+    python benchmarks/import_multirank.py OUT_DIR --recorded-on "2x NVIDIA H200, driver D, DATE"
 
 OUT_DIR is the unpacked multirank.tgz (it holds ``runs/<job>/rank=N`` and ``machine.txt``).
 Each job's rank folders are copied to ``notebooks/recordings/multirank/<job>/`` with
@@ -89,7 +89,8 @@ def write_table(rows: list[dict], recorded_on: str) -> None:
              "Lateness: the last rank's arrival at a step's collective minus the other's. "
              "Slept: what `time.sleep` really took on the slowed rank in that step "
              "(time.perf_counter around it), the independent reference.", "",
-             "| job | step | rank named last | lateness (ms) | cause | slept on the slowed rank (ms) | error |",
+             "| job | step | rank named last | lateness (ms) | cause "
+             "| slept on the slowed rank (ms) | error |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         for i, step in enumerate(r["steps"]):
@@ -98,7 +99,8 @@ def write_table(rows: list[dict], recorded_on: str) -> None:
             lines.append(f"| {r['job']} | {step} | {r['named'][i]} | {r['lateness_ms'][i]:.3f} | "
                          f"{r['cause'][i] or '—'} | {slept} | {err} |")
     lines += ["", "Communication/computation overlap (share of NCCL kernel time during which a "
-              "compute kernel also ran), per rank:", "", "| job | rank | NCCL kernel time (ms) | overlap |",
+              "compute kernel also ran), per rank:", "",
+              "| job | rank | NCCL kernel time (ms) | overlap |",
               "|---|---|---|---|"]
     for r in rows:
         for rank, (c, o) in enumerate(zip(r["comm_ms"], r["overlap_pct"])):

@@ -83,8 +83,9 @@ compute kernel also ran on the rank's GPU. `wait_ns` in `summary()` is the time 
 collectives beyond the shortest kernel of each: waiting for the other rank."""),
     ("code", """# NBVAL_CHECK_OUTPUT
 ov = ts.overlap()
-(ov.assign(**{c.replace("_ns", "_ms"): (ov[c] / 1e6).round(2) for c in ov.columns if c.endswith("_ns")})
-   .drop(columns=[c for c in ov.columns if c.endswith("_ns")]).round(1))"""),
+ns = [c for c in ov.columns if c.endswith("_ns")]
+ms = {c.replace("_ns", "_ms"): (ov[c] / 1e6).round(2) for c in ns}
+ov.assign(**ms).drop(columns=ns).round(1)"""),
     ("code", """# NBVAL_CHECK_OUTPUT
 summ = ts.summary()
 summ[["rank", "kernels", "times_last"]].assign(

@@ -73,7 +73,8 @@ def main() -> None:
     with open(os.path.join(args.out, f"truth_rank={rank}.json"), "w") as fh:
         json.dump({"rank": rank, "world_size": world, "slow_rank": args.slow_rank,
                    "slow_ms": args.slow_ms, "sleep_s": sleeps, "step_s": steps,
-                   "last_loss": value, "gpu": "cpu" if args.cpu else torch.cuda.get_device_name(local),
+                   "last_loss": value,
+                   "gpu": "cpu" if args.cpu else torch.cuda.get_device_name(local),
                    "torch": torch.__version__,
                    "nccl": "" if args.cpu else ".".join(map(str, torch.cuda.nccl.version()))},
                   fh, indent=1)

@@ -50,8 +50,8 @@ def synthetic_rank_traces(host_ms, extra_ms, *, hosts=None, offsets_ns=None, job
                 "start_ns": T0 + offsets_ns[r], "end_ns": T0 + steps * 20 * MS + offsets_ns[r],
                 "wall_s": steps * 0.02,
                 "devices": [{"index": 0, "name": "synthetic GPU", "uuid": f"GPU-synthetic-{r}"}],
-                "steps": [[k, T0 + k * 20 * MS + offsets_ns[r], T0 + (k + 1) * 20 * MS + offsets_ns[r]]
-                          for k in range(steps)],
+                "steps": [[k, T0 + k * 20 * MS + offsets_ns[r],
+                           T0 + (k + 1) * 20 * MS + offsets_ns[r]] for k in range(steps)],
                 "rank": {"rank": r, "world_size": world_size or n, "local_rank": r,
                          "host": hosts[r], "job_id": job, "launcher": "synthetic",
                          "device": 0, "gpu_uuid": f"GPU-synthetic-{r}", "capture": 0}}

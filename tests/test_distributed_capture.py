@@ -49,7 +49,8 @@ def test_folder_round_trip_and_duckdb_reads_it(tmp_path):
     want = trace.kernels.sort_values("start_ns")[["start_ns", "name"]].reset_index(drop=True)
     assert got["start_ns"].tolist() == want["start_ns"].tolist()
     assert got["name"].tolist() == want["name"].tolist()
-    addr = duckdb.connect().execute(f"SELECT max(address) FROM read_parquet('{path}/memory.parquet')").fetchone()
+    addr = duckdb.connect().execute(
+        f"SELECT max(address) FROM read_parquet('{path}/memory.parquet')").fetchone()
     assert int(addr[0]) == int(trace.memory["address"].max())  # uint64 above 2**63 intact
 
 

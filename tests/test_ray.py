@@ -12,7 +12,6 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-import hookmagic  # noqa: E402
 import hookmagic.ray as hray  # noqa: E402
 from tests.synthetic_ranks import MS  # noqa: E402
 

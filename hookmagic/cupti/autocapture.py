@@ -38,7 +38,8 @@ class AutoCaptureConfigError(InvalidArgument):
 
 
 def parse_steps(text: str | None) -> tuple[int, int | None] | None:
-    """``"A:B"`` -> ``(A, B)``, ``"A:"`` -> ``(A, None)``, ``"N"`` -> ``(N, N+1)``; None if unset."""
+    """``"A:B"`` -> ``(A, B)``, ``"A:"`` -> ``(A, None)``, ``"N"`` -> ``(N, N+1)``; None if
+    unset."""
     if text is None or not text.strip():
         return None
     text = text.strip()

@@ -181,10 +181,10 @@ class TraceSet:
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
         ranks = self.ranks  # noqa: F841 (read by DuckDB below)
         con.execute("CREATE TABLE ranks AS SELECT * FROM ranks")
-        steps = pd.DataFrame(
+        steps = pd.DataFrame(  # noqa: F841 (read by DuckDB below)
             [(m.rank, int(s[0]), int(s[1]), int(s[2])) for m in data
              for s in (m.meta.get("steps") or []) if len(s) >= 3],
-            columns=["rank", "step", "start_ns", "end_ns"]).astype("int64")  # noqa: F841
+            columns=["rank", "step", "start_ns", "end_ns"]).astype("int64")
         con.execute("CREATE TABLE steps AS SELECT * FROM steps")
         self._con, self._stage = con, stage
 
@@ -197,7 +197,8 @@ class TraceSet:
 
     def _repr_html_(self) -> str:
         r = self.ranks[["rank", "status", "host", "gpu", "kernels", "wall_s", "reason"]]
-        return (f"<p><b>hookmagic.TraceSet</b>{f' job <code>{self.job_id}</code>' if self.job_id else ''}"
+        job = f" job <code>{self.job_id}</code>" if self.job_id else ""
+        return (f"<p><b>hookmagic.TraceSet</b>{job}"
                 f": {len(self.members)} ranks</p>" + r.to_html(index=False))
 
 
