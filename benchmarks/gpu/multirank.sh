@@ -49,6 +49,8 @@ for r in (0, 1):
     print(f"  rank {r}: status {m['meta']['status']}, {len(k)} kernels, {len(nccl)} NCCL "
           f"({nccl['duration_ns'].sum() / 1e6:.2f} ms), steps {[s[0] for s in m['meta'].get('steps', [])]}, "
           f"gpu {m['meta']['rank'].get('gpu_uuid', '')[:12]}, reason {m['meta'].get('reason', '')!r}")
+    if m["meta"]["status"] == "unavailable" and not __import__("os").environ.get("MULTIRANK_CPU"):
+        sys.exit(f"multirank: FAILED: rank {r} captured nothing: {m['meta'].get('reason')}")
 PY
   echo "multirank: $name done in $(( $(date +%s) - t0 )) s"
 }
