@@ -73,9 +73,10 @@ def measure(folder: str, threads: int | None) -> dict:
     t3 = time.perf_counter()
     ts.close()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    load = os.getloadavg()[0]
     top = int(st["straggler_rank"].mode().iloc[0]) if len(st) else -1
     return {"kernels": n, "open_s": t1 - t0, "summary_s": t2 - t1, "stragglers_s": t3 - t2,
-            "total_s": t3 - t0, "peak_rss_bytes": rss, "steps": len(st), "most_often_last": top,
+            "total_s": t3 - t0, "peak_rss_bytes": rss, "steps": len(st), "most_often_last": top, "load_1min": load,
             "ranks": len(summary)}
 
 
@@ -126,8 +127,10 @@ def main() -> None:
         "| step | seconds |", "|---|---|",
         f"| open the set, count kernels | {span('open_s')} |",
         f"| summary() (overlap, collectives, stragglers per rank) | {span('summary_s')} |",
-        f"| stragglers() | {span('stragglers_s')} |",
+        f"| stragglers() afterwards (cached by summary) | {span('stragglers_s', 1, '{:.3f}')} |",
         f"| total | {span('total_s')} |", "",
+        f"Load average (1 min) at the end of each run: {span('load_1min')} on "
+        f"{os.cpu_count()} CPUs (other work shared the machine).", "",
         f"Peak resident memory of the process: {span('peak_rss_bytes', 1 / 2**30, '{:.2f}')} GiB. "
         f"The late rank ({args.ranks // 2}) was named most often last in every run.", ""]
     Path(args.table).parent.mkdir(parents=True, exist_ok=True)
