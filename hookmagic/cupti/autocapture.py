@@ -156,12 +156,27 @@ def _start() -> None:
     _state["boundaries"] = [(_state["step"], _timestamp())]
 
 
+def _wait_for_gpu() -> None:
+    """Let the GPU finish the work the captured steps launched (the host runs ahead of it), so
+    the last step's kernels are complete when the capture ends. Only PyTorch's CUDA, and only
+    once it is initialised: nothing is started that the job did not start."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # never break the job over this
+        pass
+
+
 def _stop() -> None:
     """End the running capture and write it, with its step boundaries, as this rank's folder."""
     cap, _state["capture"] = _state.get("capture"), None
     if cap is None:
         return
     bounds = _state["boundaries"]
+    _wait_for_gpu()
     cap.__exit__(None, None, None)
     cap.trace.meta["steps"] = [[step, start, end]
                                for (step, start), (_, end) in zip(bounds, bounds[1:])]
