@@ -10,9 +10,8 @@ import pytest
 
 from hookmagic.cli import EXIT_THRESHOLD, build_parser, main
 
-from .layers_samples import mobilenet_files, needs_samples, resnet_files
+from .layers_samples import mobilenet_files, resnet_files
 
-pytestmark = needs_samples
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -89,6 +88,24 @@ def test_module_runs_as_a_program():
                        capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["layers"] == 73
+
+
+def test_summary_reads_the_metadata_beside_the_exports(capsys):
+    # the *.profile.metadata.json next to the exports names the GPU trtexec ran on
+    assert main(["trt", "summary", *_args(mobilenet_files(), ("profile", "layers")), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["device"] == "NVIDIA TITAN RTX"
+    assert main(["trt", "summary", *_args(resnet_files("fp16"), ("profile",))]) == 0
+    assert "\ndevice: NVIDIA GeForce RTX 3090\n" in capsys.readouterr().out
+
+
+def test_compare_without_names_tells_same_named_files_apart(capsys):
+    # fp32/resnet.onnx.engine.* and fp16/resnet.onnx.engine.*: both files are called "resnet"
+    argv = ["trt", "compare", *_args(resnet_files("fp32"), ("profile", "layers")),
+            *_args(resnet_files("fp16"), ("profile", "layers")), "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["engine"] for e in doc["engines"]] == ["fp32/resnet", "fp16/resnet"]
+    assert list(doc["by_type"]) == ["fp32/resnet -> fp16/resnet"]
 
 
 def test_a_subcommands_error_shows_that_subcommands_usage(capsys):

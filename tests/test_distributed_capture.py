@@ -230,3 +230,14 @@ def test_nccl_kernel_names_python_and_sql_agree():
     sql = duckdb.sql(f"SELECT {COLLECTIVE_SQL} AS c FROM df").df()["c"].tolist()
     assert sql == [v[0] for v in NCCL_NAMES.values()]
     assert np.all(frame.index == names.index)
+
+
+def test_environment_capture_bad_option_is_one_warning(tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", HOOKMAGIC_CAPTURE_DIR=str(out),
+               PYTHONPATH=str(ROOT), HOOKMAGIC_CAPTURE_OPTIONS="buffer_mb=-3")
+    r = subprocess.run([sys.executable, "-c", "import hookmagic; print('ran')"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "ran" in r.stdout
+    assert "no automatic capture" in r.stderr and "buffer_mb" in r.stderr
+    assert not out.exists()

@@ -27,7 +27,7 @@ import threading
 import warnings
 from typing import Any, Mapping
 
-from hookmagic.common.errors import InvalidArgument
+from hookmagic.common.errors import HookmagicError, InvalidArgument
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -107,7 +107,11 @@ def install_from_env(env: Mapping[str, str] | None = None) -> bool:
             return False
         steps = parse_steps(env.get("HOOKMAGIC_CAPTURE_STEPS"))
         options = parse_options(env.get("HOOKMAGIC_CAPTURE_OPTIONS"))
-    except (AutoCaptureConfigError, ValueError) as exc:
+        from hookmagic.cupti.options import CaptureOptions
+
+        # checked now, so a wrong option is one warning at import, not an error mid-training
+        CaptureOptions.from_kwargs(**{k: v for k, v in options.items() if k != "label"})
+    except (HookmagicError, ValueError, TypeError) as exc:
         warnings.warn(f"hookmagic: no automatic capture: {exc}", stacklevel=2)
         return False
     _state.update(dir=directory, steps=steps, options=options, identity=ident,

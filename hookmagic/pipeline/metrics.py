@@ -1,0 +1,105 @@
+"""Prometheus metrics of running pipelines.
+
+    exporter = PipelineExporter("cameras", port=9108)      # serves http://127.0.0.1:9108/metrics
+    pipe.run(source, observers=[exporter])
+    exporter.stop()
+
+Metrics (histograms in seconds with buckets below 5 ms, counters ending ``_total``, bytes):
+``hookmagic_stage_duration_seconds{pipeline,stage}`` (one observation per execution of a stage's
+fn: per frame, or per batch), ``hookmagic_stage_frames_total{pipeline,stage}``,
+``hookmagic_frames_total{pipeline,source,outcome}`` (done, dropped, failed),
+``hookmagic_queue_depth{pipeline,stage}`` (frames waiting in each stage's input queue) and
+``hookmagic_gpu_memory_used_bytes{gpu}`` (NVML, when a GPU and driver are present). The
+exporter binds 127.0.0.1 unless told otherwise.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from hookmagic.common.prometheus import LATENCY_BUCKETS, Server, client
+
+
+class PipelineExporter:
+    """Observer for :meth:`Pipeline.run` that keeps Prometheus metrics (see the module).
+
+    ``port=None`` serves nothing (use :attr:`registry` with your own server); ``port=0`` picks
+    a free port (:attr:`port` says which). One exporter may observe many runs; totals add up.
+    """
+
+    def __init__(self, pipeline: str = "pipeline", port: int | None = 0,
+                 addr: str = "127.0.0.1", registry: Any = None, gpu_memory: bool = True) -> None:
+        prom = client()
+        self.pipeline = pipeline
+        self.registry = registry if registry is not None else prom.CollectorRegistry()
+        r = self.registry
+        self.stage_duration = prom.Histogram(
+            "hookmagic_stage_duration_seconds", "Time of one execution of a pipeline stage",
+            ["pipeline", "stage"], buckets=LATENCY_BUCKETS, registry=r)
+        self.stage_frames = prom.Counter("hookmagic_stage_frames", "Frames through a stage",
+                                         ["pipeline", "stage"], registry=r)
+        self.frames = prom.Counter("hookmagic_frames", "Frames by source and outcome",
+                                   ["pipeline", "source", "outcome"], registry=r)
+        self.queue_depth = prom.Gauge("hookmagic_queue_depth",
+                                      "Frames waiting in a stage's input queue",
+                                      ["pipeline", "stage"], registry=r)
+        self.gpu_memory = prom.Gauge("hookmagic_gpu_memory_used_bytes",
+                                     "Device memory in use (NVML)", ["gpu"], registry=r)
+        self._nvml = _nvml_handles() if gpu_memory else []
+        self._last_gpu = 0.0
+        self._lock = threading.Lock()
+        self.server = Server(self.registry, port, addr) if port is not None else None
+
+    @property
+    def port(self) -> int | None:
+        return self.server.port if self.server else None
+
+    # -- the observer interface Pipeline.run calls --------------------------------------
+    def on_stage(self, stage: str, seconds: float, n: int) -> None:
+        self.stage_duration.labels(self.pipeline, stage).observe(seconds)
+        self.stage_frames.labels(self.pipeline, stage).inc(n)
+
+    def on_frame(self, source: str, outcome: str) -> None:
+        self.frames.labels(self.pipeline, source, outcome).inc()
+
+    def on_queues(self, depths: dict[str, int]) -> None:
+        for stage, depth in depths.items():
+            self.queue_depth.labels(self.pipeline, stage).set(depth)
+        now = time.monotonic()
+        if self._nvml and now - self._last_gpu > 0.5:
+            self._last_gpu = now
+            self.sample_gpu_memory()
+
+    def sample_gpu_memory(self) -> None:
+        """Set ``hookmagic_gpu_memory_used_bytes`` from NVML for every GPU (no-op without)."""
+        import pynvml
+
+        for i, h in self._nvml:
+            try:
+                self.gpu_memory.labels(str(i)).set(pynvml.nvmlDeviceGetMemoryInfo(h).used)
+            except pynvml.NVMLError:
+                pass
+
+    def stop(self) -> None:
+        """Stop serving (the metrics stay readable in :attr:`registry`)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def __enter__(self) -> "PipelineExporter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _nvml_handles() -> list[tuple[int, Any]]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [(i, pynvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:  # noqa: BLE001 - no driver, no GPU: the gauge stays empty
+        return []

@@ -1,0 +1,186 @@
+"""What-if for a pipeline: a discrete-event model of the measured run.
+
+The model is the pipeline as it ran — the same stages, worker counts, batch sizes, bounded FIFO
+queues with blocking hand-over (or drop-oldest at the source queue), the same sources with their
+pacing and frame counts — driven by the *measured* service times: each stage execution draws one
+of that stage's measured durations (for batches, one measured at the same batch size, or the
+nearest size scaled linearly). Making a stage k× faster divides its draws by k. Its throughput
+and end-to-end latency are compared with the measured run and with the model of the run as
+measured, which shows how far to trust it.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.common.errors import InvalidArgument
+from hookmagic.pipeline.analysis import batches, throughput
+from hookmagic.pipeline.run import PipelineRun
+
+
+class _Sampler:
+    def __init__(self, sizes: np.ndarray, durations_s: np.ndarray, rng: np.random.Generator):
+        self.rng = rng
+        self.by_size = {int(s): durations_s[sizes == s] for s in np.unique(sizes)}
+        self.sizes = np.array(sorted(self.by_size))
+
+    def draw(self, n: int) -> float:
+        if n in self.by_size:
+            arr = self.by_size[n]
+            return float(arr[self.rng.integers(len(arr))])
+        near = int(self.sizes[np.argmin(np.abs(self.sizes - n))])
+        arr = self.by_size[near]
+        return float(arr[self.rng.integers(len(arr))]) * n / near
+
+
+def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
+             seed: int = 0) -> dict:
+    """Run the model of ``run`` with each stage of ``speedup`` that many times faster.
+
+    Returns fps (done frames per second), end-to-end p50/p90/p99 (ms), frames done and dropped.
+    """
+    speedup = dict(speedup or {})
+    names = run.stage_names
+    for name, k in speedup.items():
+        if name not in names:
+            raise InvalidArgument(f"no stage {name!r} in this run; stages: {names}")
+        if not (isinstance(k, (int, float)) and np.isfinite(k) and k > 0):
+            raise InvalidArgument(f"speedup of {name!r} must be a finite number > 0, got {k!r}")
+    rng = np.random.default_rng(seed)
+    stages = run.meta["stages"]
+    samplers = []
+    for st in stages:
+        b = batches(run, st["name"])
+        if b.empty:
+            raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
+        dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9 / speedup.get(st["name"], 1.0)
+        samplers.append(_Sampler(b["size"].to_numpy(), dur, rng))
+    read, procs = samplers[0], samplers[1:]
+    S = len(procs)
+    workers = [int(s["workers"]) for s in stages[1:]]
+    batch = [int(s.get("batch") or 1) for s in stages[1:]]
+    cap = int(run.meta["queue_size"])
+    drop_oldest = run.meta.get("overflow") == "drop_oldest"
+    counts = run.frame_outcomes["source"].value_counts()
+    streams = [(s.get("fps"), int(counts.get(s["name"], 0))) for s in run.meta["streams"]]
+
+    heap: list = []
+    seq = iter(range(1 << 62))
+    q = [deque() for _ in range(S)]
+    free = list(workers)
+    blocked = [deque() for _ in range(S)]
+    created: list[float] = []
+    finish: dict[int, float] = {}
+    dropped = [0]
+    next_i = [0] * len(streams)
+
+    def push(t: float, kind: str, data) -> None:
+        heapq.heappush(heap, (t, next(seq), kind, data))
+
+    def next_read(j: int, t: float) -> None:
+        fps, n = streams[j]
+        i = next_i[j]
+        if i >= n:
+            return
+        next_i[j] += 1
+        due = i / fps if fps else t
+        start = max(t, due)
+        f = len(created)
+        created.append(due if fps else start)
+        push(start + read.draw(1), "read", (j, f))
+
+    def start_work(i: int, t: float) -> None:
+        while free[i] > 0 and q[i]:
+            n = min(batch[i], len(q[i]))
+            items = [q[i].popleft() for _ in range(n)]
+            free[i] -= 1
+            push(t + procs[i].draw(n), "done", (i, items))
+            refill(i, t)
+
+    def refill(i: int, t: float) -> None:
+        while blocked[i] and len(q[i]) < cap:
+            kind, who, items = blocked[i][0]
+            while items and len(q[i]) < cap:
+                q[i].append(items.popleft())
+            if items:
+                return
+            blocked[i].popleft()
+            if kind == "src":
+                next_read(who, t)
+            else:
+                free[who] += 1
+                start_work(who, t)
+
+    def deliver(i: int, t: float, kind: str, who: int, items: deque) -> None:
+        if i == S:
+            for f in items:
+                finish[f] = t
+            free[who] += 1
+            start_work(who, t)
+            return
+        while items and len(q[i]) < cap:
+            q[i].append(items.popleft())
+        if items and kind == "src" and drop_oldest:
+            while items:
+                q[i].popleft()
+                dropped[0] += 1
+                q[i].append(items.popleft())
+        released = not items
+        if not released:
+            blocked[i].append((kind, who, items))
+        elif kind == "src":
+            next_read(who, t)
+        else:
+            free[who] += 1
+        start_work(i, t)
+        if released and kind == "stage":
+            start_work(who, t)
+
+    for j in range(len(streams)):
+        next_read(j, 0.0)
+    while heap:
+        t, _, kind, data = heapq.heappop(heap)
+        if kind == "read":
+            j, f = data
+            deliver(0, t, "src", j, deque([f]))
+        else:
+            i, items = data
+            deliver(i + 1, t, "stage", i, deque(items))
+    if not finish:
+        return {"fps": 0.0, "p50_ms": np.nan, "p90_ms": np.nan, "p99_ms": np.nan,
+                "frames_done": 0, "dropped": dropped[0]}
+    done = np.array(sorted(finish))
+    lat = np.array([finish[f] - created[f] for f in done]) * 1e3
+    t_first = min(created)
+    t_last = max(finish.values())
+    return {"fps": len(done) / (t_last - t_first), "p50_ms": float(np.percentile(lat, 50)),
+            "p90_ms": float(np.percentile(lat, 90)), "p99_ms": float(np.percentile(lat, 99)),
+            "frames_done": len(done), "dropped": dropped[0]}
+
+
+def what_if(run: PipelineRun, stage: str | Mapping[str, float], speedup: float = 2.0,
+            seed: int = 0) -> pd.DataFrame:
+    """Predicted fps and end-to-end latency if ``stage`` were ``speedup``× faster (or give a
+    mapping ``{stage: speedup, ...}``).
+
+    Three rows: ``measured`` (the run), ``model: as measured`` (the model with nothing changed:
+    how far the model is from the run) and ``model: <stage> ×k`` (the prediction). Columns fps,
+    p50_ms, p90_ms, p99_ms, frames_done, dropped, and ``fps_gain`` (prediction / model as
+    measured: the factor to apply to the measured fps).
+    """
+    change = dict(stage) if isinstance(stage, Mapping) else {stage: speedup}
+    measured = throughput(run)
+    measured["dropped"] = int((run.frame_outcomes["outcome"] == "dropped").sum())
+    base = simulate(run, None, seed)
+    pred = simulate(run, change, seed)
+    label = ", ".join(f"{s} ×{k:g}" for s, k in change.items())
+    table = pd.DataFrame([measured, base, pred],
+                         index=["measured", "model: as measured", f"model: {label} faster"])
+    table = table[["fps", "p50_ms", "p90_ms", "p99_ms", "frames_done", "dropped"]]
+    table["fps_gain"] = table["fps"] / base["fps"] if base["fps"] else np.nan
+    table.loc["measured", "fps_gain"] = np.nan
+    return table

@@ -1,0 +1,489 @@
+"""Running a frame pipeline: stages on worker threads, bounded queues between them, and a record
+of every frame at every stage.
+
+``Pipeline([Stage("preprocess", prep), Stage("infer", model, batch=8, device="cuda")]).run(src)``
+reads the source on one thread per stream (its reads are the first stage, ``decode``/``read``),
+hands frames through bounded FIFO queues (back-pressure, or drop-oldest at the source queue),
+runs each stage's ``fn`` on ``workers`` threads inside a ``hookmagic.range`` named after the
+stage (so ``%%cudahook`` around a run groups each stage's kernels), and times GPU stages with
+CUDA events on each worker's own stream. The result is a :class:`PipelineRun`.
+
+On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
+every thread is joined, the partial run is kept as ``Pipeline.last_run`` (and on the exception
+as ``err.pipeline_run``), and the error is re-raised once.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from hookmagic.common.errors import InvalidArgument
+from hookmagic.pipeline.run import PipelineRun
+from hookmagic.pipeline.sources import Source, as_source
+
+_END = object()  # end-of-stream marker, one per worker of the receiving stage
+_POLL_S = 0.05   # how often blocked threads look at the stop flag
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a pipeline.
+
+    ``fn`` takes one frame and returns the frame for the next stage; with ``batch=N`` it takes a
+    list of up to N frames and returns a sequence of as many results (a list, or a tensor whose
+    first dimension is the batch). Returning None drops the frame (recorded, not an error).
+    ``workers`` threads run the stage. ``device="cuda"`` runs ``fn`` on the worker's own CUDA
+    stream and times it with CUDA events. ``batch_wait_ms`` waits that long for a batch to fill
+    (0: take what is queued).
+    """
+
+    name: str
+    fn: Callable[[Any], Any]
+    workers: int = 1
+    batch: int | None = None
+    device: str = "cpu"
+    batch_wait_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidArgument(f"a stage needs a non-empty name, got {self.name!r}")
+        if not callable(self.fn):
+            raise InvalidArgument(f"stage {self.name!r}: fn is not callable")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise InvalidArgument(f"stage {self.name!r}: workers must be an int >= 1")
+        if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
+            raise InvalidArgument(f"stage {self.name!r}: batch must be None or an int >= 1")
+        if self.device not in ("cpu", "cuda"):
+            raise InvalidArgument(f"stage {self.name!r}: device must be 'cpu' or 'cuda'")
+        if not (self.batch_wait_ms >= 0):
+            raise InvalidArgument(f"stage {self.name!r}: batch_wait_ms must be >= 0")
+
+
+class _Frame:
+    __slots__ = ("fid", "payload")
+
+    def __init__(self, fid: int, payload: Any) -> None:
+        self.fid = fid
+        self.payload = payload
+
+
+class _Recorder:
+    """Rows appended by all threads (list.append is atomic); tables built once at the end."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []   # one per frame per stage
+        self.frames: list[list] = []    # fid -> [source, index, created_ns, outcome, reason, error, stage]
+        self.lock = threading.Lock()
+        self.batch_ids = iter(range(1 << 62))
+        self.gpu: list[tuple] = []      # (event row index, start event, end event)
+
+    def new_frame(self, source: str, index: int, created_ns: int) -> int:
+        with self.lock:
+            self.frames.append([source, index, created_ns, "in_flight", "", "", ""])
+            return len(self.frames) - 1
+
+    def finish(self, fid: int, outcome: str, reason: str = "", error: str = "",
+               stage: str = "") -> None:
+        row = self.frames[fid]
+        if row[3] == "in_flight":
+            row[3], row[4], row[5], row[6] = outcome, reason, error, stage
+
+
+class Pipeline:
+    """Stages joined by bounded queues; :meth:`run` runs frames through them.
+
+    ``queue_size`` bounds every queue (>= 1). ``overflow="block"`` applies back-pressure all the
+    way to the source; ``"drop_oldest"`` makes a source that finds its queue full drop the oldest
+    queued frame instead (for live cameras). ``on_error="continue"`` records a failing frame and
+    goes on; ``"stop"`` stops the run and re-raises. ``instrument=False`` skips the
+    ``hookmagic.range`` and the CUDA events (host timestamps are always taken).
+    """
+
+    def __init__(self, stages: Sequence[Stage], queue_size: int = 8, overflow: str = "block",
+                 on_error: str = "continue", instrument: bool = True,
+                 name: str = "pipeline") -> None:
+        stages = list(stages)
+        if not stages:
+            raise InvalidArgument("a pipeline needs at least one stage")
+        if not all(isinstance(s, Stage) for s in stages):
+            raise InvalidArgument("stages must be hookmagic.pipeline.Stage objects")
+        names = [s.name for s in stages]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InvalidArgument(f"duplicate stage names: {dupes}")
+        if not isinstance(queue_size, int) or queue_size < 1:
+            raise InvalidArgument(f"queue_size must be an int >= 1, got {queue_size!r}")
+        if overflow not in ("block", "drop_oldest"):
+            raise InvalidArgument(f"overflow must be 'block' or 'drop_oldest', got {overflow!r}")
+        if on_error not in ("continue", "stop"):
+            raise InvalidArgument(f"on_error must be 'continue' or 'stop', got {on_error!r}")
+        self.stages = stages
+        self.queue_size = queue_size
+        self.overflow = overflow
+        self.on_error = on_error
+        self.instrument = instrument
+        self.name = name
+        self.last_run: PipelineRun | None = None
+
+    def __repr__(self) -> str:
+        parts = " → ".join(f"{s.name}" + (f"×{s.workers}" if s.workers > 1 else "")
+                           + (f"[b{s.batch}]" if s.batch else "")
+                           + ("@cuda" if s.device == "cuda" else "") for s in self.stages)
+        return f"Pipeline({parts}, queue_size={self.queue_size}, overflow={self.overflow!r})"
+
+    def run(self, source: Any, frames: int | None = None, seconds: float | None = None,
+            observers: Sequence[Any] = ()) -> PipelineRun:
+        """Run frames from ``source`` through the stages until it ends, ``frames`` frames were
+        read from each stream, or ``seconds`` passed (frames already read are finished).
+
+        ``observers`` get ``on_stage(stage, seconds, n)``, ``on_frame(source, outcome)`` and
+        ``on_queues({stage: depth})`` calls while it runs (the Prometheus exporter is one).
+        """
+        if frames is not None and (not isinstance(frames, int) or frames < 1):
+            raise InvalidArgument(f"frames must be None or an int >= 1, got {frames!r}")
+        if seconds is not None and not (seconds > 0):
+            raise InvalidArgument(f"seconds must be None or > 0, got {seconds!r}")
+        src = as_source(source)
+        return _Run(self, src, frames, seconds, list(observers)).execute()
+
+
+class _Run:
+    def __init__(self, pipe: Pipeline, src: Source, frames: int | None,
+                 seconds: float | None, observers: list[Any]) -> None:
+        self.pipe, self.src, self.limit, self.seconds = pipe, src, frames, seconds
+        self.observers = observers
+        self.rec = _Recorder()
+        self.stop = threading.Event()       # stop everything now (error / interrupt)
+        self.stop_reading = threading.Event()
+        self.queues = [queue.Queue(pipe.queue_size) for _ in pipe.stages]
+        self.alive = [s.workers for s in pipe.stages]
+        self.sources_alive = len(src.streams)
+        self.alive_lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.cuda = any(s.device == "cuda" for s in pipe.stages)
+        self.gpu_ref: tuple[Any, int] | None = None
+
+    # -- queue helpers -------------------------------------------------------------------
+    def _put(self, k: int, item: Any) -> bool:
+        q = self.queues[k]
+        while not self.stop.is_set():
+            try:
+                q.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _get(self, k: int) -> Any:
+        q = self.queues[k]
+        while not self.stop.is_set():
+            try:
+                return q.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+        return _END
+
+    def _end_of(self, k: int) -> None:
+        """Stage k-1 (or the sources, k=0) finished: tell each worker of stage k."""
+        if k < len(self.queues):
+            for _ in range(self.pipe.stages[k].workers):
+                self._put(k, _END)
+
+    # -- threads -------------------------------------------------------------------------
+    def _read(self, stream: Any, sidx: int, t0: float) -> None:
+        rec, stage, pipe = self.rec, self.src.stage, self.pipe
+        try:
+            it = stream.open()
+            i = 0
+            while not self.stop.is_set() and not self.stop_reading.is_set():
+                if self.limit is not None and i >= self.limit:
+                    break
+                due = None
+                if stream.fps:
+                    due_s = t0 + i / stream.fps
+                    delay = due_s - time.perf_counter()
+                    if delay > 0 and self.stop.wait(delay):
+                        break
+                    due = int(due_s * 1e9)
+                start = time.perf_counter_ns()
+                try:
+                    payload = next(it)
+                except StopIteration:
+                    break
+                end = time.perf_counter_ns()
+                created = due if due is not None and due < start else start
+                fid = rec.new_frame(stream.name, i, created)
+                item = _Frame(fid, payload)
+                if pipe.overflow == "drop_oldest":
+                    while True:
+                        try:
+                            self.queues[0].put_nowait(item)
+                            break
+                        except queue.Full:
+                            try:
+                                old = self.queues[0].get_nowait()
+                            except queue.Empty:
+                                continue
+                            if old is _END:  # cannot happen before the sources end
+                                continue
+                            rec.finish(old.fid, "dropped", "queue full (drop_oldest)",
+                                       stage=pipe.stages[0].name)
+                            self._notify_frame(old.fid)
+                    ok = True
+                else:
+                    ok = self._put(0, item)
+                put = time.perf_counter_ns()
+                with rec.lock:
+                    rec.events.append((fid, stage, -1, sidx, -1, 1, created, start, end, put, -1,
+                                       -1, "ok", ""))
+                self._notify_stage(stage, (end - start) / 1e9, 1)
+                if not ok:
+                    rec.finish(fid, "cancelled", "run stopped", stage=stage)
+                    break
+                i += 1
+        except BaseException as err:  # noqa: BLE001 - a source error stops the run
+            self._fail(err)
+        finally:
+            with self.alive_lock:
+                self.sources_alive -= 1
+                last = self.sources_alive == 0
+            if last:
+                self._end_of(0)
+
+    def _work(self, k: int, worker: int) -> None:
+        st, rec, pipe = self.pipe.stages[k], self.rec, self.pipe
+        gpu = st.device == "cuda"
+        stream = None
+        if gpu:
+            import torch
+            stream = torch.cuda.Stream()
+        rng = None
+        if pipe.instrument:
+            from hookmagic.cupti.ranges import range as rng
+        want = st.batch or 1
+        ended = False
+        try:
+            while not ended and not self.stop.is_set():
+                first = self._get(k)
+                if first is _END:
+                    break
+                items = [first]
+                if st.batch:
+                    deadline = time.perf_counter() + st.batch_wait_ms / 1e3
+                    while len(items) < want:
+                        try:
+                            left = deadline - time.perf_counter()
+                            nxt = (self.queues[k].get(timeout=left) if left > 0
+                                   else self.queues[k].get_nowait())
+                        except queue.Empty:
+                            break
+                        if nxt is _END:
+                            ended = True
+                            break
+                        items.append(nxt)
+                batch_id = next(rec.batch_ids) if st.batch else -1
+                ev0 = ev1 = None
+                start = time.perf_counter_ns()
+                status, error, out = "ok", "", None
+                try:
+                    arg = [it.payload for it in items] if st.batch else first.payload
+                    if gpu:
+                        import torch
+                        with torch.cuda.stream(stream):
+                            if pipe.instrument:
+                                ev0 = torch.cuda.Event(enable_timing=True)
+                                ev1 = torch.cuda.Event(enable_timing=True)
+                                ev0.record(stream)
+                                with rng(st.name):
+                                    out = st.fn(arg)
+                                ev1.record(stream)
+                                ev1.synchronize()
+                            else:
+                                out = st.fn(arg)
+                                stream.synchronize()
+                    elif rng is not None:
+                        with rng(st.name):
+                            out = st.fn(arg)
+                    else:
+                        out = st.fn(arg)
+                    outs = self._split(st, out, len(items))
+                except Exception as err:  # noqa: BLE001 - recorded per frame
+                    status, error, outs = "failed", f"{type(err).__name__}: {err}", None
+                    if pipe.on_error == "stop":
+                        self._fail(err)
+                end = time.perf_counter_ns()
+                self._notify_stage(st.name, (end - start) / 1e9, len(items))
+                rows = []
+                for j, it in enumerate(items):
+                    res = outs[j] if outs is not None else None
+                    s = status if status != "ok" or res is not None else "none"
+                    rows.append([it.fid, st.name, k, worker, batch_id, len(items), 0, start,
+                                 end, end, -1, -1, s, error])
+                    it.payload = res
+                last = k == len(pipe.stages) - 1
+                for j, it in enumerate(items):
+                    row = rows[j]
+                    if row[12] == "failed":
+                        rec.finish(it.fid, "failed", "exception", error, st.name)
+                        self._notify_frame(it.fid)
+                    elif row[12] == "none":
+                        rec.finish(it.fid, "dropped", f"{st.name} returned None", stage=st.name)
+                        self._notify_frame(it.fid)
+                    elif last:
+                        rec.finish(it.fid, "done", stage=st.name)
+                        self._notify_frame(it.fid)
+                    else:
+                        if not self._put(k + 1, it):
+                            rec.finish(it.fid, "cancelled", "run stopped", stage=st.name)
+                        row[9] = time.perf_counter_ns()
+                # a batch's events are appended together, so one GPU record covers them
+                with rec.lock:
+                    if ev0 is not None:
+                        rec.gpu.append((len(rec.events), len(rows), ev0, ev1))
+                    rec.events.extend(tuple(r) for r in rows)
+        except BaseException as err:  # noqa: BLE001 - e.g. KeyboardInterrupt in a stage
+            self._fail(err)
+        finally:
+            with self.alive_lock:
+                self.alive[k] -= 1
+                last_worker = self.alive[k] == 0
+            if last_worker:
+                self._end_of(k + 1)
+
+    @staticmethod
+    def _split(st: Stage, out: Any, n: int) -> list[Any] | None:
+        if not st.batch:
+            return [out]
+        if out is None:
+            return [None] * n
+        try:
+            m = len(out)
+        except TypeError:
+            m = -1
+        if m != n:
+            raise InvalidArgument(f"batch stage {st.name!r} returned {m if m >= 0 else 'a non-sequence'}"
+                                  f" outputs for {n} frames")
+        return [out[j] for j in range(n)]
+
+    def _fail(self, err: BaseException) -> None:
+        with self.alive_lock:
+            if self.error is None:
+                self.error = err
+        self.stop.set()
+
+    # -- observers -----------------------------------------------------------------------
+    def _notify_stage(self, stage: str, seconds: float, n: int) -> None:
+        for ob in self.observers:
+            ob.on_stage(stage, seconds, n)
+
+    def _notify_frame(self, fid: int) -> None:
+        if self.observers:
+            row = self.rec.frames[fid]
+            for ob in self.observers:
+                ob.on_frame(row[0], row[3])
+
+    # -- the run -------------------------------------------------------------------------
+    def execute(self) -> PipelineRun:
+        pipe = self.pipe
+        if pipe.instrument:  # the first range loads the native module: not inside the run
+            from hookmagic.cupti.ranges import range as rng
+            with rng("hookmagic-pipeline-warmup"):
+                pass
+        if self.cuda:
+            import torch
+            torch.cuda.synchronize()
+            ref = torch.cuda.Event(enable_timing=True)
+            ref.record()
+            ref.synchronize()
+            self.gpu_ref = (ref, time.perf_counter_ns())
+        threads = []
+        for k, st in enumerate(pipe.stages):
+            for w in range(st.workers):
+                threads.append(threading.Thread(target=self._work, args=(k, w),
+                                                name=f"hookmagic-{st.name}-{w}", daemon=True))
+        t0 = time.perf_counter()
+        started_ns = time.perf_counter_ns()
+        wall_start = time.time()
+        for sidx, stream in enumerate(self.src.streams):
+            threads.append(threading.Thread(target=self._read, args=(stream, sidx, t0),
+                                            name=f"hookmagic-read-{stream.name}", daemon=True))
+        for t in threads:
+            t.start()
+        interrupted: BaseException | None = None
+        try:
+            while any(t.is_alive() for t in threads):
+                if self.seconds is not None and time.perf_counter() - t0 >= self.seconds:
+                    self.stop_reading.set()
+                if self.observers:
+                    depth = {st.name: self.queues[k].qsize() for k, st in enumerate(pipe.stages)}
+                    for ob in self.observers:
+                        ob.on_queues(depth)
+                for t in threads:
+                    t.join(timeout=0.02)
+        except BaseException as err:  # KeyboardInterrupt in the caller's thread
+            interrupted = err
+            self.stop.set()
+        finally:
+            self.stop.set()
+            for t in threads:
+                t.join()
+        run = self._result(started_ns, wall_start)
+        pipe.last_run = run
+        err = interrupted or self.error
+        if err is not None:
+            try:
+                err.pipeline_run = run  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+            raise err
+        return run
+
+    def _result(self, started_ns: int, wall_start: float) -> PipelineRun:
+        import pandas as pd
+
+        rec, pipe = self.rec, self.pipe
+        for fid, row in enumerate(rec.frames):
+            if row[3] == "in_flight":
+                row[3], row[4] = "cancelled", "run stopped"
+        events = pd.DataFrame(rec.events, columns=[
+            "frame", "stage", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
+            "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error"])
+        if rec.gpu and self.gpu_ref is not None:
+            import torch
+            torch.cuda.synchronize()
+            ref, ref_ns = self.gpu_ref
+            gs, ge = events["gpu_start_ns"].to_numpy().copy(), events["gpu_end_ns"].to_numpy().copy()
+            for first, n, ev0, ev1 in rec.gpu:
+                a = ref_ns + int(ref.elapsed_time(ev0) * 1e6)
+                b = ref_ns + int(ref.elapsed_time(ev1) * 1e6)
+                gs[first:first + n], ge[first:first + n] = a, b
+            events["gpu_start_ns"], events["gpu_end_ns"] = gs, ge
+        frames = pd.DataFrame(rec.frames, columns=["source", "index", "created_ns", "outcome",
+                                                   "reason", "error", "stage"])
+        frames.insert(0, "frame", range(len(frames)))
+        # the time a frame entered each stage's queue: its previous stage's put time
+        events = events.sort_values(["frame", "start_ns"], kind="stable").reset_index(drop=True)
+        prev_put = events.groupby("frame")["put_ns"].shift(1)
+        has_prev = prev_put.notna()
+        events.loc[has_prev, "enqueue_ns"] = prev_put[has_prev].astype("int64")
+        events["stage_index"] = events["stage_index"] + 1  # the read stage is 0
+        meta = {
+            "pipeline": pipe.name,
+            "stages": [{"name": self.src.stage, "workers": len(self.src.streams), "batch": None,
+                        "device": "cpu", "kind": "source"}]
+                      + [{"name": s.name, "workers": s.workers, "batch": s.batch,
+                          "device": s.device, "kind": "stage"} for s in pipe.stages],
+            "queue_size": pipe.queue_size, "overflow": pipe.overflow,
+            "on_error": pipe.on_error, "instrument": pipe.instrument,
+            "source": self.src.description,
+            "streams": [{"name": s.name, "fps": s.fps} for s in self.src.streams],
+            "source_meta": self.src.meta,
+            "started_ns": started_ns, "started_at": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_start)),
+            "clock": "time.perf_counter_ns (host); GPU times from CUDA events on each worker's "
+                     "stream, placed on the host clock by one reference event",
+        }
+        return PipelineRun(events, frames, meta)

@@ -1,0 +1,63 @@
+"""hookmagic.pipeline on a real GPU: CUDA-event times of GPU stages, and each stage's kernels
+grouped under its range by a live capture."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hookmagic
+from hookmagic.pipeline import Pipeline, Stage
+
+torch = pytest.importorskip("torch")
+
+
+def _pipe():
+    w = torch.randn(1024, 1024, device="cuda")
+
+    def upload(x):
+        return torch.from_numpy(x).to("cuda")
+
+    def matmul(batch):
+        y = torch.stack(batch) @ w
+        for _ in range(10):
+            y = y @ w / 32
+        return y
+
+    return Pipeline([Stage("upload", upload, device="cuda"),
+                     Stage("matmul", matmul, batch=4, device="cuda"),
+                     Stage("download", lambda y: y.cpu().numpy(), device="cuda")], queue_size=8)
+
+
+def test_gpu_stages_have_cuda_event_times_inside_their_host_span():
+    frames = [np.random.default_rng(i).standard_normal((256, 1024), dtype=np.float32)
+              for i in range(32)]
+    run = _pipe().run(frames)
+    assert run.outcomes.to_dict() == {"done": 32}
+    ev = run.events[run.events["stage"] != "read"]
+    assert (ev["gpu_start_ns"] > 0).all() and (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all()
+    # the GPU's time of a stage is no longer than the host's time around it (the host waited for
+    # the end event); the reference event places them on one clock within a millisecond
+    gpu = ev["gpu_end_ns"] - ev["gpu_start_ns"]
+    host = ev["end_ns"] - ev["start_ns"]
+    assert (gpu <= host + 50_000).all()
+    assert (ev["gpu_start_ns"] >= ev["start_ns"] - 1_000_000).all()
+    assert (ev["gpu_end_ns"] <= ev["end_ns"] + 1_000_000).all()
+    st = run.stages()
+    assert st.loc["matmul", "gpu_p50_ms"] > 0
+
+
+def test_a_capture_around_a_run_groups_each_stage_s_kernels_under_its_range():
+    frames = [np.ones((256, 1024), np.float32)] * 16
+    pipe = _pipe()
+    pipe.run(frames[:4])  # warm-up: cuBLAS handles, allocator
+    with hookmagic.capture() as trace:
+        run = pipe.run(frames)
+    ranges = trace.ranges
+    names = set(ranges["name"])
+    assert {"upload", "matmul", "download"} <= names
+    k = trace.kernels.merge(ranges[["range_id", "name"]].rename(columns={"name": "range"}),
+                            on="range_id", how="left")
+    in_matmul = k[k["range"] == "matmul"]
+    assert len(in_matmul) >= 11 * (16 // 4)  # 11 GEMMs per batch of 4
+    batches = run.events[run.events["stage"] == "matmul"]["batch"].nunique()
+    assert (ranges["name"] == "matmul").sum() == batches
