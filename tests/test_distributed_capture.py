@@ -22,7 +22,7 @@ from hookmagic.cupti.autocapture import AutoCaptureConfigError, parse_options, p
 from hookmagic.trace import TraceFileError
 from hookmagic.trace.folder import is_trace_folder, load_trace_folder, save_trace_folder
 from hookmagic.trace.model import Trace
-from tests.conftest import synthetic_tables
+from tests.synthetic import synthetic_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
