@@ -18,10 +18,12 @@ from hookmagic.common.version import __version__
 __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
            "recordings", "sched",
            "layers",
+           "load_many",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 from hookmagic.common.errors import HookmagicError
 from hookmagic.facades import load  # also attaches trace.summary(), .flame(), ... (see facades)
+from hookmagic.multirank import load_many  # also attaches TraceSet.stragglers(), ...
 
 if TYPE_CHECKING:
     from hookmagic.cupti import CaptureUnavailable, capture, range
@@ -62,3 +64,17 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     # tab completion lists the public API, including the names resolved lazily above
     return sorted(set(globals()) | set(__all__))
+
+
+# A launched rank (torchrun, srun, mpirun) with HOOKMAGIC_CAPTURE_DIR set captures itself:
+# see hookmagic.cupti.autocapture. Nothing happens when the variable is unset.
+def _autocapture() -> None:
+    import os
+
+    if os.environ.get("HOOKMAGIC_CAPTURE_DIR"):
+        from hookmagic.cupti.autocapture import install_from_env
+
+        install_from_env()
+
+
+_autocapture()

@@ -44,6 +44,10 @@ def load(path: str | os.PathLike) -> "Trace":
     from hookmagic.trace.io import TraceFileError
 
     path = Path(os.path.expanduser(os.fspath(path)))
+    if path.is_dir() and (path / "meta.json").is_file():
+        # a trace folder (one rank of capture(dir=...)); hookmagic.load_many opens many
+        from hookmagic.trace.folder import load_trace_folder
+        return load_trace_folder(path)
     if os.path.lexists(path):
         # folders, FIFOs and devices are refused here, before anything blocks (issue 17)
         with open_input(path, "trace file", TraceFileError) as fh:

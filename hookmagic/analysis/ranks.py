@@ -1,0 +1,411 @@
+"""Analyses across the ranks of a :class:`~hookmagic.traceset.TraceSet` (pure: no drawing).
+
+Every kernel-level question is one DuckDB query over the set's Parquet files (out of core);
+only per-rank or per-collective results come back as DataFrames.
+
+How ranks are compared
+----------------------
+- **Collectives are matched across ranks by order.** NCCL requires every rank to issue the
+  collectives of a communicator in the same order, so the k-th all-reduce of rank 0 and the
+  k-th all-reduce of rank 1 are one collective (matched per kind: ``(collective, seq)``).
+  Captures must cover the same steps on every rank (the automatic capture does).
+- **Arrival** at a collective is its kernel's start: the kernel starts when the rank's stream
+  reaches it and then waits inside for the peers. The rank that arrives last is the
+  straggler of that collective; its **lateness** is its arrival minus the median arrival of
+  the other ranks. Waiting inside a collective is the kernel's time beyond the shortest
+  kernel of that collective (the last to arrive hardly waits).
+- **Why late**: between the end of the previous collective (where the ranks were together)
+  and its arrival, each rank's GPU either computed or sat idle (waiting for its host:
+  data loading, Python, a sleep). The straggler's extra time is put down to whichever of the
+  two grew more than on the median other rank: ``"compute"`` or ``"host"``.
+- **One clock.** Ranks on one host share CUPTI's clock. Across hosts, offsets are estimated
+  from the ends of matched collectives (a collective ends on all ranks within a few
+  microseconds of each other): the median difference per host, with 1.4826 x the median
+  absolute deviation as its error. A host with no collective in common, or whose estimate is
+  worse than ``max_error_ns``, raises a :class:`ClockSkewWarning` with its estimate.
+- **Steps** come from each trace's ``meta["steps"]`` (host-clock boundaries of the
+  optimizer steps an automatic capture records). A collective belongs to the step in which
+  its kernel started on the earliest-assigned rank: the GPU runs behind its host, so a
+  later step is never the right answer when an earlier rank says otherwise.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.analysis.nccl import COLLECTIVE_SQL
+from hookmagic.common.intervals import busy_ns, merge_intervals
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hookmagic.traceset.model import TraceSet
+
+NCCL = "regexp_matches(name, '^nccl')"
+
+
+class ClockSkewWarning(UserWarning):
+    """Ranks' clocks could not be aligned well; the message gives the estimate and its error."""
+
+
+# -- clocks ----------------------------------------------------------------------------------
+def clock_alignment(ts: "TraceSet", *, max_error_ns: int = 100_000) -> pd.DataFrame:
+    """Offset of each rank's clock from the reference rank's (the lowest rank with data).
+
+    Columns: ``rank, host, offset_ns`` (subtract it from the rank's times), ``error_ns``
+    (NaN where no estimate), ``collectives`` (used), ``method``. Cached in ``ts.cache``.
+    """
+    key = ("clock", max_error_ns)
+    if key in ts.cache:
+        return ts.cache[key]
+    ranks = ts.ranks
+    ranks = ranks[ranks["rank"].isin(ts.data_ranks)]
+    hosts = ranks.set_index("rank")["host"]
+    out = pd.DataFrame({"rank": ranks["rank"].to_numpy(), "host": ranks["host"].to_numpy(),
+                        "offset_ns": 0, "error_ns": 0.0, "collectives": 0,
+                        "method": "one host: CUPTI's clock is shared"})
+    if hosts.nunique() > 1:
+        coll = _raw_collectives(ts)
+        ref_rank = int(ranks["rank"].min())
+        ref_host = hosts[ref_rank]
+        ref = coll[coll["rank"] == ref_rank].set_index(["collective", "seq"])["end_ns"]
+        for host, group in out.groupby("host"):
+            idx = group.index
+            if host == ref_host:
+                out.loc[idx, "method"] = "reference host"
+                continue
+            mine = coll[coll["rank"].isin(group["rank"])]
+            joined = mine.join(ref.rename("ref_end"), on=["collective", "seq"], how="inner")
+            diffs = (joined["end_ns"] - joined["ref_end"]).to_numpy(dtype=np.float64)
+            if diffs.size == 0:
+                out.loc[idx, ["offset_ns", "error_ns", "method"]] = [0, np.nan, "none"]
+                warnings.warn(ClockSkewWarning(
+                    f"clock of host {host!r} (ranks {group['rank'].tolist()}) cannot be "
+                    "aligned: no collective in common with the reference rank; its times "
+                    "stay on its own clock"), stacklevel=2)
+                continue
+            offset = float(np.median(diffs))
+            error = 1.4826 * float(np.median(np.abs(diffs - offset)))
+            out.loc[idx, "offset_ns"] = int(round(offset))
+            out.loc[idx, "error_ns"] = error
+            out.loc[idx, "collectives"] = int(diffs.size)
+            out.loc[idx, "method"] = "ends of collectives"
+            if error > max_error_ns:
+                warnings.warn(ClockSkewWarning(
+                    f"clock of host {host!r} aligned to {offset / 1e6:+.3f} ms with an error "
+                    f"of about {error / 1e3:.0f} us (more than {max_error_ns / 1e3:.0f} us): "
+                    "cross-host timings are uncertain by that much"), stacklevel=2)
+    out["offset_ns"] = out["offset_ns"].astype("int64")
+    ts.cache[key] = out
+    return out
+
+
+def _offsets(ts: "TraceSet") -> pd.Series:
+    return clock_alignment(ts).set_index("rank")["offset_ns"]
+
+
+# -- collectives -----------------------------------------------------------------------------
+def _raw_collectives(ts: "TraceSet") -> pd.DataFrame:
+    if "raw_collectives" not in ts.cache:
+        ts.cache["raw_collectives"] = ts.sql(f"""
+            WITH c AS (SELECT rank, start_ns, end_ns, duration_ns, stream, name,
+                              {COLLECTIVE_SQL} AS collective
+                       FROM kernels WHERE {NCCL})
+            SELECT c.rank, c.collective,
+                   row_number() OVER (PARTITION BY c.rank, c.collective
+                                      ORDER BY c.start_ns, c.end_ns) - 1 AS seq,
+                   coalesce(s.step, -1) AS step, c.start_ns, c.end_ns, c.duration_ns,
+                   c.stream, c.name
+            FROM c LEFT JOIN steps s
+              ON s.rank = c.rank AND c.start_ns >= s.start_ns AND c.start_ns < s.end_ns
+            ORDER BY c.rank, c.start_ns""")
+    return ts.cache["raw_collectives"]
+
+
+def collectives(ts: "TraceSet") -> pd.DataFrame:
+    """Every NCCL kernel of every rank, matched across ranks by ``(collective, seq)``.
+
+    Columns: ``rank, collective, seq, step, start_ns, end_ns, duration_ns`` (times aligned to
+    the reference rank's clock), ``wait_ns`` (time beyond the shortest kernel of the same
+    collective: waiting for peers), ``stream, name``.
+    """
+    if "collectives" in ts.cache:
+        return ts.cache["collectives"]
+    coll = _raw_collectives(ts).copy()
+    off = _offsets(ts)
+    shift = coll["rank"].map(off).fillna(0).astype("int64")
+    coll["start_ns"] -= shift
+    coll["end_ns"] -= shift
+    key = ["collective", "seq"]
+    known = coll["step"].where(coll["step"] >= 0)
+    coll["step"] = known.groupby([coll[k] for k in key]).transform("min").fillna(-1) \
+        .astype("int64")
+    coll["wait_ns"] = coll["duration_ns"] - coll.groupby(key)["duration_ns"].transform("min")
+    out = coll[["rank", "collective", "seq", "step", "start_ns", "end_ns", "duration_ns",
+                "wait_ns", "stream", "name"]]
+    ts.cache["collectives"] = out
+    return out
+
+
+_SKEW_COLUMNS = ["collective", "seq", "step", "ranks", "first_start_ns", "median_start_ns",
+                 "last_rank", "lateness_ns", "transfer_ns", "max_wait_ns"]
+
+
+def collective_skew(ts: "TraceSet") -> pd.DataFrame:
+    """One row per collective (matched across ranks): who arrived last and how late.
+
+    Columns: ``collective, seq, step, ranks`` (how many ranks ran it), ``first_start_ns``,
+    ``median_start_ns``, ``last_rank``, ``lateness_ns`` (last arrival minus the median
+    arrival of the others), ``transfer_ns`` (the shortest kernel: the collective's own time),
+    ``max_wait_ns``; ordered by when the collective started.
+    """
+    if "skew" in ts.cache:
+        return ts.cache["skew"]
+    coll = collectives(ts)
+    if coll.empty:
+        return pd.DataFrame(columns=_SKEW_COLUMNS)
+    key = ["collective", "seq"]
+    c = coll.sort_values(key + ["start_ns", "rank"], kind="stable").reset_index(drop=True)
+    g = c.groupby(key, sort=False)
+    out = g.agg(step=("step", "first"), ranks=("rank", "size"),
+                first_start_ns=("start_ns", "min"), median_start_ns=("start_ns", "median"),
+                last_rank=("rank", "last"), last_start=("start_ns", "last"),
+                transfer_ns=("duration_ns", "min"), max_wait_ns=("wait_ns", "max"))
+    # median arrival of the others: the median of each group's sorted starts without its last
+    pos = g.cumcount().to_numpy()
+    m = c.groupby(key, sort=False)["rank"].transform("size").to_numpy() - 1  # others
+    lo, hi = (m - 1) // 2, m // 2
+    starts = c["start_ns"].to_numpy(dtype=np.float64)
+    pick = pd.DataFrame({"collective": c["collective"], "seq": c["seq"],
+                         "v": np.where(pos == lo, starts, 0) + np.where(pos == hi, starts, 0),
+                         "w": (pos == lo).astype(int) + (pos == hi).astype(int)})
+    pick = pick[(m > 0) & (pick["w"] > 0)].groupby(key, sort=False)[["v", "w"]].sum()
+    others = (pick["v"] / pick["w"]).reindex(out.index)
+    out["lateness_ns"] = (out["last_start"] - others).fillna(0).round().astype("int64")
+    out["median_start_ns"] = out["median_start_ns"].round().astype("int64")
+    out = out.reset_index()[_SKEW_COLUMNS]
+    out = out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
+    ts.cache["skew"] = out
+    return out
+
+
+def _before_collective(ts: "TraceSet", skew: pd.DataFrame, insts: np.ndarray) -> pd.DataFrame:
+    """For the collective instances ``insts`` (rows of ``skew``), per rank: GPU compute and
+    idle time between the end of the rank's previous collective and this one's start (each
+    rank on its own clock; compute kernels counted by the part inside the window)."""
+    cols = ["rank", "inst", "gap_ns", "compute_ns", "idle_ns"]
+    coll = _raw_collectives(ts)
+    order = skew[["collective", "seq"]].reset_index().rename(columns={"index": "inst"})
+    c = coll.merge(order, on=["collective", "seq"]).sort_values(["rank", "inst"])
+    c["w_start"] = c.groupby("rank")["end_ns"].shift(1)
+    w = c[c["inst"].isin(insts)].dropna(subset=["w_start"])
+    w = w[["rank", "inst", "w_start", "start_ns"]].rename(columns={"start_ns": "w_end"})
+    w = w.astype("int64")
+    w = w[w["w_end"] > w["w_start"]].sort_values(["rank", "w_start"])
+    if w.empty:
+        return pd.DataFrame(columns=cols)
+    ts.con.register("_windows", w)
+    try:
+        # each kernel goes to the latest window starting at or before it (an ASOF join:
+        # a sorted merge, never rank x windows comparisons)
+        busy = ts.sql(f"""
+            SELECT w.rank, w.inst,
+                   sum(least(k.end_ns, w.w_end) - k.start_ns) AS compute_ns
+            FROM (SELECT rank, start_ns, end_ns FROM kernels WHERE NOT {NCCL}) k
+            ASOF JOIN _windows w ON k.rank = w.rank AND k.start_ns >= w.w_start
+            WHERE k.start_ns < w.w_end
+            GROUP BY ALL""")
+    finally:
+        ts.con.unregister("_windows")
+    w = w.merge(busy, on=["rank", "inst"], how="left")
+    w["compute_ns"] = w["compute_ns"].fillna(0).astype("int64")
+    w["gap_ns"] = w["w_end"] - w["w_start"]
+    # Overlapping compute kernels can sum past the gap; idle never goes below zero.
+    w["compute_ns"] = np.minimum(w["compute_ns"], w["gap_ns"])
+    w["idle_ns"] = w["gap_ns"] - w["compute_ns"]
+    return w[cols]
+
+
+_STRAGGLER_COLUMNS = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
+                      "extra_compute_ns", "extra_idle_ns", "others_wait_ns"]
+
+
+def stragglers(ts: "TraceSet") -> pd.DataFrame:
+    """Per step (per collective when no steps are known): the rank that arrived last at a
+    collective, by how much, and why.
+
+    Columns: ``step, collective, seq`` (the collective of the step where the lateness was
+    largest), ``straggler_rank``, ``lateness_ns``, ``cause`` (``"compute"``: its GPU computed
+    longer before the collective; ``"host"``: its GPU sat idle longer, waiting for its host;
+    ``""`` when the first collective of the capture, with nothing before it to compare),
+    ``extra_compute_ns``, ``extra_idle_ns`` (the straggler's minus the median other rank's),
+    ``others_wait_ns`` (median time the other ranks waited inside that collective). When
+    steps are known, collectives outside every captured step are left out.
+    """
+    if "stragglers" in ts.cache:
+        return ts.cache["stragglers"]
+    skew = collective_skew(ts)
+    if skew.empty:
+        return pd.DataFrame(columns=_STRAGGLER_COLUMNS)
+    has_steps = bool((skew["step"] >= 0).any())
+    if has_steps:  # collectives outside every captured step are not a step's
+        skew_in = skew[skew["step"] >= 0]
+        group = skew_in["step"].to_numpy()
+    else:
+        skew_in, group = skew, np.arange(len(skew))
+    chosen = skew_in.groupby(group, sort=True)["lateness_ns"].idxmax().to_numpy()
+    sel = skew.loc[chosen].copy()
+    sel["inst"] = chosen
+    before = _before_collective(ts, skew, chosen).merge(
+        sel[["inst", "last_rank"]], on="inst")
+    mine = before[before["rank"] == before["last_rank"]].set_index("inst")
+    others = before[before["rank"] != before["last_rank"]].groupby("inst")[
+        ["compute_ns", "idle_ns"]].median()
+    d_comp = (mine["compute_ns"] - others["compute_ns"]).reindex(chosen)
+    d_idle = (mine["idle_ns"] - others["idle_ns"]).reindex(chosen)
+    known = d_comp.notna() & d_idle.notna()
+    cause = np.where(~known.to_numpy(), "",
+                     np.where(d_comp.to_numpy() > d_idle.to_numpy(), "compute", "host"))
+    coll = collectives(ts)[["collective", "seq", "rank", "wait_ns"]]
+    waits = coll.merge(sel[["collective", "seq", "last_rank", "inst"]], on=["collective", "seq"])
+    waits = waits[waits["rank"] != waits["last_rank"]].groupby("inst")["wait_ns"].median()
+    out = pd.DataFrame({
+        "step": sel["step"].to_numpy() if has_steps else -1,
+        "collective": sel["collective"].to_numpy(), "seq": sel["seq"].to_numpy(),
+        "straggler_rank": sel["last_rank"].to_numpy(),
+        "lateness_ns": sel["lateness_ns"].to_numpy(), "cause": cause,
+        "extra_compute_ns": d_comp.fillna(0).round().astype("int64").to_numpy(),
+        "extra_idle_ns": d_idle.fillna(0).round().astype("int64").to_numpy(),
+        "others_wait_ns": waits.reindex(chosen).to_numpy(dtype=np.float64)})
+    ts.cache["stragglers"] = out
+    return out
+
+
+# -- per rank --------------------------------------------------------------------------------
+def _rank_kernels(ts: "TraceSet", rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rank's kernel ``start_ns, end_ns`` and NCCL flags as arrays (DuckDB reads only that
+    rank's file: the rank is the folder's partition key)."""
+    t = ts.con.execute(f"SELECT start_ns, end_ns, {NCCL} AS comm FROM kernels "
+                       "WHERE rank = ?", [int(rank)]).fetchnumpy()
+    return (np.asarray(t["start_ns"], dtype=np.int64), np.asarray(t["end_ns"], dtype=np.int64),
+            np.asarray(t["comm"], dtype=bool))
+
+
+def overlap(ts: "TraceSet") -> pd.DataFrame:
+    """Communication/computation overlap per rank (the metrics Holistic Trace Analysis
+    popularised), from kernel time only.
+
+    Columns: ``rank, compute_ns`` (time any non-NCCL kernel ran), ``comm_ns`` (time any NCCL
+    kernel ran), ``overlap_ns`` (both at once), ``overlap_pct`` (of ``comm_ns``),
+    ``exposed_comm_ns`` (communication nothing hid), ``busy_ns`` (either). Computed one rank
+    at a time, so memory holds one rank's kernel times at most.
+    """
+    if "overlap" in ts.cache:
+        return ts.cache["overlap"]
+    rows = []
+    for rank in ts.data_ranks:
+        s, e, comm = _rank_kernels(ts, rank)
+        compute = busy_ns(s[~comm], e[~comm])
+        communication = busy_ns(s[comm], e[comm])
+        rows.append((rank, compute, communication, busy_ns(s, e)))
+    out = pd.DataFrame(rows, columns=["rank", "compute_ns", "comm_ns", "busy_ns"]).astype("int64")
+    out["overlap_ns"] = out["compute_ns"] + out["comm_ns"] - out["busy_ns"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["overlap_pct"] = np.where(out["comm_ns"] > 0,
+                                      100.0 * out["overlap_ns"] / out["comm_ns"], np.nan)
+    out["exposed_comm_ns"] = out["comm_ns"] - out["overlap_ns"]
+    out = out[["rank", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns",
+               "busy_ns"]]
+    ts.cache["overlap"] = out
+    return out
+
+
+def rank_summary(ts: "TraceSet") -> pd.DataFrame:
+    """One row per rank: status, host, GPU, kernels, GPU time, compute/communication split,
+    overlap, time waiting inside collectives, and how often it was the straggler.
+
+    Columns: ``rank, status, host, gpu, kernels, span_ns`` (first kernel start to last kernel
+    end), ``busy_ns, compute_ns, comm_ns, overlap_pct, wait_ns, times_last, median_lateness_ns``.
+    """
+    ranks = ts.ranks[["rank", "status", "host", "gpu"]]
+    counts = ts.sql("SELECT rank, count(*) AS kernels, max(end_ns) - min(start_ns) AS span_ns "
+                    "FROM kernels GROUP BY rank")
+    ov = overlap(ts)[["rank", "busy_ns", "compute_ns", "comm_ns", "overlap_pct"]]
+    coll = collectives(ts)
+    wait = coll.groupby("rank")["wait_ns"].sum().rename("wait_ns")
+    st = stragglers(ts)
+    last = st.groupby("straggler_rank").agg(times_last=("step", "size"),
+                                            median_lateness_ns=("lateness_ns", "median"))
+    out = (ranks.merge(counts, on="rank", how="left").merge(ov, on="rank", how="left")
+           .merge(wait, left_on="rank", right_index=True, how="left")
+           .merge(last, left_on="rank", right_index=True, how="left"))
+    for col in ("kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "wait_ns",
+                "times_last"):
+        has = out["status"].isin(["complete", "partial"])
+        out[col] = out[col].where(~has, out[col].fillna(0))
+    return out
+
+
+def vs_median(ts: "TraceSet", *, top: int = 20) -> pd.DataFrame:
+    """Each rank's GPU time per kernel name against the median rank's (a flame-graph diff
+    reduced to its leaves), for the ``top`` names that differ most.
+
+    Long form: ``name, rank, time_ns, median_ns, delta_ns`` (rank minus median), ``delta_pct``.
+    """
+    per = ts.sql("""
+        WITH t AS (SELECT name, rank, sum(duration_ns) AS time_ns FROM kernels GROUP BY ALL),
+             names AS (SELECT name FROM t GROUP BY name ORDER BY sum(time_ns) DESC LIMIT 500)
+        SELECT t.* FROM t JOIN names USING (name)""")
+    if per.empty:
+        return pd.DataFrame(columns=["name", "rank", "time_ns", "median_ns", "delta_ns",
+                                     "delta_pct"])
+    wide = per.pivot_table(index="name", columns="rank", values="time_ns", fill_value=0)
+    for r in ts.data_ranks:
+        if r not in wide.columns:
+            wide[r] = 0
+    median = wide.median(axis=1)
+    delta = wide.sub(median, axis=0)
+    names = delta.abs().max(axis=1).sort_values(ascending=False).index[:top]
+    long = (wide.loc[names].stack().rename("time_ns").reset_index()
+            .merge(median.rename("median_ns"), left_on="name", right_index=True))
+    long["delta_ns"] = long["time_ns"] - long["median_ns"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        long["delta_pct"] = np.where(long["median_ns"] > 0,
+                                     100.0 * long["delta_ns"] / long["median_ns"], np.nan)
+    return long[["name", "rank", "time_ns", "median_ns", "delta_ns", "delta_pct"]]
+
+
+def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000) -> pd.DataFrame:
+    """Merged busy intervals per rank and kind (``compute`` / ``comm``), on the aligned clock,
+    for a timeline with one row per rank. Gaps shorter than the set's span divided by
+    ``max_intervals_per_rank`` are closed, so the result stays small for any trace size.
+
+    Columns: ``rank, kind, start_ns, end_ns``.
+    """
+    cols = ["rank", "kind", "start_ns", "end_ns"]
+    span = ts.sql("SELECT min(start_ns) AS a, max(end_ns) AS b FROM kernels")
+    if span.empty or pd.isna(span["a"].iloc[0]):
+        return pd.DataFrame(columns=cols)
+    gap = max(int((span["b"].iloc[0] - span["a"].iloc[0]) // max(1, max_intervals_per_rank)), 0)
+    off = _offsets(ts)
+    parts = []
+    for rank in ts.data_ranks:
+        s, e, comm = _rank_kernels(ts, rank)
+        for kind, mask in (("compute", ~comm), ("comm", comm)):
+            ms, me = merge_intervals(s[mask], e[mask] + gap)   # closes gaps up to `gap`
+            if ms.size:
+                shift = int(off.get(rank, 0))
+                parts.append(pd.DataFrame({"rank": rank, "kind": kind, "start_ns": ms - shift,
+                                           "end_ns": me - gap - shift}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+
+
+def describe(ts: "TraceSet") -> dict[str, Any]:
+    """Headline numbers of a set, for a summary line: ranks, problems, stragglers."""
+    st = stragglers(ts)
+    top = st["straggler_rank"].mode() if len(st) else pd.Series(dtype="int64")
+    return {"ranks": len(ts), "with_data": len(ts.data_ranks), "problems": len(ts.problems),
+            "steps": int(len(st)),
+            "most_often_last": int(top.iloc[0]) if len(top) else None,
+            "median_lateness_ns": float(st["lateness_ns"].median()) if len(st) else float("nan")}

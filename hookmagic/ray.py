@@ -1,0 +1,300 @@
+"""Captures on the workers of a Ray job, gathered into the driver (the notebook) as a TraceSet.
+
+On a GPU worker (an actor method, a task, a Ray Serve replica, a Ray Train worker)::
+
+    import hookmagic.ray
+
+    @ray.remote(num_gpus=1)
+    class Trainer:
+        def step(self):
+            with hookmagic.ray.capture("train"):      # a hookmagic.capture, sent to the driver
+                ...
+
+and on the driver::
+
+    traces = hookmagic.ray.gather("train")           # a TraceSet: one member per capture
+    traces.stragglers(); traces.timeline()
+
+How it travels: a small detached actor, ``hookmagic-collector`` in namespace ``hookmagic``
+(zero CPUs), keeps what workers send. Entering a capture registers it there (so the driver
+knows it began), leaving it sends the finished trace (the single-file form, Parquet inside)
+through Ray's object store. Ranks are numbered in the order captures begin, unless Ray Train
+gives the worker a world rank. :func:`gather` waits for the captures that began, up to
+``timeout_s``; a capture whose actor died (checked by pinging it) or that did not finish in
+time is a *missing* member with its reason, and the others are analysed.
+:func:`send` sends a trace obtained any other way (``hookmagic.load``, a recording). Without a
+GPU, captures are "unavailable" and say why, and the plumbing works the same.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from hookmagic.common.errors import HookmagicError, Unavailable
+
+COLLECTOR_NAME = "hookmagic-collector"
+NAMESPACE = "hookmagic"
+_counter = itertools.count()
+
+
+class RayUnavailable(Unavailable):
+    """Ray is not installed or not initialised here."""
+
+
+class GatherError(HookmagicError, RuntimeError):
+    """Nothing could be gathered (no capture began in that session)."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("hookmagic.ray needs Ray: pip install 'hookmagic[ray]'") from None
+    if not ray.is_initialized():
+        raise RayUnavailable("Ray is not initialised in this process: call ray.init() first "
+                             "(on workers Ray does it)")
+    return ray
+
+
+class _Collector:
+    """The collector actor: per session, per capture key, what the driver will gather."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def begin(self, session: str, key: str, info: dict[str, Any], rank: int | None,
+              actor: Any = None) -> int:
+        entries = self.sessions.setdefault(session, {})
+        if rank is None:
+            rank = len(entries)
+        entries[key] = {"info": info, "rank": rank, "state": "running", "data": None,
+                        "actor": actor, "error": ""}
+        return rank
+
+    def put(self, session: str, key: str, data: bytes, rank: int | None = None) -> int:
+        entries = self.sessions.setdefault(session, {})
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = {"info": {}, "rank": len(entries) if rank is None else rank,
+                                    "actor": None, "error": ""}
+        entry.update(state="done", data=data)
+        return entry["rank"]
+
+    def status(self, session: str) -> dict[str, dict[str, Any]]:
+        return {k: {"rank": e["rank"], "state": e["state"], "info": e["info"],
+                    "actor": e["actor"]}
+                for k, e in self.sessions.get(session, {}).items()}
+
+    def take(self, session: str, keys: list[str]) -> dict[str, bytes]:
+        entries = self.sessions.get(session, {})
+        return {k: entries[k]["data"] for k in keys if k in entries and entries[k]["data"]}
+
+    def clear(self, session: str) -> None:
+        self.sessions.pop(session, None)
+
+
+def collector(create: bool = True) -> Any:
+    """The collector actor's handle (created, detached, on first use when ``create``)."""
+    ray = _ray()
+    if not create:
+        try:
+            return ray.get_actor(COLLECTOR_NAME, namespace=NAMESPACE)
+        except ValueError:
+            return None
+    return ray.remote(_Collector).options(
+        name=COLLECTOR_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        num_cpus=0, max_restarts=0).remote()
+
+
+def _worker_info() -> dict[str, Any]:
+    from hookmagic.distributed.identity import rank_identity
+
+    return rank_identity().as_meta()
+
+
+def _trace_bytes(trace: Any) -> bytes:
+    from hookmagic.trace.io import save_trace
+
+    with tempfile.TemporaryDirectory(prefix="hookmagic-ray-") as tmp:
+        path = Path(tmp) / "trace.hmtrace"
+        save_trace(trace, path)
+        return path.read_bytes()
+
+
+def send(trace: Any, session: str = "default", *, rank: int | None = None,
+         timeout_s: float = 60.0) -> int:
+    """Send a finished :class:`~hookmagic.Trace` to the driver's session; returns its rank."""
+    ray = _ray()
+    info = _worker_info()
+    meta_rank = dict(trace.meta.get("rank") or {})
+    for k, v in info.items():
+        meta_rank.setdefault(k, v)
+    if rank is not None:
+        meta_rank["rank"] = rank
+    trace.meta["rank"] = meta_rank
+    key = f"sent:{info.get('ray_worker_id', '')}:{os.getpid()}:{next(_counter)}"
+    return int(ray.get(collector().put.remote(session, key, _trace_bytes(trace),
+                                              meta_rank.get("rank") if rank is not None
+                                              else None), timeout=timeout_s))
+
+
+class capture:  # noqa: N801 - used as `with hookmagic.ray.capture(): ...`
+    """A :func:`hookmagic.capture` on a Ray worker whose trace goes to the driver.
+
+    ``session`` names the group of captures :func:`gather` collects; ``rank`` fixes this
+    worker's rank (default: Ray Train's world rank if any, else the order captures began).
+    Other keyword arguments go to :func:`hookmagic.capture`. The ``with`` block yields the
+    :class:`~hookmagic.Trace`, filled when it ends, as ``hookmagic.capture`` does.
+    """
+
+    def __init__(self, session: str = "default", *, rank: int | None = None,
+                 timeout_s: float = 60.0, **capture_kw: Any) -> None:
+        self.session, self.rank, self.timeout_s = session, rank, timeout_s
+        self.capture_kw = capture_kw
+        self._cap: Any = None
+
+    def __enter__(self) -> Any:
+        from hookmagic.cupti.session import capture as local_capture
+
+        ray = _ray()
+        info = _worker_info()
+        rank = self.rank
+        if rank is None and info.get("ray_train"):
+            rank = int(info["rank"])
+        try:
+            actor = ray.get_runtime_context().current_actor
+        except Exception:  # a task, not an actor
+            actor = None
+        self._key = f"{info.get('ray_worker_id', '')}:{os.getpid()}:{next(_counter)}"
+        self._info = info
+        self._collector = collector()
+        self.rank = int(ray.get(self._collector.begin.remote(self.session, self._key, info,
+                                                             rank, actor),
+                                timeout=self.timeout_s))
+        import sys
+
+        # Stacks start below the frame holding the `with` (as for hookmagic.capture).
+        self._cap = local_capture(_boundary_frame=sys._getframe(2), **self.capture_kw)
+        return self._cap.__enter__()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        ray = _ray()
+        self._cap.__exit__(exc_type, exc, tb)
+        trace = self._cap.trace
+        ident = dict(self._info, rank=self.rank, capture=0)
+        from hookmagic.distributed.identity import RankIdentity, fill_device
+
+        probe = RankIdentity(local_rank=0)
+        fill_device(probe, trace.meta, trace.kernels["device"].to_numpy())
+        ident.update(device=probe.device, gpu_uuid=probe.gpu_uuid)
+        trace.meta["rank"] = ident
+        try:
+            ray.get(self._collector.put.remote(self.session, self._key, _trace_bytes(trace)),
+                    timeout=self.timeout_s)
+        except Exception as err:  # never hide the worker's own exception behind ours
+            warnings.warn(f"hookmagic.ray: the trace could not be sent to the driver "
+                          f"({type(err).__name__}: {err})", stacklevel=2)
+        return False
+
+
+def gather(session: str = "default", *, dir: str | os.PathLike | None = None,  # noqa: A002
+           timeout_s: float = 60.0, clear: bool = True) -> Any:
+    """On the driver: the traces of ``session`` as a :class:`~hookmagic.traceset.TraceSet`.
+
+    Waits up to ``timeout_s`` for captures that began but have not been sent. A capture whose
+    actor died, or that is still running when the time is up, becomes a *missing* member with
+    that reason (one warning lists them). The traces are written to ``dir`` (default: a new
+    temporary folder) as ``rank=<N>.hmtrace``; ``clear`` forgets them in the collector after.
+    """
+    ray = _ray()
+    coll = collector(create=False)
+    if coll is None:
+        raise GatherError(f"no hookmagic.ray capture has begun (no collector actor "
+                          f"{COLLECTOR_NAME!r} in namespace {NAMESPACE!r})")
+    deadline = time.monotonic() + timeout_s
+    dead: dict[str, str] = {}
+    while True:
+        status = ray.get(coll.status.remote(session), timeout=max(timeout_s, 10))
+        if not status:
+            raise GatherError(f"no capture has begun in session {session!r}")
+        running = {k: e for k, e in status.items() if e["state"] == "running" and k not in dead}
+        for key, entry in running.items():
+            why = _actor_dead(ray, entry.get("actor"))
+            if why:
+                dead[key] = why
+        if all(k in dead for k in running) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    done = [k for k, e in status.items() if e["state"] == "done"]
+    blobs = ray.get(coll.take.remote(session, done), timeout=max(timeout_s, 10))
+    out = Path(os.path.expanduser(os.fspath(dir))) if dir is not None else \
+        Path(tempfile.mkdtemp(prefix=f"hookmagic-ray-{session}-"))
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for key in done:
+        rank = status[key]["rank"]
+        path = out / f"rank={rank}.hmtrace"
+        path.write_bytes(blobs[key])
+        files.append(path)
+    from hookmagic.traceset.members import Member
+    from hookmagic.traceset.model import TraceSet, build_traceset
+
+    missing = []
+    for key, entry in status.items():
+        if entry["state"] == "done":
+            continue
+        info = entry["info"]
+        where = (f"Ray worker {str(info.get('ray_worker_id', ''))[:12]} (pid "
+                 f"{info.get('pid', '?')}) on {info.get('host', '?')}")
+        reason = (f"{where} died during its capture ({dead[key]})" if key in dead else
+                  f"{where} had not finished its capture after {timeout_s:g} s")
+        missing.append(Member("", int(entry["rank"]), "missing", reason,
+                              meta={"rank": dict(info, rank=int(entry["rank"]))}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        members = build_traceset(files).members if files else []
+    members = [m for m in members if m.layout] + missing
+    world = max([m.rank for m in members] + [-1]) + 1
+    for m in members:
+        if m.meta.get("rank") is not None:
+            m.meta["rank"]["world_size"] = world
+    jobs = {str(m.identity.get("job_id", "")) for m in members if m.layout}
+    ts = TraceSet(members, job_id=next(iter(jobs)) if len(jobs) == 1 else "")
+    bad = ts.problems
+    if len(bad):
+        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
+        warnings.warn(f"hookmagic.ray.gather: {len(bad)} of {len(ts)} captures cannot be "
+                      f"analysed (the others are analysed): {listing}", stacklevel=2)
+    if clear:
+        ray.get(coll.clear.remote(session), timeout=max(timeout_s, 10))
+    import hookmagic.multirank  # noqa: F401  (the TraceSet's methods)
+
+    return ts
+
+
+def _actor_dead(ray: Any, actor: Any) -> str:
+    """A reason if ``actor`` is dead, "" if alive or unknown (a task has no actor to ask)."""
+    if actor is None:
+        return ""
+    ref = actor.__ray_ready__.remote()
+    ready, _ = ray.wait([ref], timeout=0.5)
+    if not ready:
+        return ""  # busy (still capturing) or slow: alive as far as we know
+    try:
+        ray.get(ref, timeout=1)
+        return ""
+    except Exception as err:
+        return f"{type(err).__name__}"
+
+
+def shutdown_collector() -> None:
+    """Stop the collector actor (it is detached: it outlives the driver otherwise)."""
+    ray = _ray()
+    coll = collector(create=False)
+    if coll is not None:
+        ray.kill(coll)

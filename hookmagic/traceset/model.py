@@ -1,0 +1,302 @@
+"""The :class:`TraceSet`: the traces of every rank of a job, queried together with DuckDB.
+
+Tables are never loaded whole into Python. Each table of every rank is a Parquet file, and
+DuckDB (embedded, in this process) scans them when a question is asked, within a memory limit
+(3 GB by default), spilling to disk beyond it. The views in the set's DuckDB connection are the
+trace tables of :mod:`hookmagic.trace.schema` with one more column, ``rank``:
+
+- ``kernels``, ``memcpy``, ``memset``, ``memory``, ``sync``, ``api``, ``ranges``, ``stacks``,
+  ``allocator_events``, ``samples``: every rank's rows;
+- ``ranks``: one row per rank (:attr:`TraceSet.ranks`, without the nested meta);
+- ``steps``: ``rank, step, start_ns, end_ns`` from each trace's ``meta["steps"]`` (the step
+  boundaries an automatic capture records), empty when no trace has them.
+
+Trace folders (``rank=<N>``) are read in place; ``.hmtrace`` files are unpacked once into the
+set's cache folder (their Parquet entries are stored, so this is a copy). Times stay on each
+rank's own clock; the analyses (:mod:`hookmagic.analysis.ranks`) align them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+import weakref
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hookmagic.common.accessors import accepts_methods
+from hookmagic.trace import schema
+from hookmagic.trace.model import Trace
+from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
+                                        expand, open_member, read_zip_entry)
+
+#: DuckDB's memory limit for a set's queries unless ``memory_limit=`` says otherwise
+DEFAULT_MEMORY_LIMIT = "3GB"
+
+
+@accepts_methods("TraceSet")
+class TraceSet:
+    """Traces of many ranks (or many runs), analysed together out of core.
+
+    Make one with :func:`hookmagic.load_many`. ``ranks`` lists every rank with its status;
+    ``sql(query)`` answers any question over the ``kernels``, ``memcpy``, ... views (each with
+    a ``rank`` column); ``trace(rank)`` loads one rank as a :class:`~hookmagic.Trace`.
+    The analyses (``summary()``, ``collectives()``, ``stragglers()``, ``overlap()``,
+    ``clock()``, ``vs_median()``) and views (``timeline()``, ``straggler_figure()``) are
+    attached by :mod:`hookmagic.multirank`.
+    """
+
+    def __init__(self, members: list[Member], *, job_id: str = "",
+                 memory_limit: str = DEFAULT_MEMORY_LIMIT, threads: int | None = None) -> None:
+        self.members = sorted(members, key=lambda m: m.rank)
+        self.job_id = job_id
+        self.memory_limit = memory_limit
+        self.threads = threads
+        self.cache: dict[str, Any] = {}   # analyses keep results they reuse here
+        self._con = None
+        self._stage: str | None = None
+        self._finalizer: Any = None
+
+    # -- what is in the set ------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.members)
+
+    @property
+    def data_ranks(self) -> list[int]:
+        """Ranks whose trace has data (complete or partial), in order."""
+        return [m.rank for m in self.members if m.has_data]
+
+    @property
+    def world_size(self) -> int:
+        sizes = [int(m.identity.get("world_size", 0)) for m in self.members if m.identity]
+        return max(sizes + [len(self.members)])
+
+    @property
+    def ranks(self) -> pd.DataFrame:
+        """One row per rank: status, reason, host, device, GPU UUID, rows, capture span, path."""
+        rows = []
+        for m in self.members:
+            ident = m.identity
+            rows.append({
+                "rank": m.rank, "status": m.status, "reason": m.reason,
+                "host": str(ident.get("host", m.meta.get("host", ""))),
+                "local_rank": int(ident.get("local_rank", -1)),
+                "world_size": int(ident.get("world_size", 0)),
+                "device": int(ident.get("device", -1)),
+                "gpu_uuid": str(ident.get("gpu_uuid", "")),
+                "gpu": _gpu_name(m.meta, int(ident.get("device", -1))),
+                "job_id": str(ident.get("job_id", "")),
+                "launcher": str(ident.get("launcher", "")),
+                "kernels": int((m.tables.get("kernels") or {}).get("rows", 0)),
+                "start_ns": int(m.meta.get("start_ns", 0) or 0),
+                "end_ns": int(m.meta.get("end_ns", 0) or 0),
+                "wall_s": float(m.meta.get("wall_s", float("nan")) or float("nan")),
+                "path": m.path,
+            })
+        return pd.DataFrame(rows, columns=["rank", "status", "reason", "host", "local_rank",
+                                           "world_size", "device", "gpu_uuid", "gpu", "job_id",
+                                           "launcher", "kernels", "start_ns", "end_ns",
+                                           "wall_s", "path"])
+
+    @property
+    def problems(self) -> pd.DataFrame:
+        """The ranks that cannot be analysed (missing, damaged, unavailable) and why."""
+        r = self.ranks
+        return r[~r["status"].isin(["complete", "partial"])][["rank", "status", "reason", "path"]]
+
+    def member(self, rank: int) -> Member:
+        for m in self.members:
+            if m.rank == rank:
+                return m
+        raise TraceSetError(f"rank {rank} is not in this set (ranks: "
+                            f"{[m.rank for m in self.members]})")
+
+    def meta(self, rank: int) -> dict[str, Any]:
+        """The ``meta`` of rank ``rank``'s trace."""
+        return self.member(rank).meta
+
+    def trace(self, rank: int) -> Trace:
+        """Rank ``rank`` as a full :class:`~hookmagic.Trace` (every table in memory)."""
+        from hookmagic.trace.folder import load_trace_folder
+        from hookmagic.trace.io import load_trace
+
+        m = self.member(rank)
+        if not m.layout:
+            raise TraceSetError(f"rank {rank} has no trace: {m.reason}")
+        return load_trace_folder(m.path) if m.layout == "folder" else load_trace(m.path)
+
+    # -- DuckDB --------------------------------------------------------------------------------
+    @property
+    def con(self):
+        """The set's DuckDB connection, with the views described in this module."""
+        if self._con is None:
+            self._open()
+        return self._con
+
+    def sql(self, query: str, params: Any = None) -> pd.DataFrame:
+        """Run ``query`` over the set's views; the result as a DataFrame."""
+        return self.con.execute(query, params).df() if params is not None \
+            else self.con.execute(query).df()
+
+    def close(self) -> None:
+        """Close the connection and remove the cache folder (also done when the set is freed)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._con = None
+
+    def __enter__(self) -> "TraceSet":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        import duckdb
+
+        stage = tempfile.mkdtemp(prefix="hookmagic-traceset-")
+        con = duckdb.connect()
+        self._finalizer = weakref.finalize(self, _cleanup, con, stage)
+        con.execute(f"SET memory_limit='{self.memory_limit}'")
+        con.execute(f"SET temp_directory='{_sql_str(os.path.join(stage, 'spill'))}'")
+        if self.threads:
+            con.execute(f"SET threads={int(self.threads)}")
+        data = [m for m in self.members if m.has_data]
+        for m in data:
+            _stage_member(m, Path(stage) / f"rank={m.rank}")
+        for name in schema.TABLE_NAMES:
+            if data:
+                glob = _sql_str(os.path.join(stage, "rank=*", f"{name}.parquet"))
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{glob}', "
+                            "hive_partitioning=true, hive_types={'rank': BIGINT}, "
+                            "union_by_name=true)")
+            else:
+                empty = pa.Table.from_pandas(schema.empty_table(name), preserve_index=False)
+                empty = empty.append_column("rank", pa.array([], pa.int64()))
+                con.register(f"_empty_{name}", empty)
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
+        ranks = self.ranks  # noqa: F841 (read by DuckDB below)
+        con.execute("CREATE TABLE ranks AS SELECT * FROM ranks")
+        steps = pd.DataFrame(  # noqa: F841 (read by DuckDB below)
+            [(m.rank, int(s[0]), int(s[1]), int(s[2])) for m in data
+             for s in (m.meta.get("steps") or []) if len(s) >= 3],
+            columns=["rank", "step", "start_ns", "end_ns"]).astype("int64")
+        con.execute("CREATE TABLE steps AS SELECT * FROM steps")
+        self._con, self._stage = con, stage
+
+    # -- display -------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        statuses = pd.Series([m.status for m in self.members]).value_counts().to_dict()
+        parts = ", ".join(f"{n} {s}" for s, n in statuses.items())
+        job = f" job {self.job_id!r}" if self.job_id else ""
+        return f"<hookmagic.TraceSet{job}: {len(self.members)} ranks ({parts})>"
+
+    def _repr_html_(self) -> str:
+        r = self.ranks[["rank", "status", "host", "gpu", "kernels", "wall_s", "reason"]]
+        job = f" job <code>{self.job_id}</code>" if self.job_id else ""
+        return (f"<p><b>hookmagic.TraceSet</b>{job}"
+                f": {len(self.members)} ranks</p>" + r.to_html(index=False))
+
+
+def _cleanup(con: Any, stage: str) -> None:
+    try:
+        con.close()
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _sql_str(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _gpu_name(meta: dict[str, Any], device: int) -> str:
+    for d in meta.get("devices") or []:
+        if int(d.get("index", -2)) == device or device < 0:
+            return str(d.get("name", ""))
+    return ""
+
+
+def _stage_member(m: Member, folder: Path) -> None:
+    """Make ``folder/<table>.parquet`` for every table: links to a trace folder's files, the
+    stored entries of a ``.hmtrace`` file, or an empty table with the schema's columns."""
+    folder.mkdir(parents=True)
+    for name in schema.TABLE_NAMES:
+        target = folder / f"{name}.parquet"
+        info = m.tables.get(name)
+        if info and m.layout == "folder":
+            os.symlink(Path(m.path).resolve() / str(info["file"]), target)
+        elif info and m.layout == "file":
+            target.write_bytes(read_zip_entry(m.path, str(info["file"])))
+        else:
+            pq.write_table(pa.Table.from_pandas(schema.empty_table(name), preserve_index=False),
+                           target)
+
+
+def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
+                   job: str | None = None, capture: int | None = None,
+                   memory_limit: str = DEFAULT_MEMORY_LIMIT,
+                   threads: int | None = None) -> TraceSet:
+    """Open the traces at ``paths`` as one :class:`TraceSet` (what ``hookmagic.load_many`` does).
+
+    ``paths``: a folder of rank folders (``capture(dir=...)``'s output), a glob, or a list of
+    trace folders and ``.hmtrace`` files. Traces of different jobs raise
+    :class:`MixedJobsError` unless ``job`` picks one. A rank with several captures (folders
+    ``rank=N``, ``rank=N.1``, ...) contributes its capture ``capture`` (default: its first).
+    Ranks that are missing (below the world size, no trace), damaged or unavailable stay in the
+    set with their reason, and one warning lists them; the others are analysed.
+    """
+    members = [open_member(p, i) for i, p in enumerate(expand(paths))]
+    jobs = describe_jobs(members)
+    named = {j: n for j, n in jobs.items() if j}
+    if job is not None:
+        if job not in jobs:
+            raise TraceSetError(f"no trace of job {job!r} here; jobs found: {_jobs_text(jobs)}")
+        members = [m for m in members
+                   if not m.layout or str(m.identity.get("job_id", "")) == job]
+    elif len(named) > 1:
+        raise MixedJobsError(f"these traces come from {len(jobs)} different jobs "
+                             f"({_jobs_text(jobs)}); pass job=<id> to load_many to pick one, "
+                             "or give each job's folder on its own")
+    job_id = job if job is not None else (next(iter(named)) if named else "")
+    # one capture per rank
+    by_rank: dict[int, list[Member]] = {}
+    for m in members:
+        by_rank.setdefault(m.rank, []).append(m)
+    chosen: list[Member] = []
+    for rank, group in by_rank.items():
+        readable = [m for m in group if m.layout]
+        if capture is not None:
+            pick = [m for m in readable if m.capture == capture]
+        else:
+            first = min((m.capture for m in readable), default=0)
+            pick = [m for m in readable if m.capture == first]
+        if pick:
+            chosen.append(pick[0])
+        else:
+            chosen.append(group[0] if not readable else
+                          Member(group[0].path, rank, "missing",
+                                 f"rank {rank} has no capture {capture}"))
+    present = {m.rank for m in chosen}
+    world = max([int(m.identity.get("world_size", 0)) for m in chosen if m.identity] +
+                [max(present) + 1 if present else 0])
+    for rank in range(world):
+        if rank not in present:
+            chosen.append(Member("", rank, "missing",
+                                 f"no trace for rank {rank} (world size {world}): the rank "
+                                 "did not write one, or stopped before it could"))
+    ts = TraceSet(chosen, job_id=job_id, memory_limit=memory_limit, threads=threads)
+    bad = ts.problems
+    if len(bad):
+        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
+        warnings.warn(f"hookmagic.load_many: {len(bad)} of {len(ts)} ranks cannot be analysed "
+                      f"(the others are analysed): {listing}", stacklevel=4)
+    return ts
+
+
+def _jobs_text(jobs: dict[str, int]) -> str:
+    return ", ".join(f"{j or '(no job id)'!r}: {n} trace{'s' if n != 1 else ''}"
+                     for j, n in jobs.items())
