@@ -177,7 +177,7 @@ def what_if(run: PipelineRun, stage: str | Mapping[str, float], speedup: float =
     measured["dropped"] = int((run.frame_outcomes["outcome"] == "dropped").sum())
     base = simulate(run, None, seed)
     pred = simulate(run, change, seed)
-    label = ", ".join(f"{s} ×{k:g}" for s, k in change.items())
+    label = ", ".join(f"{s} ×{k:.3g}" for s, k in change.items())
     table = pd.DataFrame([measured, base, pred],
                          index=["measured", "model: as measured", f"model: {label} faster"])
     table = table[["fps", "p50_ms", "p90_ms", "p99_ms", "frames_done", "dropped"]]
