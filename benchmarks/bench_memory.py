@@ -25,6 +25,7 @@ import pandas as pd
 
 from hookmagic.memory.replay import replay
 from hookmagic.memory.torch_model import TorchCachingModel
+from hookmagic.trace import Trace
 
 
 def synthetic_requests(n_alloc: int, seed: int = 0) -> pd.DataFrame:
@@ -48,7 +49,8 @@ def synthetic_stacks(n: int = 50) -> pd.DataFrame:
                          "function": [f"layer{i}" for i in range(n)], "line": np.arange(n)})
 
 
-def run_all(ev: pd.DataFrame, stacks: pd.DataFrame) -> dict[str, float]:
+def run_all(trace: Trace) -> dict[str, float]:
+    """Seconds each analysis takes on ``trace`` (its allocator_events and stacks tables)."""
     from hookmagic.analysis.fragmentation import (
         fragmentation_over_time, segment_fragmentation, would_fail,
     )
@@ -58,14 +60,14 @@ def run_all(ev: pd.DataFrame, stacks: pd.DataFrame) -> dict[str, float]:
     from hookmagic.views.memory_map import memory_map_figure
 
     steps = {
-        "fragmentation_over_time": lambda: fragmentation_over_time(ev),
-        "memory_over_time": lambda: memory_over_time(ev),
-        "memory_by(stack)": lambda: memory_by(ev, stacks),
-        "peak_attribution": lambda: peak_attribution(ev, stacks),
-        "leak_report": lambda: leak_report(ev, stacks),
-        "segment_fragmentation": lambda: segment_fragmentation(ev),
-        "would_fail": lambda: would_fail(ev, 100 << 20, device_free=1 << 30),
-        "memory_map_figure (30 steps)": lambda: memory_map_figure(ev, steps=30, stacks=stacks),
+        "fragmentation_over_time": lambda: fragmentation_over_time(trace),
+        "memory_over_time": lambda: memory_over_time(trace),
+        "memory_by(stack)": lambda: memory_by(trace),
+        "peak_attribution": lambda: peak_attribution(trace),
+        "leak_report": lambda: leak_report(trace),
+        "segment_fragmentation": lambda: segment_fragmentation(trace),
+        "would_fail": lambda: would_fail(trace, 100 << 20, device_free=1 << 30),
+        "memory_map_figure (30 steps)": lambda: memory_map_figure(trace, steps=30),
     }
     out = {}
     for name, fn in steps.items():
@@ -96,8 +98,9 @@ def main() -> None:
         if cut is not None:
             ev = ev.iloc[:cut].reset_index(drop=True)
         n_rows, n_allocs = len(ev), int((ev["action"] == "alloc").sum())
-        run_all(ev, stacks)                                  # warm-up
-        runs = [run_all(ev, stacks) for _ in range(3)]
+        trace = Trace({"allocator_events": ev, "stacks": stacks}, {"synthetic": True})
+        run_all(trace)                                       # warm-up
+        runs = [run_all(trace) for _ in range(3)]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         results.append((label, n_rows, n_allocs, med))
         print(label, n_rows, "rows", f"total {med['total']:.2f} s")

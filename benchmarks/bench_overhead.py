@@ -84,8 +84,10 @@ def _time_hookmagic(run) -> tuple[float, dict]:
 
 def _time_cupti_floor(run, native, **options) -> float:
     """The native session alone with ``options``: what CUPTI itself costs, no hookmagic Python."""
+    from benchmarks.native_probe import probe_start
+
     t0 = time.perf_counter()
-    native.start(**options)
+    probe_start(native, **options)
     run()
     native.stop()
     native.take()
@@ -142,12 +144,14 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS),
+                        help="which workloads (default: all)")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.repeats)))
         return 0
     rows = []
-    for name in WORKLOADS:
+    for name in args.workloads:
         out = subprocess.run([sys.executable, __file__, "--child", name, "--repeats",
                               str(args.repeats)], capture_output=True, text=True)
         if out.returncode != 0:

@@ -16,6 +16,7 @@ import datetime as dt
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,6 +117,10 @@ def main(argv: list[str] | None = None) -> str:
     diag_s, findings = best_of(lambda: diagnose(trace), args.repeat)
     fig_s, fig_json = best_of(lambda: flame_figure(trace).to_json(), args.repeat)
     tl_s, tl_json = best_of(lambda: timeline_figure(trace).to_json(), args.repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        chrome_s, chrome_path = best_of(lambda: trace.to_chrome_trace(Path(tmp) / "t.json.gz"),
+                                        args.repeat)
+        chrome_mb = os.path.getsize(chrome_path) / 1e6
     total = flame_s + summary_s + diag_s
     payload_mb = len(fig_json.encode()) / 1e6
     tl_mb = len(tl_json.encode()) / 1e6
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> str:
          ok(payload_mb <= 5)),
         ("timeline first draw (build + JSON)", f"{tl_s:.3f} s",
          f"payload {tl_mb:.2f} MB; target <= 3 s", ok(tl_s <= 3)),
+        ("Chrome/Perfetto export (.json.gz)", f"{chrome_s:.3f} s", f"{chrome_mb:.1f} MB", ""),
     ]
     cpu = os.cpu_count()
     lines = [

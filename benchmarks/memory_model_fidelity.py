@@ -9,8 +9,8 @@ The random-size churn workload's recording (which fragments) is saved for the no
 
     PYTHONPATH=. python3 benchmarks/memory_model_fidelity.py OUT_DIR [--quick]
 
-Writes OUT_DIR/fidelity.md, fidelity.csv and fragmenting_churn.zip (allocator events + stacks
-+ meta as Parquet: load with ``hookmagic.memory.recording.load_recording``). Needs torch with
+Writes OUT_DIR/fidelity.md, fidelity.csv and fragmenting_churn.hmtrace (a saved Trace with the
+allocator events, stacks and meta: open it with ``hookmagic.load``). Needs torch with
 CUDA (torchvision optional: without it the CNN workload is a small hand-made CNN); no plotly.
 Takes about 1-2 minutes on an H100.
 """
@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hookmagic.memory.recording import save_recording
 from hookmagic.memory.replay import replay, requests_from_events
 from hookmagic.memory.torch_history import events_from_snapshot
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
+from hookmagic.trace import Trace
 
 MiB = 1 << 20
 
@@ -191,10 +191,15 @@ def run_child(out: Path, quick: bool, tag: str) -> list[dict]:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if name == "random_churn" and tag == "default":
-            save_recording(out / "fragmenting_churn.zip", events, stacks,
-                           {**environment(), "workload": "random_churn (memory_model_fidelity.py)",
-                            "setting": row["setting"], "measured_max_reserved":
-                                row["measured_max_reserved"], "synthetic": False})
+            env = environment()
+            meta = {**env, "source": "recording",
+                    "recorded_on": f"{env['gpu']}, driver {env['driver']}, {env['date']}",
+                    "description": "random_churn (memory_model_fidelity.py)",
+                    "workload": "random_churn (memory_model_fidelity.py)",
+                    "setting": row["setting"],
+                    "measured_max_reserved": row["measured_max_reserved"], "synthetic": False}
+            Trace({"allocator_events": events, "stacks": stacks}, meta).save(
+                out / "fragmenting_churn.hmtrace")
     (out / f"rows_{tag}.json").write_text(json.dumps(rows))
     return rows
 
@@ -224,8 +229,7 @@ def main() -> None:
         rows += json.loads((out / f"rows_{tag}.json").read_text())
     table = pd.DataFrame(rows)
     table.to_csv(out / "fidelity.csv", index=False)
-    import torch  # only for the environment line, after the children ran
-    env = environment()
+    env = environment()  # imports torch, only now that the children ran
     lines = [
         "# PyTorch allocator model fidelity: predicted vs measured peak reserved memory", "",
         f"GPU: {env['gpu']}, driver {env['driver']}, CUDA {env['cuda']}, torch {env['torch']}, "

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPEATS = 11
+REPEATS = int(os.environ.get("HOOKMAGIC_PROBE_REPEATS", "11"))
 
 CONFIGS = {
     "none": "the plain loop",
@@ -39,6 +39,8 @@ CONFIGS = {
     "+callbacks +stacks": "the native session as %%cudahook uses it",
     "+callbacks +stacks, no sync records": "the same without SYNCHRONIZATION records",
     "+callbacks +stacks, no detach": "the same, CUPTI left initialised between runs",
+    "+callbacks +stacks, sync activity records": "the same with CUPTI's SYNCHRONIZATION records "
+                                                 "instead of syncs from the API callbacks",
     "python thread, pynvml": "a Python thread sampling 6 NVML fields every 20 ms",
     "native NVML sampler": "hookmagic's native NVML thread, every 20 ms",
     "lingering, after detach": "plain loop just after a capture that detached CUPTI",
@@ -53,6 +55,7 @@ def _child(config: str, workload: str) -> dict:
     import torch
 
     import hookmagic
+    from benchmarks.native_probe import probe_start
     from hookmagic.cupti.session import _prepare_native
 
     native, why = _prepare_native()
@@ -77,7 +80,7 @@ def _child(config: str, workload: str) -> dict:
 
         def run():
             box = {}
-            r = timed(lambda: native.start(activity_kinds=ids, **options),
+            r = timed(lambda: probe_start(native, activity_kinds=ids, **options),
                       lambda: (native.stop(), box.update(native.take()["counters"])))
             return {**r, **{k: box[k] for k in ("subscribe_s", "callbacks_s", "enable_s",
                                                    "flush_s", "detach_s")}}
@@ -85,11 +88,11 @@ def _child(config: str, workload: str) -> dict:
 
     def lingering(detach):
         def run():
-            native.start(memory=True, stacks=True, detach=detach)
+            probe_start(native, memory=True, stacks=True, detach=detach)
             native.stop()
             native.take()
             r = timed(lambda: None)
-            native.start(memory=True, stacks=True, detach=True)  # back to a clean process
+            probe_start(native, memory=True, stacks=True, detach=True)  # back to a clean process
             native.stop()
             native.take()
             return r
@@ -167,6 +170,8 @@ def _child(config: str, workload: str) -> dict:
         "+callbacks +stacks, no sync records": session(
             ["concurrent_kernel", "memcpy", "memset", "memory2"], memory=True, stacks=True),
         "+callbacks +stacks, no detach": session(memory=True, stacks=True, detach=False),
+        "+callbacks +stacks, sync activity records": session(memory=True, stacks=True,
+                                                             sync_from_callbacks=False),
         "python thread, pynvml": python_thread(pynvml_sample()),
         "native NVML sampler": lambda: timed(lambda: native.nvml_start(0.02), native.nvml_stop),
         "lingering, after detach": lingering(True),
@@ -195,6 +200,7 @@ def main() -> int:
     parser.add_argument("--workload", default="tiny_kernels_20000",
                         help="one of benchmarks/bench_overhead.py's workloads")
     parser.add_argument("--only", nargs="*", help="configurations to run (default: all)")
+    parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.child:
@@ -210,6 +216,7 @@ def main() -> int:
              "| configuration | what | plain loop (ms) | loop under it (ms) | x | start (ms) | "
              "finish (ms) | CUPTI subscribe / callbacks / activities / drain / detach (ms) |",
              "|---|---|---|---|---|---|---|---|"]
+    results = {}
     for config, what in CONFIGS.items():
         if args.only and config not in args.only:
             continue
@@ -218,8 +225,10 @@ def main() -> int:
                              text=True, cwd=str(ROOT), timeout=600)
         if out.returncode != 0:
             lines.append(f"| {config} | {what} | failed: {out.stderr.strip().splitlines()[-1]} |")
+            print(lines[-1], flush=True)
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
+        results[config] = r
         ms = {k: v * 1e3 for k, v in r.items()}
         split = " / ".join(f"{ms[k]:.2f}" for k in ("subscribe_s", "callbacks_s", "enable_s",
                                                     "flush_s", "detach_s") if k in ms)
@@ -229,6 +238,8 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"overhead_probe_{args.workload}.md").write_text("\n".join(lines) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"workload": args.workload, "rows": results}))
     return 0
 
 

@@ -139,9 +139,9 @@ def test_empty_trace_exports_valid_json(tmp_path):
     assert doc["hookmagic"]["status"] == "unavailable"
 
 
-def test_large_synthetic_trace_exports_quickly(tmp_path):
-    import time
-    n = 200_000
+def test_many_kernels_export_with_a_flow_each(tmp_path):
+    # export speed is a benchmark's business (benchmarks/bench_views.py), not a unit test's
+    n = 20_000
     i = np.arange(n)
     kernels = pd.DataFrame({"start_ns": i * 1000, "end_ns": i * 1000 + 700, "device": 0,
                             "stream": i % 4, "correlation": i + 1,
@@ -151,10 +151,7 @@ def test_large_synthetic_trace_exports_quickly(tmp_path):
                         "duration_ns": 200, "domain": "runtime", "name": "cudaLaunchKernel",
                         "correlation": i + 1, "thread": 1})
     trace = Trace({"kernels": kernels, "api": api}, {"start_ns": 0})
-    began = time.perf_counter()
     path = trace.to_chrome_trace(tmp_path / "big.json")
-    elapsed = time.perf_counter() - began
     doc = json.loads(open(path).read())
-    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 2 * n
-    assert sum(e["ph"] == "s" for e in doc["traceEvents"]) == n
-    assert elapsed < 10, f"export of {n} kernels took {elapsed:.1f} s"
+    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == 2 * n     # kernels + API calls
+    assert sum(e["ph"] == "s" for e in doc["traceEvents"]) == n         # one flow per launch

@@ -5,26 +5,16 @@ hand from it.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
-import pandas as pd
 import pytest
 
 from hookmagic.analysis.copies import copy_bandwidth, link_peaks, tiny_kernels
 from hookmagic.analysis.diagnose import diagnose
-from hookmagic.trace.schema import TABLE_NAMES, conform, empty_table
+from tests.synthetic import synthetic
 
 US = 1000
 A100 = {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": [8, 0],
         "multiprocessors": 108}
-
-
-def synthetic(meta=None, **tables):
-    """A synthetic trace-like object: schema tables plus meta."""
-    full = {n: conform(n, pd.DataFrame(tables[n])) if n in tables else empty_table(n)
-            for n in TABLE_NAMES}
-    return SimpleNamespace(**full, meta=dict(meta or {}))
 
 
 def kernels_table(starts, durations, names, **extra):
@@ -101,7 +91,7 @@ def test_copy_bandwidth_against_link():
     assert orin["integrated"] and orin["link"].startswith("shared")
 
 
-def launch_bound_trace(n=2000, sync_every=None):
+def launch_bound_trace(n=2000):
     # 2 us kernels every 10 us; each launched 7 us before it starts (host-bound gaps of ~1 us
     # plus 7 us of launch latency)
     starts = np.arange(n) * 10 * US + 10 * US

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -10,15 +9,7 @@ import pytest
 
 from hookmagic.analysis.flame import PATH_SEP, flame_diff, flame_tree, node_paths
 from hookmagic.analysis.kernels import kernel_summary
-from hookmagic.trace.schema import TABLE_NAMES, conform, empty_table
-
-
-def synthetic(meta=None, **tables):
-    """A synthetic trace-like object: schema tables plus meta."""
-    full = {n: conform(n, pd.DataFrame(tables[n])) if n in tables else empty_table(n)
-            for n in TABLE_NAMES}
-    return SimpleNamespace(**full, meta=dict(meta or {}))
-
+from tests.synthetic import synthetic
 
 STACKS = {"stack_id": [0, 0, 1, 1, 1], "depth": [0, 1, 0, 1, 2],
           "filename": ["nb.py", "nb.py", "nb.py", "model.py", "model.py"],

@@ -33,7 +33,6 @@ from hookmagic.layers import LayerProfile, from_trtexec
 from hookmagic.layers.errors import LayerFileError, LayerNumbersError
 from hookmagic.layers.onnxruntime import from_onnxruntime
 from hookmagic.layers.trtexec import fold_noops
-from hookmagic.memory.recording import load_recording
 from hookmagic.memory.torch_history import PickleRefused, load_snapshot
 from hookmagic.trace.io import TraceFileError, TraceNumbersError, load_trace, save_trace
 from hookmagic.importers.kineto import read_kineto
@@ -52,7 +51,6 @@ def _loaders():
         ("from_onnxruntime", from_onnxruntime),
         ("LayerProfile.load json", lambda p: LayerProfile.load(_renamed(p, ".json"))),
         ("load_snapshot", load_snapshot),
-        ("load_recording", load_recording),
     ]
 
 
@@ -183,7 +181,7 @@ def test_deep_json_is_a_limit_not_a_recursion_error(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)
     for name, load in _loaders():
-        if name.startswith(("hookmagic.load", "load_trace", "load_recording")):
+        if name.startswith(("hookmagic.load", "load_trace")):
             continue  # not ZIP: covered by read_kineto through hookmagic.load below
         with pytest.raises(LimitExceeded, match="HOOKMAGIC_MAX_DEPTH"):
             load(deep)

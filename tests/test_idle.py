@@ -1,22 +1,20 @@
 """GPU idle gaps and their causes, launch latency, and the interval helpers, worked by hand."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
-import pandas as pd
 import pytest
 
-from hookmagic.analysis.idle import (covered_until, idle_gaps, idle_summary, launch_latency,
-                                     merge_intervals, overlap, touches)
-from hookmagic.trace.schema import TABLE_NAMES, conform, empty_table
-
-
-def synthetic(meta=None, **tables):
-    """A synthetic trace-like object: schema tables plus meta."""
-    full = {n: conform(n, pd.DataFrame(tables[n])) if n in tables else empty_table(n)
-            for n in TABLE_NAMES}
-    return SimpleNamespace(**full, meta=dict(meta or {}))
+from hookmagic.analysis.idle import (
+    covered_until,
+    idle_gaps,
+    idle_summary,
+    launch_latency,
+    merge_intervals,
+    overlap,
+    touches,
+)
+from hookmagic.trace.schema import empty_table
+from tests.synthetic import synthetic
 
 
 def gap_trace():

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -170,8 +169,9 @@ def test_meta_devices_and_window(imported):
 
 
 def test_views_work_on_the_import(imported):
+    from hookmagic.trace.model import Trace
     tables, meta = imported
-    tr = SimpleNamespace(**tables, meta=meta)
+    tr = Trace(tables, meta)
     nodes = flame_tree(tr)
     paths = [p.split(PATH_SEP)[1:] for p in node_paths(nodes)]
     assert ["f:<module>@nb.py:3", "f:forward@model.py:20", "f:nn.Module: Linear_0@:0",

@@ -13,9 +13,7 @@ from hookmagic.layers.fusion import fusion_report, myelin_report, node_to_layer
 from hookmagic.layers.reconcile import reconcile
 from hookmagic.layers.reformat import reformat_layers, reformat_overhead
 
-from .layers_samples import mobilenet_files, needs_samples, resnet_files
-
-pytestmark = needs_samples
+from .layers_samples import mobilenet_files, resnet_files
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ import pytest
 from hookmagic.layers import from_trtexec
 from hookmagic.layers.compare import compare_by, engines_summary, stacked
 
-from .layers_samples import needs_samples, resnet_files
-
-pytestmark = needs_samples
+from .layers_samples import resnet_files
 
 
 @pytest.fixture(scope="module")

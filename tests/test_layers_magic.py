@@ -12,9 +12,7 @@ from hookmagic.layers.tensorrt_live import INSTALL_HINT
 from hookmagic.extension import load_ipython_extension
 from hookmagic.layers_magic import TrtProfileMagics
 
-from .layers_samples import mobilenet_files, needs_samples
-
-pytestmark = needs_samples
+from .layers_samples import mobilenet_files
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,8 @@ from hookmagic.layers.tensorrt_live import (INSTALL_HINT, TensorRTUnavailable, b
                                             engine_cache_key, import_tensorrt, profile_engine,
                                             timing_rows)
 
-from .layers_samples import mobilenet_files, needs_samples
+from .layers_samples import mobilenet_files
 from .trt_standin import StandInBackend, make_standin
-
-pytestmark = needs_samples
 
 
 def _sample():

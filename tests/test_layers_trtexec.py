@@ -10,9 +10,7 @@ import pytest
 from hookmagic.layers import LayerFileError, LayerProfile, from_trtexec
 from hookmagic.layers.trtexec import read_layer_info
 
-from .layers_samples import mobilenet_files, needs_samples, resnet_files
-
-pytestmark = needs_samples
+from .layers_samples import mobilenet_files, resnet_files
 
 
 @pytest.fixture(scope="module")

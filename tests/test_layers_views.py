@@ -10,9 +10,7 @@ from hookmagic.layers.reconcile import reconcile
 from hookmagic.views import layers as views
 from hookmagic.views.layers_explorer import LayerExplorer, layer_details_html
 
-from .layers_samples import mobilenet_files, needs_samples, resnet_files
-
-pytestmark = needs_samples
+from .layers_samples import mobilenet_files, resnet_files
 
 
 @pytest.fixture(scope="module")

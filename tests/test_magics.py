@@ -1,6 +1,7 @@
 """%%cudahook through a real IPython shell, with the capture replaced by fakes (no GPU)."""
 from __future__ import annotations
 
+import inspect
 import re
 import warnings
 
@@ -9,17 +10,21 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import hookmagic
+from hookmagic.cupti.session import capture
 from hookmagic.trace.io import load_trace
 from hookmagic.trace.model import Trace
 
 
 class FakeCapture:
-    """Fake ``hookmagic.capture``: an empty Trace inside, synthetic tables filled in on exit."""
+    """Fake ``hookmagic.capture`` (the real one's signature, no GPU): an empty Trace inside,
+    synthetic tables filled in on exit."""
 
     made: list["FakeCapture"] = []
     tables: dict = {}
 
     def __init__(self, _boundary_frame=None, **options):
+        # the options the real capture accepts, and only those (a misspelt one fails here too)
+        inspect.signature(capture).bind(_boundary_frame=_boundary_frame, **options)
         self.options = options
         self.boundary_frame = _boundary_frame
         self.trace = Trace()

@@ -9,9 +9,9 @@ from hookmagic.analysis.fragmentation import (
 from hookmagic.analysis.memory import (
     leak_report, memory_by, memory_over_time, peak_attribution,
 )
-from hookmagic.memory.events import conform_events
 from hookmagic.memory.replay import replay
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
+from hookmagic.trace import schema
 
 MiB = 1 << 20
 S1, S2 = 100 * MiB, 110 * MiB       # segment 2 starts exactly where segment 1 ends
@@ -31,7 +31,7 @@ def synthetic_events():
     f = pd.DataFrame(rows, columns=["action", "address", "size", "requested_size", "segment",
                                     "pool", "stack_id"])
     f["time_ns"] = np.arange(len(f)) * 1000
-    return conform_events(f)
+    return schema.conform("allocator_events", f)
 
 
 def synthetic_stacks():

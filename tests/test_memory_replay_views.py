@@ -52,11 +52,24 @@ def test_what_if_table_and_recommendation():
     assert row.loc["pytorch default", "saved_bytes"] == 0
     assert row.loc["best-fit (ideal heap)", "peak_reserved"] <= row.loc["pytorch default",
                                                                         "peak_reserved"]
+    # the stranded segments (see synthetic_requests) are what expandable segments reuse
     rec = recommend(table)
     best_torch = table[table["model"].str.startswith("pytorch")].iloc[0]
-    if rec.setting:
-        assert rec.setting == best_torch["setting"] and rec.saved_bytes > 0
-        assert "PYTORCH_CUDA_ALLOC_CONF=" in rec.text
+    assert rec.setting == best_torch["setting"] == "expandable_segments:True"
+    assert rec.saved_bytes == row.loc["pytorch default", "peak_reserved"] - best_torch[
+        "peak_reserved"] > 0
+    assert rec.text.startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def test_no_recommendation_when_no_setting_saves():
+    # one 1 MiB tensor: every PyTorch setting reserves the same 2 MiB segment
+    req = pd.DataFrame([(0, "alloc", 0, MiB, 0, -1), (1000, "free", 0, 0, 0, -1)],
+                       columns=["time_ns", "op", "handle", "size", "stream", "stack_id"])
+    table = what_if(req, standard_models())
+    pytorch = table[table["model"].str.startswith("pytorch")]
+    assert pytorch["peak_reserved"].nunique() == 1
+    rec = recommend(table)
+    assert rec.setting == "" and rec.saved_bytes == 0 and rec.text.startswith("keep the default")
 
 
 def test_views_build():
@@ -70,13 +83,24 @@ def test_views_build():
     hovers = [h for tr in fig.data for h in (tr.hovertext or [])]
     assert any("model.py:10 block" in h for h in hovers)
     assert {tr.name for tr in fig.data} == {"allocated", "slack", "free"}
-    memory_timeline_figure(memory_over_time(ev), memory_by(ev, stacks))
-    fragmentation_figure(fragmentation_over_time(ev))
-    what_if_figure(what_if(req))
+    # the curves: one point per event, reserved/allocated/requested plus one per allocating line
+    mot = memory_over_time(ev)
+    timeline = memory_timeline_figure(mot, memory_by(ev, stacks))
+    names = [tr.name for tr in timeline.data]
+    assert names[:3] == ["reserved", "allocated", "requested"]
+    assert sorted(names[3:]) == [f"model.py:{line} block" for line in (10, 11, 12, 13)]
+    assert all(len(tr.x) == len(ev) for tr in timeline.data)
+    assert max(timeline.data[0].y) == mot["reserved"].max() / (1 << 20)
+    frag = fragmentation_figure(fragmentation_over_time(ev))
+    assert [tr.name for tr in frag.data] == ["total free", "largest free block",
+                                             "external fragmentation"]
+    table = what_if(req)
+    (cells,) = what_if_figure(table).data
+    assert list(cells.cells.values[0]) == list(table["model"])   # one row per model
 
 
 def test_empty_inputs_do_not_crash():
-    from hookmagic.memory.events import empty_events
-    ev = empty_events()
+    from hookmagic.trace import schema
+    ev = schema.empty_table("allocator_events")
     assert len(fragmentation_over_time(ev)) == 0
     assert len(memory_map_figure(ev).frames) == 0

@@ -1,7 +1,11 @@
 """Sources: PyTorch snapshot conversion (synthetic snapshot dicts in PyTorch's layout), the
-pickle opt-in, CuPy hook callbacks, recordings on disk."""
+pickle opt-in, CuPy hook callbacks, recordings on disk (the Trace file and the retired format)."""
+import io
+import json
 import pickle
 import warnings
+import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,7 +14,6 @@ from hookmagic.analysis.fragmentation import fragmentation_over_time
 from hookmagic.analysis.memory import memory_over_time
 from hookmagic.memory import cupy_hook, torch_history
 from hookmagic.memory.cupy_hook import PoolEventLog
-from hookmagic.memory.recording import load_recording, save_recording
 from hookmagic.memory.torch_history import events_from_snapshot, load_snapshot
 
 MiB = 1 << 20
@@ -96,14 +99,15 @@ def test_json_snapshot_needs_no_opt_in(tmp_path):
         assert len(load_snapshot(p)["device_traces"][0]) == 7
 
 
-def test_recorders_are_inert_without_torch_or_cupy():
-    # neither library is imported by the tests: the capture's calls must be harmless no-ops
+def test_recorders_are_inert_without_torch_or_cupy(monkeypatch):
+    # the capture's calls must be harmless no-ops when neither library was imported
     import sys
-    if "torch" not in sys.modules:
-        assert torch_history.start() is False
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    assert torch_history.start() is False
+    assert torch_history.start(stacks=False) is False
     assert torch_history.stop() is None
-    if "cupy" not in sys.modules:
-        assert cupy_hook.start() is False
+    assert cupy_hook.start() is False
     assert cupy_hook.stop() is None
 
 
@@ -127,9 +131,67 @@ def test_cupy_callbacks_to_events():
     assert memory_over_time(ev)["reserved"].iat[-1] == 8192
 
 
-def test_recording_round_trip(tmp_path):
+def test_allocator_events_round_trip_through_a_trace_file(tmp_path):
+    import hookmagic
+    from hookmagic.trace import Trace
+
     ev, stacks = events_from_snapshot(synthetic_snapshot())
-    p = save_recording(tmp_path / "rec.zip", ev, stacks, {"gpu": "SYNTHETIC"})
-    ev2, st2, meta = load_recording(p)
-    pd.testing.assert_frame_equal(ev, ev2)
-    assert meta == {"gpu": "SYNTHETIC"} and len(st2) == len(stacks)
+    path = Trace({"allocator_events": ev, "stacks": stacks}, {"recorded_on": "SYNTHETIC"}).save(
+        tmp_path / "rec.hmtrace")
+    back = hookmagic.load(path)
+    pd.testing.assert_frame_equal(back.allocator_events, ev)
+    pd.testing.assert_frame_equal(back.stacks, stacks)
+    assert back.meta["recorded_on"] == "SYNTHETIC"
+
+
+#: A file of the retired allocator-recording format, as memory_model_fidelity.py wrote it on an
+#: H100 on 2026-11-22 (the recording notebook 02 shows, before it was converted to a Trace).
+OLD_FORMAT = Path(__file__).parent / "data" / "fragmenting_churn.allocator-recording.zip"
+
+
+def test_retired_allocator_recording_loads_as_a_trace():
+    import hookmagic
+
+    with zipfile.ZipFile(OLD_FORMAT) as zf:       # read the file independently of hookmagic
+        head = json.loads(zf.read("meta.json"))
+        events = pd.read_parquet(io.BytesIO(zf.read("allocator_events.parquet")))
+        stacks = pd.read_parquet(io.BytesIO(zf.read("stacks.parquet")))
+    assert head["format"] == "hookmagic-allocator-recording"
+    trace = hookmagic.load(OLD_FORMAT)
+    assert len(trace.allocator_events) == len(events) > 0
+    for col in ("time_ns", "action", "address", "size", "requested_size", "stack_id"):
+        assert list(trace.allocator_events[col]) == list(events[col]), col
+    assert len(trace.stacks) == len(stacks)
+    old = head["meta"]
+    assert {k: trace.meta[k] for k in old} == old          # every old key kept
+    assert trace.meta["recorded_on"] == f"{old['gpu']}, driver {old['driver']}, {old['date']}"
+    assert trace.meta["description"] == old["workload"]
+    # the converted copy notebook 02 ships holds the same events
+    shipped = hookmagic.load(Path(__file__).parents[1] / "notebooks" / "recordings"
+                             / "fragmenting_churn.hmtrace")
+    pd.testing.assert_frame_equal(shipped.allocator_events, trace.allocator_events)
+
+
+def test_retired_format_without_its_events_table_is_reported_damaged(tmp_path):
+    from hookmagic.trace.io import TraceFileError, load_trace
+
+    path = tmp_path / "broken.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("meta.json", json.dumps({"format": "hookmagic-allocator-recording",
+                                             "meta": {}}))
+    with pytest.raises(TraceFileError, match="allocator_events.parquet"):
+        load_trace(path)
+
+
+def test_segment_freed_then_reallocated_at_the_same_address_existed_before():
+    # the history starts after SEG was allocated: its free comes first, then the driver hands
+    # the same address out again; reserved memory must never go below zero
+    trace = [
+        {"action": "segment_free", "addr": SEG, "size": 20 * MiB, "stream": 0, "time_us": 1},
+        {"action": "segment_alloc", "addr": SEG, "size": 20 * MiB, "stream": 0, "time_us": 2},
+    ]
+    ev, _ = events_from_snapshot({"device_traces": [trace], "segments": []})
+    assert list(ev["action"]) == ["segment_alloc", "segment_free", "segment_alloc"]
+    assert ev["time_ns"].iat[0] == 1000                 # put at the first event's time
+    reserved = memory_over_time(ev)["reserved"].tolist()
+    assert reserved == [20 * MiB, 0, 20 * MiB]

@@ -6,21 +6,16 @@ rounded to 128 B (sm_80+) or 256 B (sm_7x); the smallest cap on resident blocks 
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import pandas as pd
 import pytest
 
-from hookmagic.analysis.occupancy import (device_limits, kernel_occupancy, limits_for,
-                                          parse_compute_capability, theoretical_occupancy)
-from hookmagic.trace.schema import TABLE_NAMES, conform, empty_table
-
-
-def synthetic(meta=None, **tables):
-    """A synthetic trace-like object: schema tables plus meta."""
-    full = {n: conform(n, pd.DataFrame(tables[n])) if n in tables else empty_table(n)
-            for n in TABLE_NAMES}
-    return SimpleNamespace(**full, meta=dict(meta or {}))
+from hookmagic.analysis.occupancy import (
+    device_limits,
+    kernel_occupancy,
+    limits_for,
+    parse_compute_capability,
+    theoretical_occupancy,
+)
+from tests.synthetic import synthetic
 
 
 def occ(cc, threads, regs, smem):

@@ -50,6 +50,9 @@ from hookmagic.sched.settings import policy_from_settings, settings_from, source
     lambda: S.Policy(batching={"m": 4}),
     lambda: S.make_workload([S.Poisson("m", rate=1)], duration_s=math.nan),
     lambda: S.make_workload([S.Poisson("m", rate=1e12)], duration_s=10),
+    lambda: S.make_workload([S.Bursty("m", rate_on=1, on_s=1e-12, off_s=1e-12)], duration_s=10),
+    lambda: S.ModelSpec("m", (1, 2**40), (1.0, 2.0)),
+    lambda: S.Batching(max_batch=10**9),
 ])
 def test_constructors_refuse_bad_values(make):
     with pytest.raises(InvalidArgument):

@@ -32,7 +32,8 @@ def test_metrics_tables(res, tmp_path):
     assert len(cams) == 4 and (cams["frames"] > 100).all()
     h = M.batch_histogram(res.batches)
     assert h.groupby("model")["share"].sum().round(9).eq(1).all()
-    req_path, _ = res.save(tmp_path / "run")
+    paths = res.save(tmp_path / "run")
+    assert [p.name for p in paths] == ["run.requests.parquet", "run.batches.parquet"]
     back = S.load_result(tmp_path / "run")
     assert isinstance(back, S.SimResult) and back.meta["engine"] == res.meta["engine"]
     assert back.metrics().round(9).equals(res.metrics().round(9))
@@ -67,10 +68,23 @@ def test_panel_resimulates_on_change():
     assert p.result.meta["engine"] == "general"
     p.rows["cls"]["rate"].value = 600.0
     assert (p.result.requests["model"] == "cls").sum() > 900
-    p.find_best()
+    p.find_best()       # applies a setting of its grid that meets the typed p99 limit
+    assert p.rows["det"]["max_batch"].value in (1, 2, 4, 8, 16, 32)
+    assert p.rows["det"]["max_delay_ms"].value in (0, 0.5, 1, 2, 5)
+    assert p.streams.value in (1, 2, 4)
+    assert p.result.metrics(by=None)["p99_ms"].iat[0] <= p.sweep_p99.value
     p.export()
-    p.run_on_gpu()
-    from hookmagic.sched.engines import gpu_available
-    if not gpu_available()[0]:
-        assert p.message.startswith("No GPU on this machine") and p.real is None
     assert "dynamic_batching" in p.export_text and "@serve.batch" in p.export_text
+
+
+def test_panel_run_on_gpu_says_why_it_did_not_run(monkeypatch):
+    from hookmagic.sched import engines
+    p = SchedulerPanel(MODELS, SOURCES, S.Policy(), duration_s=1)
+    monkeypatch.setattr(engines, "gpu_available", lambda: (False, "SYNTHETIC: no CUDA device"))
+    p.run_on_gpu()
+    assert p.message == ("No GPU on this machine (SYNTHETIC: no CUDA device); showing the "
+                         "simulation only.")
+    assert p.real is None
+    monkeypatch.setattr(engines, "gpu_available", lambda: (True, "SYNTHETIC GPU"))
+    p.run_on_gpu()                       # a GPU, but no engines to run on it
+    assert p.message.startswith("A GPU is present, but no engines were given") and p.real is None

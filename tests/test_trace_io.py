@@ -164,6 +164,21 @@ def test_newer_file_unknown_tables_and_columns_warn_and_are_left_out(tmp_path, s
     assert loaded.samples.empty
 
 
+def test_newer_file_unknown_allocator_actions_warn_and_are_left_out(tmp_path, synthetic_trace):
+    path = tmp_path / "t.hmtrace"
+    synthetic_trace.save(path)
+    with zipfile.ZipFile(path) as zf:
+        entries = {n: zf.read(n) for n in zf.namelist()}
+    events = pq.read_table(pa.BufferReader(entries["allocator_events.parquet"])).to_pandas()
+    events.loc[1, "action"] = "synthetic_future_action"
+    entries["allocator_events.parquet"] = _parquet(events)
+    _rewrite(path, entries)
+    with pytest.warns(UserWarning, match="synthetic_future_action"):
+        loaded = load_trace(path)
+    assert len(loaded.allocator_events) == len(events) - 1
+    assert "synthetic_future_action" not in set(loaded.allocator_events["action"])
+
+
 def test_writer_extra_columns_survive_round_trip(tmp_path, synthetic_trace, recwarn):
     tables = synthetic_trace.tables
     tables["kernels"] = tables["kernels"].assign(import_note=["a", "b", "c"])

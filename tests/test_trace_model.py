@@ -99,3 +99,27 @@ def test_diff_delegates_with_both_traces(monkeypatch, synthetic_trace):
     other = Trace()
     assert synthetic_trace.diff(other, normalize=True) == (synthetic_trace, other,
                                                            {"normalize": True})
+
+
+def test_allocator_actions_are_validated_in_one_place():
+    events = {"time_ns": [1, 2], "action": ["alloc", "allocate"], "address": [16, 32],
+              "size": [512, 512]}
+    with pytest.raises(schema.SchemaError, match="allocate"):
+        Trace({"allocator_events": pd.DataFrame(events)})
+    with pytest.raises(ValueError, match="allocate"):   # SchemaError is a ValueError too
+        schema.conform("allocator_events", events)
+    ok = schema.conform("allocator_events", {**events, "action": ["alloc", "free_completed"]})
+    # an already-conforming table is checked too, not only one that needed converting
+    bad = ok.assign(action=["alloc", "oops"])
+    with pytest.raises(schema.SchemaError, match="oops"):
+        schema.validate("allocator_events", bad)
+    with pytest.raises(schema.SchemaError, match="oops"):
+        Trace({"allocator_events": bad})
+
+
+def test_allocator_requested_size_defaults_to_size():
+    rows = pd.DataFrame({"time_ns": [1, 2], "action": ["alloc", "segment_alloc"],
+                         "address": [16, 0], "size": [1024, 4096]})
+    table = schema.conform("allocator_events", rows)
+    assert list(table["requested_size"]) == [1024, 4096]
+    assert list(table["stack_id"]) == [-1, -1]

@@ -2,24 +2,21 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from hookmagic.trace.schema import TABLE_NAMES, conform, empty_table
-from hookmagic.views.flame import (FADED_COLOUR, MATCH_COLOUR, diff_figure, flame_figure, prune)
+from hookmagic.views.flame import (
+    FADED_COLOUR,
+    MATCH_COLOUR,
+    diff_figure,
+    flame_figure,
+    prune,
+)
 from hookmagic.views.timeline import timeline_figure
-
-
-def synthetic(meta=None, **tables):
-    """A synthetic trace-like object: schema tables plus meta."""
-    full = {n: conform(n, pd.DataFrame(tables[n])) if n in tables else empty_table(n)
-            for n in TABLE_NAMES}
-    return SimpleNamespace(**full, meta=dict(meta or {}))
-
+from tests.synthetic import synthetic
 
 LONG = "void cutlass::Kernel<cutlass::gemm::GemmUniversal<float, 128, 128, 32, 3, true>>(Params)"
 

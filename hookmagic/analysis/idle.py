@@ -39,7 +39,7 @@ GAP_COLUMNS = ["device", "start_ns", "end_ns", "duration_ns", "position", "next_
                "sync_ns", "after_sync", "cause"]
 
 
-# -- interval arithmetic (merge_intervals lives in hookmagic.analysis.intervals) -----------
+# -- interval arithmetic (merge_intervals lives in hookmagic.common.intervals) -----------
 
 def covered_until(u_starts: np.ndarray, u_ends: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Length of the disjoint sorted intervals ``u`` that lies before each ``x``."""

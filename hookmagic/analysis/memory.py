@@ -1,7 +1,7 @@
 """Memory over time, peak attribution, leaks and "would it fail?" — pure functions.
 
-Inputs are an allocator-event table (:mod:`hookmagic.memory.events`) and, for stack labels, a
-``stacks`` table. Any function also accepts a ``Trace``: its ``allocator_events`` table is used,
+Inputs are an allocator-event table (``allocator_events`` of :mod:`hookmagic.trace.schema`)
+and, for stack labels, a ``stacks`` table. Any function also accepts a ``Trace``: its ``allocator_events`` table is used,
 or, when the trace has none, its driver-level ``memory`` table read as one segment per
 ``cudaMalloc`` (see :func:`events_of`).
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hookmagic.memory.events import conform_events, empty_events, empty_stacks
+from hookmagic.trace import schema
 
 _ALIVE = np.iinfo(np.int64).max
 #: stack frames inside these paths are plumbing, not the user's line
@@ -32,7 +32,9 @@ def events_of(data) -> pd.DataFrame:
     mem = getattr(data, "memory", None)
     if mem is None:
         mem = (getattr(data, "tables", None) or {}).get("memory")
-    return events_from_memory_table(mem) if mem is not None else empty_events()
+    if mem is None:
+        return schema.empty_table("allocator_events")
+    return events_from_memory_table(mem)
 
 
 def stacks_of(data) -> pd.DataFrame:
@@ -40,7 +42,7 @@ def stacks_of(data) -> pd.DataFrame:
     st = getattr(data, "stacks", None)
     if st is None:
         st = (getattr(data, "tables", None) or {}).get("stacks")
-    return st if st is not None else empty_stacks()
+    return st if st is not None else schema.empty_table("stacks")
 
 
 def events_from_memory_table(memory: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +53,7 @@ def events_from_memory_table(memory: pd.DataFrame) -> pd.DataFrame:
     is the allocator's business). ``map``/``unmap`` become segment maps.
     """
     if memory is None or len(memory) == 0:
-        return empty_events()
+        return schema.empty_table("allocator_events")
     m = memory.sort_values("time_ns", kind="stable").reset_index(drop=True)
     op = m["op"].to_numpy()
     n = len(m)
@@ -70,7 +72,7 @@ def events_from_memory_table(memory: pd.DataFrame) -> pd.DataFrame:
                                "_k": np.arange(n) * 2 + (op == "alloc")})
     out = pd.concat([seg, blk], ignore_index=True)
     out = out[out["action"] != ""].sort_values("_k", kind="stable")
-    return conform_events(out.drop(columns=["_k"]).reset_index(drop=True))
+    return schema.conform("allocator_events", out.drop(columns=["_k"]).reset_index(drop=True))
 
 
 def end_action(events: pd.DataFrame) -> str:

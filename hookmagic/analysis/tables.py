@@ -47,4 +47,4 @@ def event_mask(frame: pd.DataFrame, device: int | Iterable[int] | None = None,
 def root_label(trace: Any) -> str:
     """The name of the tree's root: the capture's label, else ``"capture"``."""
     meta = getattr(trace, "meta", None) or {}
-    return str(meta.get("label") or meta.get("cell_label") or "capture")
+    return str(meta.get("label") or "capture")

@@ -59,6 +59,9 @@ MAX_JSON_BYTES = Budget("HOOKMAGIC_MAX_JSON_BYTES", 1024**3, "bytes",
 MAX_ROWS = Budget("HOOKMAGIC_MAX_ROWS", 20_000_000, "rows", "rows of one table")
 MAX_DEPTH = Budget("HOOKMAGIC_MAX_DEPTH", 100, "levels", "nesting depth of a JSON document")
 
+#: the largest batch size a scheduler object accepts (its engines index latency tables by size)
+MAX_BATCH_SIZE = 1_000_000
+
 #: every budget, by environment variable
 BUDGETS: dict[str, Budget] = {b.env: b for b in (MAX_BYTES, MAX_JSON_BYTES, MAX_ROWS, MAX_DEPTH)}
 

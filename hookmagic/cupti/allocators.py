@@ -24,8 +24,8 @@ class AllocatorRecorders:
         self._torch, self._cupy = torch_history, cupy_hook
         # PyTorch stamps events with the wall clock; the capture uses CUPTI's.
         self.offset_ns = int(clock()) - time.time_ns()
-        self.torch_on = torch_history.start(stacks="python")
-        self.cupy_on = cupy_hook.start(with_stacks=stacks, clock=clock)
+        self.torch_on = torch_history.start(stacks=stacks)
+        self.cupy_on = cupy_hook.start(stacks=stacks, clock=clock)
 
     def stop(self) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
         """(events, stacks) from each recorder that ran; each numbers its stacks from 0."""

@@ -166,7 +166,8 @@ def _api_table(a: Columns, callback_name: Callable[[int, int], str | None]) -> p
 
 def _ranges_table(user: pd.DataFrame, markers: Columns, enums: dict,
                   strings: np.ndarray) -> pd.DataFrame:
-    user = user.assign(source="hookmagic") if len(user) else user
+    if len(user) and "source" not in user:
+        user = user.assign(source="hookmagic")
     flags = enums["marker_flags"]
     if len(markers["time_ns"]):
         mk = pd.DataFrame({k: np.asarray(v) for k, v in markers.items()})

@@ -1,7 +1,7 @@
 """Why a capture could not run, in words a user can act on."""
 from __future__ import annotations
 
-from hookmagic.common.errors import HookmagicError
+from hookmagic.common.errors import HookmagicError, InvalidArgument
 
 
 class CaptureUnavailable(UserWarning):
@@ -13,3 +13,7 @@ class CaptureUnavailable(UserWarning):
 
 class CaptureFailed(HookmagicError, RuntimeError):
     """CUPTI refused to start for a reason hookmagic could not name more precisely."""
+
+
+class CaptureOptionError(InvalidArgument):
+    """A capture option has the wrong type or is out of range (the message names it)."""

@@ -25,6 +25,7 @@ class RangeRecord:
     thread: int
     depth: int
     parent_id: int
+    source: str = "hookmagic"  # "module": opened by hookmagic.cupti.modules for nn.Module calls
 
 
 class _Recorder:
@@ -96,7 +97,8 @@ class range:  # noqa: N801 - named like the built-in on purpose: `with hookmagic
         RECORDER.local.stack.pop()
         if RECORDER.active and native is not None:
             record = RangeRecord(self._id, self.name, self._start, end,
-                                 threading.get_native_id(), self._depth, self._parent)
+                                 threading.get_native_id(), self._depth, self._parent,
+                                 getattr(self, "_source", "hookmagic"))
             with RECORDER.lock:
                 RECORDER.records.append(record)
 

@@ -19,6 +19,7 @@ from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
 from hookmagic.cupti.columns import build_tables
 from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
 from hookmagic.cupti.nvml_sampler import NvmlSampler
+from hookmagic.cupti.options import CaptureOptions
 from hookmagic.cupti.ranges import RECORDER
 
 _CUPTI_MULTIPLE_SUBSCRIBERS = 39
@@ -88,46 +89,41 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
     Parameters
     ----------
-    kernels, memory, stacks, api, nvml, nvtx:
-        What to record. ``api`` adds every runtime/driver API call (costly on launch-bound
-        code); ``nvtx`` needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use.
-    allocator_history:
-        With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
-        hand-outs (the ``allocator_events`` table) when those libraries are in use. Off by
-        default: PyTorch's history recording more than doubled the time of an allocating
-        inference loop on the GPU machine (ResNet-50: 4.0x in benchmarks/bench_overhead.py while
-        it was on by default).
+    options:
+        A :class:`~hookmagic.cupti.options.CaptureOptions`, or its fields as keyword arguments
+        (``kernels``, ``memory``, ``stacks``, ``api``, ``nvml``, ``nvtx``,
+        ``allocator_history``, ``detach``, ``callbacks``, ``nvml_interval_s``,
+        ``max_stack_depth``, ``buffer_mb``, ``max_buffers``, ``max_table_mb``); its docstring
+        holds the defaults and ranges. A wrong type or range raises
+        :class:`~hookmagic.cupti.errors.CaptureOptionError` at once.
     label:
         A name for the capture, shown in views.
-    detach:
-        Finalize CUPTI when the capture ends (default True), so the program runs at full
-        speed again: on the GPU machine, CUPTI left initialised with every activity and
-        callback disabled still made a launch-bound loop 1.48x slower afterwards, against 1.03x
-        after a finalized capture (benchmarks/results/overhead_probe_tiny_kernels_20000.md,
-        "lingering" rows). The price is paid by the next capture,
-        which re-attaches CUPTI (~10-14 ms). ``detach=False`` suits a burst of captures.
-    nvml_interval_s, max_stack_depth, buffer_mb, max_buffers, max_table_mb:
-        Sampling period; deepest Python stack kept; CUPTI buffer size; buffers in flight; the
-        most decoded data kept (beyond it records are dropped and counted in ``meta["dropped"]``).
+
+    ``allocator_history`` is off by default: PyTorch's history recording more than doubled the
+    time of an allocating inference loop on the GPU machine (ResNet-50: 4.0x in
+    benchmarks/bench_overhead.py while it was on by default). ``detach`` (default True)
+    finalizes CUPTI when the capture ends, so the program runs at full speed again: on the GPU
+    machine, CUPTI left initialised with every activity and callback disabled still made a
+    launch-bound loop 1.48x slower afterwards, against 1.03x after a finalized capture
+    (benchmarks/results/overhead_probe_tiny_kernels_20000.md, "lingering" rows). The price is
+    paid by the next capture, which re-attaches CUPTI (~10-14 ms). ``detach=False`` suits a
+    burst of captures.
 
     Without a GPU, driver or CUPTI, or while another tool holds CUPTI, the block still runs;
     the Trace says why nothing was captured (``trace.meta["reason"]``) and a
     :class:`CaptureUnavailable` warning is issued once per reason.
     """
 
-    def __init__(self, *, kernels: bool = True, memory: bool = True, stacks: bool = True,
-                 api: bool = False, nvml: bool = True, nvtx: bool = False,
-                 allocator_history: bool = False,
-                 label: str | None = None, detach: bool = True, nvml_interval_s: float = 0.02,
-                 max_stack_depth: int = 64, buffer_mb: int = 8, max_buffers: int = 32,
-                 max_table_mb: int = 2048, _boundary_frame: Any = None) -> None:
+    def __init__(self, options: CaptureOptions | None = None, *, label: str | None = None,
+                 _boundary_frame: Any = None, **option_fields: Any) -> None:
         from hookmagic.trace import Trace
 
-        self.options = dict(kernels=kernels, memory=memory, stacks=stacks, api=api, nvml=nvml,
-                            nvtx=nvtx, allocator_history=allocator_history, detach=detach,
-                            nvml_interval_s=nvml_interval_s, max_stack_depth=max_stack_depth,
-                            buffer_mb=buffer_mb, max_buffers=max_buffers,
-                            max_table_mb=max_table_mb)
+        if options is None:
+            options = CaptureOptions.from_kwargs(**option_fields)
+        elif option_fields:
+            options = CaptureOptions.from_kwargs(**{**options.as_dict(), **option_fields})
+        self.capture_options: CaptureOptions = options
+        self.options = options.as_dict()  # as saved in meta["options"]
         self.label = label
         self.trace = Trace()
         self._boundary = _boundary_frame
@@ -161,26 +157,23 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if native is None:
             self._reason = why
             return
-        o = self.options
+        o = self.capture_options
         boundary = self._boundary if self._boundary is not None else _caller_parent_frame()
-        if o["nvtx"] and not os.environ.get("NVTX_INJECTION64_PATH"):
+        if o.nvtx and not os.environ.get("NVTX_INJECTION64_PATH"):
             os.environ["NVTX_INJECTION64_PATH"] = native.cupti_path()
         RECORDER.start()
         holder = cupti_holder()
         try:
-            started = native.start(
-                kernels=o["kernels"], memory=o["memory"], stacks=o["stacks"], api=o["api"],
-                nvtx=o["nvtx"], detach=o["detach"], max_stack_depth=o["max_stack_depth"],
-                buffer_bytes=o["buffer_mb"] << 20, max_buffers=o["max_buffers"],
-                max_table_bytes=o["max_table_mb"] << 20,
-                # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns
-                # the activity buffers too, and taking them would break it.
-                activities_without_callbacks=holder is None, boundary=boundary)
+            # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns the
+            # activity buffers too, and taking them would break it.
+            started = native.start(o.to_native(native, activities_without_callbacks=holder is None),
+                                   boundary)
         except native.CaptureError as exc:
             RECORDER.stop()
             self._reason = _explain(exc)
             return
         self._warnings = []
+        self._callbacks_active = bool(started["callbacks"])
         if not started["callbacks"]:
             self._warnings.append(
                 "Python stacks, threads, ranges and virtual-memory map/unmap were not recorded: "
@@ -188,14 +181,24 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 "allocations were still captured. Restart the kernel to get them back.")
         self._native = native
         self._hw_trace = bool(started.get("hw_trace", False))
+        self._autograd_undo = None
+        if o.stacks and self._callbacks_active:
+            from hookmagic.cupti import autograd
+
+            self._autograd_undo = autograd.install(native)
+        self._modules_undo = None
+        if o.stacks and o.module_names and self._callbacks_active:
+            from hookmagic.cupti import modules
+
+            self._modules_undo = modules.install()
         self._start_ns = native.timestamp()
         self._allocators = None
-        if o["memory"] and o["allocator_history"]:
-            self._allocators = AllocatorRecorders(native.timestamp, o["stacks"])
+        if o.memory and o.allocator_history:
+            self._allocators = AllocatorRecorders(native.timestamp, o.stacks)
         self._devices = native.device_properties()
         self._sampler = None
-        if o["nvml"]:
-            self._sampler = NvmlSampler(native, o["nvml_interval_s"], self._devices)
+        if o.nvml:
+            self._sampler = NvmlSampler(native, o.nvml_interval_s, self._devices)
             self._sampler.start()
             if self._sampler.error:
                 self._warnings.append(f"No GPU samples: {self._sampler.error}.")
@@ -224,6 +227,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         end_ns = native.timestamp()
         # The sampler reads CUPTI's clock: it stops before CUPTI is detached.
         samples = self._sampler.stop() if self._sampler else {}
+        self._undo_autograd()
         native.stop()
         stop_s = time.perf_counter() - t0
         allocator_parts = self._allocators.stop() if self._allocators else []
@@ -234,6 +238,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         t2 = time.perf_counter()
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
         merge_into(tables, allocator_parts)
+        from hookmagic.cupti.modules import module_stacks
+
+        module_kernels = module_stacks(tables)
         build_s = time.perf_counter() - t2
         counters = raw["counters"]
         status = "complete"
@@ -254,7 +261,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                            "buffers_refused": counters["buffers_refused"]}
         meta["records"] = int(counters["records"])
         meta["detached"] = bool(counters["detached"])
-        meta["warnings"] = list(self._warnings)
+        # launches from threads without Python frames attributed to the caller of backward()
+        meta["backward_attributed"] = int(counters.get("fallback_launches", 0))
+        meta["module_kernels"] = int(module_kernels)  # kernels whose stack names its modules
+        meta["warnings"] = list(self._warnings) + missing_stack_notes(
+            tables.get("kernels"), self.capture_options.stacks, self._callbacks_active)
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         self.trace._fill(tables, meta)
         self._native = None
@@ -285,7 +296,18 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self.trace._fill({}, empty.meta)
         _warn_once(reason)
 
+    def _undo_autograd(self) -> None:
+        for attr in ("_modules_undo", "_autograd_undo"):
+            undo = getattr(self, attr, None)
+            setattr(self, attr, None)
+            if undo is not None:
+                undo()
+
     def _stop_quietly(self) -> None:
+        try:
+            self._undo_autograd()
+        except Exception:
+            pass
         native, self._native = self._native, None
         RECORDER.stop()
         if native is not None:
@@ -306,6 +328,20 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 sampler.stop()
             except Exception:
                 pass
+
+
+def missing_stack_notes(kernels: pd.DataFrame | None, stacks_wanted: bool,
+                        callbacks_active: bool) -> list[str]:
+    """One line saying how many kernels carry no Python stack although stacks were asked for
+    and the launch callbacks ran (else another note already says why none were recorded)."""
+    if not (stacks_wanted and callbacks_active) or kernels is None or not len(kernels):
+        return []
+    missing = int((kernels["stack_id"].to_numpy() < 0).sum())
+    if not missing:
+        return []
+    return [f"{missing:,} of {len(kernels):,} kernels have no Python stack: they were launched "
+            "from threads with no Python frames (autograd's backward engine, library worker "
+            "threads) or by a Python this build cannot read frames from."]
 
 
 @atexit.register

@@ -7,8 +7,8 @@
   any :class:`~hookmagic.memory.torch_model.TorchConfig` (expandable segments included).
 - :class:`CupyPoolModel`: CuPy's default memory pool (``cupy.cuda.MemoryPool``).
 
-Every model logs allocator events (see :mod:`hookmagic.memory.events`), so its replay can be
-measured and drawn like a capture.
+Every model logs allocator events (``allocator_events`` in :mod:`hookmagic.trace.schema`), so
+its replay can be measured and drawn like a capture.
 """
 from __future__ import annotations
 

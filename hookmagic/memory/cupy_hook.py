@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from hookmagic.memory.events import conform_events, empty_events
+from hookmagic.trace import schema
 from hookmagic.memory.stacks import StackInterner, python_frames
 
 
@@ -41,16 +41,11 @@ class PoolEventLog:
         self._rows: list[tuple] = []
         self._live: dict[int, tuple[int, int, int]] = {}   # ptr -> (size, requested, stack)
 
-    # CuPy's callback names and arguments
-    def alloc_preprocess(self, **kw) -> None:
-        pass
-
+    # CuPy's postprocess callbacks, with their names and arguments (the hook start() installs
+    # forwards them here; the preprocess ones carry nothing this log needs)
     def alloc_postprocess(self, device_id: int, mem_size: int, mem_ptr: int) -> None:
         self._rows.append((self.clock(), "segment_alloc", int(mem_ptr), int(mem_size),
                            int(mem_size), self.stream_of(), int(device_id), -1))
-
-    def malloc_preprocess(self, **kw) -> None:
-        pass
 
     def malloc_postprocess(self, device_id: int, size: int, mem_size: int, mem_ptr: int,
                            pmem_id: int) -> None:
@@ -58,9 +53,6 @@ class PoolEventLog:
         self._live[int(mem_ptr)] = (int(mem_size), int(size), stack)
         self._rows.append((self.clock(), "alloc", int(mem_ptr), int(mem_size), int(size),
                            self.stream_of(), int(device_id), stack))
-
-    def free_preprocess(self, **kw) -> None:
-        pass
 
     def free_postprocess(self, device_id: int, mem_size: int, mem_ptr: int,
                          pmem_id: int) -> None:
@@ -72,7 +64,7 @@ class PoolEventLog:
     def events(self) -> pd.DataFrame:
         """The recording as allocator events, with each chunk's segment filled in."""
         if not self._rows:
-            return empty_events()
+            return schema.empty_table("allocator_events")
         cols = ["time_ns", "action", "address", "size", "requested_size", "stream", "device",
                 "stack_id"]
         rows: list[tuple] = []
@@ -102,14 +94,16 @@ class PoolEventLog:
         frame["address"] = frame["address"].astype(np.uint64)
         frame["segment"] = frame["segment"].astype(np.uint64)
         frame["source"] = "cupy"
-        return conform_events(frame)
+        return schema.conform("allocator_events", frame)
 
 
 _active: tuple[object, PoolEventLog] | None = None
 
 
-def start(with_stacks: bool = True, clock: Callable[[], int] = time.time_ns) -> bool:
+def start(stacks: bool = True, clock: Callable[[], int] = time.time_ns) -> bool:
     """Install the hook on the calling thread; False when CuPy is not imported.
+
+    ``stacks``: take the Python stack of every hand-out (``%%cudahook --no-stacks``: none).
 
     CuPy's hooks are per thread: allocations on other threads are not seen.
     """
@@ -121,7 +115,7 @@ def start(with_stacks: bool = True, clock: Callable[[], int] = time.time_ns) -> 
     def stream_of() -> int:
         return int(cupy.cuda.get_current_stream().ptr)
 
-    log = PoolEventLog(clock=clock, stream_of=stream_of, with_stacks=with_stacks,
+    log = PoolEventLog(clock=clock, stream_of=stream_of, with_stacks=stacks,
                        device=int(cupy.cuda.Device().id))
     hook_cls = type("HookmagicPoolHook", (cupy.cuda.MemoryHook,), {
         "name": "hookmagic",

@@ -1,13 +1,14 @@
 """What every allocator model shares: byte counters, peaks and an allocator-event log.
 
-Models speak the allocator-event vocabulary of :mod:`hookmagic.memory.events`, so a replayed
-what-if run can be drawn and measured exactly like a captured one.
+Models speak the allocator-event vocabulary (``allocator_events`` in
+:mod:`hookmagic.trace.schema`), so a replayed what-if run can be drawn and measured exactly like
+a captured one.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from hookmagic.memory.events import conform_events, empty_events
+from hookmagic.trace import schema
 
 #: Where model address spaces start; far from real device pointers so the two never mix.
 MODEL_VA_BASE = 0x7F00_0000_0000
@@ -74,13 +75,13 @@ class ModelBase:
     def events(self) -> pd.DataFrame:
         """Everything the model did, as an allocator-event table (``source`` = "model")."""
         if not self._log:
-            return empty_events()
+            return schema.empty_table("allocator_events")
         cols = ["time_ns", "action", "address", "size", "requested_size", "segment", "stream",
                 "pool", "stack_id"]
         frame = pd.DataFrame.from_records(self._log, columns=cols)
         frame["source"] = "model"
         frame["device"] = 0
-        return conform_events(frame)
+        return schema.conform("allocator_events", frame)
 
     # -- the interface the replayer drives ------------------------------------------------
     def malloc(self, size: int, stream: int = 0) -> int:  # pragma: no cover - abstract

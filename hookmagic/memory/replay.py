@@ -13,9 +13,6 @@ import pandas as pd
 
 from hookmagic.memory.allocators import ModelBase, OutOfMemory, standard_models
 
-REQUEST_COLUMNS = ("time_ns", "op", "handle", "size", "stream", "stack_id")
-
-
 def requests_from_events(events: pd.DataFrame) -> pd.DataFrame:
     """The program's requests behind an allocator-event table.
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from hookmagic.memory.events import STACKS, empty_stacks
+from hookmagic.trace import schema
 
 
 class StackInterner:
@@ -31,8 +31,8 @@ class StackInterner:
         rows = [(sid, depth, f, fn, int(line))
                 for key, sid in self._ids.items() for depth, (f, fn, line) in enumerate(key)]
         if not rows:
-            return empty_stacks()
-        return pd.DataFrame(rows, columns=list(STACKS)).astype(STACKS)
+            return schema.empty_table("stacks")
+        return schema.conform("stacks", pd.DataFrame(rows, columns=list(schema.TABLES["stacks"])))
 
 
 def python_frames(skip: int = 1, limit: int = 64) -> list[tuple[str, str, int]]:

@@ -19,7 +19,6 @@ Times are ``time_us`` of PyTorch's trace (Unix epoch) in nanoseconds, plus ``tim
 """
 from __future__ import annotations
 
-import json
 import pickle
 import sys
 import warnings
@@ -32,11 +31,10 @@ import pandas as pd
 from hookmagic.common import files, limits
 from hookmagic.common.errors import BadNumbers, HookmagicError, InputFileError
 from hookmagic.memory import torch_rules as R
-from hookmagic.memory.events import conform_events, empty_events, sort_events
 from hookmagic.memory.stacks import StackInterner
+from hookmagic.trace import schema
 
-_ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-            "segment_map", "segment_unmap", "oom"}
+_ACTIONS = frozenset(schema.ALLOCATOR_ACTIONS)
 _recording = False
 
 
@@ -53,19 +51,20 @@ class PickleRefused(SnapshotFileError, PermissionError):
 
 
 # -- live recording ------------------------------------------------------------------------------
-def start(max_entries: int = 1_000_000, stacks: str = "python") -> bool:
+def start(max_entries: int = 1_000_000, stacks: bool = True) -> bool:
     """Start recording PyTorch's allocator history; False when torch/CUDA is not in use.
 
     Only acts when ``torch`` is already imported and CUDA is initialised (a capture must not
-    import torch or create a CUDA context on its own). ``stacks``: "python" (cheap) or "all"
-    (adds C++ frames).
+    import torch or create a CUDA context on its own). ``stacks``: take the Python stack of
+    every allocator event (``%%cudahook --no-stacks`` turns it off: the events are still
+    recorded, each with ``stack_id`` -1). ``max_entries`` bounds PyTorch's ring buffer.
     """
     global _recording
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=stacks,
-                                             max_entries=max_entries)
+    torch.cuda.memory._record_memory_history(enabled="all", context="all" if stacks else None,
+                                             stacks="python", max_entries=max_entries)
     _recording = True
     return True
 
@@ -207,7 +206,7 @@ def _events_from_snapshot(snapshot: dict, time_offset_ns: int,
             raise SnapshotFileError(f"memory snapshot: device_traces[{device}] is not a list")
         rows.extend(_device_rows(device, trace, segments, interner, time_offset_ns))
     if not rows:
-        return empty_events(), interner.table()
+        return schema.empty_table("allocator_events"), interner.table()
     cols = ["time_ns", "action", "address", "size", "requested_size", "segment", "stream",
             "device", "pool", "stack_id", "_order"]
     frame = pd.DataFrame.from_records(rows, columns=cols)
@@ -219,110 +218,149 @@ def _events_from_snapshot(snapshot: dict, time_offset_ns: int,
     frame["source"] = source
     frame["address"] = frame["address"].astype(np.uint64)
     frame["segment"] = frame["segment"].astype(np.uint64)
-    return sort_events(conform_events(frame.reset_index(drop=True))), interner.table()
+    return schema.conform("allocator_events", frame.reset_index(drop=True)), interner.table()
+
+
+class _Rows:
+    """The rows of one device, each numbered in the order it was emitted (events sharing a
+    time keep that order)."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.rows: list[tuple] = []
+
+    def emit(self, t: int, action: str, addr: int, size: int, req: int, seg: int, stream: int,
+             pool: str, stack: int) -> None:
+        self.rows.append((t, action, addr, size, req, seg, stream, self.device, pool, stack,
+                          len(self.rows)))
 
 
 def _device_rows(device: int, trace: list[dict], segments: list[dict],
                  interner: StackInterner, offset: int) -> list[tuple]:
+    """Allocator-event rows of one device: the state before the history began, then the
+    history's events with block sizes, segments and pools filled in."""
     entries = [e for e in trace if isinstance(e, dict) and e.get("action") in _ACTIONS]
     dev_segments = [s for s in segments
                     if isinstance(s, dict) and int(s.get("device", device)) == device]
     seg_type = {int(s["address"]): s.get("segment_type", "") for s in dev_segments}
     t0 = min((int(e.get("time_us", 0)) for e in entries), default=0) * 1000 + offset
-    layout = _Layout()
-    rows: list[tuple] = []
-    order = 0
+    layout, out = _Layout(), _Rows(device)
+    live = _emit_initial_state(entries, dev_segments, seg_type, layout, out, t0)
+    for e in entries:
+        t = int(e.get("time_us", 0)) * 1000 + offset
+        stack = interner.intern(_frames(e))
+        if e["action"].startswith("segment_"):
+            _segment_event(e, t, stack, seg_type, layout, out)
+        else:
+            _block_event(e, t, stack, layout, live, out)
+    return out.rows
 
-    def emit(t, action, addr, size, req, seg, stream, pool, stack):
-        nonlocal order
-        rows.append((t, action, addr, size, req, seg, stream, device, pool, stack, order))
-        order += 1
 
-    # 1. what existed before the first recorded event
-    seen_seg_alloc = {int(e["addr"]) for e in entries if e["action"] == "segment_alloc"}
-    seen_map = {int(e["addr"]) for e in entries if e["action"] == "segment_map"}
-    initial_segs: dict[int, tuple[int, str, int, bool]] = {}
+def _initial_segments(entries: list[dict],
+                      dev_segments: list[dict]) -> dict[int, tuple[int, str, int, bool]]:
+    """address -> (size, pool, stream, expandable) of the segments that existed before the
+    first recorded event: freed before the history allocates them, or in the snapshot but
+    never allocated (mapped, for expandable ones) in the history."""
+    allocated = {int(e["addr"]) for e in entries if e["action"] == "segment_alloc"}
+    mapped = {int(e["addr"]) for e in entries if e["action"] == "segment_map"}
+    found: dict[int, tuple[int, str, int, bool]] = {}
+    seen: set[int] = set()
     for e in entries:
         a = int(e["addr"])
-        if e["action"] == "segment_free" and a not in seen_seg_alloc:
-            initial_segs.setdefault(a, (int(e["size"]), "", int(e.get("stream", 0)), False))
-        if e["action"] in ("segment_alloc",):
-            seen_seg_alloc.add(a)
+        if e["action"] == "segment_free" and a not in seen:
+            found.setdefault(a, (int(e["size"]), "", int(e.get("stream", 0)), False))
+        elif e["action"] == "segment_alloc":
+            seen.add(a)
     for s in dev_segments:
-        a = int(s["address"])
-        if s.get("is_expandable"):
-            if a not in seen_map:
-                initial_segs.setdefault(a, (int(s["total_size"]), s.get("segment_type", ""),
-                                            int(s.get("stream", 0)), True))
-        elif a not in {int(e["addr"]) for e in entries if e["action"] == "segment_alloc"}:
-            initial_segs.setdefault(a, (int(s["total_size"]), s.get("segment_type", ""),
-                                        int(s.get("stream", 0)), False))
-    for a, (size, pool, stream, expandable) in sorted(initial_segs.items()):
-        pool = pool or ("small" if size == R.SMALL_BUFFER else "large")
-        emit(t0, "segment_map" if expandable else "segment_alloc", a, size, size, a, stream,
-             pool, -1)
-        layout.add_range(a, a + size, a, expandable)
-    alloc_seen = set()
-    initial_blocks: dict[int, tuple[int, int, int]] = {}
+        a, expandable = int(s["address"]), bool(s.get("is_expandable"))
+        if a not in (mapped if expandable else allocated):
+            found.setdefault(a, (int(s["total_size"]), s.get("segment_type", ""),
+                                 int(s.get("stream", 0)), expandable))
+    return found
+
+
+def _initial_blocks(entries: list[dict],
+                    dev_segments: list[dict]) -> dict[int, tuple[int, int, int]]:
+    """address -> (size, requested, stream) of the blocks allocated before the first recorded
+    event: freed before the history allocates them, or allocated in the snapshot but never in
+    the history."""
+    found: dict[int, tuple[int, int, int]] = {}
+    seen: set[int] = set()
     for e in entries:
         a = int(e["addr"])
         if e["action"] == "alloc":
-            alloc_seen.add(a)
-        elif e["action"] in ("free_requested", "free_completed") and a not in alloc_seen:
-            initial_blocks.setdefault(a, (R.round_size(int(e["size"])), int(e["size"]),
-                                          int(e.get("stream", 0))))
-    trace_allocs = {int(e["addr"]) for e in entries if e["action"] == "alloc"}
+            seen.add(a)
+        elif e["action"] in ("free_requested", "free_completed") and a not in seen:
+            found.setdefault(a, (R.round_size(int(e["size"])), int(e["size"]),
+                                 int(e.get("stream", 0))))
+    allocated = {int(e["addr"]) for e in entries if e["action"] == "alloc"}
     for s in dev_segments:
         for b in s.get("blocks", []):
             a = int(b["address"])
-            if b.get("state") == "active_allocated" and a not in trace_allocs:
-                initial_blocks.setdefault(a, (int(b["size"]), int(b.get("requested_size",
-                                                                         b["size"])),
-                                              int(s.get("stream", 0))))
-    live: dict[int, tuple[int, int, int, str]] = {}   # addr -> (size, requested, seg, pool)
-    for a, (size, req, stream) in sorted(initial_blocks.items()):
+            if b.get("state") == "active_allocated" and a not in allocated:
+                found.setdefault(a, (int(b["size"]), int(b.get("requested_size", b["size"])),
+                                     int(s.get("stream", 0))))
+    return found
+
+
+def _emit_initial_state(entries: list[dict], dev_segments: list[dict], seg_type: dict[int, str],
+                        layout: _Layout, out: _Rows,
+                        t0: int) -> dict[int, tuple[int, int, int, str]]:
+    """Emit the segments and blocks that predate the history at its first event's time ``t0``
+    (no stack is known for them); return the live blocks: address -> (size, requested,
+    segment, pool)."""
+    for a, (size, pool, stream, expandable) in sorted(_initial_segments(entries,
+                                                                        dev_segments).items()):
+        pool = pool or ("small" if size == R.SMALL_BUFFER else "large")
+        out.emit(t0, "segment_map" if expandable else "segment_alloc", a, size, size, a, stream,
+                 pool, -1)
+        layout.add_range(a, a + size, a, expandable)
+    live: dict[int, tuple[int, int, int, str]] = {}
+    for a, (size, req, stream) in sorted(_initial_blocks(entries, dev_segments).items()):
         hit = layout.find(a)
         seg = hit[2] if hit else 0
         pool = seg_type.get(seg, "") or ("small" if size <= R.SMALL_SIZE else "large")
-        layout.blocks.setdefault(seg, [])
-        insort(layout.blocks[seg], a)
+        insort(layout.blocks.setdefault(seg, []), a)
         live[a] = (size, req, seg, pool)
-        emit(t0, "alloc", a, size, req, seg, stream, pool, -1)
+        out.emit(t0, "alloc", a, size, req, seg, stream, pool, -1)
+    return live
 
-    # 2. the recorded events
-    for e in entries:
-        act = e["action"]
-        a = int(e["addr"])
-        size = int(e["size"])
-        stream = int(e.get("stream", 0))
-        t = int(e.get("time_us", 0)) * 1000 + offset
-        stack = interner.intern(_frames(e))
-        if act == "segment_alloc":
-            pool = seg_type.get(a, "") or ("small" if size == R.SMALL_BUFFER else "large")
-            layout.add_range(a, a + size, a, False)
-            emit(t, act, a, size, size, a, stream, pool, stack)
-        elif act == "segment_free":
-            layout.drop_range(a, a + size)
-            emit(t, act, a, size, size, a, stream, seg_type.get(a, ""), stack)
-        elif act in ("segment_map", "segment_unmap"):
-            hit = layout.find(a - 1) if act == "segment_map" else layout.find(a)
-            seg = hit[2] if hit else a
-            if act == "segment_map":
-                layout.add_range(a, a + size, seg, True)
-            emit(t, act, a, size, size, seg, stream, seg_type.get(seg, ""), stack)
-        elif act == "alloc":
-            small = R.round_size(size) <= R.SMALL_SIZE
-            bsize, seg = layout.block_size(a, size, small)
-            pool = "small" if small else "large"
-            live[a] = (bsize, size, seg, pool)
-            emit(t, act, a, bsize, size, seg, stream, pool, stack)
-        elif act in ("free_requested", "free_completed"):
-            bsize, req, seg, pool = live.get(a, (R.round_size(size), size, 0, ""))
-            if act == "free_completed":
-                live.pop(a, None)
-                layout.release(a, seg)
-            emit(t, act, a, bsize, req, seg, stream, pool, stack)
-        elif act == "oom":
-            # PyTorch stores the device's free bytes in ``addr`` for an oom entry
-            emit(t, act, int(e.get("device_free", a)), size, size, 0, stream, "", stack)
-    return rows
+
+def _segment_event(e: dict, t: int, stack: int, seg_type: dict[int, str], layout: _Layout,
+                   out: _Rows) -> None:
+    """A segment_alloc / segment_free / segment_map / segment_unmap of the history."""
+    act, a, size, stream = e["action"], int(e["addr"]), int(e["size"]), int(e.get("stream", 0))
+    if act == "segment_alloc":
+        pool = seg_type.get(a, "") or ("small" if size == R.SMALL_BUFFER else "large")
+        layout.add_range(a, a + size, a, False)
+        out.emit(t, act, a, size, size, a, stream, pool, stack)
+    elif act == "segment_free":
+        layout.drop_range(a, a + size)
+        out.emit(t, act, a, size, size, a, stream, seg_type.get(a, ""), stack)
+    else:  # map / unmap: the mapped range belongs to the expandable segment it extends
+        hit = layout.find(a - 1) if act == "segment_map" else layout.find(a)
+        seg = hit[2] if hit else a
+        if act == "segment_map":
+            layout.add_range(a, a + size, seg, True)
+        out.emit(t, act, a, size, size, seg, stream, seg_type.get(seg, ""), stack)
+
+
+def _block_event(e: dict, t: int, stack: int, layout: _Layout,
+                 live: dict[int, tuple[int, int, int, str]], out: _Rows) -> None:
+    """An alloc / free_requested / free_completed / oom of the history."""
+    act, a, size, stream = e["action"], int(e["addr"]), int(e["size"]), int(e.get("stream", 0))
+    if act == "alloc":
+        small = R.round_size(size) <= R.SMALL_SIZE
+        bsize, seg = layout.block_size(a, size, small)
+        pool = "small" if small else "large"
+        live[a] = (bsize, size, seg, pool)
+        out.emit(t, act, a, bsize, size, seg, stream, pool, stack)
+    elif act in ("free_requested", "free_completed"):
+        bsize, req, seg, pool = live.get(a, (R.round_size(size), size, 0, ""))
+        if act == "free_completed":
+            live.pop(a, None)
+            layout.release(a, seg)
+        out.emit(t, act, a, bsize, req, seg, stream, pool, stack)
+    elif act == "oom":
+        # PyTorch stores the device's free bytes in ``addr`` for an oom entry
+        out.emit(t, act, int(e.get("device_free", a)), size, size, 0, stream, "", stack)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_right
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -64,9 +65,38 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     the GPU, driver and libraries, and ``batches`` also holds ``dispatch_s`` (host time of the
     launch) beside the GPU's ``start_s``/``end_s``.
     """
-    from .engines import CudaBackend, gpu_available, measure
     policy = policy or Policy()
-    engines = _engines(engines)
+    setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
+    specs = _measure(setup, policy, measure_repeats)
+    served = _serve(setup, policy, specs, lead_s, drain_s, metrics)
+    return _result(setup, policy, specs, served)
+
+
+@dataclass
+class _Setup:
+    """What serving needs, checked: the engines by name, the workload, the backend's lanes."""
+
+    engines: list[Any]
+    names: list[str]
+    workload: Workload
+    backend: Any
+    lanes: list[Any]
+
+
+@dataclass
+class _Served:
+    """What the serving loop recorded: one row per batch, the ids served, the dispatcher."""
+
+    records: list[tuple]      # (model, stream, start_s, end_s, size, dispatch_s)
+    served: list[int]
+    dispatcher: Dispatcher
+    loop_lag: list[float]     # seconds the loop admitted each arrival batch late
+
+
+def _setup(engines: list[Any], workload: Workload | Sequence, policy: Policy,
+           duration_s: float | None, seed: int, backend: Any) -> _Setup:
+    """Check the arguments, make the workload and the backend (a GPU's unless one is given)."""
+    from .engines import CudaBackend, gpu_available
     if not isinstance(workload, Workload):
         if duration_s is None:
             raise ValueError("pass duration_s with a list of sources")
@@ -74,31 +104,44 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     if backend is None:
         ok, why = gpu_available()
         if not ok:
-            raise RuntimeError(f"no GPU to run on: {why}. Use hookmagic.sched.simulate(...) instead.")
+            raise RuntimeError(f"no GPU to run on: {why}. "
+                               "Use hookmagic.sched.simulate(...) instead.")
         backend = CudaBackend()
-    by_name = {e.name: e for e in engines}
     names = [e.name for e in engines]
     policy.check_models(names)  # a misspelt per-model name is an error, before any setup
-    missing = set(workload.models) - set(by_name)
+    missing = set(workload.models) - set(names)
     if missing:
         raise ValueError(f"no engine for models {sorted(missing)}")
+    return _Setup(engines, names, workload, backend, backend.lanes(policy.streams))
 
-    lanes = backend.lanes(policy.streams)
-    caps = {n: max(policy.batching_for(n).max_batch,
-                   (policy.adaptive_for(n).max_batch if policy.adaptive_for(n) else 1))
-            for n in names}
+
+def _measure(setup: _Setup, policy: Policy, repeats: int) -> list[ModelSpec]:
+    """Each engine's latency table (measured now for an engine without a ``spec``), after
+    which every engine is set up for the largest batch the policy may ask of it."""
+    from .engines import measure
+    backend, lanes = setup.backend, setup.lanes
     specs: list[ModelSpec] = []
-    for e in engines:
-        cap = min(caps[e.name], e.max_batch)
+    for e in setup.engines:
+        adaptive = policy.adaptive_for(e.name)
+        wanted = max(policy.batching_for(e.name).max_batch, adaptive.max_batch if adaptive else 1)
+        cap = min(wanted, e.max_batch)
         if getattr(e, "spec", None) is None:
-            table = measure(e, backend, range(1, cap + 1), repeats=measure_repeats, lanes=lanes)
+            table = measure(e, backend, range(1, cap + 1), repeats=repeats, lanes=lanes)
             e.spec = ModelSpec.from_sweep(table, name=e.name, max_batch=e.max_batch)
         e.setup(backend, lanes, max_batch=cap)
         specs.append(e.spec)
     backend.synchronize()
     if hasattr(backend, "sync_reference"):
         backend.sync_reference()
+    return specs
 
+
+def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
+           drain_s: float, metrics: Any = None) -> _Served:
+    """The control loop: replay arrivals against the wall clock, launch what the dispatcher
+    offers, poll completions; then wait for what still runs and close the backend."""
+    backend, lanes, names, workload = setup.backend, setup.lanes, setup.names, setup.workload
+    by_name = {e.name: e for e in setup.engines}
     arrays = workload.arrays(names)
     d = Dispatcher(policy, specs, arrays)
     arr = arrays["arrival"].tolist()
@@ -107,31 +150,33 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     order = sorted(range(S), key=lambda s: (policy.streams[s].priority, s))
     homogeneous = all(st.models is None for st in policy.streams)
     inflight: list[Any] = [None] * S
-    records: list[tuple] = []
-    served: list[int] = []
+    out = _Served([], [], d, [])
     p = 0
     stop_at = workload.duration_s + drain_s
     t0 = time.perf_counter() + lead_s
-    loop_lag = []
     yield_gil = getattr(backend, "kind", "") == "threads"
+
+    def record(s: int, job: tuple) -> tuple[float, float]:
+        handle, m, ids, disp = job
+        start, end = handle.times()
+        out.records.append((m, s, start - t0, end - t0, len(ids), disp))
+        out.served.extend(ids)
+        if metrics is not None:
+            metrics.observe_batch(names[m], end - start, len(ids))
+        return start - t0, end - t0
+
     while True:
         now = time.perf_counter() - t0
         # 1. completions
         for s in range(S):
             job = inflight[s]
             if job is not None and job[0].done():
-                handle, m, ids, disp = job
-                start, end = handle.times()
-                d.finished(m, start - t0, end - t0)
-                records.append((m, s, start - t0, end - t0, len(ids), disp))
-                if metrics is not None:
-                    metrics.observe_batch(names[m], end - start, len(ids))
-                served.extend(ids)
+                d.finished(job[1], *record(s, job))
                 inflight[s] = None
         # 2. arrivals that are due
         if p < n and arr[p] <= now:
             q = bisect_right(arr, now, p)
-            loop_lag.append(now - arr[p])
+            out.loop_lag.append(now - arr[p])
             d.admit_range(p, q)
             p = q
         # 3. one offer per free stream
@@ -169,27 +214,29 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     for s in range(S):
         job = inflight[s]
         if job is not None:
-            handle, m, ids, disp = job
-            while not handle.done():
+            while not job[0].done():
                 time.sleep(1e-4)
-            start, end = handle.times()
-            records.append((m, s, start - t0, end - t0, len(ids), disp))
-            if metrics is not None:
-                metrics.observe_batch(names[m], end - start, len(ids))
-            served.extend(ids)
+            record(s, job)
     backend.synchronize()
     if hasattr(backend, "close"):
         backend.close()
+    return out
 
-    rec = np.array(records, dtype=float).reshape(-1, 6)
+
+def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served) -> RunResult:
+    """The records as the simulator's tables, with the run's meta (backend, GPU, specs)."""
+    workload, names, d = setup.workload, setup.names, out.dispatcher
+    rec = np.array(out.records, dtype=float).reshape(-1, 6)
     req, bat = assemble(workload.requests, names, d.status, d.drop_s,
                         rec[:, 0].astype(np.int64), rec[:, 1].astype(np.int64), rec[:, 2],
-                        rec[:, 3], rec[:, 4].astype(np.int64), np.asarray(served, dtype=np.int64))
+                        rec[:, 3], rec[:, 4].astype(np.int64),
+                        np.asarray(out.served, dtype=np.int64))
     bat["dispatch_s"] = rec[:, 5]
+    lag = out.loop_lag
     meta = {"duration_s": workload.duration_s, "policy": repr(policy), "models": names,
             "seed": workload.seed, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "arrival_lag_p99_ms": float(np.percentile(loop_lag, 99) * 1e3) if loop_lag else 0.0,
+            "arrival_lag_p99_ms": float(np.percentile(lag, 99) * 1e3) if lag else 0.0,
             "specs": {s.name: {"batch_sizes": list(s.batch_sizes), "latency_ms": list(s.latency_ms),
                                "service_cv": s.service_cv} for s in specs}}
-    meta.update(backend.describe())
+    meta.update(setup.backend.describe())
     return RunResult(req, bat, meta)

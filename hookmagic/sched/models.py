@@ -15,9 +15,13 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common import checks
+from hookmagic.common.limits import MAX_BATCH_SIZE
 from hookmagic.common.errors import InvalidArgument
 
-__all__ = ["ModelSpec", "specs_from_sweep"]
+__all__ = ["ModelSpec", "specs_from_sweep", "MAX_BATCH"]
+
+#: the largest batch size any scheduler object accepts (engines index latency tables by size)
+MAX_BATCH = MAX_BATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class ModelSpec:
             raise InvalidArgument("batch_sizes and latency_ms must be sequences of numbers") from None
         if not raw_sizes or len(raw_sizes) != len(raw_lat):
             raise InvalidArgument("batch_sizes and latency_ms must be non-empty and of equal length")
-        sizes = tuple(checks.integer(f"{self.name}: batch size", b, minimum=1) for b in raw_sizes)
+        sizes = tuple(checks.integer(f"{self.name}: batch size", b, minimum=1, maximum=MAX_BATCH)
+                      for b in raw_sizes)
         # a NaN latency would hang the general engine and give garbage from the fast path
         lat = tuple(checks.number(f"{self.name}: latency_ms at batch {b}", x, positive=True)
                     for b, x in zip(sizes, raw_lat))
@@ -87,7 +92,8 @@ class ModelSpec:
         object.__setattr__(self, "service_cv",
                            checks.number(f"{self.name}: service_cv", self.service_cv,
                                          non_negative=True))
-        max_batch = checks.integer(f"{self.name}: max_batch", self.max_batch, minimum=0)
+        max_batch = checks.integer(f"{self.name}: max_batch", self.max_batch, minimum=0,
+                                   maximum=MAX_BATCH)
         object.__setattr__(self, "max_batch", max_batch if max_batch > 0 else sizes[-1])
         share = self.share_slowdown
         share = tuple(float(x) for x in (share if isinstance(share, (tuple, list)) else (share,)))
@@ -108,7 +114,7 @@ class ModelSpec:
     def linear(cls, name: str, base_ms: float, per_item_ms: float, max_batch: int = 32,
                **kw: Any) -> "ModelSpec":
         """Latency ``base_ms + per_item_ms * b``: a fixed launch cost plus per-sample work."""
-        max_batch = checks.integer("max_batch", max_batch, minimum=1, maximum=1_000_000)
+        max_batch = checks.integer("max_batch", max_batch, minimum=1, maximum=MAX_BATCH)
         base_ms = checks.number("base_ms", base_ms, non_negative=True)
         per_item_ms = checks.number("per_item_ms", per_item_ms, non_negative=True)
         sizes = tuple(range(1, max_batch + 1))

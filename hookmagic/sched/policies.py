@@ -28,6 +28,8 @@ from typing import Literal, Mapping, Sequence
 from hookmagic.common import checks
 from hookmagic.common.errors import InvalidArgument
 
+from hookmagic.common.limits import MAX_BATCH_SIZE as MAX_BATCH
+
 __all__ = ["Batching", "AIMD", "QueuePolicy", "CameraFairness", "Stream", "Limit", "Policy",
            "ORDERS"]
 
@@ -49,7 +51,8 @@ class Batching:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_batch",
-                           checks.integer("Batching max_batch", self.max_batch, minimum=1))
+                           checks.integer("Batching max_batch", self.max_batch, minimum=1,
+                                          maximum=MAX_BATCH))
         object.__setattr__(self, "max_delay_ms",
                            checks.number("Batching max_delay_ms", self.max_delay_ms,
                                          non_negative=True))
@@ -86,7 +89,7 @@ class AIMD:
         object.__setattr__(self, "budget", checks.number("AIMD budget", self.budget,
                                                          positive=True))
         object.__setattr__(self, "max_batch", checks.integer("AIMD max_batch", self.max_batch,
-                                                             minimum=1))
+                                                             minimum=1, maximum=MAX_BATCH))
         object.__setattr__(self, "start", checks.integer("AIMD start", self.start, minimum=1,
                                                          maximum=self.max_batch))
         object.__setattr__(self, "step", checks.integer("AIMD step", self.step, minimum=1))

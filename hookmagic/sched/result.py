@@ -17,10 +17,6 @@ from .dispatcher import DONE, STATUS_NAMES
 
 __all__ = ["Result", "SimResult", "RunResult", "assemble", "load_result"]
 
-REQUEST_COLUMNS = ("id", "model", "priority", "camera", "source", "arrival_s", "deadline_s",
-                   "slo_ms", "status", "start_s", "end_s", "queue_ms", "compute_ms",
-                   "latency_ms", "met_slo", "batch", "batch_size", "stream")
-BATCH_COLUMNS = ("batch", "model", "stream", "start_s", "end_s", "size", "compute_ms")
 
 
 class Result:

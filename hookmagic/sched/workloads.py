@@ -142,6 +142,7 @@ class Bursty:
 
     def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         _expected("Bursty", max(self.rate_on, self.rate_off), duration_s)
+        _expected("Bursty (on/off periods)", 1.0 / (self.on_s + self.off_s), duration_s)
         out, t, on = [], 0.0, False
         while t < duration_s:
             length = rng.exponential(self.on_s if on else self.off_s)

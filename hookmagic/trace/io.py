@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from hookmagic.common import files, limits
 from hookmagic.common.accessors import register_method
 from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
-from hookmagic.trace import schema
+from hookmagic.trace import legacy, schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
 FORMAT = "hookmagic.trace"
@@ -93,6 +93,8 @@ def save(self: Trace, path: str | os.PathLike) -> str:
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read a trace written by :func:`save_trace` (``Trace.save`` or ``%%cudahook --save``).
 
+    Allocator recordings of the retired format (:mod:`hookmagic.trace.legacy`) load too.
+
     Raises :class:`TraceFileError` when the file is missing, is not a hookmagic trace, or is
     damaged.
     """
@@ -124,16 +126,12 @@ def load_trace(path: str | os.PathLike) -> Trace:
         raise
     with fh, zf:
         _check_members(zf, path)
-        manifest = _read_manifest(zf, path)
-        tables = {}
-        spent = [zf.getinfo(META_ENTRY).file_size]
-        for name, info in manifest["tables"].items():
-            if name not in schema.TABLES:
-                warnings.warn(f"{path.name}: table {name!r} is unknown to this hookmagic "
-                              "(file from a newer version?); it was left out", stacklevel=2)
-                continue
-            tables[name] = _read_table(zf, path, name, info, spent)
-    meta = manifest["meta"]
+        if legacy.is_allocator_recording(zf, path):  # the retired allocator-recording format
+            tables, meta = legacy.read_allocator_recording(zf, path, TraceFileError)
+        else:
+            tables, meta = _read_tables(zf, path)
+    if "allocator_events" in tables:
+        tables["allocator_events"] = _known_actions(tables["allocator_events"], path)
     problems = number_warnings(tables)
     if problems:
         meta = {**meta, "warnings": list(meta.get("warnings") or []) + problems}
@@ -144,6 +142,20 @@ def load_trace(path: str | os.PathLike) -> Trace:
     except (ValueError, TypeError, OverflowError) as err:   # e.g. text in a time column
         raise TraceFileError(f"{str(path)!r} is damaged: a table does not fit the trace "
                              f"schema ({err}); save the trace again from its source") from None
+
+
+def _read_tables(zf: zipfile.ZipFile, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tables and meta of a trace file (its manifest says which tables it holds)."""
+    manifest = _read_manifest(zf, path)
+    tables = {}
+    spent = [zf.getinfo(META_ENTRY).file_size]
+    for name, info in manifest["tables"].items():
+        if name not in schema.TABLES:
+            warnings.warn(f"{path.name}: table {name!r} is unknown to this hookmagic "
+                          "(file from a newer version?); it was left out", stacklevel=3)
+            continue
+        tables[name] = _read_table(zf, path, name, info, spent)
+    return tables, manifest["meta"]
 
 
 #: columns of measured times and sizes that must be finite and not negative
@@ -179,6 +191,22 @@ def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
                              f"{len(infos):,} entries (a trace has one per table)")
     limits.check(limits.MAX_BYTES, sum(i.file_size for i in infos),
                  f"trace file {str(path)!r} (sum of its members' declared sizes)")
+
+
+def _known_actions(events: Any, path: Path) -> Any:
+    """Allocator events whose action this hookmagic knows; the others (a file from a newer
+    version) are left out with a warning, as unknown tables and columns are."""
+    if "action" not in events.columns:
+        raise TraceFileError(f"{str(path)!r} is damaged: its allocator_events table has no "
+                             "action column; save the trace again from its source")
+    known = events["action"].isin(schema.ALLOCATOR_ACTIONS).to_numpy()
+    if known.all():
+        return events
+    unknown = sorted(set(events.loc[~known, "action"].astype(str)))
+    warnings.warn(f"{path.name}: allocator action(s) {unknown} are unknown to this hookmagic "
+                  f"(file from a newer version?); {int((~known).sum())} such row(s) were left "
+                  "out", stacklevel=3)
+    return events.loc[known].reset_index(drop=True)
 
 
 def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The :class:`Trace`: one capture as plain tables, whatever its source.
 
 A Trace holds one DataFrame per table of :mod:`hookmagic.trace.schema` (``kernels``, ``memcpy``,
-``memset``, ``memory``, ``sync``, ``api``, ``ranges``, ``stacks``, ``samples``) and a ``meta``
-dict. Every source (live CUPTI capture, recordings, imports) fills the same tables, so every
+``memset``, ``memory``, ``sync``, ``api``, ``ranges``, ``stacks``, ``allocator_events``,
+``samples``) and a ``meta`` dict. Every source (live CUPTI capture, recordings, imports) fills the same tables, so every
 analysis and view works on all of them.
 
 ``meta`` keys (all optional except ``format_version`` and ``status``):
@@ -33,6 +33,9 @@ analysis and view works on all of them.
 - ``dropped`` (dict of counts): records lost, e.g. ``{"activity_records": 12}``.
 - ``recorded_on`` (str): for recordings, the GPU, driver and date they were measured on, e.g.
   ``"NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"``.
+- ``description`` (str): for recordings, the workload recorded.
+- ``converted_from`` (str): set on a trace read from an older file format
+  (``"hookmagic-allocator-recording"``: see :mod:`hookmagic.trace.legacy`).
 """
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ class Trace:
     api: pd.DataFrame
     ranges: pd.DataFrame
     stacks: pd.DataFrame
+    allocator_events: pd.DataFrame
     samples: pd.DataFrame
     meta: dict[str, Any]
 

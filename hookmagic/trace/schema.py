@@ -21,6 +21,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
+
 I64, I32, U64, F64, BOOL, STR = "int64", "int32", "uint64", "float64", "bool", "str"
 
 #: table name -> ordered {column: dtype}
@@ -92,18 +94,20 @@ TABLES: dict[str, dict[str, str]] = {
         "filename": STR, "function": STR, "line": I32,
     },
     # Blocks inside segments, as caching allocators (PyTorch's, CuPy's pool) see them; the
-    # actions and columns are explained in hookmagic.memory.events.
+    # actions are ALLOCATOR_ACTIONS below. Rows are in time order; rows sharing a time_ns are
+    # in the order they happened (allocators emit several events inside one microsecond).
     "allocator_events": {
         "time_ns": I64,
-        "action": STR,               # alloc, free_requested, free_completed, segment_alloc,
-                                     # segment_free, segment_map, segment_unmap, oom
-        "address": U64, "size": I64,
-        "requested_size": I64,       # bytes the program asked for
+        "action": STR,               # one of ALLOCATOR_ACTIONS
+        "address": U64,              # block, segment or mapped-range start
+        "size": I64,                 # block / segment / mapped-range bytes
+        "requested_size": I64,       # bytes the program asked for (= size when not given)
         "segment": U64,              # base of the segment holding the block (0: unknown)
-        "stream": I64, "device": I32,
-        "pool": STR,                 # small, large, or ""
+        "stream": I64,               # allocation stream (allocators cache per stream)
+        "device": I32,
+        "pool": STR,                 # small, large, or "" (allocators without pools)
         "stack_id": I64,
-        "source": STR,               # torch, cupy
+        "source": STR,               # torch, cupy, cupti, model (a what-if replay)
     },
     "samples": {
         "time_ns": I64, "device": I32,
@@ -115,6 +119,44 @@ TABLES: dict[str, dict[str, str]] = {
 }
 
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
+
+#: The ``action`` values of ``allocator_events`` (PyTorch's memory-history names, so its traces
+#: map one to one):
+#:
+#: - ``alloc``: a block was handed to the program (``size``: block bytes after rounding,
+#:   ``requested_size``: bytes the program asked for)
+#: - ``free_requested``: the program released the block; another stream may still use it
+#: - ``free_completed``: the block went back to the allocator's free lists (ends its life)
+#: - ``segment_alloc`` / ``segment_free``: the allocator took a segment from the driver
+#:   (``cudaMalloc``) / gave it back (``cudaFree``)
+#: - ``segment_map`` / ``segment_unmap``: pages mapped into / unmapped from an expandable
+#:   segment (``cuMemMap``); ``address`` is the mapped range, ``segment`` the reserved base
+#: - ``oom``: an allocation failed (``size``: bytes asked of the driver, ``address``: bytes the
+#:   driver still had free, where known)
+ALLOCATOR_ACTIONS: tuple[str, ...] = (
+    "alloc", "free_requested", "free_completed",
+    "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+)
+
+
+class SchemaError(InvalidArgument):
+    """A table holds values its schema does not allow (e.g. an unknown allocator action)."""
+
+
+def validate(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Check the values of table ``name`` that the schema restricts; return ``frame``.
+
+    Today that is ``allocator_events.action``, which must be one of :data:`ALLOCATOR_ACTIONS`:
+    an unknown action (a typo, a newer PyTorch) raises :class:`SchemaError` rather than being
+    silently left out of every analysis. (Reading a file written by a newer hookmagic leaves
+    such rows out with a warning instead, as it does unknown tables and columns.)
+    """
+    if name == "allocator_events" and len(frame):
+        bad = set(pd.unique(frame["action"])) - set(ALLOCATOR_ACTIONS)
+        if bad:
+            raise SchemaError(f"unknown allocator action(s) {sorted(map(str, bad))}; the "
+                              f"allowed ones are {list(ALLOCATOR_ACTIONS)}")
+    return frame
 
 
 _EMPTY: dict[str, pd.DataFrame] = {}
@@ -133,19 +175,23 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
 
     ``frame`` is a DataFrame or a mapping of column name to array. Missing columns are filled
     with the column's neutral value (-1 for ids, 0 for numbers, "" for strings, False for
-    flags) so that partial sources (imports, older recordings) still produce a complete table.
+    flags; an allocator event's ``requested_size`` copies its ``size``) so that partial sources
+    (imports, older recordings) still produce a complete table. The result is checked by
+    :func:`validate`.
     Extra columns are kept after the schema's columns. A DataFrame that already conforms is
     returned as it is: this runs on every table of every trace, so it must cost nothing then.
     """
     columns = TABLES[name]
     if isinstance(frame, pd.DataFrame) and _conforms(frame, columns):
-        return frame
+        return validate(name, frame)
     present = list(frame.columns) if isinstance(frame, pd.DataFrame) else list(frame)
     n = _length(frame, present)
     out: dict[str, Any] = {}
     for col, dtype in columns.items():
         if col not in present:
-            out[col] = _neutral(col, dtype, n)
+            fill_from = _FILLED_FROM.get((name, col))
+            out[col] = (np.asarray(frame[fill_from]).astype(dtype, copy=False)
+                        if fill_from in present else _neutral(col, dtype, n))
             continue
         values = frame[col]
         if dtype == STR:
@@ -168,7 +214,12 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
         out.update({c: pd.Series([], dtype=STR) for c, d in columns.items() if d == STR})
     # Columns from a mapping become the table's own (the capture hands over fresh arrays, so
     # copying them again would only cost time); a DataFrame's are copied, leaving it untouched.
-    return pd.DataFrame(out, index=pd.RangeIndex(n), copy=isinstance(frame, pd.DataFrame))
+    return validate(name, pd.DataFrame(out, index=pd.RangeIndex(n),
+                                       copy=isinstance(frame, pd.DataFrame)))
+
+
+#: (table, column) -> the column a missing one copies (instead of the neutral value)
+_FILLED_FROM: dict[tuple[str, str], str] = {("allocator_events", "requested_size"): "size"}
 
 
 def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:

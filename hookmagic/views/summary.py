@@ -139,7 +139,7 @@ def _headline(summary: "Summary") -> list[tuple[str, str]]:
 
 
 def _warnings(summary: "Summary") -> list[str]:
-    found = list(getattr(summary, "warnings", []) or [])
+    found = [" ".join(str(w).split()) for w in getattr(summary, "warnings", []) or []]
     lost = {k: v for k, v in summary.dropped.items() if v}
     if not lost:
         return found

@@ -25,6 +25,8 @@ std::string CuptiApi::load(const std::string& library_path) {
 #undef HM_RESOLVE
     cuptiActivityEnableHWTrace =
         reinterpret_cast<decltype(cuptiActivityEnableHWTrace)>(dlsym(h, "cuptiActivityEnableHWTrace"));
+    cuptiGetStreamIdEx =
+        reinterpret_cast<decltype(cuptiGetStreamIdEx)>(dlsym(h, "cuptiGetStreamIdEx"));
     handle = h;
     path = library_path;
     return "";

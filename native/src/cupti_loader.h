@@ -26,6 +26,8 @@ struct CuptiApi {
     HM_CUPTI_FUNCTIONS(HM_DECLARE)
     // Optional: only CUPTI 12.8+ has it, and only Blackwell GPUs accept it.
     decltype(&::cuptiActivityEnableHWTrace) cuptiActivityEnableHWTrace = nullptr;
+    // Optional: stream ids for synchronisation rows recorded from callbacks.
+    decltype(&::cuptiGetStreamIdEx) cuptiGetStreamIdEx = nullptr;
 #undef HM_DECLARE
 
     // Opens `library_path` and resolves every function; on failure returns a message and

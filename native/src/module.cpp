@@ -23,7 +23,7 @@ py::array to_numpy(std::vector<T>& column) {
     return py::array_t<T>(static_cast<py::ssize_t>(owned->size()), owned->data(), free_when_done);
 }
 
-#define HM_EXPORT_COLUMN(type, name) out[#name] = to_numpy(table.name);
+#define HM_EXPORT_COLUMN(type, name, ...) out[#name] = to_numpy(table.name);
 
 template <class Table>
 py::dict export_table(Table& table);
@@ -182,8 +182,14 @@ PYBIND11_MODULE(_native, m) {
     m.def("timestamp", [] { return Session::instance().timestamp(); },
           "Now, on CUPTI's clock (nanoseconds).");
     m.def("running", [] { return Session::instance().running(); });
-    m.def("push_range", [](int64_t id) { Session::instance().push_range(id); });
-    m.def("pop_range", [] { Session::instance().pop_range(); });
+    m.def("push_range", [](int64_t id) { hookmagic::CallbackHooks::push_range(id); });
+    m.def("pop_range", [] { hookmagic::CallbackHooks::pop_range(); });
+    m.def("set_fallback", [](int skip_innermost) {
+        Session::instance().hooks.set_fallback(skip_innermost);
+    }, py::arg("skip_innermost") = 0,
+       "Until clear_fallback(): work launched from threads with no Python frames is attributed "
+       "to this thread's stack (less skip_innermost frames) and innermost range.");
+    m.def("clear_fallback", [] { Session::instance().hooks.clear_fallback(); });
     m.def("enum_names", &enum_names);
     m.def("device_properties", &device_properties,
           "Properties of each visible GPU, if the process has already loaded the driver.");
@@ -197,37 +203,42 @@ PYBIND11_MODULE(_native, m) {
         return py::str(name);
     });
 
-    m.def("start", [](bool kernels, bool memory, bool stacks, bool api, bool nvtx, bool detach,
-                      int max_stack_depth, size_t buffer_bytes, size_t max_buffers,
-                      size_t max_table_bytes, bool activities_without_callbacks,
-                      bool callbacks, py::object boundary, std::vector<int> activity_kinds,
-                      int callback_domains, bool noop_callbacks) {
-        hookmagic::Options o;
-        o.kernels = kernels; o.memory = memory; o.stacks = stacks; o.api = api; o.nvtx = nvtx;
-        o.detach = detach; o.max_stack_depth = max_stack_depth; o.buffer_bytes = buffer_bytes;
-        o.max_buffers = max_buffers; o.max_table_bytes = max_table_bytes;
-        o.activities_without_callbacks = activities_without_callbacks;
-        o.callbacks = callbacks;
-        o.activity_kinds = std::move(activity_kinds);
-        o.callback_domains = callback_domains;
-        o.noop_callbacks = noop_callbacks;
-        o.boundary_frame = boundary.is_none() ? nullptr : boundary.ptr();
+    // The capture's options: one struct, filled from hookmagic.cupti.options.CaptureOptions
+    // (whose dataclass holds the defaults and validates them).
+    py::class_<hookmagic::CaptureOptions>(m, "CaptureOptions",
+        "What one capture records (internal: build it with hookmagic.cupti.options.CaptureOptions).")
+        .def(py::init<>())
+#define HM_OPTION(name) .def_readwrite(#name, &hookmagic::CaptureOptions::name)
+        HM_OPTION(kernels) HM_OPTION(memory) HM_OPTION(stacks) HM_OPTION(api) HM_OPTION(nvtx)
+        HM_OPTION(detach) HM_OPTION(sync_from_callbacks) HM_OPTION(activities_without_callbacks)
+        HM_OPTION(callbacks) HM_OPTION(max_stack_depth) HM_OPTION(buffer_bytes)
+        HM_OPTION(max_buffers) HM_OPTION(max_table_bytes);
+#undef HM_OPTION
+    py::class_<hookmagic::ProbeOptions>(m, "ProbeOptions",
+        "Benchmark-only switches for probe_start (benchmarks/overhead_probe.py).")
+        .def(py::init<>())
+        .def_readwrite("activity_kinds", &hookmagic::ProbeOptions::activity_kinds)
+        .def_readwrite("callback_domains", &hookmagic::ProbeOptions::callback_domains)
+        .def_readwrite("noop_callbacks", &hookmagic::ProbeOptions::noop_callbacks);
+
+    auto start = [](const hookmagic::CaptureOptions& options, py::object boundary,
+                    const hookmagic::ProbeOptions& probe) {
         auto& s = Session::instance();
-        s.start(o);
+        s.start(options, boundary.is_none() ? nullptr : boundary.ptr(), probe);
         py::dict started;
         started["callbacks"] = s.callbacks_active();
         started["subscribe_error"] = s.subscribe_error();
         started["hw_trace"] = s.hw_trace();
         return started;
-    }, py::arg("kernels") = true, py::arg("memory") = true, py::arg("stacks") = true,
-       py::arg("api") = false, py::arg("nvtx") = false, py::arg("detach") = true,
-       py::arg("max_stack_depth") = 64, py::arg("buffer_bytes") = 8u << 20,
-       py::arg("max_buffers") = 32, py::arg("max_table_bytes") = 2ull << 30,
-       py::arg("activities_without_callbacks") = false, py::arg("callbacks") = true,
-       py::arg("boundary") = py::none(), py::arg("activity_kinds") = std::vector<int>{},
-       py::arg("callback_domains") = 3, py::arg("noop_callbacks") = false,
-       "Start capturing. Returns {'callbacks': bool, 'subscribe_error': CUptiResult, 'hw_trace': bool}.\n"
-       "activity_kinds, callback_domains and noop_callbacks are for benchmarks/overhead_probe.py.");
+    };
+    m.def("start", [start](const hookmagic::CaptureOptions& options, py::object boundary) {
+        return start(options, boundary, hookmagic::ProbeOptions{});
+    }, py::arg("options"), py::arg("boundary") = py::none(),
+       "Start capturing with `options` (a CaptureOptions); stacks begin below the frame "
+       "`boundary`. Returns {'callbacks': bool, 'subscribe_error': CUptiResult, 'hw_trace': bool}.");
+    m.def("probe_start", start, py::arg("options"), py::arg("boundary") = py::none(),
+          py::arg("probe") = hookmagic::ProbeOptions{},
+          "start() with benchmark-only overrides (ProbeOptions): for the overhead probes only.");
 
     static hookmagic::NvmlSampler* sampler = new hookmagic::NvmlSampler();  // lives until exit
     m.def("nvml_start", [](double interval_s) {
@@ -254,16 +265,22 @@ PYBIND11_MODULE(_native, m) {
         auto& s = Session::instance();
         if (s.running()) throw std::runtime_error("take() while a capture is running");
         py::dict out;
-        out["kernels"] = export_table(s.kernels);
-        out["memcpy"] = export_table(s.memcpy);
-        out["memset"] = export_table(s.memset);
-        out["memory"] = export_table(s.memory);
-        out["sync"] = export_table(s.sync);
-        out["api"] = export_table(s.api);
-        out["markers"] = export_table(s.markers);
-        out["launches"] = export_table(s.launches);
-        out["vmm"] = export_table(s.vmm);
-        out["strings"] = py::cast(s.strings);
+        // Synchronisation recorded by the callbacks joins the activity records' table.
+#define HM_APPEND_SYNC(type, name, ...)                                                  \
+    s.tables.sync.name.insert(s.tables.sync.name.end(), s.hooks.sync.name.begin(),       \
+                              s.hooks.sync.name.end());
+        HM_SYNC_COLUMNS(HM_APPEND_SYNC)
+#undef HM_APPEND_SYNC
+        out["kernels"] = export_table(s.tables.kernels);
+        out["memcpy"] = export_table(s.tables.memcpy);
+        out["memset"] = export_table(s.tables.memset);
+        out["memory"] = export_table(s.tables.memory);
+        out["sync"] = export_table(s.tables.sync);
+        out["api"] = export_table(s.tables.api);
+        out["markers"] = export_table(s.tables.markers);
+        out["launches"] = export_table(s.hooks.launches);
+        out["vmm"] = export_table(s.hooks.vmm);
+        out["strings"] = py::cast(s.strings.strings);
         auto rows = s.stacks.resolve();
         py::dict st;
         st["stack_id"] = to_numpy(rows.stack_id);
@@ -278,10 +295,10 @@ PYBIND11_MODULE(_native, m) {
         counters["records"] = c.records;
         counters["dropped_cupti"] = c.dropped_cupti;
         counters["dropped_limit"] = c.dropped_limit;
-        counters["buffers_refused"] = c.buffers_refused;
+        counters["buffers_refused"] = s.buffers_refused();
         counters["buffers"] = c.buffers;
-        counters["callbacks"] = c.callbacks;
-        counters["stacks_sampled"] = c.stacks_sampled;
+        counters["callbacks"] = s.hooks.callbacks;
+        counters["stacks_sampled"] = s.hooks.stacks_sampled;
         counters["decode_s"] = c.decode_ns / 1e9;
         counters["subscribe_s"] = c.subscribe_ns / 1e9;
         counters["callbacks_s"] = c.callbacks_ns / 1e9;
@@ -289,23 +306,11 @@ PYBIND11_MODULE(_native, m) {
         counters["flush_s"] = c.flush_ns / 1e9;
         counters["detach_s"] = c.detach_ns / 1e9;
         counters["detached"] = s.detached_last();
+        // The last this-many rows of "sync" came from the synchronising API callbacks.
+        counters["sync_callback_rows"] = s.hooks.sync.rows();
+        counters["fallback_launches"] = s.hooks.fallback_launches();
         out["counters"] = counters;
         s.reset_tables();
         return out;
     }, "Move the decoded columns out as NumPy arrays (the session keeps nothing).");
-
-    // Feeds a raw activity buffer through the decoder: used by the benchmarks and tests to
-    // measure decoding on buffers built to CUPTI's layout.
-    m.def("decode_synthetic", [](py::buffer data, std::vector<size_t> offsets) {
-        auto& s = Session::instance();
-        if (s.running()) throw std::runtime_error("decode_synthetic() while a capture is running");
-        py::buffer_info info = data.request();
-        const size_t size = static_cast<size_t>(info.size * info.itemsize);
-        for (size_t off : offsets)
-            if (off + sizeof(CUpti_Activity) > size) throw std::out_of_range("record offset past the buffer");
-        py::gil_scoped_release release;
-        s.decode_synthetic(static_cast<const uint8_t*>(info.ptr), offsets);
-    }, py::arg("buffer"), py::arg("offsets"),
-       "Decode records laid out as CUPTI's activity records at `offsets` into the session's "
-       "tables (read them with take()). For tests and the decoding benchmark.");
 }

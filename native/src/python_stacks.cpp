@@ -40,10 +40,13 @@ int32_t StackInterner::intern_node(int32_t parent, int32_t frame) {
     return id;
 }
 
-int32_t StackInterner::sample() {
-    hm_frame walk[kMaxDepth];
-    const int depth = hm_walk_current_thread(boundary_, walk, max_depth_);
-    if (depth <= 0) return -1;
+int32_t StackInterner::sample(int skip_innermost) {
+    hm_frame frames[kMaxDepth];
+    int depth = hm_walk_current_thread(boundary_, frames, max_depth_);
+    if (skip_innermost < 0) skip_innermost = 0;
+    if (depth <= skip_innermost) return -1;
+    const hm_frame* walk = frames + skip_innermost;
+    depth -= skip_innermost;
     uint64_t keys[kMaxDepth];
     uint64_t whole = 0x84222325CBF29CE4ull;
     for (int i = 0; i < depth; ++i) {

@@ -20,7 +20,8 @@ public:
     // capture) are left out, so stacks begin with the user's own code. Needs the GIL.
     void begin(void* boundary_frame, int max_depth);
     // The calling thread's stack id, or -1 if it has no Python frames. Any thread, no GIL.
-    int32_t sample();
+    // `skip_innermost` leaves out that many of the innermost frames (a wrapper's own).
+    int32_t sample(int skip_innermost = 0);
     // Long-form table: one row per (stack, depth), depth 0 the outermost frame.
     struct Rows {
         std::vector<int64_t> stack_id;

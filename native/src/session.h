@@ -1,8 +1,13 @@
-// The process-wide CUPTI capture session.
+// The process-wide CUPTI capture session: CUPTI's lifecycle (subscribe, enable, flush,
+// finalize) and the wiring of its parts.
 //
 // CUPTI is global to a process (one activity registration, one callback subscriber), so
 // there is exactly one Session. Python drives it: load() once, then start()/stop() per
-// capture, take() to receive the decoded columns.
+// capture, take() to receive the decoded columns. The parts, each with a narrow interface:
+//   buffers.h    host buffers for activity records
+//   decoder.h    records -> columns, generated from tables.h
+//   string_table.h  string interning (kernel and marker names)
+//   callbacks.h  API callbacks: threads, stacks, ranges, map/unmap
 #pragma once
 
 #include <Python.h>
@@ -12,35 +17,17 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "buffers.h"
+#include "callbacks.h"
 #include "cupti_loader.h"
+#include "options.h"
 #include "python_stacks.h"
+#include "string_table.h"
 #include "tables.h"
 
 namespace hookmagic {
-
-struct Options {
-    bool kernels = true;
-    bool memory = true;       // MEMORY2 records plus virtual-memory map/unmap callbacks
-    bool stacks = true;       // Python stack at every launch, copy and allocation
-    bool api = false;         // runtime and driver API activity records
-    bool nvtx = false;        // NVTX markers (only if NVTX was routed to CUPTI)
-    bool detach = true;       // cuptiFinalize after the capture (see hookmagic.capture)
-    bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
-    bool callbacks = true;    // API callbacks at all (threads, ranges, stacks, map/unmap)
-    int max_stack_depth = 64;
-    size_t buffer_bytes = 8u << 20;
-    size_t max_buffers = 32;            // CUPTI buffers in flight at once
-    size_t max_table_bytes = 2ull << 30;  // decoded columns kept; beyond, records are dropped
-    PyObject* boundary_frame = nullptr;   // borrowed; frames at/above it are not recorded
-    // Diagnostics (benchmarks/overhead_probe.py): when not empty, exactly these activity
-    // kinds are enabled instead of the ones the switches above choose.
-    std::vector<int> activity_kinds;
-    int callback_domains = 3;     // bit 0: runtime API callbacks, bit 1: driver API callbacks
-    bool noop_callbacks = false;  // callbacks that return at once: CUPTI's own cost per call
-};
 
 // Raised when CUPTI refuses to start; `code` is the CUptiResult.
 struct CaptureError : std::runtime_error {
@@ -52,10 +39,7 @@ struct Counters {
     uint64_t records = 0;
     uint64_t dropped_cupti = 0;       // reported by cuptiActivityGetNumDroppedRecords
     uint64_t dropped_limit = 0;       // over max_table_bytes
-    uint64_t buffers_refused = 0;     // over max_buffers
     uint64_t buffers = 0;
-    uint64_t callbacks = 0;
-    uint64_t stacks_sampled = 0;
     uint64_t decode_ns = 0;
     // Where the capture's own fixed time went (steady clock).
     uint64_t subscribe_ns = 0;         // cuptiSubscribe
@@ -75,7 +59,10 @@ public:
     DriverApi& driver() { return driver_; }
     uint32_t cupti_version();
 
-    void start(const Options& options);  // throws CaptureError
+    // Starts a capture; frames at and above `boundary_frame` (borrowed, may be null) are left
+    // out of stacks. `probe` (benchmarks only) overrides what is enabled. Throws CaptureError.
+    void start(const CaptureOptions& options, PyObject* boundary_frame,
+               const ProbeOptions& probe = ProbeOptions{});
     // Disables everything, drains the buffers, finalizes CUPTI if asked to. Call without the GIL.
     void stop();
     bool running() const { return running_.load(); }
@@ -85,27 +72,15 @@ public:
     int subscribe_error() const { return static_cast<int>(subscribe_error_); }
 
     uint64_t timestamp();
-    // hookmagic.range on the calling thread; any time, capture or not.
-    void push_range(int64_t id);
-    void pop_range();
 
-    // Hand-over: moves the tables out (the session keeps nothing). Needs the GIL.
-    KernelTable kernels;
-    MemcpyTable memcpy;
-    MemsetTable memset;
-    MemoryTable memory;
-    SyncTable sync;
-    ApiTable api;
-    MarkerTable markers;
-    LaunchTable launches;
-    VmmTable vmm;
-    std::vector<std::string> strings;
+    // Hand-over: read these after stop(), then reset_tables(). Needs the GIL.
+    ActivityTables tables;
+    StringTable strings;
+    CallbackHooks hooks;
     StackInterner stacks;
     Counters counters;
+    uint64_t buffers_refused() const { return buffers_.refused(); }
     void reset_tables();
-    // Decodes records laid out as CUPTI lays them out, at the given offsets: lets tests and the
-    // decoding benchmark run the decoder on machines without a GPU.
-    void decode_synthetic(const uint8_t* buffer, const std::vector<size_t>& offsets);
 
     // Called from CUPTI's threads.
     void on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
@@ -115,18 +90,16 @@ public:
 
 private:
     Session() = default;
-    void decode(uint8_t* buffer, size_t valid);
-    void decode_record(const CUpti_Activity* record);  // caller holds tables_mu_
-    int32_t intern_string(const char* s, bool demangle);
-    void build_roles();
-    void enable_activities(std::vector<CUpti_ActivityKind>& enabled);
-    void rollback(std::vector<CUpti_ActivityKind>& enabled);
+    void decode(const uint8_t* buffer, size_t valid);
+    void enable_activities();
+    void rollback();
     void detach();
-    size_t stored_bytes() const;
 
     CuptiApi cupti_;
     DriverApi driver_;
-    Options options_;
+    BufferPool buffers_;
+    CaptureOptions options_;
+    ProbeOptions probe_;
     std::atomic<bool> running_{false};
     std::atomic<bool> finalize_pending_{false};
     std::atomic<bool> finalized_{false};
@@ -135,19 +108,7 @@ private:
     CUpti_SubscriberHandle subscriber_ = nullptr;
     CUptiResult subscribe_error_ = CUPTI_SUCCESS;
     std::vector<CUpti_ActivityKind> enabled_;
-
-    // Role of each callback id, per domain (index 0 runtime, 1 driver).
-    enum Role : uint8_t { kNone = 0, kWork = 1, kMap = 2, kUnmap = 3 };
-    std::vector<uint8_t> roles_[2];
-    std::vector<CUpti_CallbackId> hooked_[2];
-
     std::mutex tables_mu_;     // decoded tables; never held across a CUPTI call
-    std::mutex launch_mu_;     // launches and vmm rows written by callbacks
-    std::mutex buffers_mu_;    // recycled buffers
-    std::vector<uint8_t*> free_buffers_;
-    size_t buffers_out_ = 0;
-    std::unordered_map<const char*, int32_t> string_by_ptr_;
-    std::unordered_map<std::string, int32_t> string_by_text_;
 };
 
 }  // namespace hookmagic

@@ -11,7 +11,9 @@ import pytest
 
 import hookmagic
 
-torch = pytest.importorskip("torch")
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
 from tests.gpu import workloads  # noqa: E402
 
 
@@ -250,8 +252,9 @@ def test_expandable_segments_map_and_unmap():
         torch.cuda.memory._set_allocator_settings("expandable_segments:False")
 
 
+@pytest.mark.needs("cupy")
 def test_cupy_pool_totals():
-    cupy = pytest.importorskip("cupy")
+    import cupy
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()
     before = pool.total_bytes()
@@ -275,9 +278,8 @@ def test_copies_and_memsets():
     assert len(trace.memset) >= 1 or len(trace.kernels) > 0
 
 
+@pytest.mark.needs("two_gpus")
 def test_several_gpus():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two GPUs")
     with hookmagic.capture() as trace:
         for d in range(2):
             with torch.cuda.device(d):

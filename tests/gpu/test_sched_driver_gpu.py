@@ -1,10 +1,10 @@
 """The real scheduler driver on a real GPU: ``hookmagic.sched.run`` against independent references.
 
-Runs on the GPU machine only (marked ``gpu``; skipped, saying why, without PyTorch, torchvision
-or a CUDA device). Two torchvision models with random weights (resnet18, mobilenet_v3_large;
+Runs on the GPU machine only (tests/gpu/conftest.py marks it ``gpu`` and skips it, saying why,
+without PyTorch, torchvision or a CUDA device). Two torchvision models with random weights (resnet18, mobilenet_v3_large;
 fp16, channels-last, CUDA graphs, max batch 8), about 20-30 s on one H100:
 
-    python -m pytest -p no:cacheprovider -m gpu tests/test_sched_driver_gpu.py -v -s
+    python -m pytest -p no:cacheprovider tests/gpu/test_sched_driver_gpu.py -v -s
 
 Cannot hang: a watchdog thread (``faulthandler.dump_traceback_later(exit=True)``) prints every
 thread's stack and ends the process after ``HOOKMAGIC_GPU_TEST_WATCHDOG_S`` seconds (default
@@ -55,22 +55,7 @@ COMPUTE_REL, COMPUTE_ABS_MS = 0.15, 0.03
 P50_REL = 0.15
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "needs PyTorch with CUDA (torch is not installed)"
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU (torch sees none; run on the GPU machine)"
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        return "needs torchvision (the test's models are torchvision architectures)"
-    return None
-
-
-_REASON = _gpu_reason()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+pytestmark = pytest.mark.needs("torchvision")
 
 
 # -- helpers (plain functions: no torch needed to read or call them) -----------------------------

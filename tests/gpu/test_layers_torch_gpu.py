@@ -1,5 +1,5 @@
-"""Live PyTorch layer profile on a GPU. Runs on the GPU machine only (marked ``gpu``; skipped
-without CUDA); about 10-20 s on an H100.
+"""Live PyTorch layer profile on a GPU. Runs on the GPU machine only (tests/gpu/conftest.py marks
+it ``gpu`` and skips it, saying why, without CUDA); about 10-20 s on an H100.
 
 How it is checked (hookmagic/layers/torch_modules.py says how launch gaps are counted):
 * the layer sum is within 5% of the model's end-to-end latency, measured with CUDA events over
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
 
 
 def _convnet():
@@ -83,6 +83,6 @@ def test_layer_sum_within_5_percent_of_end_to_end():
         pynvml.nvmlInit()
         p.meta["driver"] = pynvml.nvmlSystemGetDriverVersion()
         p.meta["recorded"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        p.meta["how_to_rerun"] = ("HOOKMAGIC_RECORD_DIR=<dir> pytest -m gpu "
-                                  "tests/test_layers_torch_gpu.py")
+        p.meta["how_to_rerun"] = ("HOOKMAGIC_RECORD_DIR=<dir> python3 -m pytest "
+                                  "tests/gpu/test_layers_torch_gpu.py")
         p.save(Path(out) / "torch_convnet.layers.json")

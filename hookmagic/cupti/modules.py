@@ -1,0 +1,135 @@
+"""Module paths in stacks: ``layer1.0.conv1 (Conv2d)`` instead of ``Module._call_impl`` frames.
+
+While a capture with stacks runs and torch is already imported, global forward hooks open a
+range (source "module") around every ``nn.Module`` call, named by the module's qualified name
+in the outermost module being called (as ``named_modules()`` names it) and its class. When the
+capture ends, :func:`module_stacks` rewrites each kernel's stack: the k-th
+``Module._call_impl`` frame becomes a frame naming the k-th enclosing module, and the
+``_wrapped_call_impl`` plumbing frames go. A stack whose frames and modules do not line up
+(hooks missed a call) is left as it was. ``CaptureOptions.module_names=False`` keeps the raw
+frames.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+MODULE_FILE = "<module>"  # filename of the frames that name modules
+_PLUMBING = {"_wrapped_call_impl"}
+_CALL = "_call_impl"
+
+
+def install() -> Callable[[], None] | None:
+    """Register the global module hooks for one capture; returns the undo, or None."""
+    torch = sys.modules.get("torch")
+    module_mod = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    if module_mod is None or not hasattr(module_mod, "register_module_forward_pre_hook"):
+        return None
+    from hookmagic.cupti.ranges import range as hm_range
+
+    local = threading.local()
+    names: dict[int, str] = {}
+
+    def pre(module: Any, args: Any) -> None:
+        try:
+            stack = getattr(local, "stack", None)
+            if stack is None:
+                stack = local.stack = []
+            key = id(module)
+            if not stack and key not in names:  # an outermost module: name its tree
+                for qualname, sub in module.named_modules(remove_duplicate=False):
+                    names.setdefault(id(sub), qualname)
+            qualname = names.get(key, "")
+            label = f"{qualname} ({type(module).__name__})" if qualname else type(module).__name__
+            r = hm_range(label)
+            r._source = "module"
+            r.__enter__()
+            stack.append((key, r))
+        except Exception:  # never disturb the user's model
+            pass
+
+    def post(module: Any, args: Any, output: Any) -> None:
+        try:
+            stack = getattr(local, "stack", None)
+            if stack and stack[-1][0] == id(module):
+                stack.pop()[1].__exit__(None, None, None)
+        except Exception:
+            pass
+
+    handles = [module_mod.register_module_forward_pre_hook(pre)]
+    try:
+        handles.append(module_mod.register_module_forward_hook(post, always_call=True))
+    except TypeError:  # older torch: no always_call (a raising forward leaves its range open)
+        handles.append(module_mod.register_module_forward_hook(post))
+
+    def uninstall() -> None:
+        for h in handles:
+            h.remove()
+        stack = getattr(local, "stack", None)
+        while stack:
+            stack.pop()[1].__exit__(None, None, None)
+
+    return uninstall
+
+
+def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
+    """Rewrite the stacks of ``tables["kernels"]`` in place to name their modules; returns how
+    many kernels got module frames."""
+    kernels, ranges, stacks = (tables.get(n) for n in ("kernels", "ranges", "stacks"))
+    if kernels is None or ranges is None or stacks is None or not len(ranges) or not len(stacks):
+        return 0
+    if "source" not in ranges or not (ranges["source"] == "module").any():
+        return 0
+    parent = dict(zip(ranges["range_id"].to_numpy().tolist(), ranges["parent_id"].to_numpy().tolist()))
+    is_module = dict(zip(ranges["range_id"].to_numpy().tolist(), (ranges["source"] == "module").tolist()))
+    label = dict(zip(ranges["range_id"].to_numpy().tolist(), ranges["name"].tolist()))
+    frames = {sid: g.sort_values("depth") for sid, g in stacks.groupby("stack_id", sort=False)}
+    next_id = int(stacks["stack_id"].max()) + 1
+    made: dict[tuple[int, int], int] = {}
+    new_rows = []
+    changed = 0
+    ids = kernels["stack_id"].to_numpy().copy()
+    rids = kernels["range_id"].to_numpy()
+    for i, (sid, rid) in enumerate(zip(ids.tolist(), rids.tolist())):
+        if sid < 0 or rid < 0 or sid not in frames:
+            continue
+        key = (sid, rid)
+        if key not in made:
+            chain = []
+            r = rid
+            while r is not None and r >= 0 and r in parent:
+                if is_module.get(r):
+                    chain.append(label[r])
+                r = parent[r]
+            chain.reverse()  # outermost module first
+            g = frames[sid]
+            calls = int((g["function"] == _CALL).sum())
+            if not chain or calls != len(chain):
+                made[key] = sid
+            else:
+                rows, k = [], 0
+                for f in g.itertuples(index=False):
+                    if f.function in _PLUMBING:
+                        continue
+                    if f.function == _CALL:
+                        rows.append((MODULE_FILE, chain[k], 0))
+                        k += 1
+                    else:
+                        rows.append((f.filename, f.function, int(f.line)))
+                new_rows.append(pd.DataFrame({
+                    "stack_id": next_id, "depth": np.arange(len(rows), dtype=np.int32),
+                    "filename": [r[0] for r in rows], "function": [r[1] for r in rows],
+                    "line": np.array([r[2] for r in rows], dtype=np.int32)}))
+                made[key] = next_id
+                next_id += 1
+        if made[key] != sid:
+            ids[i] = made[key]
+            changed += 1
+    if new_rows:
+        tables["stacks"] = pd.concat([stacks] + new_rows, ignore_index=True).astype(stacks.dtypes.to_dict())
+        tables["kernels"] = kernels.assign(stack_id=ids.astype(kernels["stack_id"].dtype))
+    return changed

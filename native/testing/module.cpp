@@ -1,0 +1,87 @@
+// hookmagic_decoder_testing: the real CUPTI record decoder (src/decoder.h) on hand-built
+// records, for the tests and the decoding benchmark on machines without a GPU. Built from
+// native/testing/ beside the production module, never installed into the wheel.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+
+#include "checked_decode.h"
+
+namespace py = pybind11;
+
+namespace {
+
+template <class Table>
+py::dict export_table(const Table& table);
+
+#define HM_LIST_COLUMN(type, name, ...) \
+    out[#name] = py::array_t<type>(static_cast<py::ssize_t>(table.name.size()), table.name.data());
+#define HM_EXPORTER(Table, COLUMNS)                                          \
+    template <>                                                              \
+    py::dict export_table<hookmagic::Table>(const hookmagic::Table& table) { \
+        py::dict out;                                                        \
+        COLUMNS(HM_LIST_COLUMN)                                              \
+        return out;                                                          \
+    }
+HM_EXPORTER(KernelTable, HM_KERNEL_COLUMNS)
+HM_EXPORTER(MemcpyTable, HM_MEMCPY_COLUMNS)
+HM_EXPORTER(MemsetTable, HM_MEMSET_COLUMNS)
+HM_EXPORTER(MemoryTable, HM_MEMORY_COLUMNS)
+HM_EXPORTER(SyncTable, HM_SYNC_COLUMNS)
+HM_EXPORTER(ApiTable, HM_API_COLUMNS)
+HM_EXPORTER(MarkerTable, HM_MARKER_COLUMNS)
+HM_EXPORTER(LaunchTable, HM_LAUNCH_COLUMNS)
+HM_EXPORTER(VmmTable, HM_VMM_COLUMNS)
+
+}  // namespace
+
+PYBIND11_MODULE(hookmagic_decoder_testing, m) {
+    m.doc() = "The native CUPTI decoder on caller-given bytes (tests only).";
+    m.def("decode", [](py::buffer data, std::vector<uint64_t> offsets,
+                       std::vector<std::string> names) {
+        py::buffer_info info = data.request();
+        if (info.ndim != 1 || info.itemsize != 1)
+            throw py::value_error("decode() needs a flat buffer of bytes");
+        const auto* bytes = static_cast<const uint8_t*>(info.ptr);
+        const size_t size = static_cast<size_t>(info.size);
+        hookmagic::ActivityTables tables;
+        hookmagic::StringTable strings;
+        hookmagic::CheckedDecodeCounts counts;
+        std::string error;
+        bool ok;
+        const auto t0 = std::chrono::steady_clock::now();
+        {
+            py::gil_scoped_release release;
+            ok = hookmagic::decode_checked(bytes, size, offsets, names, tables, strings, counts,
+                                           error);
+        }
+        const double decode_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!ok) throw py::value_error(error);
+        py::dict out;
+        out["kernels"] = export_table(tables.kernels);
+        out["memcpy"] = export_table(tables.memcpy);
+        out["memset"] = export_table(tables.memset);
+        out["memory"] = export_table(tables.memory);
+        out["sync"] = export_table(tables.sync);
+        out["api"] = export_table(tables.api);
+        out["markers"] = export_table(tables.markers);
+        out["launches"] = export_table(hookmagic::LaunchTable{});  // no callbacks here
+        out["vmm"] = export_table(hookmagic::VmmTable{});
+        out["strings"] = py::cast(strings.strings);
+        py::dict c;
+        c["decoded"] = counts.decoded;
+        c["skipped"] = counts.skipped;
+        c["too_short"] = counts.too_short;
+        c["bad_string"] = counts.bad_string;
+        c["decode_s"] = decode_s;
+        out["counts"] = c;
+        return out;
+    }, py::arg("data"), py::arg("offsets"), py::arg("names") = std::vector<std::string>{},
+       "Decode the records at `offsets` in `data` (bytes in CUPTI's record layout). String "
+       "fields are 1-based indices into `names` (0: none). Returns the tables as NumPy columns (as _native.take() does), the "
+       "interned strings and counts of decoded/skipped/too_short/bad_string records; raises "
+       "ValueError (decoding nothing) if an offset leaves no record inside the buffer.");
+}
