@@ -1,6 +1,6 @@
 """Record a real torch.profiler (Kineto) trace for the importer's tests and the views.
 
-    python benchmarks/make_kineto_sample.py --out tests/data/kineto_resnet18.json.gz
+    python benchmarks/make_kineto_sample.py --out hookmagic/data/recordings/kineto_resnet18.json.gz
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="tests/data/kineto_resnet18.json.gz")
+    parser.add_argument("--out", default="hookmagic/data/recordings/kineto_resnet18.json.gz")
     args = parser.parse_args()
     import torch
     import torchvision

@@ -3,6 +3,8 @@
     hookmagic trt summary --profile P --layers L [--times T] [--top N] [--json] [--max-ms MS]
     hookmagic trt compare --profile P1 --layers L1 --profile P2 --layers L2 [--name A --name B] [--json]
     hookmagic demo [--out DIR]
+    hookmagic kernels check [--arch sm_90 ...] [--json] | hookmagic kernels list
+    hookmagic report TRACE [-o report.html]
 
 Each subcommand group is one ``register_<group>(subparsers)`` function listed in
 ``REGISTRARS``; a new group (e.g. ``demo``) is a new function and one line there. Commands only
@@ -124,7 +126,12 @@ def _load_many(args: argparse.Namespace) -> list:
             raise _Usage(f"give --{key} once per engine ({exports}), or not at all")
     if lists["name"] and len(lists["name"]) != n:
         raise _Usage(f"give --name once per engine ({n}), or not at all")
-    names = lists["name"] or [None] * n
+    if lists["name"]:
+        names = lists["name"]
+    else:   # by file name, with enough folders to tell engines apart (fp16/resnet, fp32/resnet)
+        from hookmagic.layers.trtexec import engine_labels
+
+        names = engine_labels(lists["profile"] or lists["layers"]) + [None] * len(lists["load"])
     out = []
     for i in range(exports):
         out.append(_load_one(*(lists[k][i] if lists[k] else None for k in ("profile", "layers", "times")),
@@ -151,6 +158,8 @@ def _trt_summary(args: argparse.Namespace) -> int:
         lat = f", end-to-end {p.latency_ms:.3f} ms" if p.latency_ms is not None else ""
         print(f"{s['name']}: {s['layers']} layers, layer sum {s['total_ms']:.3f} ms{lat}; "
               f"weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
+        if s["device"]:
+            print(f"device: {s['device']}")
         for w in s["warnings"]:
             print(f"warning: {w}")
         _print_table(f"slowest {args.top} layers", parts["top"][["order", "name", "type", "precision",
@@ -218,6 +227,39 @@ def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- report -------------------------------------------------------------------------------
+
+def register_report(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic report TRACE -o report.html``: one offline HTML page to share a profile."""
+    r = subparsers.add_parser(
+        "report", help="write a standalone, offline HTML report of a saved trace",
+        description="Write the report of TRACE (a .hmtrace saved by Trace.save or %%cudahook "
+                    "--save, or a torch.profiler / Kineto Chrome-trace JSON, optionally .gz): "
+                    "summary, flame graph, timeline, diagnosis, kernels and memory, in one HTML "
+                    "file that opens in any browser with no network and no Python.")
+    r.add_argument("trace", metavar="TRACE", help="a .hmtrace file or a torch.profiler JSON")
+    r.add_argument("-o", "--out", default=None, metavar="HTML",
+                   help="the page to write (default: TRACE's name with .html, in this folder)")
+    r.add_argument("--title", default=None, help="the page's title (default: the trace's label)")
+    r.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hookmagic.facades import load
+    from hookmagic.views.report import report_page
+
+    trace = load(args.trace)
+    name = Path(args.trace).name
+    for suffix in (".gz", ".json", ".hmtrace"):
+        name = name.removesuffix(suffix)
+    out = Path(args.out) if args.out else Path(name + ".html")
+    out.write_text(report_page(trace, title=args.title), encoding="utf-8")
+    print(out)
+    return EXIT_OK
+
+
 # ---- plumbing -----------------------------------------------------------------------------
 
 class _Usage(Exception):
@@ -237,6 +279,7 @@ def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None
 
 #: one registrar per subcommand group; add yours here
 REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [register_trt, register_demo]
+REGISTRARS.append(register_report)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,6 +335,65 @@ def _print_table(title: str, frame: pd.DataFrame) -> None:
             shown[col] = shown[col].map(lambda v: v if not isinstance(v, str) or len(v) <= 70
                                         else v[:69] + "…")
     print(shown.to_string(index=False, float_format=lambda v: "nan" if math.isnan(v) else f"{v:.4f}"))
+
+
+# ---- kernels ------------------------------------------------------------------------------
+
+def register_kernels(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic kernels check|list``: the NVRTC-compiled kernel library (no GPU needed)."""
+    k = subparsers.add_parser("kernels", help="hookmagic's CUDA kernel library (compile checks, list)")
+    sub = k.add_subparsers(dest="kernels_command", metavar="{check,list}", required=True)
+    c = sub.add_parser("check", help="compile every kernel with NVRTC and print registers, smem, spills",
+                       description="Compile every kernels/*.cu for each --arch with NVRTC (no GPU needed); "
+                                   "exit 1 on a compile error or on spills a kernel does not declare.")
+    c.add_argument("--arch", action="append", metavar="ARCH",
+                   help="target, e.g. sm_80, sm_87, sm_90, sm_90a (repeatable; default: all four)")
+    c.add_argument("--no-cache", action="store_true", help="compile afresh instead of using the cubin cache")
+    c.add_argument("--json", action="store_true", help="print the table as JSON records")
+    c.set_defaults(func=_kernels_check)
+    ls = sub.add_parser("list", help="every kernel with its variants and dtypes")
+    ls.add_argument("--json", action="store_true", help="print the table as JSON records")
+    ls.set_defaults(func=_kernels_list)
+
+
+def _kernels_check(args: argparse.Namespace) -> int:
+    from hookmagic.common.errors import HookmagicError
+    from hookmagic.kernels import CI_ARCHS, check
+
+    frames = []
+    for arch in args.arch or CI_ARCHS:
+        try:
+            frames.append(check(arch, use_cache=not args.no_cache))
+        except HookmagicError as exc:
+            print(f"hookmagic: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    table = pd.concat(frames, ignore_index=True)
+    cols = ["arch", "kernel", "registers", "smem_bytes", "stack_bytes", "spill_store_bytes",
+            "spill_load_bytes", "spills_expected", "ok"]
+    if args.json:
+        print(json.dumps(_records(table[cols + ["family", "nvrtc"]])))
+    else:
+        _print_table(f"NVRTC {table['nvrtc'].iloc[0] if len(table) else '?'}: {len(table)} kernel builds", table[cols])
+    bad = table[~table["ok"]]
+    if len(bad):
+        print(f"hookmagic: error: undeclared spills in {', '.join(bad['arch'] + ':' + bad['kernel'])}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _kernels_list(args: argparse.Namespace) -> int:
+    from hookmagic.kernels import available
+
+    table = available()
+    if args.json:
+        print(json.dumps(_records(table)))
+    else:
+        _print_table("hookmagic.kernels", table)
+    return EXIT_OK
+
+
+REGISTRARS.append(register_kernels)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,8 @@
 """``hookmagic demo``: execute the tour notebook on the bundled recordings and render it to HTML.
 
 Needs no GPU and no network. The tour is found in the source checkout that hookmagic is
-imported from (``pip install -e .`` keeps ``notebooks/`` beside the package); a wheel install
-has no notebooks and gets a clear error saying so.
+imported from (``pip install -e .`` keeps ``notebooks/`` beside the package), or in the wheel,
+which ships it as package data (``hookmagic/data/notebooks/00_tour.ipynb``).
 
 In the kernel that runs the tour, Plotly's renderer is ``plotly_mimetype+notebook`` (through
 plotly's own ``PLOTLY_RENDERER`` variable): every figure then also carries HTML, and plotly.js
@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hookmagic.common.errors import HookmagicError
+from hookmagic.common.progress import bar
+
 if TYPE_CHECKING:
     from traitlets.config import Config
 
@@ -26,7 +29,7 @@ TOUR = "00_tour.ipynb"
 HTML_RENDERER = "plotly_mimetype+notebook"
 
 
-class DemoError(RuntimeError):
+class DemoError(HookmagicError, RuntimeError):
     """The demo cannot be built (no notebook found, or a cell failed)."""
 
 
@@ -38,15 +41,17 @@ class DemoResult:
 
 
 def find_tour() -> Path:
-    """``notebooks/00_tour.ipynb`` of the source checkout hookmagic is imported from."""
+    """The tour notebook: ``notebooks/00_tour.ipynb`` of the source checkout hookmagic is
+    imported from (``pip install -e .``), else the copy a wheel ships in
+    ``hookmagic/data/notebooks/``."""
     import hookmagic
 
-    checkout = Path(hookmagic.__file__).resolve().parent.parent
-    tour = checkout / "notebooks" / TOUR
-    if not tour.is_file():
-        raise DemoError(f"the tour notebook is not at {tour}: `hookmagic demo` runs from a source "
-                        "checkout (git clone, then `pip install -e .`)")
-    return tour
+    package = Path(hookmagic.__file__).resolve().parent
+    for tour in (package.parent / "notebooks" / TOUR, package / "data" / "notebooks" / TOUR):
+        if tour.is_file():
+            return tour
+    raise DemoError(f"the tour notebook is in neither {package.parent / 'notebooks'} nor "
+                    f"{package / 'data' / 'notebooks'}: reinstall hookmagic (pip install hookmagic)")
 
 
 def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 600) -> DemoResult:
@@ -54,7 +59,8 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
     import nbclient
     import nbformat
     from nbclient.exceptions import CellExecutionError
-    from nbconvert import HTMLExporter
+
+    from hookmagic.views.offline import notebook_html
 
     tour = find_tour()
     out = Path(out_dir).expanduser().resolve()
@@ -65,16 +71,18 @@ def build_demo(out_dir: str | os.PathLike = "hookmagic-demo", timeout_s: int = 6
         client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                                          config=_kernel_config(sockets),
                                          resources={"metadata": {"path": str(tour.parent)}})
-        try:
-            # the tour reads ../tests/data, so it runs from notebooks/ as it does in JupyterLab
-            client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
-        except CellExecutionError as err:
-            raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
+        cells = sum(c.cell_type == "code" for c in nb.cells)
+        with bar(desc=f"running {tour.name}", total=cells, unit="cell") as shown:
+            client.on_cell_executed = lambda **_: shown.update(1)
+            try:
+                # the tour runs from its own folder, as it does in JupyterLab
+                client.execute(env={**os.environ, "PLOTLY_RENDERER": HTML_RENDERER})
+            except CellExecutionError as err:
+                raise DemoError(f"a cell of {tour.name} failed:\n{err}") from None
     seconds = time.perf_counter() - started
     notebook = out / TOUR
     nbformat.write(nb, notebook)
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(
-        nb, resources={"metadata": {"name": "hookmagic tour"}})
+    body = notebook_html(nb, title="hookmagic tour")    # no CDN: widgets render offline
     html = out / (Path(TOUR).stem + ".html")
     html.write_text(body, encoding="utf-8")
     return DemoResult(html=html, notebook=notebook, seconds=seconds)

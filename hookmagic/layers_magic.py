@@ -85,7 +85,7 @@ class TrtProfileMagics(Magics):
                 from hookmagic.views.layers_explorer import explore
                 display(explore(profile, n=max(args.top, 20)))
             else:
-                display(profile)
+                display(profile.summary_bundle(top=args.top), raw=True)
         return profile if args.return_profile else None
 
     # -- wiring ----------------------------------------------------------------------------

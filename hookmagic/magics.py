@@ -114,8 +114,15 @@ class CudaHookMagics(Magics, Configurable):
             self.shell.user_ns[args.var] = trace
         if not quiet:
             from IPython.display import display
-            display(_report(trace) if report and trace.status != "unavailable"
-                    else trace.summary())
+
+            from hookmagic.views.outside import in_notebook_frontend, show_panel
+            if report and trace.status != "unavailable" and not in_notebook_frontend():
+                # terminal IPython: the summary, and the report as an offline HTML file
+                show_panel(lambda: _report(trace, lazy=False), text=str(trace.summary()),
+                           title=f"hookmagic report: {trace.meta.get('label', '')}")
+            else:
+                display(_report(trace) if report and trace.status != "unavailable"
+                        else trace.summary())
         if save:
             try:
                 trace.save(save)
@@ -200,11 +207,11 @@ def _cell_number(shell: Any) -> int:
     return int(shell.execution_count)   # run outside a cell (e.g. run_cell_magic from code)
 
 
-def _report(trace: Any) -> Any:
+def _report(trace: Any, lazy: bool | None = None) -> Any:
     """The report widget (its text/plain is the summary), or the summary if it cannot be made."""
     try:
         from hookmagic.views.report import report_widget
-        return report_widget(trace)
+        return report_widget(trace, lazy=lazy)
     except Exception as err:  # e.g. ipywidgets missing: never lose the summary over it
         warnings.warn(f"hookmagic: showing the plain summary, the report failed: {err!r}",
                       RuntimeWarning, stacklevel=2)

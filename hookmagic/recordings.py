@@ -17,6 +17,9 @@ from hookmagic.trace import Trace
 
 FOLDER = Path(__file__).parent / "data" / "recordings"
 SUFFIX = ".hmtrace"
+#: a real torch.profiler (Kineto) trace of ResNet-18 inference, for ``hookmagic.load``
+#: (``python benchmarks/make_kineto_sample.py`` re-records it)
+KINETO_SAMPLE = FOLDER / "kineto_resnet18.json.gz"
 
 
 def available() -> list[str]:

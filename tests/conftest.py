@@ -1,5 +1,12 @@
-"""Shared fixtures; the synthetic data they hand out is made in tests/synthetic.py."""
+"""Shared fixtures; the synthetic data they hand out is made in tests/synthetic.py.
+
+``--strict-skips`` (used by ``.ci/run``): the run fails if any test skips other than GPU and
+TensorRT tests (marked ``gpu`` or ``tensorrt``, in ``tests/gpu/``, or a module named ``*_gpu.py``),
+so that a fresh clone runs everything it can.
+"""
 from __future__ import annotations
+
+from pathlib import PurePath
 
 import pytest
 
@@ -11,3 +18,55 @@ from tests.synthetic import synthetic_meta, synthetic_tables
 def synthetic_trace() -> Trace:
     """A small synthetic Trace with every table filled (see synthetic_tables for numbers)."""
     return Trace(synthetic_tables(), synthetic_meta())
+
+
+# ---- --strict-skips -----------------------------------------------------------------------
+
+#: markers whose tests may skip under --strict-skips (they need hardware or TensorRT)
+ALLOWED_SKIP_MARKERS = ("gpu", "tensorrt")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--strict-skips", action="store_true", default=False,
+                     help="fail the run if anything but GPU/TensorRT tests skips (CI uses it)")
+
+
+def _skip_allowed_path(path: str) -> bool:
+    p = PurePath(path.split("::")[0])
+    return "gpu" in p.parts or p.stem.endswith("_gpu")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped and not _skip_allowed_path(report.nodeid):
+        _BAD_SKIPS.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    if any(m in report.keywords for m in ALLOWED_SKIP_MARKERS) or _skip_allowed_path(report.nodeid):
+        return
+    _BAD_SKIPS.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def _skip_reason(report: pytest.BaseReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+_BAD_SKIPS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not session.config.getoption("--strict-skips") or not _BAD_SKIPS:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "--strict-skips: only GPU/TensorRT tests may skip", red=True)
+        for line in _BAD_SKIPS:
+            reporter.write_line(f"skipped: {line}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -113,6 +113,18 @@ ALL_CELLS_RAN = """() => {
 }"""
 
 
+def _dismiss_news_prompt(page) -> None:
+    """JupyterLab may ask "Would you like to get notified about official Jupyter news?" in a
+    toast that covers the notebook: answer No if it is there (settings above also say no)."""
+    toast = page.locator(".Toastify__toast", has_text="news")
+    try:
+        toast.first.wait_for(state="visible", timeout=3000)
+    except sync_api.TimeoutError:
+        return
+    toast.first.get_by_role("button", name="No").click()
+    toast.first.wait_for(state="hidden", timeout=5000)
+
+
 def test_tour_runs_in_jupyterlab_and_draws_figures_and_widgets(lab: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -124,6 +136,7 @@ def test_tour_runs_in_jupyterlab_and_draws_figures_and_widgets(lab: str) -> None
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{lab}/lab/tree/notebooks/00_tour.ipynb", wait_until="domcontentloaded")
             page.wait_for_function(KERNEL_IDLE, timeout=KERNEL_IDLE_S * 1000)
+            _dismiss_news_prompt(page)
             # start from no outputs, so everything checked below was drawn by this run
             page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
             assert page.locator(".js-plotly-plot").count() == 0
@@ -156,11 +169,13 @@ def test_tour_runs_in_jupyterlab_and_draws_figures_and_widgets(lab: str) -> None
             page.wait_for_timeout(1000)
             flame_box = report_flame.bounding_box()
             page.screenshot(path=str(SHOTS / "tour-report.png"))
+            news_left = page.locator(".Toastify__toast", has_text="news").count()
         finally:
             browser.close()
     elapsed = time.monotonic() - started
 
     assert "Error displaying widget" not in body
+    assert news_left == 0, "JupyterLab's news prompt is still covering the page"
     assert errors_shown == 0, "a cell printed an error"
     # flame (time), flame (bytes), timeline, diff, Kineto flame, and the report's flame + timeline
     assert plots >= 7, (plots, titles)

@@ -90,6 +90,24 @@ def test_module_runs_as_a_program():
     assert json.loads(r.stdout)["summary"]["layers"] == 73
 
 
+def test_summary_reads_the_metadata_beside_the_exports(capsys):
+    # the *.profile.metadata.json next to the exports names the GPU trtexec ran on
+    assert main(["trt", "summary", *_args(mobilenet_files(), ("profile", "layers")), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["device"] == "NVIDIA TITAN RTX"
+    assert main(["trt", "summary", *_args(resnet_files("fp16"), ("profile",))]) == 0
+    assert "\ndevice: NVIDIA GeForce RTX 3090\n" in capsys.readouterr().out
+
+
+def test_compare_without_names_tells_same_named_files_apart(capsys):
+    # fp32/resnet.onnx.engine.* and fp16/resnet.onnx.engine.*: both files are called "resnet"
+    argv = ["trt", "compare", *_args(resnet_files("fp32"), ("profile", "layers")),
+            *_args(resnet_files("fp16"), ("profile", "layers")), "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["engine"] for e in doc["engines"]] == ["fp32/resnet", "fp16/resnet"]
+    assert list(doc["by_type"]) == ["fp32/resnet -> fp16/resnet"]
+
+
 def test_a_subcommands_error_shows_that_subcommands_usage(capsys):
     with pytest.raises(SystemExit) as e:
         main(["trt", "compare", "--profile", "x.json"])

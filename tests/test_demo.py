@@ -3,22 +3,31 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from hookmagic import demo
 from hookmagic.cli import main
 
+SHOTS = Path(__file__).resolve().parent.parent / "test-output" / "browser"
+
 pytest.importorskip("nbconvert")
 pytest.importorskip("nbclient")
 
 
-def test_demo_writes_html_with_figures_and_plotly_js_once(tmp_path):
-    out = tmp_path / "report"
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """``hookmagic demo`` once for this module: (the finished process, the page it wrote)."""
+    out = tmp_path_factory.mktemp("demo") / "report"
     run = subprocess.run([sys.executable, "-m", "hookmagic.cli", "demo", "--out", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    html_path = out / "00_tour.html"
+    return run, out / "00_tour.html"
+
+
+def test_demo_writes_html_with_figures_and_plotly_js_once(demo_run):
+    run, html_path = demo_run
     assert run.stdout.strip() == str(html_path)
     html = html_path.read_text(encoding="utf-8")
     assert "NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22" in html
@@ -26,6 +35,8 @@ def test_demo_writes_html_with_figures_and_plotly_js_once(tmp_path):
     # plotly.js itself is embedded exactly once (no network needed to view the page)
     assert html.count("basemaps.cartocdn.com/gl/voyager-gl-style") == 1
     assert "Traceback" not in html
+    # the cells' progress (tqdm), shown because the tour takes more than a few seconds
+    assert "running 00_tour.ipynb" in run.stderr
     # the kernel talks over Unix sockets in a private folder: no TCP warning, nothing left over
     if sys.platform != "win32":
         assert "without encryption" not in run.stderr
@@ -44,3 +55,20 @@ def test_demo_without_a_checkout_says_so(tmp_path, monkeypatch, capsys):
 def test_find_tour_is_the_checkouts_notebook():
     tour = demo.find_tour()
     assert tour.name == "00_tour.ipynb" and tour.parent.name == "notebooks"
+
+
+@pytest.mark.browser
+def test_demo_page_renders_everything_with_the_network_off(demo_run):
+    from .offline_page import open_offline
+
+    _, html_path = demo_run
+    seen = open_offline(html_path, screenshot=SHOTS / "demo-offline.png")
+    assert seen.refused == [], seen.refused            # no CDN: RequireJS, MathJax, widgets
+    assert seen.errors == [], seen.errors
+    assert seen.widget_views >= 1                       # every view rendered (waited for)
+    assert seen.plots >= 7                              # the tour's figures outside the report
+    assert list(seen.tabs)[:6] == ["Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels",
+                                   "Memory"]
+    for name in ("Flame graph", "Timeline"):
+        assert seen.tabs[name]["plots"] == 1, (name, seen.tabs[name])
+    assert "Error displaying widget" not in seen.text

@@ -111,6 +111,21 @@ def test_config_trait(ip):
     assert _trtprofile(ip).iterations == 7
 
 
+def test_top_lists_that_many_slowest_layers(ip, capsys):
+    from IPython.utils.capture import capture_output
+
+    p = ip.run_line_magic("trtprofile", f"{_files(('profile', 'layers'))} -o -q")
+    slowest = p.layers.sort_values(["mean_ms", "order"], ascending=[False, True]).head(12)
+    with capture_output() as shown:
+        ip.run_line_magic("trtprofile", f"{_files(('profile', 'layers'))} --top 12")
+    (bundle,) = [o.data for o in shown.outputs]
+    assert bundle["text/html"].count("</tr>") == 1 + 12         # header + 12 layers
+    assert "slowest 12 layers" in bundle["text/plain"]
+    for name in slowest["name"]:
+        assert name[:40] in bundle["text/plain"]
+    assert "NVIDIA TITAN RTX" in bundle["text/plain"]           # from the metadata beside
+
+
 def test_quoted_paths_with_spaces(ip, tmp_path):
     """Both magics split their line with shell quoting (hookmagic.magic_args.parse_line)."""
     import shutil

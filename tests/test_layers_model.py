@@ -71,7 +71,7 @@ def test_shipped_samples_are_the_files_these_tests_read():
     for name, (folder, _) in SAMPLES.items():
         for key, path in sample_files(name).items():
             assert path.resolve() == (DATA / folder / path.name).resolve(), (name, key)
-            assert path.is_file(), (name, key)
+            assert path.is_file() and json.loads(path.read_bytes()), (name, key)
     p = load_sample("mobilenet_qat")
     assert p.meta["device"] == "NVIDIA TITAN RTX" and round(p.total_ms, 3) == 0.470
     assert (sample_files("mobilenet_qat")["profile"].parent.parent / "LICENSE-Apache-2.0.txt").is_file()

@@ -27,7 +27,7 @@ def _figure(output: widgets.Output) -> dict:
 def test_tabs_hold_summary_flame_timeline_diagnosis_kernels(resnet):
     tab = report_widget(resnet)
     assert isinstance(tab, widgets.Tab) and tab.titles == TABS
-    summary, flame, timeline, diagnosis, kernels = (slot.children[0] for slot in tab.children)
+    summary, flame, timeline, diagnosis, kernels, memory = (slot.children[0] for slot in tab.children)
     assert "1,210" in summary.value and "NVIDIA H100 80GB HBM3" in summary.value
     switch, holder = flame.children
     icicle = _figure(holder.children[0])
@@ -38,6 +38,16 @@ def test_tabs_hold_summary_flame_timeline_diagnosis_kernels(resnet):
     for finding in resnet.diagnose()["finding"]:
         assert html.escape(finding) in diagnosis.value
     assert "cudnn::bn_fw_inf_1C11_kernel_NCHW" in kernels.value and "41 more" not in kernels.value
+    # the memory tab draws reserved / allocated / requested over time from the memory table
+    mem = _figure(memory)
+    assert [d["name"] for d in mem["data"]] == ["reserved", "allocated", "requested"]
+    from hookmagic.analysis.memory import memory_over_time
+    import base64
+
+    import numpy as np
+    y = mem["data"][0]["y"]      # plotly's typed-array JSON: {"dtype": "f8", "bdata": base64}
+    reserved = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]) if isinstance(y, dict) else y
+    assert max(reserved) * 2**20 == pytest.approx(memory_over_time(resnet)["reserved"].max())
     # text/plain is the summary, so a console shows numbers rather than a widget repr
     assert tab._repr_mimebundle_()["text/plain"] == repr(resnet.summary())
     # numeric cells never wrap ("49.9 µs" split over two lines in a narrow tab)

@@ -25,6 +25,7 @@ import pandas as pd
 from hookmagic.analysis.memory import (
     alive_at, block_lifetimes, byte_deltas, end_action, events_of,
 )
+from hookmagic.common.format import iec_bytes
 from hookmagic.memory import torch_rules as R
 
 _UNRESERVED, _FREE, _ALLOCATED = 0, 1, 2
@@ -427,15 +428,20 @@ def would_fail(data, n_bytes: int, at_ns: int | None = None, device_free: int | 
     total = int(free["size"].sum()) if len(free) else 0
     if largest >= block:
         return WouldFail(False, block, True, largest, total, 0,
-                         f"fits in a cached free block of {largest} bytes")
+                         f"fits in a cached free block of {_b(largest)}")
     if device_free is None:
         return WouldFail(None, block, False, largest, total, seg_bytes,
-                         f"no cached block fits: needs a new {seg_bytes}-byte segment; "
+                         f"no cached block fits: needs a new {_b(seg_bytes)} segment; "
                          "device free memory unknown")
     releasable = int(free.loc[free["whole_segment"], "size"].sum()) if len(free) else 0
     fails = seg_bytes > device_free + releasable
-    why = (f"needs a {seg_bytes}-byte segment; device has {device_free} free"
-           f" + {releasable} releasable from the cache")
-    frag = f" although {total} bytes are free in the cache (largest block {largest})" \
+    why = (f"needs a {_b(seg_bytes)} segment; device has {_b(device_free)} free"
+           f" + {_b(releasable)} releasable from the cache")
+    frag = f" although {_b(total)} are free in the cache (largest block {_b(largest)})" \
         if fails and total >= block else ""
     return WouldFail(fails, block, False, largest, total, seg_bytes, why + frag)
+
+
+def _b(n: int) -> str:
+    """Bytes as people read them in a sentence: 2 MiB, 118.2 MiB, 512 B."""
+    return iec_bytes(n, ".4g")

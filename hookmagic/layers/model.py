@@ -230,6 +230,11 @@ class LayerProfile:
                 f"layer sum {self.total_ms:.3f} ms{self._latency_text()}{warn}>")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return self.summary_bundle(top=5)
+
+    def summary_bundle(self, top: int = 5) -> dict[str, str]:
+        """The headline numbers and the ``top`` slowest layers as a display bundle (HTML and
+        text): what ``%trtprofile --top N`` shows."""
         s = self.summary()
         head = (f"<b>{_esc(s['name'])}</b> ({_esc(s['source'])}"
                 + (f", {_esc(s['device'])}" if s["device"] else "") + ")<br>"
@@ -240,10 +245,14 @@ class LayerProfile:
         cols = ["name", "type", "precision", "mean_ms", "pct"]
         if self.layers["gap_ms"].notna().any():
             cols.append("gap_ms")
-        top = (self.layers.sort_values(["mean_ms", "order"], ascending=[False, True], kind="stable")
-               .head(5)[cols])
-        return {"text/plain": repr(self),
-                "text/html": head + top.to_html(index=False, float_format=lambda v: f"{v:.4f}")}
+        slow = (self.layers.sort_values(["mean_ms", "order"], ascending=[False, True], kind="stable")
+                .head(max(int(top), 0))[cols])
+        text = repr(self) + (f"\n{s['device']}" if s["device"] else "")
+        if len(slow):
+            text += f"\nslowest {len(slow)} layers:\n" + slow.to_string(
+                index=False, float_format=lambda v: f"{v:.4f}")
+        return {"text/plain": text,
+                "text/html": head + slow.to_html(index=False, float_format=lambda v: f"{v:.4f}")}
 
     # ---- files ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -58,7 +58,10 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
     name : str, optional
         Label for this engine (default: the file name without its export suffixes).
     meta : dict, optional
-        Extra per-engine facts (device, build options) merged into ``meta``.
+        Extra per-engine facts (device, build options) merged into ``meta``. When absent, the
+        ``<engine>.build.metadata.json`` / ``<engine>.profile.metadata.json`` files that
+        TREx's scripts write beside the exports are read if present (device name, build
+        options; see :func:`load_logged_metadata`).
 
     Layers are joined to profile records by name. NoOp layers are folded into the layer that
     produces their input; Constant layers go to ``.constants``. Raises :class:`LayerFileError`
@@ -105,7 +108,7 @@ def _from_trtexec(profile, layers, times, name, meta) -> LayerProfile:
     if nan:
         warnings.append(f"{nan} profile record(s) have a NaN/null time; they are left out of "
                         "the layer sum")
-    out_meta.update(meta or {})
+    out_meta.update(logged_metadata_beside(profile or layers) if meta is None else meta)
     out_meta["warnings"] = list(out_meta.get("warnings", [])) + warnings
     return LayerProfile(layers=make_layers(rows), meta=out_meta, times=times_df,
                         constants=pd.DataFrame(constants))
@@ -226,6 +229,36 @@ def load_logged_metadata(build: PathLike | None = None, profile: PathLike | None
         out["performance_summary"] = p.get("performance_summary", {})
     out["metadata_note"] = "scraped from trtexec's console log"
     return out
+
+
+def logged_metadata_beside(export: PathLike) -> dict[str, Any]:
+    """:func:`load_logged_metadata` of the ``*.build.metadata.json`` / ``*.profile.metadata.json``
+    files next to a trtexec export (``X.engine.profile.json`` -> ``X.engine.*.metadata.json``);
+    ``{}`` when there are none."""
+    export = Path(export)
+    stem = export.name
+    for suffix in (".json", ".profile", ".graph", ".layers", ".timing", ".times"):
+        stem = stem.removesuffix(suffix)
+    build = export.with_name(f"{stem}.build.metadata.json")
+    profile = export.with_name(f"{stem}.profile.metadata.json")
+    if not (build.is_file() or profile.is_file()):
+        return {}
+    return load_logged_metadata(build=build if build.is_file() else None,
+                                profile=profile if profile.is_file() else None)
+
+
+def engine_labels(paths: list[PathLike]) -> list[str]:
+    """Labels for engines named by their export files: the file name without export suffixes,
+    with as many parent folders as it takes to tell them apart (``fp16/resnet``,
+    ``fp32/resnet``)."""
+    parts = [Path(p).resolve().parts[:-1] + (_label(p),) for p in paths]
+    depth = 1
+    while depth < max(len(p) for p in parts):
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+        depth += 1
+    return ["/".join(p[-depth:]) for p in parts]
 
 
 # ---- one layer ----------------------------------------------------------------------------

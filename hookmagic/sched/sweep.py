@@ -17,6 +17,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.progress import progress
+
 from .models import ModelSpec
 from .policies import Batching, Policy, Stream
 from .simulator import _as_specs, service_multipliers, simulate_raw
@@ -95,7 +97,8 @@ def sweep(models: Sequence[ModelSpec] | Mapping[str, ModelSpec], workload: Workl
     mult = service_multipliers(specs, arrays["model"], seed)
     keys = list(grid)
     rows = []
-    for values in itertools.product(*(list(grid[k]) for k in keys)):
+    combos = list(itertools.product(*(list(grid[k]) for k in keys)))
+    for values in progress(combos, desc="sweep", total=len(combos), unit="policy"):
         row = dict(zip(keys, values))
         pol = policy_from_row(base, row)
         raw, used = simulate_raw(specs, arrays, mult, pol, engine)

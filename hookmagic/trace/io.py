@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from hookmagic.common import files, limits
 from hookmagic.common.accessors import register_method
 from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
+from hookmagic.common.progress import progress
 from hookmagic.trace import legacy, schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
@@ -149,7 +150,8 @@ def _read_tables(zf: zipfile.ZipFile, path: Path) -> tuple[dict[str, Any], dict[
     manifest = _read_manifest(zf, path)
     tables = {}
     spent = [zf.getinfo(META_ENTRY).file_size]
-    for name, info in manifest["tables"].items():
+    items = manifest["tables"].items()
+    for name, info in progress(items, desc=f"loading {path.name}", total=len(items), unit="table"):
         if name not in schema.TABLES:
             warnings.warn(f"{path.name}: table {name!r} is unknown to this hookmagic "
                           "(file from a newer version?); it was left out", stacklevel=3)

@@ -174,7 +174,11 @@ def diff_figure(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[
     ))
     before, after = float(d["value_a"].iloc[0]), float(d["value_b"].iloc[0])
     change = f"{100 * (after - before) / before:+.1f}%" if before else "new"
-    title = (f"Differential flame graph, {d['label'].iloc[0]}: "
+    root = str(d["label"].iloc[0])
+    side_a, _, side_b = root.partition(" → ")
+    if side_a == side_b:    # two parts of one capture: name the sides, not the label twice
+        root = f"{side_a}, before → after"
+    title = (f"Differential flame graph, {root}: "
              f"{format_weight(before, weight)} → {format_weight(after, weight)} ({change})"
              "<br><sup>width: both traces together · red: slower or new · blue: faster or "
              "gone</sup>")

@@ -50,6 +50,7 @@ def memory_timeline_figure(over_time: pd.DataFrame, by: pd.DataFrame | None = No
                                      line_shape="hv"), row=2, col=1)
     fig.update_yaxes(title_text="MiB")
     fig.update_xaxes(title_text="time since start (ms)", row=rows, col=1)
+    fig.update_xaxes(tickformat=",~f")         # 14,960, not plotly's SI "14.96k" (ms)
     fig.update_layout(title=title, height=320 * rows + 80, hovermode="x unified")
     return fig
 
@@ -72,7 +73,7 @@ def fragmentation_figure(frag: pd.DataFrame,
                              line_dash="dot"), secondary_y=True)
     fig.update_yaxes(title_text="MiB", secondary_y=False)
     fig.update_yaxes(title_text="1 - largest/free", range=[0, 1], secondary_y=True)
-    fig.update_xaxes(title_text="time since start (ms)")
+    fig.update_xaxes(title_text="time since start (ms)", tickformat=",~f")
     fig.update_layout(title=title, height=380, hovermode="x unified")
     return fig
 
@@ -82,7 +83,8 @@ def what_if_figure(table: pd.DataFrame, title: str = "what-if: replay through al
     """The what-if table: one row per model with peak reserved and the saving."""
     show = pd.DataFrame({
         "allocator": table["model"],
-        "PYTORCH_CUDA_ALLOC_CONF": table["setting"].replace("", "-"),
+        # a space after each comma lets a long setting wrap inside its cell
+        "PYTORCH_CUDA_ALLOC_CONF": table["setting"].replace("", "-").str.replace(",", ", "),
         "peak reserved (MiB)": (table["peak_reserved"] / MiB).round(1),
         "peak allocated (MiB)": (table["peak_allocated"] / MiB).round(1),
         "waste at peak": (100 * table["waste_at_peak"]).round(1).astype(str) + " %",
@@ -91,7 +93,18 @@ def what_if_figure(table: pd.DataFrame, title: str = "what-if: replay through al
         "saved": table["saved_pct"].round(1).astype(str) + " %",
     })
     fig = go.Figure(go.Table(
-        header={"values": list(show.columns), "align": "left", "fill_color": "#e8eef7"},
-        cells={"values": [show[c] for c in show.columns], "align": "left"}))
-    fig.update_layout(title=title, height=90 + 30 * len(show))
+        columnwidth=[2.2, 3.2, 1, 1, 1, 1, 1, 1],
+        header={"values": list(show.columns), "align": "left", "fill_color": "#e8eef7",
+                "height": 40},
+        cells={"values": [show[c] for c in show.columns], "align": "left", "height": 24}))
+    # a go.Table scrolls inside its figure, so the figure must be tall enough for every row,
+    # counting rows whose text wraps (long allocator names and settings)
+    fig.update_layout(title=title, height=110 + 40 + sum(24 * _lines(r) for r in show.itertuples()),
+                      margin=dict(l=10, r=10, t=60, b=10))
     return fig
+
+
+def _lines(row: tuple, chars: tuple[int, ...] = (22, 32)) -> int:
+    """Lines a what-if row needs: its two text columns wrap at about ``chars`` characters."""
+    texts = (str(row[1]), str(row[2]))
+    return max(1, *(-(-len(t) // c) for t, c in zip(texts, chars)))

@@ -1,4 +1,5 @@
-"""The tabbed report shown after ``%%cudahook``: Summary, Flame graph, Timeline, Diagnosis, Kernels.
+"""The tabbed report shown after ``%%cudahook``: Summary, Flame graph, Timeline, Diagnosis, Kernels,
+Memory.
 
 This module only draws: every number comes from :mod:`hookmagic.analysis` (the summary, the
 flame tree behind the figures, the diagnosis, the kernel summary). Figures are ``go.Figure``
@@ -21,11 +22,12 @@ import pandas as pd
 from hookmagic.common.format import duration_ns as format_ns
 from hookmagic.views.summary import summary_html, summary_text
 
-TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels")
+TABS = ("Summary", "Flame graph", "Timeline", "Diagnosis", "Kernels", "Memory")
+#: tabs holding figures: drawn when first opened if the report is lazy
+_FIGURE_TABS = ("Flame graph", "Timeline", "Memory")
 #: above this many GPU events the figure tabs are drawn when first opened, not up front
 LAZY_EVENTS = 100_000
 _WEIGHTS = {"GPU time": "time", "launches": "launches", "bytes copied": "bytes"}
-_NAME_CHARS = 90
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 _TABLE_STYLE = (
@@ -34,6 +36,10 @@ _TABLE_STYLE = (
     ".hm-table th,.hm-table td{padding:2px 8px;text-align:left;vertical-align:top;"
     "border-bottom:1px solid var(--jp-border-color2,#ddd)}"
     ".hm-table td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
+    # long names (templated kernels) wrap anywhere inside their own column, so a wide table
+    # keeps its numeric columns on one line; the wrapper scrolls sideways if it must
+    ".hm-table td.name{overflow-wrap:anywhere;word-break:break-word;min-width:24em}"
+    ".hm-scroll{overflow-x:auto;max-width:100%}"
     ".hm-sev-high{color:#b91c1c;font-weight:600}.hm-sev-medium{color:#b45309}"
     ".hm-sev-low,.hm-sev-info{color:#555}</style>"
 )
@@ -69,10 +75,11 @@ def report_widget(trace: Any, lazy: bool | None = None) -> widgets.Tab:
         lambda: _figure_box(trace.timeline()),
         lambda: widgets.HTML(diagnosis_html(trace.diagnose())),
         lambda: widgets.HTML(kernels_html(_kernel_summary(trace))),
+        lambda: _memory_panel(trace),
     ]
     if trace.status == "unavailable":   # nothing to draw: every tab says why, once
         line = widgets.HTML(summary_html(summary))
-        makers = [lambda: line] + [lambda: widgets.HTML("<i>nothing captured</i>")] * 4
+        makers = [lambda: line] + [lambda: widgets.HTML("<i>nothing captured</i>")] * (len(TABS) - 1)
     tab = ReportTab(plain_text=summary_text(summary))
     # Summary, Diagnosis and Kernels are tables and cheap; only the figures wait when lazy.
     slots: list[widgets.Box] = [widgets.VBox() for _ in TABS]
@@ -89,7 +96,7 @@ def report_widget(trace: Any, lazy: bool | None = None) -> widgets.Tab:
                 f"<pre>hookmagic: could not draw {TABS[index]}: {html.escape(repr(err))}</pre>"),)
 
     for i, name in enumerate(TABS):
-        if not (lazy and name in ("Flame graph", "Timeline")):
+        if not (lazy and name in _FIGURE_TABS):
             draw(i)
         else:
             slots[i].children = (widgets.HTML("<i>drawing…</i>"),)
@@ -124,8 +131,25 @@ def figure_bundle(fig: Any) -> dict[str, Any]:
 
     import plotly.io as pio
 
-    return {PLOTLY_MIME: json.loads(pio.to_json(fig, validate=False)),
-            "text/plain": f"<Plotly figure: {fig.layout.title.text or 'untitled'}>"}
+    bundle = {PLOTLY_MIME: json.loads(pio.to_json(fig, validate=False)),
+              "text/plain": f"<Plotly figure: {fig.layout.title.text or 'untitled'}>"}
+    if _for_html_export():
+        # the HTML widget manager of an exported page has no Plotly renderer; it draws this
+        from hookmagic.views.offline import figure_html
+
+        bundle["text/html"] = figure_html(fig)
+    return bundle
+
+
+def _for_html_export() -> bool:
+    """Whether figures should also carry HTML: under Plotly's ``notebook`` renderers (set by
+    ``hookmagic demo``, or by anyone exporting notebooks to HTML) or inside
+    :func:`hookmagic.views.offline.exporting`."""
+    import plotly.io as pio
+
+    from hookmagic.views import offline
+
+    return offline.EXPORTING.get() or "notebook" in str(pio.renderers.default).split("+")
 
 
 def _flame_panel(trace: Any) -> widgets.Widget:
@@ -139,6 +163,16 @@ def _flame_panel(trace: Any) -> widgets.Widget:
 
     weight.observe(redraw, names="value")
     return widgets.VBox([weight, holder])
+
+
+def _memory_panel(trace: Any) -> widgets.Widget:
+    """Device memory over the capture (reserved / allocated / requested), or why there is none."""
+    from hookmagic.analysis.memory import events_of, memory_over_time
+    from hookmagic.views.memory_timeline import memory_timeline_figure
+
+    if events_of(trace).empty:
+        return widgets.HTML("<i>No device allocations or frees in this capture.</i>")
+    return _figure_box(memory_timeline_figure(memory_over_time(trace)))
 
 
 def _kernel_summary(trace: Any) -> pd.DataFrame:
@@ -157,7 +191,8 @@ def diagnosis_html(findings: pd.DataFrame) -> str:
         rows.append(f'<tr><td class="hm-sev-{e(str(r.severity))}">{e(str(r.severity))}</td>'
                     f"<td>{e(str(r.finding))}</td><td>{e(str(r.evidence))}</td>"
                     f"<td>{e(str(r.advice))}</td></tr>")
-    return _TABLE_STYLE + '<table class="hm-table">' + "".join(rows) + "</table>"
+    return (_TABLE_STYLE + '<div class="hm-scroll"><table class="hm-table">' + "".join(rows)
+            + "</table></div>")
 
 
 def kernels_html(kernels: pd.DataFrame, top: int = 50) -> str:
@@ -169,13 +204,27 @@ def kernels_html(kernels: pd.DataFrame, top: int = 50) -> str:
             "<th>p99</th><th>kernel</th></tr>"]
     for r in kernels.head(top).itertuples(index=False):
         name = str(r.name)
-        short = name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 1] + "…"
         rows.append(f'<tr><td class="n">{100 * r.share:.1f}%</td>'
                     f'<td class="n">{format_ns(r.total_ns)}</td><td class="n">{r.count:,}</td>'
                     f'<td class="n">{format_ns(r.mean_ns)}</td>'
                     f'<td class="n">{format_ns(r.p50_ns)}</td>'
                     f'<td class="n">{format_ns(r.p99_ns)}</td>'
-                    f'<td title="{e(name)}"><code>{e(short)}</code></td></tr>')
+                    f'<td class="name"><code>{e(name)}</code></td></tr>')
     more = (f"<div>{len(kernels) - top:,} more kernels not shown</div>"
             if len(kernels) > top else "")
-    return _TABLE_STYLE + '<table class="hm-table">' + "".join(rows) + "</table>" + more
+    return (_TABLE_STYLE + '<div class="hm-scroll"><table class="hm-table">' + "".join(rows)
+            + "</table></div>" + more)
+
+
+def report_page(trace: Any, title: str | None = None) -> str:
+    """The report of ``trace`` (Summary, Flame graph, Timeline, Diagnosis, Kernels, Memory) as
+    one self-contained HTML page that renders with the network off: ``hookmagic report``."""
+    from hookmagic.views.offline import exporting, widget_page
+
+    with exporting():
+        tab = report_widget(trace, lazy=False)
+    label = trace.meta.get("label") or trace.meta.get("source") or "trace"
+    summary = trace.summary()
+    recorded = getattr(summary, "recorded_on", "") or ""
+    return widget_page([tab], title=title or f"hookmagic report: {label}",
+                       subtitle=str(recorded))

@@ -47,7 +47,7 @@ def latency_cdf_figure(cdf: pd.DataFrame | Mapping[str, pd.DataFrame], by: str =
             fig.add_trace(go.Scatter(x=g["latency_ms"], y=g["fraction"], mode="lines", name=label,
                                      line=dict(color=_colour(names, name), dash=_DASH[k % 4]),
                                      hovertemplate="%{x:.2f} ms: %{y:.1%}<extra>" + label + "</extra>"))
-    fig.update_xaxes(title="latency (ms)", type="log" if log_x else "linear")
+    fig.update_xaxes(title="latency (ms)", type="log" if log_x else "linear", tickformat=",~f")
     fig.update_yaxes(title="fraction of served requests", range=[0, 1.01])
     return _layout(fig, "Latency CDF per model")
 
@@ -64,7 +64,7 @@ def p99_vs_slo_figure(summary: pd.DataFrame | Mapping[str, pd.DataFrame]) -> go.
         fig.add_trace(go.Scatter(x=[str(i) for i in first.index], y=first["slo_ms"], mode="markers",
                                  name="SLO", marker=dict(symbol="line-ew-open", size=40,
                                                          line=dict(width=3, color="#d62728"))))
-    fig.update_yaxes(title="ms")
+    fig.update_yaxes(title="ms", tickformat=",~f")
     return _layout(fig, "p99 latency vs SLO", barmode="group")
 
 
@@ -107,7 +107,7 @@ def gantt_figure(batches: pd.DataFrame, t0: float | None = None, span_s: float =
             text=g["size"].astype(str), textposition="inside", insidetextanchor="middle",
             customdata=np.stack([g["size"], g["compute_ms"]], axis=1),
             hovertemplate="size %{customdata[0]}, %{customdata[1]:.2f} ms<extra>" + str(name) + "</extra>"))
-    fig.update_xaxes(title="time (ms)")
+    fig.update_xaxes(title="time (ms)", tickformat=",~f")
     fig.update_yaxes(categoryorder="category descending")
     return _layout(fig, f"Batches per stream ({span_s * 1e3:g} ms window)", barmode="overlay")
 

@@ -187,14 +187,17 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
     for kind in ("kernel", "memcpy", "memset", "range", "latency"):
         fig.add_trace(go.Scattergl(x=[None], y=[None], mode="lines", name=kind,
                                    line=dict(color=COLOURS[kind], width=8), hoverinfo="skip"))
-    title = f"Timeline — {root_label(trace)}: {n_events:,} GPU events on {len(keys)} stream rows"
+    rows = "stream row" if len(keys) == 1 else "stream rows"
+    title = f"Timeline — {root_label(trace)}: {n_events:,} GPU events on {len(keys)} {rows}"
     if binned_rows:
         title += (f"<br><sup>{len(set(binned_rows))} row(s) with more than "
                   f"{max_events_per_row:,} events binned into {bins:,} slices (colour = busy); "
                   "pass start_ns/end_ns to zoom in to every event</sup>")
     fig.update_layout(
         title=dict(text=title, x=0.01),
-        xaxis=dict(title="ms from capture start", range=[(lo - t0) / 1e6, (hi - t0) / 1e6]),
+        # ",~f": 14,960 ms, never plotly's SI "14.96k ms"
+        xaxis=dict(title="ms from capture start", range=[(lo - t0) / 1e6, (hi - t0) / 1e6],
+                   tickformat=",~f"),
         yaxis=dict(tickvals=list(range(len(row_names))), ticktext=row_names,
                    autorange="reversed", zeroline=False),
         height=max(250, 60 + 40 * len(row_names)), margin=dict(l=5, r=5, t=70, b=40),

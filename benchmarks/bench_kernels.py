@@ -1,0 +1,271 @@
+"""hookmagic.kernels against cuBLAS (torch.matmul / torch._int_mm), timed with CUDA events.
+
+    python benchmarks/bench_kernels.py --processes 3 --out benchmarks/results   # GPU machine
+
+Each process times every case (median of several launches after a warm-up, CUDA events) and
+its cuBLAS reference in the same process; the parent runs ``--processes`` fresh processes one
+after another and writes ``kernels.md`` / ``kernels.csv`` / ``kernels.json`` with the min-max
+over processes of the TFLOP/s (TOPS for INT8) and of the fraction of cuBLAS. Every kernel's
+result is checked against its reference once per process; a wrong result is reported as such,
+not timed. FP32 references run with TF32 off (true FP32 SGEMM).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: (label, shape M, N, K, kernel cases) — kernel cases: (kind, variant); kind in sgemm/f16/bf16/int8
+PLAN = [
+    ("4096", (4096, 4096, 4096), [("sgemm", v) for v in ("naive", "coalesced", "smem_tiled", "tile_1d", "tile_2d",
+                                                          "vectorized", "warptile")]
+     + [("f16", "wmma"), ("f16", "mma"), ("bf16", "wmma"), ("bf16", "mma"), ("int8", "mma")]),
+    ("1024", (1024, 1024, 1024), [("sgemm", "vectorized"), ("sgemm", "warptile"), ("f16", "wmma"), ("f16", "mma"),
+                                  ("bf16", "mma"), ("int8", "mma")]),
+    ("8192", (8192, 8192, 8192), [("sgemm", "warptile"), ("f16", "mma"), ("bf16", "mma"), ("int8", "mma")]),
+    ("skinny M=8", (8, 4096, 4096), [("sgemm", "warptile"), ("f16", "wmma"), ("f16", "mma"), ("int8", "mma")]),
+    ("skinny M=64", (64, 4096, 4096), [("sgemm", "warptile"), ("f16", "wmma"), ("f16", "mma"), ("int8", "mma")]),
+]
+REFERENCE = {"sgemm": "cuBLAS FP32 (torch.matmul, TF32 off)", "f16": "cuBLAS FP16 (torch.matmul)",
+             "bf16": "cuBLAS BF16 (torch.matmul)", "int8": "cuBLAS INT8 (torch._int_mm)"}
+
+
+def _time(fn, budget_s: float = 0.1, min_reps: int = 3, max_reps: int = 50) -> float:
+    """Median seconds of one call of ``fn`` (CUDA events around each call, after a warm-up)."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); fn(); e.record(); e.synchronize()
+    first = s.elapsed_time(e) / 1e3
+    reps = int(min(max_reps, max(min_reps, budget_s / max(first, 1e-6))))
+    times = []
+    for _ in range(reps):
+        s.record(); fn(); e.record(); e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _int_mm_reference(a, b):
+    """torch._int_mm on (a, b), or on a row-major copy of b if this torch wants that; None if neither runs."""
+    import torch
+    for bb in (b, b.contiguous()):
+        try:
+            torch._int_mm(a, bb)
+            return lambda a=a, bb=bb: torch._int_mm(a, bb)
+        except RuntimeError as exc:
+            print("  torch._int_mm:", exc, flush=True)
+    return None
+
+
+def worker(out: str) -> None:
+    import torch
+
+    import hookmagic.kernels as hk
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    rows = []
+    for label, (m, n, k), cases in PLAN:
+        data = {}
+        for kind in {c[0] for c in cases}:
+            if kind == "int8":
+                a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+                b = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8).t()   # column-major
+                ref_fn = _int_mm_reference(a, b) if m > 16 else None   # _int_mm needs M > 16
+                run = lambda v, a=a, b=b: hk.gemm(a, b, variant=v)                      # noqa: E731
+                exact = (a.double() @ b.double())
+            else:
+                dtype = {"sgemm": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[kind]
+                a = torch.randn(m, k, device="cuda", dtype=dtype)
+                b = torch.randn(k, n, device="cuda", dtype=dtype)
+                ref_fn = lambda a=a, b=b: a @ b                                         # noqa: E731
+                run = ((lambda v, a=a, b=b: hk.sgemm(a, b, variant=v)) if kind == "sgemm"
+                       else (lambda v, a=a, b=b: hk.gemm(a, b, variant=v)))
+                exact = a.double() @ b.double() if kind == "sgemm" else a.float() @ b.float()
+            ref_s = _time(ref_fn) if ref_fn else float("nan")
+            ref_err = (ref_fn().double() - exact.double()).abs().max().item() if ref_fn else 0.0
+            data[kind] = (run, ref_s, exact, ref_err)
+            rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": "cuBLAS",
+                         "kernel": REFERENCE[kind], "seconds": ref_s, "ok": True, "max_err": ref_err})
+        for kind, variant in cases:
+            run, ref_s, exact, ref_err = data[kind]
+            try:
+                c = run(variant)
+            except Exception as exc:  # report, keep measuring the others
+                print(f"  {label:12s} {kind:5s} {variant:10s} FAILED: {exc}", flush=True)
+                rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": variant,
+                             "kernel": f"{kind} {variant}", "seconds": float("nan"), "ok": False,
+                             "max_err": float("nan")})
+                continue
+            err = (c.double() - exact.double()).abs().max().item()
+            scale = max(exact.abs().max().item(), 1.0)
+            eps = {"sgemm": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7, "int8": 0.0}[kind]
+            ok = err == 0 if kind == "int8" else err <= 2 * ref_err + eps * scale
+            secs = _time(lambda: run(variant)) if ok else float("nan")
+            rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": variant,
+                         "kernel": f"{kind} {variant}", "seconds": secs, "ok": bool(ok), "max_err": err})
+            print(f"  {label:12s} {kind:5s} {variant:10s} {secs * 1e3:9.3f} ms ok={ok}", flush=True)
+        del data
+        torch.cuda.empty_cache()
+    Path(out).write_text(json.dumps(rows))
+    try:
+        rows += memory_bound(_time)
+    except Exception as exc:  # keep the GEMM rows
+        print("  memory-bound section FAILED:", repr(exc), flush=True)
+    Path(out).write_text(json.dumps(rows))
+
+
+#: (rows, cols) of the memory-bound cases; bytes = compulsory traffic (read x [+ params], write y)
+MEMORY_SHAPES = [(4096, 4096), (256, 65536)]
+
+
+def memory_bound(timer) -> list[dict]:
+    """softmax / LayerNorm / RMSNorm / bias+GELU against torch eager and a device-to-device copy
+    of the same bytes (read + write), FP16 and FP32."""
+    import torch
+    F = torch.nn.functional
+
+    import hookmagic.kernels as hk
+
+    rows = []
+    for r, c in MEMORY_SHAPES:
+        for dtype in (torch.float16, torch.float32):
+            x = torch.randn(r, c, device="cuda", dtype=dtype)
+            w = torch.randn(c, device="cuda", dtype=dtype)
+            b = torch.randn(c, device="cuda", dtype=dtype)
+            y = torch.empty_like(x)
+            label = f"{r}x{c} {str(dtype).removeprefix('torch.')}"
+            nbytes = 2 * x.numel() * x.element_size()
+            copy_s = timer(lambda: y.copy_(x))
+            rows.append({"shape": label, "kind": "copy", "variant": "torch copy_", "seconds": copy_s,
+                         "bytes": nbytes, "ok": True, "max_err": 0.0})
+            cases = {"softmax": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1), 0),
+                     "layer_norm": (lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (c,), w, b), 2),
+                     "rms_norm": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (c,), w, 1e-6), 1),
+                     "bias_gelu": (lambda: hk.bias_gelu(x, b), lambda: F.gelu(x + b), 1)}
+            for op, (ours, theirs, nparams) in cases.items():
+                t = theirs()
+                err = (ours().float() - t.float()).abs().max().item()
+                tol = 1e-2 * max(t.float().abs().max().item(), 1.0) if dtype == torch.float16 else 1e-4 * max(
+                    t.float().abs().max().item(), 1.0)
+                ok = err <= tol
+                opb = nbytes + nparams * c * x.element_size()
+                rows.append({"shape": label, "kind": op, "variant": "torch eager", "seconds": timer(theirs),
+                             "bytes": opb, "ok": True, "max_err": 0.0})
+                rows.append({"shape": label, "kind": op, "variant": "hookmagic", "seconds": timer(ours) if ok else float("nan"),
+                             "bytes": opb, "ok": bool(ok), "max_err": err})
+                print(f"  {label:18s} {op:10s} ok={ok}", flush=True)
+            del x, w, b, y
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _machine() -> dict:
+    import torch
+    p = torch.cuda.get_device_properties(0)
+    drv = "?"
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        drv = drv if isinstance(drv, str) else drv.decode()
+    except Exception:
+        pass
+    from hookmagic.kernels.build import nvrtc_version
+    return {"gpu": p.name, "driver": drv, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "nvrtc": nvrtc_version(), "date": dt.date.today().isoformat()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--worker", metavar="JSON")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return
+    import pandas as pd
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frames = []
+    machine = _machine()
+    for i in range(args.processes):
+        path = out / f"kernels_run{i}.json"
+        print(f"process {i + 1}/{args.processes}", flush=True)
+        subprocess.run([sys.executable, __file__, "--worker", str(path)], check=True, env=os.environ.copy())
+        f = pd.DataFrame(json.loads(path.read_text()))
+        f["run"] = i
+        frames.append(f)
+        summarise(frames, machine, out)   # after every process, so a cut-short run still leaves a table
+
+
+def summarise(frames, machine: dict, out: Path) -> None:
+    """Write kernels.md / .csv / .json (min-max over the processes so far) and print the table."""
+    import pandas as pd
+
+    nproc = len(frames)
+    raw = pd.concat(frames, ignore_index=True)
+    mem = raw[raw["bytes"].notna()].copy() if "bytes" in raw else raw.iloc[0:0]
+    raw = raw[raw["bytes"].isna()].copy() if "bytes" in raw else raw
+    raw["rate"] = 2 * raw.m * raw.n * raw.k / raw.seconds / 1e12
+    ref = raw[raw.variant == "cuBLAS"][["run", "shape", "kind", "rate"]].rename(columns={"rate": "ref_rate"})
+    raw = raw.merge(ref, on=["run", "shape", "kind"])
+    raw["of_cublas"] = raw.rate / raw.ref_rate
+    g = raw.groupby(["shape", "kind", "variant"], sort=False)
+    table = g.agg(rate_min=("rate", "min"), rate_max=("rate", "max"), frac_min=("of_cublas", "min"),
+                  frac_max=("of_cublas", "max"), ms_min=("seconds", lambda s: s.min() * 1e3),
+                  ms_max=("seconds", lambda s: s.max() * 1e3), ok=("ok", "all"),
+                  max_err=("max_err", "max")).reset_index()
+    raw.to_csv(out / "kernels_raw.csv", index=False)
+    table.to_csv(out / "kernels.csv", index=False)
+    (out / "kernels.json").write_text(json.dumps({"machine": machine, "processes": nproc,
+                                                  "rows": json.loads(table.to_json(orient="records"))}, indent=1))
+
+    def rng(lo, hi, fmt):
+        return "n/a" if pd.isna(lo) else (fmt.format(lo) if abs(hi - lo) < 1e-12 else f"{fmt.format(lo)}–{fmt.format(hi)}")
+
+    lines = [f"# hookmagic.kernels vs cuBLAS — {machine['gpu']}, driver {machine['driver']}, torch {machine['torch']} "
+             f"(CUDA {machine['cuda']}), NVRTC {machine['nvrtc']}, {machine['date']}", "",
+             f"Min–max over {nproc} fresh processes; each the median of several launches timed with CUDA "
+             "events; the cuBLAS reference is measured in the same process. TFLOP/s (INT8: TOPS) = 2·M·N·K / time. "
+             "Re-run: `python benchmarks/bench_kernels.py --processes 3`.", "",
+             "| shape | dtype | kernel | TFLOP/s | of cuBLAS | ms | correct |", "|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.rate_min, r.rate_max, '{:.3g}')} | "
+                     f"{rng(r.frac_min, r.frac_max, '{:.0%}') if r.variant != 'cuBLAS' else '—'} | "
+                     f"{rng(r.ms_min, r.ms_max, '{:.3f}')} | {'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
+    if len(mem):
+        mem["gbps"] = mem["bytes"] / mem["seconds"] / 1e9
+        cp = mem[mem.kind == "copy"][["run", "shape", "gbps"]].rename(columns={"gbps": "copy_gbps"})
+        mem = mem.merge(cp, on=["run", "shape"])
+        te = mem[mem.variant == "torch eager"][["run", "shape", "kind", "seconds"]].rename(columns={"seconds": "torch_s"})
+        mem = mem.merge(te, on=["run", "shape", "kind"], how="left")
+        mem["of_copy"] = mem["gbps"] / mem["copy_gbps"]
+        mem["vs_torch"] = mem["torch_s"] / mem["seconds"]
+        mt = mem.groupby(["shape", "kind", "variant"], sort=False).agg(
+            gbps_min=("gbps", "min"), gbps_max=("gbps", "max"), copy_min=("of_copy", "min"), copy_max=("of_copy", "max"),
+            vt_min=("vs_torch", "min"), vt_max=("vs_torch", "max"), ok=("ok", "all"), max_err=("max_err", "max")).reset_index()
+        mt.to_csv(out / "kernels_bandwidth.csv", index=False)
+        lines += ["", "## Memory-bound kernels (bytes = compulsory traffic: read input and parameters, write output)", "",
+                  "| rows x cols dtype | op | implementation | GB/s | of copy bandwidth | speed-up vs torch eager | correct |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in mt.itertuples():
+            lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.gbps_min, r.gbps_max, '{:.0f}')} | "
+                         f"{rng(r.copy_min, r.copy_max, '{:.0%}')} | "
+                         f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant == 'hookmagic' else '—'} | "
+                         f"{'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
+    (out / "kernels.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Achieved FLOP/s and bytes/s of captured kernels from their declared work, placed on a roofline.
+
+Work is declared per launch — by :mod:`hookmagic.kernels` for its own kernels, by user code with
+``hookmagic.kernels.record(kernel, flops, dram_bytes)`` — and stored in ``trace.meta["work"]`` as
+records ``{"kernel": name, "flops": F, "dram_bytes": B, "args": {...}}``. Captured launches are
+joined to it by kernel name: each name's FLOPs and bytes per launch (the mean of its declared
+launches) times its captured launches, over its captured GPU time.
+
+The DRAM bytes are compulsory traffic (each operand once), so the arithmetic intensity is the
+kernel's best case; a kernel that re-reads operands from DRAM moves more than that.
+
+Pure functions: no plotting, no I/O.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.analysis.tables import table
+
+#: Datasheet peaks (dense, no sparsity). FLOP/s for float32 (CUDA cores), float16/bfloat16/int8
+#: (Tensor Cores; int8 in OP/s), bytes/s for DRAM.
+PEAKS: dict[str, dict[str, Any]] = {
+    "H100 SXM": {"float32": 67e12, "float16": 989.4e12, "bfloat16": 989.4e12, "int8": 1978.9e12,
+                 "dram": 3.35e12, "source": "NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense"},
+    "H100 PCIe": {"float32": 51e12, "float16": 756e12, "bfloat16": 756e12, "int8": 1513e12,
+                  "dram": 2.0e12, "source": "NVIDIA H100 Tensor Core GPU datasheet (PCIe), dense"},
+    "H200": {"float32": 67e12, "float16": 989.4e12, "bfloat16": 989.4e12, "int8": 1978.9e12,
+             "dram": 4.8e12, "source": "NVIDIA H200 Tensor Core GPU datasheet (SXM), dense"},
+    "A100 SXM": {"float32": 19.5e12, "float16": 312e12, "bfloat16": 312e12, "int8": 624e12,
+                 "dram": 2.039e12, "source": "NVIDIA A100 datasheet (SXM 80GB), dense"},
+}
+PRECISIONS = ("float32", "float16", "bfloat16", "int8")
+
+
+def peaks_for(gpu_name: str | None) -> dict[str, Any] | None:
+    """The datasheet peaks of a GPU named like ``'NVIDIA H100 80GB HBM3'`` (None when unknown)."""
+    name = (gpu_name or "").upper()
+    if "H200" in name:
+        return {"gpu": "H200", **PEAKS["H200"]}
+    if "H100" in name:
+        key = "H100 PCIe" if "PCIE" in name else "H100 SXM"
+        return {"gpu": key, **PEAKS[key]}
+    if "A100" in name:
+        return {"gpu": "A100 SXM", **PEAKS["A100 SXM"]}
+    return None
+
+
+def peaks_table(peaks: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per resource: ``resource, peak, unit, source``."""
+    rows = [{"resource": f"{p} {'Tensor Core' if p != 'float32' else 'CUDA core'}",
+             "peak": peaks[p] / 1e12, "unit": "TOP/s" if p == "int8" else "TFLOP/s", "source": peaks["source"]}
+            for p in PRECISIONS if p in peaks]
+    rows.append({"resource": "DRAM", "peak": peaks["dram"] / 1e12, "unit": "TB/s", "source": peaks["source"]})
+    return pd.DataFrame(rows)
+
+
+def declared_work(work: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Per kernel name: ``declared`` launches, ``flops_per_launch``, ``bytes_per_launch`` (means),
+    and ``precision`` (the ``dtype`` argument where declared)."""
+    w = pd.DataFrame([{"name": r["kernel"], "flops": float(r["flops"]), "dram_bytes": float(r["dram_bytes"]),
+                       "precision": (r.get("args") or {}).get("dtype", "")} for r in work])
+    if w.empty:
+        return pd.DataFrame(columns=["name", "declared", "flops_per_launch", "bytes_per_launch", "precision"])
+    return (w.groupby("name", sort=False)
+             .agg(declared=("flops", "size"), flops_per_launch=("flops", "mean"),
+                  bytes_per_launch=("dram_bytes", "mean"), precision=("precision", "first"))
+             .reset_index())
+
+
+def kernel_rates(trace: Any, work: Iterable[Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """Achieved rates of every captured kernel with declared work, in capture order.
+
+    Columns: ``name, step`` (innermost range of its first launch), ``launches, mean_ns, flops,
+    dram_bytes, tflops`` (achieved TFLOP/s, TOP/s for int8), ``gbps`` (achieved GB/s of compulsory
+    traffic), ``intensity`` (FLOP per byte), ``precision, registers, smem_per_block, threads_per_block``.
+    """
+    k = table(trace, "kernels")
+    w = declared_work(work if work is not None else (getattr(trace, "meta", {}) or {}).get("work", []))
+    if k.empty or w.empty:
+        return pd.DataFrame(columns=["name", "step", "launches", "mean_ns", "flops", "dram_bytes", "tflops",
+                                     "gbps", "intensity", "precision", "registers", "smem_per_block",
+                                     "threads_per_block"])
+    k = k.sort_values("start_ns", kind="stable")
+    ranges = table(trace, "ranges")
+    step_of = dict(zip(ranges["range_id"], ranges["name"])) if not ranges.empty else {}
+    g = k.groupby("name", sort=False)
+    first = g.head(1).set_index("name")
+    out = pd.DataFrame({"launches": g.size(), "total_ns": g["duration_ns"].sum()}).reset_index()
+    out = out.merge(w, on="name", how="inner")
+    out["step"] = [step_of.get(first.loc[n, "range_id"], "") for n in out["name"]]
+    out["mean_ns"] = out["total_ns"] / out["launches"]
+    out["flops"] = out["flops_per_launch"] * out["launches"]
+    out["dram_bytes"] = out["bytes_per_launch"] * out["launches"]
+    secs = out["total_ns"] / 1e9
+    out["tflops"] = np.where(secs > 0, out["flops"] / secs / 1e12, np.nan)
+    out["gbps"] = np.where(secs > 0, out["dram_bytes"] / secs / 1e9, np.nan)
+    out["intensity"] = out["flops_per_launch"] / out["bytes_per_launch"].replace(0, np.nan)
+    out["registers"] = [int(first.loc[n, "registers"]) for n in out["name"]]
+    out["smem_per_block"] = [int(first.loc[n, "static_smem"]) + int(first.loc[n, "dynamic_smem"]) for n in out["name"]]
+    out["threads_per_block"] = [int(first.loc[n, "block_x"]) * int(first.loc[n, "block_y"]) * int(first.loc[n, "block_z"])
+                                for n in out["name"]]
+    return out[["name", "step", "launches", "mean_ns", "flops", "dram_bytes", "tflops", "gbps", "intensity",
+                "precision", "registers", "smem_per_block", "threads_per_block"]]
+
+
+def roofline(rates: pd.DataFrame, peaks: Mapping[str, Any]) -> pd.DataFrame:
+    """Add each kernel's roof: ``roof_tflops = min(compute peak of its precision, intensity x DRAM
+    bandwidth)``, ``bound`` ('memory' left of the ridge point, else 'compute') and
+    ``of_roof`` (achieved / roof)."""
+    out = rates.copy()
+    compute = out["precision"].map(lambda p: peaks.get(p or "float32", np.nan)).astype(float)
+    mem = out["intensity"].astype(float) * float(peaks["dram"])
+    out["roof_tflops"] = np.minimum(compute, mem) / 1e12
+    out["bound"] = np.where(mem < compute, "memory", "compute")
+    out["of_roof"] = out["tflops"] / out["roof_tflops"]
+    return out
+
+
+def nvrtc_vs_capture(trace: Any) -> pd.DataFrame:
+    """Registers and static shared memory per kernel as NVRTC reported them at compile time
+    (``meta["nvrtc"]``) beside what the capture recorded for the launches; ``agree`` per row."""
+    info = (getattr(trace, "meta", {}) or {}).get("nvrtc") or {}
+    nv = pd.DataFrame(info.get("kernels", []))
+    k = table(trace, "kernels")
+    if nv.empty or k.empty:
+        return pd.DataFrame(columns=["name", "nvrtc_registers", "captured_registers", "nvrtc_smem",
+                                     "captured_static_smem", "agree"])
+    cap = k.groupby("name", sort=False)[["registers", "static_smem"]].first().reset_index()
+    out = nv.rename(columns={"kernel": "name", "registers": "nvrtc_registers", "smem_bytes": "nvrtc_smem"})
+    out = out[["name", "nvrtc_registers", "nvrtc_smem", "spill_store_bytes"]].merge(
+        cap.rename(columns={"registers": "captured_registers", "static_smem": "captured_static_smem"}),
+        on="name", how="inner")
+    out["agree"] = (out["nvrtc_registers"] == out["captured_registers"]) & (out["nvrtc_smem"] == out["captured_static_smem"])
+    return out

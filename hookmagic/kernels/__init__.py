@@ -1,0 +1,69 @@
+"""hookmagic.kernels: a CUDA kernel library compiled at run time with NVRTC.
+
+The CUDA C++ sources live in the top-level ``kernels/`` folder (package data) and are compiled
+on first use for the GPU's exact architecture with cuda-core (no nvcc at install time); cubins
+are cached on disk. Functions take torch tensors or CuPy arrays, run on the caller's current
+stream and return the same kind::
+
+    from hookmagic import kernels
+    kernels.available()                          # every kernel and its variants
+    c = kernels.sgemm(a, b, variant="warptile")  # FP32 SIMT, the optimisation journey
+    y = kernels.gemm(x, w, bias=b, activation="gelu")   # FP16/BF16 Tensor Cores, FP32 accumulate
+    p = kernels.softmax(scores); h = kernels.layer_norm(x, w, b); r = kernels.rms_norm(x, w)
+    kernels.check("sm_90")                       # compile everything, registers/smem/spills (no GPU)
+
+Install the optional extra: ``pip install 'hookmagic[kernels]'``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from hookmagic.kernels import registry
+from hookmagic.kernels.build import compile_family, families, normalize_arch
+from hookmagic.kernels.errors import KernelArgumentError, KernelCompileError, KernelsUnavailable
+from hookmagic.kernels.gemm import ACTIVATIONS, GEMM_VARIANTS, SGEMM_VARIANTS, gemm, sgemm
+from hookmagic.kernels.registry import LaunchWork, launch_log, record
+from hookmagic.kernels.rowwise import bias_gelu, layer_norm, rms_norm, softmax
+
+#: The architectures ``hookmagic kernels check`` covers in CI (A100, Jetson Orin, H100 and H100 arch-specific).
+CI_ARCHS = ("sm_80", "sm_87", "sm_90", "sm_90a")
+
+
+def available() -> pd.DataFrame:
+    """Every kernel: op, variant, dtype, entry point, source family, block, tile, minimum arch, description."""
+    rows = []
+    for (op, variant), s in registry.SPECS.items():
+        for dtype, entry in s.entries.items():
+            rows.append({"op": op, "variant": variant, "dtype": dtype, "kernel": entry,
+                         "family": s.family_for(dtype), "block": s.block[0] * s.block[1] * s.block[2],
+                         "tile": f"{s.tile[0]}x{s.tile[1]}", "dynamic_smem": s.smem_for(dtype),
+                         "min_arch": f"sm_{s.min_arch}", "description": s.description})
+    return pd.DataFrame(rows)
+
+
+def _expected_spills() -> set[str]:
+    return {e for s in registry.SPECS.values() if s.expected_spills for e in s.entries.values()}
+
+
+def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
+    """Compile every family for ``arch`` with NVRTC (no GPU needed) and report each kernel's
+    registers, static shared memory, stack and spill bytes. ``ok`` is False for a kernel that
+    spills without declaring it; a family that does not compile raises :class:`KernelCompileError`."""
+    arch = normalize_arch(arch)
+    expected = _expected_spills()
+    rows = []
+    for fam in families():
+        c = compile_family(fam, arch, use_cache=use_cache)
+        for name, info in sorted(c.kernels.items()):
+            spills = info["spill_store_bytes"] + info["spill_load_bytes"]
+            rows.append({"arch": arch, "family": fam, "kernel": name, **info,
+                         "spills_expected": name in expected, "ok": spills == 0 or name in expected,
+                         "nvrtc": c.nvrtc, "cached": c.from_cache})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["available", "check", "sgemm", "gemm", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
+           "CI_ARCHS", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
+           "record", "LaunchWork", "compile_family", "families"]

@@ -1,0 +1,168 @@
+"""GEMM: the FP32 SIMT journey (:func:`sgemm`) and the Tensor Core GEMMs (:func:`gemm`)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookmagic.kernels import registry, runtime
+from hookmagic.kernels.errors import KernelArgumentError
+from hookmagic.kernels.registry import KernelSpec, register
+
+# --- the SGEMM journey -----------------------------------------------------------------------
+SGEMM_VARIANTS = ("naive", "coalesced", "smem_tiled", "tile_1d", "tile_2d", "vectorized", "warptile")
+_SGEMM_SHAPES = {
+    "naive": ((32, 32, 1), (32, 32), "mn", "one thread per output; threads of a warp walk a column (uncoalesced)"),
+    "coalesced": ((32, 32, 1), (32, 32), "nm", "one thread per output; a warp walks a row (coalesced)"),
+    "smem_tiled": ((32, 32, 1), (32, 32), "nm", "32x32 tiles staged in shared memory"),
+    "tile_1d": ((512, 1, 1), (64, 64), "nm", "8 outputs per thread (1-D register blocking), 64x64x8 tiles"),
+    "tile_2d": ((256, 1, 1), (128, 128), "nm", "8x8 outputs per thread (2-D register blocking), 128x128x8 tiles"),
+    "vectorized": ((256, 1, 1), (128, 128), "nm", "tile_2d with float4 loads/stores, A transposed in shared memory"),
+    "warptile": ((128, 1, 1), (128, 128), "nm", "warp tiling 64x64 per warp, 128x128x16 tiles, double-buffered"),
+}
+for _v, (_block, _tile, _order, _desc) in _SGEMM_SHAPES.items():
+    register(KernelSpec("sgemm", _v, "sgemm", {"float32": f"sgemm_{_v}"}, _block, _tile,
+                        grid_order=_order, description=_desc))
+
+ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}
+
+
+def _grid(spec: KernelSpec, m: int, n: int) -> tuple[int, int, int]:
+    gm, gn = -(-m // spec.tile[0]), -(-n // spec.tile[1])
+    return (gm, gn, 1) if spec.grid_order == "mn" else (gn, gm, 1)
+
+
+def _check_pair(a: Any, b: Any, dtypes: tuple[str, ...], op: str) -> tuple[runtime.ArrayInfo, runtime.ArrayInfo]:
+    ai, bi = runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b")
+    both = f"a is {ai.where()}, b is {bi.where()}"
+    if ai.kind != bi.kind:
+        raise KernelArgumentError(f"{op}: a and b must both be torch tensors or both CuPy arrays ({both})")
+    if len(ai.shape) != 2 or len(bi.shape) != 2:
+        raise KernelArgumentError(f"{op}: a and b must be 2-D matrices ({both})")
+    if ai.shape[1] != bi.shape[0]:
+        raise KernelArgumentError(f"{op}: inner dimensions differ: a has {ai.shape[1]} columns, "
+                                  f"b has {bi.shape[0]} rows ({both})")
+    if ai.dtype != bi.dtype or ai.dtype not in dtypes:
+        raise KernelArgumentError(f"{op}: a and b must share one dtype of {', '.join(dtypes)} ({both})")
+    if ai.device < 0 or bi.device < 0:
+        raise KernelArgumentError(f"{op}: a and b must be on a CUDA device ({both})")
+    if ai.device != bi.device:
+        raise KernelArgumentError(f"{op}: a and b are on different devices ({both})")
+    return ai, bi
+
+
+def _aligned(*infos: runtime.ArrayInfo, elems: int) -> bool:
+    """All operands' base addresses are 16-byte aligned and their rows a multiple of ``elems``."""
+    return all(i.ptr % 16 == 0 and (i.shape[-1] % elems == 0) for i in infos)
+
+
+def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
+    """``a @ b`` in FP32 on CUDA cores by one step of the SGEMM journey.
+
+    ``a`` (M x K) and ``b`` (K x N): float32 torch tensors or CuPy arrays on one GPU; any sizes.
+    Non-contiguous operands are copied to row-major first. Runs on the caller's current stream
+    and returns a new M x N array of the same kind. Variants, slowest to fastest:
+    ``naive, coalesced, smem_tiled, tile_1d, tile_2d, vectorized, warptile``.
+    """
+    if variant not in SGEMM_VARIANTS:
+        raise KernelArgumentError(f"sgemm: unknown variant {variant!r}; one of {', '.join(SGEMM_VARIANTS)}")
+    ai, bi = _check_pair(a, b, ("float32",), "sgemm")
+    ai, bi = runtime.contiguous(ai), runtime.contiguous(bi)
+    m, k = ai.shape
+    n = bi.shape[1]
+    c = runtime.empty_like_kind(ai, (m, n), "float32")
+    if m == 0 or n == 0:
+        return c
+    ci = runtime.inspect_array(c, "out")
+    spec = registry.SPECS[("sgemm", variant)]
+    name = spec.entries["float32"]
+    kern = runtime.get_kernel(spec.family, name, ai.device)
+    vec = int(_aligned(ai, bi, ci, elems=4))
+    runtime.launch(kern, ai, _grid(spec, m, n), spec.block,
+                   (ai.ptr, bi.ptr, ci.ptr, np.int32(m), np.int32(n), np.int32(k), np.int32(vec)))
+    w = registry.gemm_work(m, n, k, "float32", "float32")
+    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
+    return c
+
+
+# --- Tensor Core GEMMs -----------------------------------------------------------------------
+_TC_STAGE_BYTES = (128 * 40 + 32 * 136) * 2       # one stage of A and B tiles, FP16/BF16
+_I8_STAGE_BYTES = 2 * 128 * 80                    # one stage of A and Bt tiles, INT8
+register(KernelSpec("gemm", "wmma", "gemm_wmma", {"float16": "gemm_wmma_f16", "bfloat16": "gemm_wmma_bf16"},
+                    (256, 1, 1), (128, 128), min_arch=80,
+                    description="WMMA 16x16x16 fragments, 128x128x32 tiles, 8 warps of 64x32, 2-stage cp.async"))
+register(KernelSpec("gemm", "mma", "gemm_mma",
+                    {"float16": "gemm_mma_f16", "bfloat16": "gemm_mma_bf16", "int8": "gemm_mma_s8"},
+                    (256, 1, 1), (128, 128), smem=3 * _TC_STAGE_BYTES, min_arch=80,
+                    family_by_dtype={"int8": "gemm_int8"}, smem_by_dtype={"int8": 3 * _I8_STAGE_BYTES},
+                    description="mma.sync m16n8k16 (INT8: m16n8k32) with ldmatrix, 128x128x32 tiles, "
+                                "3-stage cp.async pipeline"))
+GEMM_VARIANTS = ("wmma", "mma")
+
+
+def _check_vector(x: Any, name: str, ref: runtime.ArrayInfo, shape: tuple[int, ...]) -> runtime.ArrayInfo:
+    xi = runtime.inspect_array(x, name)
+    both = f"{name} is {xi.where()}, a is {ref.where()}"
+    if xi.kind != ref.kind or xi.device != ref.device or xi.dtype != ref.dtype:
+        raise KernelArgumentError(f"gemm: {name} must be a {ref.kind} {ref.dtype} array on the device of a ({both})")
+    if tuple(xi.shape) != shape:
+        raise KernelArgumentError(f"gemm: {name} must have shape {list(shape)} ({both})")
+    return runtime.contiguous(xi)
+
+
+def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residual: Any = None,
+         variant: str = "mma") -> Any:
+    """``activation(a @ b + bias) + residual`` on Tensor Cores.
+
+    - FP16 / BF16 ``a`` (M x K) and ``b`` (K x N) accumulate in FP32 and return the input dtype;
+      ``bias`` (N,) and ``residual`` (M x N) are optional and of the same dtype; ``activation``
+      is None, ``'relu'``, ``'gelu'`` (erf, torch's default) or ``'gelu_tanh'``.
+    - INT8 ``a`` and ``b`` accumulate in INT32 and return int32 (like ``torch._int_mm``); no
+      epilogue. ``b`` is fastest column-major (``b = bt.t()`` of a contiguous N x K ``bt``);
+      a row-major ``b`` is transposed by a copy first.
+    Variants: ``'mma'`` (mma.sync + ldmatrix + 3-stage cp.async, all dtypes) and ``'wmma'``
+    (FP16/BF16). Operands of any size; non-contiguous ones are copied first. Runs on the
+    caller's current stream; returns a new array of the operands' kind.
+    """
+    if variant not in GEMM_VARIANTS:
+        raise KernelArgumentError(f"gemm: unknown variant {variant!r}; one of {', '.join(GEMM_VARIANTS)}")
+    if activation not in ACTIVATIONS:
+        raise KernelArgumentError(f"gemm: activation {activation!r} is not one of None, 'relu', 'gelu', 'gelu_tanh'")
+    spec = registry.SPECS[("gemm", variant)]
+    ai, bi = _check_pair(a, b, tuple(spec.entries), f"gemm(variant={variant!r})")
+    m, k = ai.shape
+    n = bi.shape[1]
+    int8 = ai.dtype == "int8"
+    if int8 and (bias is not None or residual is not None or ACTIVATIONS[activation]):
+        raise KernelArgumentError("gemm: INT8 GEMM has no epilogue (bias, activation, residual); apply them to the int32 result")
+    ai = runtime.contiguous(ai)
+    if int8:
+        # the kernel reads B transposed (N x K, K-contiguous): a column-major b is used as it is
+        bt = b.t() if ai.kind == "torch" else b.T
+        bi = runtime.contiguous(runtime.inspect_array(bt, "b"))
+    else:
+        bi = runtime.contiguous(bi)
+    bias_i = _check_vector(bias, "bias", ai, (n,)) if bias is not None else None
+    res_i = _check_vector(residual, "residual", ai, (m, n)) if residual is not None else None
+    out_dtype = "int32" if int8 else ai.dtype
+    c = runtime.empty_like_kind(ai, (m, n), out_dtype)
+    if m == 0 or n == 0:
+        return c
+    ci = runtime.inspect_array(c, "out")
+    name = spec.entries[ai.dtype]
+    kern = runtime.get_kernel(spec.family_for(ai.dtype), name, ai.device)
+    if int8:
+        smem = spec.smem_for("int8")
+        vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 16 == 0)
+        args = (ai.ptr, bi.ptr, ci.ptr, np.int32(m), np.int32(n), np.int32(k), np.int32(vec))
+    else:
+        smem = spec.smem
+        vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 8 == 0 and n % 8 == 0)
+        args = (ai.ptr, bi.ptr, ci.ptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0,
+                np.int32(m), np.int32(n), np.int32(k), np.int32(ACTIVATIONS[activation]), np.int32(vec))
+    runtime.set_dynamic_smem(kern, smem, ai.device)
+    runtime.launch(kern, ai, _grid(spec, m, n), spec.block, args, smem=smem)
+    extra = (n if bias_i else 0) * registry.ITEMSIZE[ai.dtype] + (m * n if res_i else 0) * registry.ITEMSIZE[ai.dtype]
+    w = registry.gemm_work(m, n, k, ai.dtype, out_dtype, extra)
+    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
+    return c

@@ -1,0 +1,105 @@
+"""The kernel lab: capture the GEMM journey with hookmagic and attach each launch's declared work.
+
+Used by ``benchmarks/record_kernels.py`` (which makes the bundled recording) and live by
+``notebooks/05_kernels.ipynb`` on a GPU.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict
+from typing import Any
+
+#: cuBLAS reference step -> (input dtype, output dtype)
+_REFERENCE_DTYPES = {"cuBLAS FP32": ("float32", "float32"), "cuBLAS FP16": ("float16", "float16"),
+                     "cuBLAS BF16": ("bfloat16", "bfloat16"), "cuBLAS INT8": ("int8", "int32")}
+
+
+def recorded_on() -> str:
+    """``'<GPU>, driver <version>, torch <version>, <date>'`` for the current machine."""
+    import torch
+    name = torch.cuda.get_device_name(0)
+    drv = "?"
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        drv = drv if isinstance(drv, str) else drv.decode()
+    except Exception:
+        pass
+    return f"{name}, driver {drv}, torch {torch.__version__}, {dt.date.today().isoformat()}"
+
+
+def capture_journey(size: int = 4096, launches: int = 2) -> Any:
+    """Capture every SGEMM step, the Tensor Core GEMMs and their cuBLAS references on ``size``^3
+    matrices, then the row-wise kernels (softmax, LayerNorm, RMSNorm, bias+GELU) on the FP16
+    ``size`` x ``size`` matrix (``launches`` each, each step in a ``hookmagic.range`` named after it).
+
+    The returned Trace's ``meta["work"]`` lists the declared work of every launch (kernel name,
+    FLOPs, DRAM bytes, dtype); cuBLAS kernels get the work of the matmul they ran.
+    ``meta["nvrtc"]`` holds NVRTC's registers / shared memory / spills for the GPU's arch.
+    """
+    import torch
+
+    from hookmagic.cupti import capture, range as hm_range
+    import hookmagic.kernels as hk
+    from hookmagic.kernels import registry, runtime
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        n = size
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a32 = torch.randn(n, n, device="cuda", generator=g)
+        b32 = torch.randn(n, n, device="cuda", generator=g)
+        a16, b16, abf, bbf = a32.half(), b32.half(), a32.bfloat16(), b32.bfloat16()
+        a8 = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8, generator=g)
+        b8 = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8, generator=g).t()
+        steps = [(f"sgemm {v}", lambda v=v: hk.sgemm(a32, b32, variant=v)) for v in hk.SGEMM_VARIANTS]
+        steps += [("cuBLAS FP32", lambda: a32 @ b32),
+                  ("FP16 wmma", lambda: hk.gemm(a16, b16, variant="wmma")), ("FP16 mma", lambda: hk.gemm(a16, b16)),
+                  ("cuBLAS FP16", lambda: a16 @ b16),
+                  ("BF16 wmma", lambda: hk.gemm(abf, bbf, variant="wmma")), ("BF16 mma", lambda: hk.gemm(abf, bbf)),
+                  ("cuBLAS BF16", lambda: abf @ bbf),
+                  ("INT8 mma", lambda: hk.gemm(a8, b8)), ("cuBLAS INT8", lambda: torch._int_mm(a8, b8))]
+        # memory-bound row-wise kernels on the same 4096 x 4096 FP16 matrix (the roofline's slope)
+        w16, c16 = b16[0].contiguous(), b16[1].contiguous()
+        steps += [("softmax FP16", lambda: hk.softmax(a16)), ("LayerNorm FP16", lambda: hk.layer_norm(a16, w16, c16)),
+                  ("RMSNorm FP16", lambda: hk.rms_norm(a16, w16)), ("bias+GELU FP16", lambda: hk.bias_gelu(a16, c16))]
+        kept = []
+        for name, fn in steps:       # compile, load and warm up outside the capture
+            try:
+                fn()
+                kept.append((name, fn))
+            except RuntimeError as exc:   # e.g. a torch without this _int_mm layout: leave the step out
+                trace_note = f"{name} left out: {exc}"
+                print(trace_note)
+        steps = kept
+        torch.cuda.synchronize()
+        registry.launch_log(clear=True)
+        with capture(label="kernel_journey") as trace:
+            for name, fn in steps:
+                with hm_range(name):
+                    for _ in range(launches):
+                        fn()
+            torch.cuda.synchronize()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    work = [asdict(w) for w in registry.launch_log(clear=True)]
+    k, r = trace.kernels, trace.ranges
+    for name, (din, dout) in _REFERENCE_DTYPES.items():
+        ids = r.loc[r["name"] == name, "range_id"]
+        mine = k[k["range_id"].isin(ids)]
+        if mine.empty:
+            continue
+        main = mine.groupby("name")["duration_ns"].sum().idxmax()
+        w = registry.gemm_work(n, n, n, din, dout)
+        for _ in range(int((mine["name"] == main).sum())):
+            work.append({"kernel": main, "flops": w["flops"], "dram_bytes": w["dram_bytes"],
+                         "args": {"m": n, "n": n, "k": n, "dtype": din, "reference": name}})
+    arch = runtime.device_arch(0)
+    trace.meta["work"] = work
+    trace.meta["nvrtc"] = {"arch": arch, "kernels": hk.check(arch).drop(columns=["cached"]).to_dict("records")}
+    trace.meta["recorded_on"] = recorded_on()
+    trace.meta["description"] = (f"hookmagic.kernels GEMM journey and cuBLAS references, {n}^3, row-wise kernels, "
+                                 f"{launches} launches per step")
+    return trace

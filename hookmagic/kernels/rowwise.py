@@ -1,0 +1,132 @@
+"""Row-wise inference kernels over the last dimension: softmax, LayerNorm, RMSNorm, bias + GELU.
+
+Each takes a torch tensor or CuPy array (float32, float16 or bfloat16) on a GPU, runs on the
+caller's current stream and returns a new array of the same kind, shape and dtype. Arithmetic is
+FP32 whatever the storage. Non-contiguous inputs are copied to row-major first.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookmagic.kernels import registry, runtime
+from hookmagic.kernels.errors import KernelArgumentError
+from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
+
+_DTYPES = ("float32", "float16", "bfloat16")
+_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+#: arithmetic operations per element in the kernels' source (exp and rsqrt counted as one): the
+#: nominal FLOPs these memory-bound kernels declare, for the roofline's x axis
+_OPS_PER_ELEMENT = {"softmax": 6, "layer_norm": 9, "rms_norm": 5, "bias_gelu": 12}
+
+for _op, _desc in [("softmax", "online softmax: max and sum in one pass, then normalise"),
+                   ("layer_norm", "LayerNorm: Welford mean/variance in one pass, then normalise"),
+                   ("rms_norm", "RMSNorm: sum of squares in one pass, then normalise"),
+                   ("bias_gelu", "y = gelu(x + bias), elementwise (exact erf or tanh form)")]:
+    register(KernelSpec(_op, "rowwise", "rowwise", {d: f"{_op}_{s}" for d, s in _SUFFIX.items()},
+                        (256, 1, 1), (1, 1), min_arch=70, description=_desc))
+
+_MAX_GRID = 1 << 20
+
+
+def _check(x: Any, op: str) -> runtime.ArrayInfo:
+    xi = runtime.inspect_array(x, "x")
+    if xi.dtype not in _DTYPES:
+        raise KernelArgumentError(f"{op}: x must be float32, float16 or bfloat16, got {xi.where()}")
+    if xi.device < 0:
+        raise KernelArgumentError(f"{op}: x must be on a CUDA device, got {xi.where()}")
+    if len(xi.shape) == 0:
+        raise KernelArgumentError(f"{op}: x must have at least one dimension, got {xi.where()}")
+    return runtime.contiguous(xi)
+
+
+def _param(p: Any, name: str, xi: runtime.ArrayInfo, op: str) -> runtime.ArrayInfo | None:
+    if p is None:
+        return None
+    pi = runtime.inspect_array(p, name)
+    cols = xi.shape[-1]
+    if pi.kind != xi.kind or pi.device != xi.device or pi.dtype != xi.dtype or tuple(pi.shape) != (cols,):
+        raise KernelArgumentError(f"{op}: {name} must be a {xi.kind} {xi.dtype}[{cols}] on the device of x "
+                                  f"(the last dimension of x); {name} is {pi.where()}, x is {xi.where()}")
+    return runtime.contiguous(pi)
+
+
+def _threads(cols: int, nv: int) -> int:
+    want = -(-cols // (nv * 4))          # about 4 vectors per thread
+    return int(min(1024, max(32, -(-want // 32) * 32)))
+
+
+def _vec(cols: int, dtype: str, *infos: runtime.ArrayInfo | None) -> tuple[int, int]:
+    nv = 16 // ITEMSIZE[dtype]
+    ok = cols % nv == 0 and all(i is None or i.ptr % 16 == 0 for i in infos)
+    return nv, int(ok)
+
+
+def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple, out_name: str = "y") -> Any:
+    y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
+    n = int(np.prod(xi.shape))
+    if n == 0:
+        return y
+    yi = runtime.inspect_array(y, out_name)
+    cols = xi.shape[-1]
+    rows = n // cols
+    spec = registry.SPECS[(op, "rowwise")]
+    name = spec.entries[xi.dtype]
+    kern = runtime.get_kernel(spec.family, name, xi.device)
+    nv, vec = _vec(cols, xi.dtype, xi, yi, *params)
+    ptrs = [p.ptr if p is not None else 0 for p in params]
+    if op == "bias_gelu":
+        threads = 256
+        units = -(-n // nv) if vec else n
+        grid = min(-(-units // threads), _MAX_GRID)
+        args = (xi.ptr, *ptrs, yi.ptr, np.int64(n), np.int32(cols), *extra, np.int32(vec))
+    else:
+        threads = _threads(cols, nv)
+        grid = min(rows, _MAX_GRID)
+        args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(vec))
+    runtime.launch(kern, xi, (grid, 1, 1), (threads, 1, 1), args)
+    nbytes = 2 * n * ITEMSIZE[xi.dtype] + sum(cols * ITEMSIZE[xi.dtype] for p in params if p is not None)
+    registry.record(name, _OPS_PER_ELEMENT[op] * n, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
+    return y
+
+
+def softmax(x: Any, dim: int = -1) -> Any:
+    """``softmax(x, dim)`` like ``torch.softmax``: online (running max and sum in one pass over
+    the row, a second pass writes). Any row length; a ``dim`` other than the last is moved there
+    by a copy."""
+    xi = runtime.inspect_array(x, "x")
+    nd = len(xi.shape)
+    if nd and not -nd <= dim < nd:
+        raise KernelArgumentError(f"softmax: dim {dim} is out of range for x of {nd} dimensions ({xi.where()})")
+    last = nd == 0 or dim % nd == nd - 1
+    if not last:
+        moved = x.movedim(dim, -1) if xi.kind == "torch" else __import__("cupy").moveaxis(x, dim, -1)
+        y = softmax(moved, -1)
+        return y.movedim(-1, dim) if xi.kind == "torch" else __import__("cupy").moveaxis(y, -1, dim)
+    xi = _check(x, "softmax")
+    return _run("softmax", xi, [], ())
+
+
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+    """``torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)``: mean and (biased)
+    variance by Welford in one pass, then normalise; ``weight``/``bias`` of shape (cols,) or None."""
+    xi = _check(x, "layer_norm")
+    return _run("layer_norm", xi, [_param(weight, "weight", xi, "layer_norm"), _param(bias, "bias", xi, "layer_norm")],
+                (np.float32(eps),))
+
+
+def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6) -> Any:
+    """``torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight``."""
+    xi = _check(x, "rms_norm")
+    return _run("rms_norm", xi, [_param(weight, "weight", xi, "rms_norm")], (np.float32(eps),))
+
+
+def bias_gelu(x: Any, bias: Any = None, approximate: str = "none") -> Any:
+    """``gelu(x + bias)`` with ``bias`` of shape (x.shape[-1],) or None; ``approximate`` is
+    ``'none'`` (exact erf, torch's default) or ``'tanh'``."""
+    if approximate not in ("none", "tanh"):
+        raise KernelArgumentError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    xi = _check(x, "bias_gelu")
+    act = 3 if approximate == "none" else 2
+    return _run("bias_gelu", xi, [_param(bias, "bias", xi, "bias_gelu")], (np.int32(act),))

@@ -1,0 +1,187 @@
+"""Loading compiled kernels on the current GPU and launching them on the caller's stream.
+
+Arrays are torch tensors or CuPy arrays; launches go to the stream that is current for the
+array's library (``torch.cuda.current_stream()`` / ``cupy.cuda.get_current_stream()``), so
+they order with the caller's own work, CUDA graphs included. Loading and launching use
+cuda-core (:mod:`cuda.core`), which shares the device's primary context with torch and CuPy.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from hookmagic.kernels import build
+from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
+
+_lock = threading.Lock()
+_modules: dict[tuple[str, int, str], Any] = {}
+_kernels: dict[tuple[str, int, str, str], Any] = {}
+_devices: dict[int, Any] = {}
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """What a kernel wrapper needs to know about one operand."""
+    name: str            # the operand's name in messages ("a", "b", "bias", ...)
+    kind: str            # "torch" or "cupy"
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    dtype: str           # "float32", "float16", "bfloat16", "int8", "int32"
+    device: int          # CUDA device ordinal, -1 for host memory
+    ptr: int
+    obj: Any
+
+    @property
+    def contiguous(self) -> bool:
+        expected, s = [], 1
+        for n in reversed(self.shape):
+            expected.append(s)
+            s *= n
+        return all(st == e for st, e, n in zip(self.strides, reversed(expected), self.shape) if n > 1)
+
+    def where(self) -> str:
+        return f"{self.kind} {self.dtype}{list(self.shape)} on " + ("cpu" if self.device < 0 else f"cuda:{self.device}")
+
+
+def inspect_array(x: Any, name: str) -> ArrayInfo:
+    """Describe a torch tensor or CuPy array; raises :class:`KernelArgumentError` for anything else."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        dev = x.device.index if x.device.type == "cuda" else -1
+        if dev is None:
+            dev = 0
+        dtype = str(x.dtype).removeprefix("torch.")
+        return ArrayInfo(name, "torch", tuple(x.shape), tuple(x.stride()), dtype, dev,
+                         int(x.data_ptr()), x)
+    if mod == "cupy":
+        item = x.dtype.itemsize
+        return ArrayInfo(name, "cupy", tuple(x.shape), tuple(s // item for s in x.strides),
+                         "bfloat16" if x.dtype.name == "bfloat16" else x.dtype.name,
+                         int(x.device.id), int(x.data.ptr), x)
+    raise KernelArgumentError(f"{name} must be a torch tensor or a CuPy array, not {type(x).__name__}")
+
+
+def empty_like_kind(ref: ArrayInfo, shape: Sequence[int], dtype: str) -> Any:
+    """A new array of the reference operand's kind on its device."""
+    if ref.kind == "torch":
+        import torch
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=f"cuda:{ref.device}")
+    import cupy
+    with cupy.cuda.Device(ref.device):
+        return cupy.empty(tuple(shape), dtype=dtype)
+
+
+def contiguous(info: ArrayInfo) -> ArrayInfo:
+    """A row-major copy of a strided operand (same kind), or the operand itself."""
+    if info.contiguous:
+        return info
+    x = info.obj.contiguous() if info.kind == "torch" else __import__("cupy").ascontiguousarray(info.obj)
+    return inspect_array(x, info.name)
+
+
+def current_stream_handle(ref: ArrayInfo) -> int:
+    """The caller's current stream for the operand's library and device, as a CUstream handle."""
+    if ref.kind == "torch":
+        import torch
+        return int(torch.cuda.current_stream(ref.device).cuda_stream)
+    import cupy
+    with cupy.cuda.Device(ref.device):
+        return int(cupy.cuda.get_current_stream().ptr)
+
+
+def device(ordinal: int) -> Any:
+    """The cuda-core Device for ``ordinal``, made current."""
+    try:
+        from cuda.core import Device
+    except Exception as exc:
+        raise KernelsUnavailable(f"cuda-core could not be imported ({exc}); install hookmagic[kernels]") from exc
+    with _lock:
+        dev = _devices.get(ordinal)
+        if dev is None:
+            try:
+                dev = Device(ordinal)
+            except Exception as exc:
+                raise KernelsUnavailable(f"no CUDA device {ordinal} ({exc}): a GPU and its driver are needed") from exc
+            _devices[ordinal] = dev
+    dev.set_current()
+    return dev
+
+
+def device_arch(ordinal: int, needs_arch_specific: bool = False) -> str:
+    """``'sm_90'`` for the device (``'sm_90a'`` when a family needs wgmma/TMA on Hopper)."""
+    cc = device(ordinal).compute_capability
+    arch = f"sm_{cc.major}{cc.minor}"
+    if needs_arch_specific and cc.major in (9, 10, 12):
+        arch += "a"
+    return arch
+
+
+def get_kernel(family: str, name: str, ordinal: int, arch_specific: bool = False) -> Any:
+    """The loaded cuda-core Kernel ``name`` of ``family`` on device ``ordinal`` (compiled on first use)."""
+    arch = device_arch(ordinal, arch_specific)
+    key = (family, ordinal, arch, name)
+    k = _kernels.get(key)
+    if k is not None:
+        return k
+    mkey = (family, ordinal, arch)
+    with _lock:
+        mod = _modules.get(mkey)
+        if mod is None:
+            from cuda.core import ObjectCode
+            compiled = build.compile_family(family, arch)
+            mod = ObjectCode.from_cubin(compiled.cubin)
+            _modules[mkey] = mod
+        k = mod.get_kernel(name)
+        _kernels[key] = k
+    return k
+
+
+_smem_set: dict[tuple[int, int], int] = {}
+
+
+def set_dynamic_smem(kernel: Any, nbytes: int, ordinal: int) -> None:
+    """Allow a launch of ``kernel`` with more than 48 KiB of dynamic shared memory (once per kernel)."""
+    if nbytes <= 48 * 1024 or _smem_set.get((id(kernel), ordinal), 0) >= nbytes:
+        return
+    from cuda.bindings import driver
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    h = kernel.handle
+    # cuda-core loads cubins as libraries: its kernels are CUkernel handles (older: CUfunction)
+    if isinstance(h, driver.CUfunction):
+        (err,) = driver.cuFuncSetAttribute(h, attr, nbytes)
+    else:
+        kh = h if isinstance(h, driver.CUkernel) else driver.CUkernel(int(h))
+        (err,) = driver.cuKernelSetAttribute(attr, nbytes, kh, driver.CUdevice(ordinal))
+    if int(err) != 0:
+        raise KernelsUnavailable(f"could not allow {nbytes} bytes of dynamic shared memory: {err}")
+    _smem_set[(id(kernel), ordinal)] = nbytes
+
+
+def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+           smem: int = 0) -> None:
+    """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers) and numpy scalars."""
+    from cuda.core import LaunchConfig, launch as _launch
+    dev = device(ref.device)
+    _launch(_stream(dev, current_stream_handle(ref)), LaunchConfig(grid=grid, block=block, shmem_size=smem),
+            kernel, *args)
+
+
+_streams: dict[int, Any] = {}
+
+
+def _stream(dev: Any, handle: int) -> Any:
+    """A cuda-core view of the caller's stream (handle 0: the legacy default stream, as torch's
+    and CuPy's default streams are)."""
+    s = _streams.get(handle)
+    if s is None:
+        from cuda.core import Stream
+        try:
+            s = Stream.from_handle(handle)
+        except Exception:
+            if handle != 0:
+                raise
+            from cuda.bindings import driver
+            s = Stream.from_handle(int(driver.CU_STREAM_LEGACY))
+        _streams[handle] = s
+    return s

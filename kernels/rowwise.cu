@@ -1,0 +1,225 @@
+// Row-wise inference kernels over the last dimension of a row-major tensor (rows x cols):
+// softmax (online: max and sum in one pass), LayerNorm (Welford statistics in one pass),
+// RMSNorm, and bias + GELU. FP32 / FP16 / BF16 storage, FP32 arithmetic. One block per row
+// (grid-stride over rows); 16-byte vector loads when `vec` (row length a multiple of the vector
+// width and aligned pointers), scalar loads otherwise.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "common.cuh"
+
+#define HM_NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float hm_ld(const float* p) { return *p; }
+__device__ __forceinline__ float hm_ld(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float hm_ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void hm_st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void hm_st(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void hm_st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// N elements of T in one 16-byte access
+template <typename T> struct HmVec { static constexpr int N = 16 / sizeof(T); };
+
+template <typename T>
+__device__ __forceinline__ void hm_ld_vec(const T* p, float* out) {
+  uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < HmVec<T>::N; ++i) out[i] = hm_ld(e + i);
+}
+template <typename T>
+__device__ __forceinline__ void hm_st_vec(T* p, const float* v) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < HmVec<T>::N; ++i) hm_st(e + i, v[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// ---- block reductions (blockDim.x a multiple of 32, at most 1024) ----
+__device__ __forceinline__ float hm_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ float hm_block_sum(float v) {
+  __shared__ float part[32];
+  v = hm_warp_sum(v);
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if (l == 0) part[w] = v;
+  __syncthreads();
+  v = l < nw ? part[l] : 0.f;
+  return hm_warp_sum(v);
+}
+// online-softmax pair (max m, sum s of exp(x - m))
+__device__ __forceinline__ void hm_ms_merge(float& m, float& s, float m2, float s2) {
+  float mm = fmaxf(m, m2);
+  s = (m == HM_NEG_INF ? 0.f : s * expf(m - mm)) + (m2 == HM_NEG_INF ? 0.f : s2 * expf(m2 - mm));
+  m = mm;
+}
+__device__ void hm_block_max_sum(float& m, float& s) {
+  __shared__ float pm[32], ps[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) hm_ms_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if (l == 0) { pm[w] = m; ps[w] = s; }
+  __syncthreads();
+  m = l < nw ? pm[l] : HM_NEG_INF;
+  s = l < nw ? ps[l] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) hm_ms_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+// Welford triple (count n, mean, M2), combined by Chan's formula
+__device__ __forceinline__ void hm_welford_merge(float& n, float& mean, float& m2, float nb, float meanb, float m2b) {
+  float nn = n + nb;
+  if (nn == 0.f) return;
+  float d = meanb - mean, f = nb / nn;
+  mean += d * f;
+  m2 += m2b + d * d * n * f;
+  n = nn;
+}
+__device__ void hm_block_welford(float& n, float& mean, float& m2) {
+  __shared__ float pn[32], pmean[32], pm2[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    hm_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
+                     __shfl_xor_sync(0xffffffffu, m2, o));
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if (l == 0) { pn[w] = n; pmean[w] = mean; pm2[w] = m2; }
+  __syncthreads();
+  n = l < nw ? pn[l] : 0.f;
+  mean = l < nw ? pmean[l] : 0.f;
+  m2 = l < nw ? pm2[l] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    hm_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
+                     __shfl_xor_sync(0xffffffffu, m2, o));
+}
+
+// Visit every element of row `r` in order of vectors: f(index, value) for reads.
+#define HM_ROW_FOR(T, row, cols, vec, BODY)                                                        \
+  if (vec) {                                                                                       \
+    constexpr int NV = HmVec<T>::N;                                                                \
+    for (int c0 = threadIdx.x * NV; c0 < cols; c0 += blockDim.x * NV) {                            \
+      float v_[NV];                                                                                \
+      hm_ld_vec(row + c0, v_);                                                                     \
+      _Pragma("unroll") for (int i_ = 0; i_ < NV; ++i_) { const int c = c0 + i_; const float v = v_[i_]; (void)c; BODY } \
+    }                                                                                              \
+  } else {                                                                                         \
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) { const float v = hm_ld(row + c); BODY }  \
+  }
+
+// ---- softmax ----
+template <typename T>
+__device__ void hm_softmax(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int vec) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + (size_t)r * cols;
+    T* yr = y + (size_t)r * cols;
+    float m = HM_NEG_INF, s = 0.f;
+    HM_ROW_FOR(T, xr, cols, vec, {
+      if (v > m) { s = (m == HM_NEG_INF ? 0.f : s * expf(m - v)) + 1.f; m = v; }
+      else s += (v == HM_NEG_INF) ? 0.f : expf(v - m);
+    })
+    hm_block_max_sum(m, s);
+    const float inv = 1.f / s;
+    if (vec) {
+      constexpr int NV = HmVec<T>::N;
+      for (int c0 = threadIdx.x * NV; c0 < cols; c0 += blockDim.x * NV) {
+        float v[NV];
+        hm_ld_vec(xr + c0, v);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) v[i] = expf(v[i] - m) * inv;
+        hm_st_vec(yr + c0, v);
+      }
+    } else {
+      for (int c = threadIdx.x; c < cols; c += blockDim.x) hm_st(yr + c, expf(hm_ld(xr + c) - m) * inv);
+    }
+  }
+}
+
+// ---- LayerNorm / RMSNorm (weight, bias optional: null) ----
+template <typename T>
+__device__ void hm_layer_norm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                              T* __restrict__ y, int rows, int cols, float eps, int vec, int rms) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + (size_t)r * cols;
+    T* yr = y + (size_t)r * cols;
+    float mean = 0.f, rstd;
+    if (rms) {
+      float ss = 0.f;
+      HM_ROW_FOR(T, xr, cols, vec, { ss += v * v; })
+      ss = hm_block_sum(ss);
+      rstd = rsqrtf(ss / cols + eps);
+    } else {
+      float n = 0.f, m2 = 0.f;
+      HM_ROW_FOR(T, xr, cols, vec, {
+        n += 1.f;
+        float d = v - mean;
+        mean += d / n;
+        m2 += d * (v - mean);
+      })
+      hm_block_welford(n, mean, m2);
+      rstd = rsqrtf(m2 / cols + eps);
+    }
+    if (vec) {
+      constexpr int NV = HmVec<T>::N;
+      for (int c0 = threadIdx.x * NV; c0 < cols; c0 += blockDim.x * NV) {
+        float v[NV], wv[NV], bv[NV];
+        hm_ld_vec(xr + c0, v);
+        if (w) hm_ld_vec(w + c0, wv);
+        if (b) hm_ld_vec(b + c0, bv);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) v[i] = (v[i] - mean) * rstd * (w ? wv[i] : 1.f) + (b ? bv[i] : 0.f);
+        hm_st_vec(yr + c0, v);
+      }
+    } else {
+      for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        hm_st(yr + c, (hm_ld(xr + c) - mean) * rstd * (w ? hm_ld(w + c) : 1.f) + (b ? hm_ld(b + c) : 0.f));
+    }
+  }
+}
+
+// ---- bias + GELU: y = gelu(x + bias[col]); elementwise, grid-stride over vectors ----
+template <typename T>
+__device__ void hm_bias_gelu(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y, long long n,
+                             int cols, int act, int vec) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  if (vec) {
+    constexpr int NV = HmVec<T>::N;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i * NV < n; i += stride) {
+      float v[NV], bv[NV];
+      hm_ld_vec(x + i * NV, v);
+      int c = (int)((i * NV) % cols);
+      if (bias) hm_ld_vec(bias + c, bv);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) v[k] = hm_activate(v[k] + (bias ? bv[k] : 0.f), act);
+      hm_st_vec(y + i * NV, v);
+    }
+  } else {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+      hm_st(y + i, hm_activate(hm_ld(x + i) + (bias ? hm_ld(bias + (int)(i % cols)) : 0.f), act));
+  }
+}
+
+#define HM_ROWWISE(SUFFIX, T)                                                                             \
+  extern "C" __global__ void softmax_##SUFFIX(const T* x, T* y, int rows, int cols, int vec) {            \
+    hm_softmax<T>(x, y, rows, cols, vec);                                                                 \
+  }                                                                                                       \
+  extern "C" __global__ void layer_norm_##SUFFIX(const T* x, const T* w, const T* b, T* y, int rows,      \
+                                                 int cols, float eps, int vec) {                          \
+    hm_layer_norm<T>(x, w, b, y, rows, cols, eps, vec, 0);                                                \
+  }                                                                                                       \
+  extern "C" __global__ void rms_norm_##SUFFIX(const T* x, const T* w, T* y, int rows, int cols, float eps, \
+                                               int vec) {                                                 \
+    hm_layer_norm<T>(x, w, (const T*)0, y, rows, cols, eps, vec, 1);                                      \
+  }                                                                                                       \
+  extern "C" __global__ void bias_gelu_##SUFFIX(const T* x, const T* bias, T* y, long long n, int cols,   \
+                                                int act, int vec) {                                       \
+    hm_bias_gelu<T>(x, bias, y, n, cols, act, vec);                                                       \
+  }
+
+HM_ROWWISE(f32, float)
+HM_ROWWISE(f16, __half)
+HM_ROWWISE(bf16, __nv_bfloat16)

@@ -1,0 +1,102 @@
+// Helpers shared by the Tensor Core GEMMs (gemm_wmma.cu, gemm_mma.cu, gemm_int8.cu).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+#include "common.cuh"
+
+#define TC_BM 128
+#define TC_BN 128
+#define TC_BK 32
+#define TC_NT 256
+#define TC_ALD (TC_BK + 8)     // halves per shared-memory row of A (80 bytes: ldmatrix conflict-free)
+#define TC_BLD (TC_BN + 8)     // halves per shared-memory row of B (272 bytes)
+#define TC_STAGES 3
+#define TC_A_STAGE (TC_BM * TC_ALD)
+#define TC_B_STAGE (TC_BK * TC_BLD)
+
+__device__ __forceinline__ float hm_to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float hm_to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T hm_from_f(float x);
+template <> __device__ __forceinline__ __half hm_from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 hm_from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ void hm_cp_async16(void* smem, const void* gmem, bool pred) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void hm_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void hm_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// One 16-byte chunk (8 elements) of row `row`, columns [col, col+8) of a row-major matrix into
+// shared memory: cp.async when `vec` (aligned, ld % 8 == 0: a chunk is all in or all out),
+// element by element otherwise. Out-of-range elements become zero.
+template <typename T>
+__device__ __noinline__ void hm_chunk_slow(T* dst, const T* __restrict__ src, int row, int col, int rows, int cols,
+                                           int ld) {
+#pragma unroll 1
+  for (int i = 0; i < 8; ++i)
+    dst[i] = (row < rows && col + i < cols) ? src[(size_t)row * ld + col + i] : hm_from_f<T>(0.f);
+}
+template <typename T>
+__device__ __forceinline__ void hm_chunk(T* dst, const T* __restrict__ src, int row, int col, int rows, int cols,
+                                         int ld, bool vec) {
+  if (vec) {
+    bool ok = row < rows && col < cols;
+    hm_cp_async16(dst, ok ? (const void*)(src + (size_t)row * ld + col) : (const void*)src, ok);
+  } else {
+    hm_chunk_slow(dst, src, row, col, rows, cols, ld);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void hm_load_tile(T* As, T* Bs, const T* __restrict__ A, const T* __restrict__ B,
+                                             int m0, int n0, int k0, int M, int N, int K, bool vec) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // A: 128 rows x 4 chunks
+    int u = tid + i * TC_NT, r = u / 4, c = (u % 4) * 8;
+    hm_chunk(&As[r * TC_ALD + c], A, m0 + r, k0 + c, M, K, K, vec);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // B: 32 rows x 16 chunks
+    int u = tid + i * TC_NT, r = u / 16, c = (u % 16) * 8;
+    hm_chunk(&Bs[r * TC_BLD + c], B, k0 + r, n0 + c, K, N, N, vec);
+  }
+}
+
+// Out of line: inlined into each of the 32 output pairs it made NVRTC ~10x slower; plain GEMMs skip it.
+template <typename T>
+__device__ __noinline__ float hm_epilogue(float acc, int r, int c, int N, const T* __restrict__ bias,
+                                             const T* __restrict__ residual, int act) {
+  if (bias) acc += hm_to_f(bias[c]);
+  acc = hm_activate(acc, act);
+  if (residual) acc += hm_to_f(residual[(size_t)r * N + c]);
+  return acc;
+}
+
+// ---- mma.sync m16n8k16 with ldmatrix, 3-stage cp.async pipeline (dynamic shared memory) ----
+__device__ __forceinline__ void hm_ldmatrix_x4(unsigned* r, const void* p) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void hm_ldmatrix_x4_trans(unsigned* r, const void* p) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void hm_mma16816(float* d, const unsigned* a, const unsigned* b, __half) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void hm_mma16816(float* d, const unsigned* a, const unsigned* b, __nv_bfloat16) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+

@@ -1,0 +1,104 @@
+"""Row-wise kernels (softmax, LayerNorm, RMSNorm, bias + GELU) against torch on a GPU.
+
+Criterion as for the GEMMs: the largest error against a float64 reference stays within twice
+torch's own error at the same dtype plus one unit of output rounding (relative to the output's
+largest magnitude, at least 1)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import hookmagic.kernels as hk  # noqa: E402
+
+SHAPES = [(1, 1), (3, 17), (5, 4097), (64, 1024), (8, 65536), (2, 3, 4096)]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+EPS = {torch.float32: 2.0 ** -23, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}
+
+
+def _within(ours, theirs, ref, dtype):
+    assert ours.shape == ref.shape and ours.dtype == dtype
+    if ours.numel() == 0:
+        return
+    err = (ours.double() - ref).abs().max().item()
+    terr = (theirs.double() - ref).abs().max().item()
+    bound = 2 * terr + 2 * EPS[dtype] * max(ref.abs().max().item(), 1.0)
+    assert err <= bound, f"max error {err:.3g} > bound {bound:.3g} (torch's error {terr:.3g})"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax(shape, dtype):
+    x = (torch.randn(shape, device="cuda") * 4).to(dtype)
+    _within(hk.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1), dtype)
+
+
+def test_softmax_other_dim_and_infinities():
+    x = torch.randn(33, 7, 5, device="cuda")
+    _within(hk.softmax(x, dim=1), torch.softmax(x, 1), torch.softmax(x.double(), 1), torch.float32)
+    y = torch.randn(4, 300, device="cuda")
+    y[:, :100] = float("-inf")
+    y[1, 150:] = float("-inf")
+    _within(hk.softmax(y), torch.softmax(y, -1), torch.softmax(y.double(), -1), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm(shape, dtype):
+    c = shape[-1]
+    x = (torch.randn(shape, device="cuda") * 3 + 5).to(dtype)
+    w = torch.randn(c, device="cuda").to(dtype)
+    b = torch.randn(c, device="cuda").to(dtype)
+    ref = F.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5)
+    _within(hk.layer_norm(x, w, b), F.layer_norm(x, (c,), w, b, 1e-5), ref, dtype)
+    _within(hk.layer_norm(x), F.layer_norm(x, (c,)), F.layer_norm(x.double(), (c,)), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm(shape, dtype):
+    c = shape[-1]
+    x = torch.randn(shape, device="cuda").to(dtype)
+    w = torch.randn(c, device="cuda").to(dtype)
+    ref = F.rms_norm(x.double(), (c,), w.double(), 1e-6)
+    _within(hk.rms_norm(x, w), F.rms_norm(x, (c,), w, 1e-6), ref, dtype)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (64, 4096), (2, 5, 1000)])
+def test_bias_gelu(shape, dtype, approximate):
+    c = shape[-1]
+    x = torch.randn(shape, device="cuda").to(dtype)
+    b = torch.randn(c, device="cuda").to(dtype)
+    ref = F.gelu(x.double() + b.double(), approximate=approximate)
+    _within(hk.bias_gelu(x, b, approximate), F.gelu(x + b, approximate=approximate), ref, dtype)
+    _within(hk.bias_gelu(x, approximate=approximate), F.gelu(x, approximate=approximate),
+            F.gelu(x.double(), approximate=approximate), dtype)
+
+
+def test_non_contiguous_misaligned_and_empty():
+    base = torch.randn(64, 2 * 1024 + 1, device="cuda")
+    x = base[:, 1:1025]                      # strided rows
+    _within(hk.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1), torch.float32)
+    flat = torch.randn(8 * 256 + 1, device="cuda")[1:].view(8, 256)   # misaligned: scalar path
+    _within(hk.rms_norm(flat), F.rms_norm(flat, (256,)), F.rms_norm(flat.double(), (256,)), torch.float32)
+    assert hk.softmax(torch.randn(0, 5, device="cuda")).shape == (0, 5)
+    assert hk.layer_norm(torch.randn(3, 0, device="cuda")).shape == (3, 0)
+
+
+def test_parameter_errors_name_both():
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(hk.KernelArgumentError, match=r"weight must be a torch float32\[8\].*weight is .*\[7\]"):
+        hk.layer_norm(x, torch.ones(7, device="cuda"))
+    with pytest.raises(hk.KernelArgumentError, match="float32, float16 or bfloat16"):
+        hk.softmax(x.to(torch.int32))
+
+
+def test_cupy_softmax():
+    cupy = pytest.importorskip("cupy")
+    x = cupy.random.standard_normal((16, 1000), dtype=cupy.float32)
+    y = hk.softmax(x)
+    e = cupy.exp(x - x.max(axis=1, keepdims=True))
+    assert isinstance(y, cupy.ndarray) and float(cupy.abs(y - e / e.sum(axis=1, keepdims=True)).max()) < 1e-6
