@@ -204,3 +204,13 @@ def test_kernels_of_a_capture_join_to_the_frames_of_their_stage_execution():
         assert r.name == f"synthetic_{r.stage}_kernel"
     fig = run.gantt(trace=trace)
     assert any(t.name == "kernels (CUPTI)" for t in fig.data)
+
+
+def test_parquet_exports_read_back(tmp_path):
+    run = Pipeline([Stage("infer", lambda b: b, batch=4)], queue_size=8).run(range(10))
+    frames = pd.read_parquet(run.to_parquet(tmp_path / "synthetic_frames.parquet"))
+    assert len(frames) == 10 and "e2e_ms" in frames
+    events = pd.read_parquet(run.to_parquet(tmp_path / "synthetic_events.parquet", per="event"))
+    assert events.equals(run.events)
+    with pytest.raises(ValueError):
+        run.to_parquet(tmp_path / "x.parquet", per="nope")

@@ -177,3 +177,33 @@ def test_loading_something_else_says_what_it_is(tmp_path):
     bad.write_bytes(b"not a zip")
     with pytest.raises(HookmagicError, match="synthetic.hmpipe"):
         load_run(bad)
+
+
+def test_seconds_stops_reading_and_finishes_what_was_read():
+    # synthetic cameras never end: the run stops reading after `seconds`, then drains
+    run = Pipeline([Stage("a", lambda f: f.sum())]).run(
+        synthetic_cameras(2, fps=200, height=4, width=4), seconds=0.3)
+    counts = run.outcomes.to_dict()
+    assert counts.get("done", 0) > 0 and set(counts) == {"done"}
+    assert _threads() == []
+
+
+def test_observers_hear_every_stage_execution_and_frame():
+    class Tally:
+        def __init__(self):
+            self.stage, self.frames, self.queues = {}, {}, 0
+
+        def on_stage(self, stage, seconds, n):
+            self.stage[stage] = self.stage.get(stage, 0) + n
+
+        def on_frame(self, source, outcome):
+            self.frames[outcome] = self.frames.get(outcome, 0) + 1
+
+        def on_queues(self, depths):
+            self.queues += 1
+
+    tally = Tally()
+    run = Pipeline([Stage("a", lambda x: None if x == 0 else x), Stage("b", lambda b: b, batch=2)]
+                   ).run(range(9), observers=[tally])
+    assert tally.stage == {"read": 9, "a": 9, "b": 8}
+    assert tally.frames == run.outcomes.to_dict() == {"done": 8, "dropped": 1}

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from hookmagic import sched as S
-from hookmagic.pipeline import Pipeline, Stage, cameras_that_fit, frames, sweep, synthetic_cameras
+from hookmagic.pipeline import Pipeline, Stage, cameras_that_fit, sweep, synthetic_cameras
 from hookmagic.pipeline.views import sweep_figure
 
 

@@ -63,6 +63,11 @@ def _attach() -> None:
         from hookmagic.pipeline.export import write_csv
         return write_csv(self, path, per)
 
+    def to_parquet(self: PipelineRun, path, per: str = "frame") -> str:
+        """Write the per-frame (``per="frame"``), per-batch or raw event table as Parquet."""
+        from hookmagic.pipeline.export import write_parquet
+        return write_parquet(self, path, per)
+
     def to_chrome_trace(self: PipelineRun, path) -> str:
         """Chrome/Perfetto JSON: a track per stage worker, each frame a flow across stages."""
         from hookmagic.pipeline.export import write_chrome_trace
@@ -86,7 +91,7 @@ def _attach() -> None:
 
     for fn, name in ((stages, "stages"), (frames_, "frames"), (bottleneck, "bottleneck"),
                      (what_if, "what_if"), (throughput, "throughput"), (per_batch, "per_batch"),
-                     (queue_depth, "queue_depth"), (to_csv, "to_csv"),
+                     (queue_depth, "queue_depth"), (to_csv, "to_csv"), (to_parquet, "to_parquet"),
                      (to_chrome_trace, "to_chrome_trace"), (gantt, "gantt"),
                      (plot_stages, "plot_stages"), (to_sched, "to_sched")):
         fn.__name__ = name

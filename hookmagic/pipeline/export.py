@@ -24,6 +24,21 @@ def write_csv(run: PipelineRun, path: str | os.PathLike, per: str = "batch") -> 
     return str(path)
 
 
+def write_parquet(run: PipelineRun, path: str | os.PathLike, per: str = "frame") -> str:
+    """One Parquet file: the per-frame table (``per="frame"``), the per-batch table
+    (``"batch"``) or the raw per-frame-per-stage events (``"event"``)."""
+    if per == "frame":
+        table = frames_table(run).reset_index()
+    elif per == "batch":
+        table = per_batch(run)
+    elif per == "event":
+        table = run.events
+    else:
+        raise InvalidArgument(f"per must be 'frame', 'batch' or 'event', got {per!r}")
+    table.to_parquet(path, index=False)
+    return str(path)
+
+
 def chrome_trace(run: PipelineRun) -> dict:
     """The run as Chrome trace-event JSON (a dict): one track per stage worker (and one per GPU
     stage worker for its CUDA-event spans), each stage execution a slice, each frame a flow
