@@ -14,6 +14,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from hookmagic.trace import schema
+
 
 class AllocatorRecorders:
     """Starts and stops the PyTorch and CuPy recorders for one capture."""
@@ -43,6 +45,8 @@ def merge_into(tables: dict[str, pd.DataFrame],
     capture's own so that every ``stack_id`` points into the one ``stacks`` table."""
     if not parts:
         return
+    if "stacks" not in tables:  # a capture without stacks (--no-stacks) builds no stacks table
+        tables["stacks"] = schema.empty_table("stacks")
     stacks = [tables["stacks"]]
     events = []
     next_id = int(tables["stacks"]["stack_id"].max()) + 1 if len(tables["stacks"]) else 0
