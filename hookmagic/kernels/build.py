@@ -108,9 +108,16 @@ def include_paths() -> list[str]:
             paths.append(str(d))
     except Exception:
         pass
-    for d in ("/usr/local/cuda/include",):
-        if os.path.isfile(os.path.join(d, "mma.h")) and d not in paths and len(paths) == 1:
-            paths.append(d)
+    # mma.h includes crt/mma.h; some wheel layouts (CUDA 13's, on the H100 machine) ship mma.h
+    # without crt/: then add a toolkit folder that has it, else NVRTC fails to compile.
+    def has(d: str, name: str) -> bool:
+        return os.path.isfile(os.path.join(d, name))
+    if not any(has(d, os.path.join("crt", "mma.h")) for d in paths[1:]):
+        for d in ("/usr/local/cuda/include", "/usr/local/cuda/targets/x86_64-linux/include",
+                  "/usr/local/cuda/targets/sbsa-linux/include"):
+            if has(d, "mma.h") and has(d, os.path.join("crt", "mma.h")) and d not in paths:
+                paths.append(d)
+                break
     return paths
 
 
