@@ -19,11 +19,11 @@ import io
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from hookmagic.common.files import atomic_write
 from hookmagic.kernels.errors import KernelCompileError, KernelsUnavailable
 
 #: Bump when the cache layout or the compile flags' meaning changes.
@@ -266,26 +266,12 @@ def _read_entry(cubin_path: Path, meta_path: Path) -> tuple[dict, bytes] | None:
     return meta, cubin
 
 
-def _atomic_write(directory: Path, path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _write_entry(cdir: Path, cubin_path: Path, meta_path: Path, cubin: bytes, meta: dict) -> None:
     cdir.mkdir(parents=True, exist_ok=True)
     # cubin first, metadata (with the cubin's hash) last: a reader that sees new metadata with
     # an old or missing cubin finds the hash wrong and rebuilds.
-    _atomic_write(cdir, cubin_path, cubin)
-    _atomic_write(cdir, meta_path, json.dumps(meta, indent=1).encode())
+    atomic_write(cubin_path, cubin, what="kernel cache entry")
+    atomic_write(meta_path, json.dumps(meta, indent=1).encode(), what="kernel cache entry")
 
 
 __all__ = ["Compiled", "compile_family", "families", "source_dir", "cache_dir", "cache_key",
