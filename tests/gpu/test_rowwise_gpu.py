@@ -1,8 +1,7 @@
 """Row-wise kernels (softmax, LayerNorm, RMSNorm, bias + GELU) against torch on a GPU.
 
-Criterion as for the GEMMs: the largest error against a float64 reference stays within twice
-torch's own error at the same dtype plus one unit of output rounding (relative to the output's
-largest magnitude, at least 1)."""
+Criterion as for the GEMMs (tests/gpu/accuracy.py): against a float64 reference, within twice
+torch's own error, one unit of output rounding and the sqrt(n) rounding bound of the FP32 row sum."""
 from __future__ import annotations
 
 import pytest
@@ -10,23 +9,20 @@ import pytest
 from tests.gpu.conftest import skip_reason
 
 torch = pytest.importorskip("torch", reason=skip_reason())
+
+from tests.gpu.accuracy import assert_within_rounding  # noqa: E402
 F = torch.nn.functional
 
 import hookmagic.kernels as hk  # noqa: E402
 
 SHAPES = [(1, 1), (3, 17), (5, 4097), (64, 1024), (8, 65536), (2, 3, 4096)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-EPS = {torch.float32: 2.0 ** -23, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}
 
 
-def _within(ours, theirs, ref, dtype):
-    assert ours.shape == ref.shape and ours.dtype == dtype
-    if ours.numel() == 0:
-        return
-    err = (ours.double() - ref).abs().max().item()
-    terr = (theirs.double() - ref).abs().max().item()
-    bound = 2 * terr + 2 * EPS[dtype] * max(ref.abs().max().item(), 1.0)
-    assert err <= bound, f"max error {err:.3g} > bound {bound:.3g} (torch's error {terr:.3g})"
+def _within(ours, theirs, ref, dtype, n=None):
+    """Row reductions of length ``n`` (default: the last dimension); criterion in tests/gpu/accuracy.py."""
+    assert ours.dtype == dtype
+    assert_within_rounding(ours, theirs, ref, dtype, n=ours.shape[-1] if n is None else n)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -38,7 +34,7 @@ def test_softmax(shape, dtype):
 
 def test_softmax_other_dim_and_infinities():
     x = torch.randn(33, 7, 5, device="cuda")
-    _within(hk.softmax(x, dim=1), torch.softmax(x, 1), torch.softmax(x.double(), 1), torch.float32)
+    _within(hk.softmax(x, dim=1), torch.softmax(x, 1), torch.softmax(x.double(), 1), torch.float32, n=7)
     y = torch.randn(4, 300, device="cuda")
     y[:, :100] = float("-inf")
     y[1, 150:] = float("-inf")
