@@ -21,8 +21,10 @@ import numpy as np
 import pandas as pd
 
 MODULE_FILE = "<module>"  # filename of the frames that name modules
-_PLUMBING = {"_wrapped_call_impl"}
-_CALL = "_call_impl"
+# The native stack walker names frames by co_qualname (Python >= 3.11: "Module._call_impl")
+# and by co_name on 3.10 ("_call_impl"); both spellings are matched.
+_PLUMBING = frozenset({"_wrapped_call_impl", "Module._wrapped_call_impl"})
+_CALL = frozenset({"_call_impl", "Module._call_impl"})
 
 
 def install(native: Any = None) -> Callable[[], None] | None:
@@ -135,7 +137,7 @@ def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
                 r = parent[r]
             chain.reverse()  # outermost module first
             g = frames[sid]
-            calls = int((g["function"] == _CALL).sum())
+            calls = int(g["function"].isin(_CALL).sum())
             if is_backward.get(rid):  # the caller of backward(), then the module's backward
                 rows = [(f.filename, f.function, int(f.line)) for f in g.itertuples(index=False)]
                 rows.append((MODULE_FILE, label[rid], 0))
@@ -152,7 +154,7 @@ def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
                 for f in g.itertuples(index=False):
                     if f.function in _PLUMBING:
                         continue
-                    if f.function == _CALL:
+                    if f.function in _CALL:
                         rows.append((MODULE_FILE, chain[k], 0))
                         k += 1
                     else:

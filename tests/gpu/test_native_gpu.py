@@ -169,7 +169,9 @@ def test_backward_kernels_carry_the_stack_that_called_backward():
     assert len(engine) > 0, report
     assert attributed >= 0.99, report
     leaf = trace.stacks[trace.stacks.stack_id == engine.stack_id.iloc[0]]
-    assert "step" in leaf.function.tolist(), leaf
+    # co_qualname on Python >= 3.11 ("...<locals>.step"), co_name on 3.10
+    callers = leaf[leaf.function.str.split(".").str[-1] == "step"]
+    assert len(callers) and step.__code__.co_firstlineno + 2 in callers.line.tolist(), leaf
     names = trace.ranges.set_index("range_id").name
     in_ranges = set(names.reindex(engine.range_id).dropna())
     assert in_ranges and all(n.startswith("backward") for n in in_ranges), in_ranges
@@ -198,8 +200,9 @@ def test_stacks_name_the_modules_as_named_modules_does():
     assert named and named <= expected, (named, expected)
     assert "2.0 (Linear)" in named
     assert trace.meta["module_kernels"] >= 2
-    assert "_call_impl" not in set(trace.stacks.function[trace.stacks.stack_id.isin(trace.kernels.stack_id)])
+    kernel_frames = set(trace.stacks.function[trace.stacks.stack_id.isin(trace.kernels.stack_id)])
+    assert "Module._call_impl" not in kernel_frames and "_call_impl" not in kernel_frames
     with hookmagic.capture(module_names=False) as raw:
         model(x)
         torch.cuda.synchronize()
-    assert "_call_impl" in set(raw.stacks.function)
+    assert {"Module._call_impl", "_call_impl"} & set(raw.stacks.function)
