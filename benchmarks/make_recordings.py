@@ -69,6 +69,27 @@ def mlp_training() -> None:
     torch.cuda.synchronize()
 
 
+def transformer_training() -> None:
+    """A torch.nn.TransformerEncoderLayer (d_model 512, 8 heads, fp16, batch 8, sequence 512)
+    trained for two steps with SGD: forward, backward on autograd's engine thread (attributed to
+    the line that called backward() and to each module's backward), optimiser kernels."""
+    import torch
+
+    import hookmagic
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True).cuda().half()
+    optimiser = torch.optim.SGD(layer.parameters(), lr=1e-3)
+    x = torch.randn(8, 512, 512, device="cuda", dtype=torch.half)
+    for step in range(2):
+        with hookmagic.range(f"train step {step}"):
+            loss = layer(x).float().square().mean()
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+    torch.cuda.synchronize()
+
+
 def cupy_pipeline() -> None:
     """A CuPy signal pipeline: host-to-device upload, FFT filtering, elementwise maths,
     reductions and a sort, then a download."""
@@ -103,12 +124,15 @@ RECORDINGS = {
     "resnet18_inference_churn": resnet_inference_churn,
     "mlp_training": mlp_training,
     "cupy_pipeline": cupy_pipeline,
+    "transformer_training": transformer_training,
 }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="hookmagic/data/recordings")
+    parser.add_argument("--only", action="append", choices=sorted(RECORDINGS),
+                        help="record only this one (repeatable); default: all")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import hookmagic
@@ -117,6 +141,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     recorded_on = _recorded_on()
     for name, work in RECORDINGS.items():
+        if args.only and name not in args.only:
+            continue
         work()  # warm up: module loading and cuBLAS/cuFFT plans outside the recording
         _release_cached_memory()  # so the recording shows the allocator growing again
         with hookmagic.capture(label=name, allocator_history=True) as trace:
@@ -125,7 +151,8 @@ def main() -> int:
         trace.meta["description"] = (work.__doc__ or "").strip().replace("\n", " ")
         trace.meta["host"] = "gpu-machine"
         path = trace.save(out / f"{name}.hmtrace")
-        print(name, len(trace.kernels), "kernels", len(trace.memory), "memory events",
+        attributed = float((trace.kernels.stack_id >= 0).mean()) if len(trace.kernels) else 0.0
+        print(name, len(trace.kernels), "kernels", f"{attributed:.1%} with a stack", len(trace.memory), "memory events",
               Path(path).stat().st_size // 1024, "KiB", trace.meta["status"], trace.meta["warnings"])
     return 0
 
