@@ -154,16 +154,86 @@ roofline_figure(points, peaks, title=f"GEMM journey, 4096³ ({RECORDED_ON})")"""
 
 Row-wise kernels do a few operations per byte, so their limit is DRAM bandwidth: the figure of
 merit is achieved GB/s of compulsory traffic (read the input and the parameters once, write the
-output once) against the GPU's DRAM peak. This recording holds FP16 4096 × 4096 softmax,
-LayerNorm, RMSNorm and bias+GELU. It holds no device-to-device copy (the measured copy
-bandwidth the inference-kernels issue compares with is in `benchmarks/results/kernels.md`, timed
-the benchmark's way) and no fused preprocessing kernel — that kernel is not written yet, so the
-differential flame graph of fused preprocessing against the torch chain is still to come."""),
+output once). In the journey capture, FP16 4096 × 4096 softmax, LayerNorm, RMSNorm and bias+GELU,
+against the datasheet's DRAM peak:"""),
     ("code", """bw = journey[~is_gemm.values][["step", "name", "mean_ms", "gbps", "registers", "smem_per_block",
                                 "threads_per_block", "occupancy", "limiter"]].copy()
 bw["of_dram_peak"] = bw.gbps * 1e9 / peaks["dram"]
 print(f"DRAM peak {peaks['dram'] / 1e12:.2f} TB/s ({peaks['source']}); {RECORDED_ON}")
 bw.round(3)"""),
+    ("md", """### Against a device-to-device copy and torch eager
+
+A datasheet peak is not reachable; a device-to-device copy of the same bytes is the practical roof.
+`hookmagic.kernels.lab.capture_bandwidth` captures, in one capture, `copy_` of the FP16 matrix and
+each row-wise op by hookmagic and by torch eager (three calls each, each step a `hookmagic.range`;
+both implementations of an op are charged the same compulsory bytes). Rates are per range
+(`hookmagic.analysis.roofline.range_rates`): the bytes over the GPU time of every kernel launched
+inside it, so a torch op that launches several kernels is charged all of them. Recorded by
+`bash benchmarks/gpu/run_all.sh nb:90` (`benchmarks/gpu/nb.sh`) when a recording is not bundled."""),
+    ("code", """from hookmagic.analysis.roofline import range_rates
+
+
+def recording(name: str):
+    for base in (Path(".."), Path(".")):
+        p = base / "notebooks" / "recordings" / f"{name}.hmtrace"
+        if p.exists():
+            return hookmagic.load(p)
+    return None
+
+
+if LIVE:
+    from hookmagic.kernels.lab import capture_bandwidth
+    extra = capture_bandwidth()
+    extra["kernel_bandwidth"] = extra.pop("bandwidth")
+else:
+    extra = {n: t for n in ("kernel_bandwidth", "preprocess_fused", "preprocess_torch") if (t := recording(n)) is not None}
+if "kernel_bandwidth" in extra:
+    tb = extra["kernel_bandwidth"]
+    rr = range_rates(tb)
+    copy_gbps = rr.loc[rr.step == "copy FP16", "gbps"].iloc[0]
+    rr["of_copy"] = rr.gbps / copy_gbps
+    rr["of_dram_peak"] = rr.gbps * 1e9 / peaks["dram"]
+    rr["op"] = rr.step.str.replace(" hookmagic| torch", "", regex=True)
+    torch_ns = rr[rr.step.str.endswith(" torch")].set_index("op").mean_ns
+    rr["speedup_vs_torch"] = rr.op.map(torch_ns) / rr.mean_ns
+    rr.loc[~rr.step.str.endswith(" hookmagic"), "speedup_vs_torch"] = float("nan")
+    rr["mean_us"] = rr.mean_ns / 1e3
+    print(("LIVE capture on " if LIVE else "REPLAY of a recording made on ") + tb.meta["recorded_on"])
+    print(tb.meta["description"])
+    for note in tb.meta.get("left_out", []):
+        print("left out:", note)
+    display(rr[["step", "kernels", "kernel_names", "mean_us", "gbps", "of_copy", "of_dram_peak", "speedup_vs_torch"]].round(3))
+else:
+    print("No bandwidth recording in this checkout yet (notebooks/recordings/kernel_bandwidth.hmtrace): "
+          "it is made on a GPU by `bash benchmarks/gpu/run_all.sh nb:90`.")"""),
+    ("code", """if "kernel_bandwidth" in extra:
+    colour = ["#7f7f7f" if s.startswith("copy") else "#2ca02c" if s.endswith("hookmagic") else "#ff7f0e" for s in rr.step]
+    fig = go.Figure(go.Bar(x=rr.step, y=rr.gbps, marker_color=colour, text=[f"{f:.0%}" for f in rr.of_copy],
+                           textposition="outside"))
+    fig.add_hline(y=peaks["dram"] / 1e9, line_dash="dot", annotation_text=f"DRAM peak ({peaks['gpu']} datasheet)")
+    fig.add_hline(y=copy_gbps, line_dash="dash", annotation_text="copy_ (measured)")
+    fig.update_layout(title=f"Achieved GB/s (label: fraction of copy) — {extra['kernel_bandwidth'].meta['recorded_on']}",
+                      yaxis_title="GB/s of compulsory traffic", height=440, margin={"t": 60})
+    display(fig)"""),
+    ("md", """### Fused frame preprocessing against the torch chain
+
+`hookmagic.kernels.preprocess` turns a batch of uint8 RGB frames into resized, normalised FP16
+NCHW tensors in one kernel; the torch chain it replaces permutes, casts, resizes, normalises and
+casts again, each step a kernel and a round trip through DRAM. Two captures (1080p, batch 8, to
+640 × 640), and the differential flame graph from the chain to the fused kernel: blue got faster
+or is gone, red is new."""),
+    ("code", """if "preprocess_fused" in extra and "preprocess_torch" in extra:
+    fused, chain = extra["preprocess_fused"], extra["preprocess_torch"]
+    pr = pd.concat([range_rates(chain), range_rates(fused)], ignore_index=True)
+    pr["mean_us"] = pr.mean_ns / 1e3
+    pr["of_copy"] = pr.gbps / copy_gbps if "kernel_bandwidth" in extra else float("nan")
+    print(fused.meta["recorded_on"] + ": " + fused.meta["description"])
+    print(f"fused is {pr.mean_ns.iloc[0] / pr.mean_ns.iloc[1]:.1f}x faster than the torch chain on the GPU")
+    display(pr[["step", "kernels", "kernel_names", "mean_us", "gbps", "of_copy"]].round(3))
+    display(chain.diff(fused))
+else:
+    print("No preprocessing recordings in this checkout yet (notebooks/recordings/preprocess_fused.hmtrace, "
+          "preprocess_torch.hmtrace): `hookmagic.kernels.preprocess` was not recorded on a GPU yet.")"""),
     ("md", """## What NVRTC said at compile time vs what the capture recorded
 
 `hookmagic kernels check` reads registers, shared memory and spills from NVRTC's `ptxas -v` report

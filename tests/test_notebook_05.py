@@ -61,3 +61,21 @@ def test_kernel_lab_replays_the_recording(monkeypatch):
     assert f"{rms:.3f}" in text and f"{rms * 1e9 / peaks['dram']:.3f}" in text
     # NVRTC's compile-time resources agree with what the capture recorded
     assert "16 of 16 hookmagic kernels: registers and static shared memory as NVRTC reported them" in text
+
+    # against a copy and torch eager, and fused preprocessing vs the torch chain: replayed when
+    # recorded (benchmarks/gpu/nb.sh), else one line says they are not recorded yet
+    bw_path = NOTEBOOKS / "recordings" / "kernel_bandwidth.hmtrace"
+    if bw_path.exists():
+        from hookmagic.analysis.roofline import range_rates
+        tb = hookmagic.load(bw_path)
+        rr = range_rates(tb).set_index("step")
+        assert f"REPLAY of a recording made on {tb.meta['recorded_on']}" in text
+        assert f"{rr.loc['copy FP16', 'gbps']:.3f}" in text
+        assert any(t.startswith("Achieved GB/s") and tb.meta["recorded_on"] in t for t in titles), titles
+    else:
+        assert "No bandwidth recording in this checkout yet" in text
+    if (NOTEBOOKS / "recordings" / "preprocess_fused.hmtrace").exists():
+        assert "faster than the torch chain on the GPU" in text
+        assert any(t.startswith("Differential flame graph") for t in titles), titles
+    else:
+        assert "No preprocessing recordings in this checkout yet" in text

@@ -78,3 +78,18 @@ def test_roofline_figure_builds():
     fig = roofline_figure(roofline(kernel_rates(synthetic_trace()), peaks), peaks)
     names = [tr.name for tr in fig.data]
     assert any(n.startswith("roof float16") for n in names) and "float16 kernels" in names
+
+
+def test_range_rates_by_hand():
+    from hookmagic.analysis.roofline import range_rates
+    t = synthetic_trace()
+    t.meta["range_work"] = {"step A": {"flops": 4e12, "dram_bytes": 2e9, "calls": 2},
+                            "step B": {"dram_bytes": 4e9}, "never ran": {"dram_bytes": 1.0}}
+    r = range_rates(t).set_index("step")
+    assert list(r.index) == ["step A", "step B"]          # in the order the ranges start
+    a = r.loc["step A"]                                    # two 1 ms launches of one kernel
+    assert (a["calls"], a["kernels"], a["kernel_names"], a["gpu_ns"]) == (2, 2, 1, 2_000_000)
+    assert a["mean_ns"] == 1_000_000 and a["tflops"] == pytest.approx(2000.0) and a["gbps"] == pytest.approx(1000.0)
+    b = r.loc["step B"]                                    # one range, one 2 ms kernel; calls default to ranges
+    assert (b["calls"], b["kernels"]) == (1, 1) and b["gbps"] == pytest.approx(2000.0) and b["tflops"] == 0
+    assert range_rates(t, {}).empty and range_rates(synthetic_trace()).empty

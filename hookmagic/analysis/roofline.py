@@ -106,6 +106,42 @@ def kernel_rates(trace: Any, work: Iterable[Mapping[str, Any]] | None = None) ->
                 "precision", "registers", "smem_per_block", "threads_per_block"]]
 
 
+def range_rates(trace: Any, work: Mapping[str, Mapping[str, float]] | None = None) -> pd.DataFrame:
+    """Achieved rates per ``hookmagic.range``: for work that is one operation however many kernels
+    carry it (a torch eager chain, a library call), declared per range name rather than per kernel.
+
+    ``work`` (default ``trace.meta["range_work"]``) maps a range name to the totals of the work done
+    inside all ranges of that name: ``{"flops": F, "dram_bytes": B, "calls": n}`` (``calls``
+    optional). The GPU time is the sum of the durations of the kernels launched inside those ranges
+    (innermost range at launch; gaps between kernels are not counted).
+
+    Columns, in the order the ranges first start: ``step, calls, kernels`` (launches), ``kernel_names``
+    (distinct), ``gpu_ns, mean_ns`` (per call), ``flops, dram_bytes, tflops, gbps``.
+    """
+    cols = ["step", "calls", "kernels", "kernel_names", "gpu_ns", "mean_ns", "flops", "dram_bytes", "tflops", "gbps"]
+    work = work if work is not None else (getattr(trace, "meta", {}) or {}).get("range_work", {})
+    k, r = table(trace, "kernels"), table(trace, "ranges")
+    if not work or k.empty or r.empty:
+        return pd.DataFrame(columns=cols)
+    r = r.sort_values("start_ns", kind="stable")
+    rows = []
+    for name in dict.fromkeys(r["name"]):
+        if name not in work:
+            continue
+        ids = r.loc[r["name"] == name, "range_id"]
+        mine = k[k["range_id"].isin(ids)]
+        gpu_ns = float(mine["duration_ns"].sum())
+        w = work[name]
+        calls = int(w.get("calls", len(ids)))
+        secs = gpu_ns / 1e9
+        rows.append({"step": name, "calls": calls, "kernels": len(mine), "kernel_names": mine["name"].nunique(),
+                     "gpu_ns": gpu_ns, "mean_ns": gpu_ns / calls if calls else np.nan,
+                     "flops": float(w.get("flops", 0.0)), "dram_bytes": float(w.get("dram_bytes", 0.0)),
+                     "tflops": float(w.get("flops", 0.0)) / secs / 1e12 if secs > 0 else np.nan,
+                     "gbps": float(w.get("dram_bytes", 0.0)) / secs / 1e9 if secs > 0 else np.nan})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def roofline(rates: pd.DataFrame, peaks: Mapping[str, Any]) -> pd.DataFrame:
     """Add each kernel's roof: ``roof_tflops = min(compute peak of its precision, intensity x DRAM
     bandwidth)``, ``bound`` ('memory' left of the ridge point, else 'compute') and

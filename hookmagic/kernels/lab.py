@@ -103,3 +103,103 @@ def capture_journey(size: int = 4096, launches: int = 2) -> Any:
     trace.meta["description"] = (f"hookmagic.kernels GEMM journey and cuBLAS references, {n}^3, row-wise kernels, "
                                  f"{launches} launches per step")
     return trace
+
+
+def capture_bandwidth(rows: int = 4096, cols: int = 4096, launches: int = 3, batch: int = 8,
+                      frame_hw: tuple[int, int] = (1080, 1920), size: tuple[int, int] = (640, 640)) -> dict[str, Any]:
+    """Capture the memory-bound kernels against a device-to-device copy and torch eager, and the
+    fused frame preprocessing against the torch chain it replaces.
+
+    Returns ``{"bandwidth": Trace}`` plus, where ``hookmagic.kernels.preprocess`` exists,
+    ``"preprocess_fused"`` and ``"preprocess_torch"`` (two captures, for a differential flame
+    graph). In ``bandwidth``, every step (``launches`` calls on an FP16 ``rows`` x ``cols``
+    matrix) is a ``hookmagic.range``: ``copy FP16`` (torch ``copy_``: the measured bandwidth
+    roof), then each of softmax, LayerNorm, RMSNorm and bias+GELU by hookmagic and by torch
+    eager. ``meta["range_work"]`` holds each step's compulsory DRAM bytes (both implementations
+    of an op get the bytes hookmagic's kernel declares: same inputs, same output) for
+    :func:`hookmagic.analysis.roofline.range_rates`; ``meta["left_out"]`` any step that failed.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from hookmagic.cupti import capture, range as hm_range
+    import hookmagic.kernels as hk
+    from hookmagic.kernels import registry
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, cols, device="cuda", generator=g).half()
+    w, b = torch.randn(cols, device="cuda", generator=g).half(), torch.randn(cols, device="cuda", generator=g).half()
+    dst = torch.empty_like(x)
+    ops = [("softmax", lambda: hk.softmax(x), lambda: torch.softmax(x, -1)),
+           ("LayerNorm", lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (cols,), w, b)),
+           ("RMSNorm", lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (cols,), w, 1e-6)),
+           ("bias+GELU", lambda: hk.bias_gelu(x, b), lambda: F.gelu(x + b))]
+    steps: list[tuple[str, Any, float]] = [("copy FP16", lambda: dst.copy_(x), 2.0 * x.numel() * x.element_size())]
+    left_out: list[str] = []
+    for op, mine, theirs in ops:
+        try:                             # compile, load, warm up; the bytes hookmagic's kernel declares
+            registry.launch_log(clear=True)
+            mine()
+            nbytes = float(sum(r.dram_bytes for r in registry.launch_log(clear=True)))
+            theirs()
+        except Exception as exc:  # noqa: BLE001 - a step that cannot run is left out and named
+            left_out.append(f"{op}: {type(exc).__name__}: {exc}")
+            continue
+        steps += [(f"{op} hookmagic", mine, nbytes), (f"{op} torch", theirs, nbytes)]
+    steps[0][1]()
+    torch.cuda.synchronize()
+    with capture(label="kernel_bandwidth") as trace:
+        for name, fn, _ in steps:
+            with hm_range(name):
+                for _ in range(launches):
+                    fn()
+        torch.cuda.synchronize()
+    registry.launch_log(clear=True)
+    where = recorded_on()
+    trace.meta["range_work"] = {name: {"dram_bytes": nbytes * launches, "flops": 0.0, "calls": launches}
+                                for name, _, nbytes in steps}
+    trace.meta["left_out"] = left_out
+    trace.meta["recorded_on"] = where
+    trace.meta["description"] = (f"memory-bound kernels on an FP16 {rows} x {cols} matrix: torch copy_, hookmagic "
+                                 f"and torch eager, {launches} calls per step")
+    out = {"bandwidth": trace}
+
+    if not hasattr(hk, "preprocess"):
+        trace.meta["left_out"].append("preprocess: hookmagic.kernels.preprocess is not in this version")
+        return out
+    h, wd = frame_hw
+    frames = torch.randint(0, 256, (batch, h, wd, 3), device="cuda", dtype=torch.uint8, generator=g)
+    mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1)
+
+    def fused() -> Any:
+        return hk.preprocess(frames, size, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                             layout="NCHW", dtype="float16")
+
+    def chain() -> Any:                  # what a torch user writes: permute, cast, resize, normalise, cast
+        y = frames.permute(0, 3, 1, 2).float()
+        y = F.interpolate(y, size=size, mode="bilinear", align_corners=False, antialias=False)
+        return ((y / 255.0 - mean) / std).half()
+
+    try:
+        registry.launch_log(clear=True)
+        fused()
+        nbytes = float(sum(r.dram_bytes for r in registry.launch_log(clear=True)))
+        chain()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        trace.meta["left_out"].append(f"preprocess: {type(exc).__name__}: {exc}")
+        return out
+    what = f"{batch} frames {h}x{wd} uint8 RGB -> {size[0]}x{size[1]} FP16 NCHW, normalised"
+    for key, name, fn in (("preprocess_fused", "preprocess hookmagic", fused), ("preprocess_torch", "preprocess torch", chain)):
+        with capture(label=key) as t:
+            with hm_range(name):
+                for _ in range(launches):
+                    fn()
+            torch.cuda.synchronize()
+        registry.launch_log(clear=True)
+        t.meta["range_work"] = {name: {"dram_bytes": nbytes * launches, "flops": 0.0, "calls": launches}}
+        t.meta["recorded_on"] = where
+        t.meta["description"] = f"{name}: {what}, {launches} calls"
+        out[key] = t
+    return out
