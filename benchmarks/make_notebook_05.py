@@ -245,8 +245,11 @@ print(f"{int(check.agree.sum())} of {len(check)} hookmagic kernels: registers an
     ("code", """check"""),
     ("md", """## hookmagic's usual views of the same capture
 
-The summary, and the timeline with each step's `hookmagic.range` above its kernels."""),
+The summary, the flame graph of GPU time by the Python line that launched it (the naive SGEMM
+alone is most of the capture's GPU time), and the timeline with each step's `hookmagic.range`
+above its kernels."""),
     ("code", """trace.summary()"""),
+    ("code", """trace.flame()"""),
     ("code", """trace.timeline()"""),
 ]
 
