@@ -7,6 +7,7 @@ site-packages launched it".
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
@@ -285,3 +286,44 @@ def test_flame_folds_decorator_wrappers_but_never_user_frames():
     fig = trace.flame()
     assert "Module._wrapped_call_impl" not in set(fig.data[0].labels)
     assert "Module._wrapped_call_impl" in set(trace.flame(raw=True).data[0].labels)
+
+
+def test_kineto_import_lines_skip_builtins_and_know_relative_torch_paths():
+    """torch.profiler's stacks (a real Kineto file): frames of built-in functions have no file
+    and line 0, and library files are relative paths (torch/nn/modules/conv.py)."""
+    trace = hookmagic.load(Path(hookmagic.__file__).parent / "data" / "recordings"
+                           / "kineto_resnet18.json.gz")
+    table = trace.lines()
+    assert (table["line"] > 0).all() and (table["file"] != "").all()
+    assert set(table.loc[table["user"], "file"]) == {"make_kineto_sample.py"}
+    assert int(table["gpu_ns"].sum()) == table.attrs["attributed_ns"] > 0
+    assert not table.loc[table["file"].str.startswith("torch"), "user"].any()
+    raw, folded = flame_tree(trace, fold=False), flame_tree(trace)
+    assert (raw["label"] == "_call_impl").any() and not (folded["label"] == "_call_impl").any()
+
+
+def test_empty_trace_has_an_empty_table_and_says_why():
+    empty = Trace.empty("synthetic: nothing captured")
+    table = empty.lines()
+    assert list(table.columns) == LINE_COLUMNS and len(table) == 0
+    assert table.attrs["total_ns"] == 0 and table.attrs["attributed_kernels"] == 0
+    assert "no kernel carries a Python stack" in str(empty.lines("step"))
+
+
+def test_framework_frames():
+    from hookmagic.analysis.frames import is_framework_frame
+
+    site = "/venv/lib/python3.12/site-packages/"
+    assert is_framework_frame(site + "torch/nn/modules/module.py", "Module._call_impl")
+    assert is_framework_frame(site + "torch/nn/modules/module.py", "_wrapped_call_impl")
+    assert is_framework_frame("torch/nn/modules/module.py", "_call_impl")        # Kineto's
+    assert is_framework_frame(site + "torch/_dynamo/eval_frame.py", "_TorchDynamoContext.__call__")
+    assert is_framework_frame(site + "torch/utils/_contextlib.py",
+                              "_DecoratorContextManager.__call__.<locals>.decorate_context")
+    assert is_framework_frame(site + "torch/optim/optimizer.py",
+                              "Optimizer.profile_hook_step.<locals>.wrapper")
+    assert is_framework_frame("/usr/lib/python3.12/functools.py", "wraps.<locals>.wrapper")
+    assert not is_framework_frame(site + "torch/nn/modules/linear.py", "Linear.forward")
+    assert not is_framework_frame(site + "torch/nn/modules/module.py", "Module.to")
+    assert not is_framework_frame("/home/me/train.py", "deco.<locals>.wrapper")  # the user's
+    assert not is_framework_frame("<module>", "encoder.layers.0 (TransformerEncoderLayer)")

@@ -26,8 +26,8 @@ _MODULE_PLUMBING = frozenset({"Module._call_impl", "Module._wrapped_call_impl", 
 # whole files that are glue: decorators, context managers, TorchDynamo's frame evaluation
 _GLUE_FILES = re.compile(
     r"[/\\](functools|contextlib)\.py$"
-    r"|[/\\]torch[/\\](_dynamo|_compile\.py|utils[/\\]_contextlib\.py|_ops\.py)"
-    r"|[/\\]torch[/\\]autograd[/\\]graph\.py$")
+    r"|(^|[/\\])torch[/\\](_dynamo|_compile\.py|utils[/\\]_contextlib\.py|_ops\.py)"
+    r"|(^|[/\\])torch[/\\]autograd[/\\]graph\.py$")
 # decorator wrappers defined inside library functions: "<outer>.<locals>.wrapper"
 _WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "_inner", "wrapped", "_wrapped", "_fn",
                        "fn", "decorate_context", "_use_grad", "maybe_fallback", "wrapped_fn",
@@ -41,7 +41,7 @@ def is_framework_frame(filename: str, function: str) -> bool:
         return False
     if _GLUE_FILES.search(filename):
         return True
-    if function in _MODULE_PLUMBING and re.search(r"[/\\]torch[/\\]nn[/\\]modules[/\\]module\.py$",
+    if function in _MODULE_PLUMBING and re.search(r"(^|[/\\])torch[/\\]nn[/\\]modules[/\\]module\.py$",
                                                   filename):
         return True
     if ".<locals>." in function and function.rsplit(".", 1)[-1] in _WRAPPERS:

@@ -11,8 +11,9 @@ Every kernel with a Python stack is charged to the lines on that stack:
   on its stack (once per line, however often recursion repeats it): the GPU time spent under
   that line, as ``%lprun`` counts the time of a line that calls a function.
 
-Module frames (``<module>``, made by the capture to name ``nn.Module`` calls) are not source
-lines and are skipped; a backward kernel is charged to the line that called ``backward()``.
+Module frames (``<module>``, made by the capture to name ``nn.Module`` calls) and frames with no
+file or line (built-in functions in torch.profiler's stacks) are not source lines and are
+skipped; a backward kernel is charged to the line that called ``backward()``.
 
 Pure functions over the trace's tables: the source text comes in as an argument (the facade
 reads it, see :func:`hookmagic.common.sources.source_lines`).
@@ -121,7 +122,11 @@ def _frames(trace: Any, device: Any, stream: Any) -> tuple[pd.DataFrame, pd.Data
     mask = event_mask(kernels, device, stream)
     kernels = kernels[mask] if not mask.all() else kernels
     stacks = table(trace, "stacks")
-    frames = stacks[stacks["filename"].astype(str) != MODULE_FILE] if len(stacks) else stacks
+    if len(stacks):   # source lines only: not module frames, nor built-ins (no file, line 0)
+        names = stacks["filename"].astype(str)
+        frames = stacks[(names != MODULE_FILE) & (names != "") & (stacks["line"] > 0)]
+    else:
+        frames = stacks
     known = np.isin(kernels["stack_id"].to_numpy(), frames["stack_id"].unique()) \
         if len(frames) else np.zeros(len(kernels), dtype=bool)
     totals = {"total_ns": int(kernels["duration_ns"].sum()), "kernels": len(kernels),

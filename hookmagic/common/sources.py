@@ -33,16 +33,21 @@ _HOOKMAGIC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY = re.compile(
     r"[/\\](site-packages|dist-packages)[/\\]"         # installed packages
     r"|[/\\]lib[/\\](pypy|python)\d(\.\d+)?[/\\]"      # the standard library
-    r"|^<frozen |^<__array_function__|^<built-in")
+    r"|^<frozen |^<__array_function__|^<built-in"
+    # relative paths, as torch.profiler (Kineto) names frames: the well-known frameworks
+    r"|^(torch|torchvision|torchaudio|functorch|triton|numpy|cupy|cupyx|jax|jaxlib|tensorflow"
+    r"|keras|transformers|accelerate|apex|onnxruntime|tensorrt|lightning|pytorch_lightning)[/\\]")
 
 
 def is_library_file(filename: str) -> bool:
     """Whether ``filename`` (as a stack frame names it) is library code, not the user's.
 
     Library: installed packages (``site-packages``, ``dist-packages``), the standard library
-    (``.../lib/python3.X/...``), frozen modules, hookmagic's own package, and the module frames
-    hookmagic makes (``<module>``). Everything else, notebook cells (``<ipython-input-...>``,
-    ``/tmp/ipykernel_*/*.py``) and scripts included, is the user's.
+    (``.../lib/python3.X/...``), frozen modules, hookmagic's own package, the module frames
+    hookmagic makes (``<module>``), and relative paths into well-known frameworks
+    (``torch/nn/modules/linear.py``, as torch.profiler names frames). Everything else, notebook
+    cells (``<ipython-input-...>``, ``/tmp/ipykernel_*/*.py``) and scripts included, is the
+    user's.
     """
     name = str(filename)
     if name == MODULE_FILE or _LIBRARY.search(name):
