@@ -160,6 +160,23 @@ def lines(self: "Trace", func_or_file: Any = None, *, device: Any = None, stream
                       hint=hint)
 
 
+@register_method("Trace")
+def store_sources(self: "Trace", include_library: bool = False) -> "Trace":
+    """Keep the source text of the files on this trace's stacks in ``meta["sources"]``, so
+    ``trace.lines(...)`` shows it wherever the saved trace is opened; returns the trace.
+
+    Only your own files (not installed packages or the standard library) unless
+    ``include_library``; at most 2 MiB of text. Saved traces hold it as plain text: store
+    sources only in traces you mean to share with their code.
+    """
+    from hookmagic.common.sources import snapshot_sources
+
+    stored = dict(self.meta.get("sources") or {})
+    stored.update(snapshot_sources(self.stacks["filename"], include_library=include_library))
+    self.meta["sources"] = stored
+    return self
+
+
 def _source_reader(trace: "Trace") -> Any:
     """filename -> (lines, origin) for the lines view: the trace's stored sources, else the
     file on disk (origin "disk-changed" when it was modified after the capture started)."""

@@ -327,3 +327,21 @@ def test_framework_frames():
     assert not is_framework_frame(site + "torch/nn/modules/module.py", "Module.to")
     assert not is_framework_frame("/home/me/train.py", "deco.<locals>.wrapper")  # the user's
     assert not is_framework_frame("<module>", "encoder.layers.0 (TransformerEncoderLayer)")
+
+
+def test_store_sources_survives_a_save(tmp_path):
+    src = tmp_path / "train.py"
+    src.write_text("def step(m):\n    return m(1)\n")
+    tables = {"kernels": pd.DataFrame({"start_ns": [0], "end_ns": [4], "duration_ns": [4],
+                                       "name": ["k"], "stack_id": [0]}),
+              "stacks": pd.DataFrame({"stack_id": [0, 0], "depth": [0, 1],
+                                      "filename": ["/venv/lib/python3.12/site-packages/x.py",
+                                                   str(src)],
+                                      "function": ["run", "step"], "line": [9, 2]})}
+    synthetic_trace = Trace(tables, {"label": "synthetic"})
+    assert synthetic_trace.store_sources() is synthetic_trace
+    assert synthetic_trace.meta["sources"] == {str(src): src.read_text()}
+    saved = synthetic_trace.save(tmp_path / "t.hmtrace")
+    src.unlink()
+    view = hookmagic.load(saved).lines("step")
+    assert view.blocks[0].origin == "recording" and "return m(1)" in str(view)
