@@ -79,7 +79,7 @@ def test_line_table_matches_the_independent_reference(recording):
     # the user's own lines come first
     user = table["user"].to_numpy()
     assert user[: user.sum()].all() and not user[user.sum():].any()
-    assert set(table.loc[table["user"], "file"]) == {"/work/main/benchmarks/make_recordings.py"}
+    assert all(f.endswith("benchmarks/make_recordings.py") for f in table.loc[table["user"], "file"])
     assert np.isclose(table["share"].sum(), 1.0)
 
 
