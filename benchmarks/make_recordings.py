@@ -150,6 +150,7 @@ def main() -> int:
         trace.meta["recorded_on"] = recorded_on
         trace.meta["description"] = (work.__doc__ or "").strip().replace("\n", " ")
         trace.meta["host"] = "gpu-machine"
+        trace.store_sources()  # the script's source text: trace.lines() shows it anywhere
         path = trace.save(out / f"{name}.hmtrace")
         attributed = float((trace.kernels.stack_id >= 0).mean()) if len(trace.kernels) else 0.0
         print(name, len(trace.kernels), "kernels", f"{attributed:.1%} with a stack", len(trace.memory), "memory events",

@@ -123,6 +123,89 @@ def fragmentation(self: "Trace") -> "pd.DataFrame":
     return fragmentation_over_time(self)
 
 
+@register_method("Trace")
+def lines(self: "Trace", func_or_file: Any = None, *, device: Any = None, stream: Any = None,
+          user_only: bool = False) -> Any:
+    """GPU time by source line.
+
+    ``trace.lines()``: a DataFrame, one row per (file, line, function) on the kernels' Python
+    stacks, the user's own lines first: ``gpu_ns``/``launches`` count the kernels each line
+    launched (its innermost frame outside installed packages, the standard library and
+    hookmagic; sums to the attributed GPU time), ``inclusive_ns`` the kernels launched anywhere
+    under it. See :func:`hookmagic.analysis.lines.line_table`.
+
+    ``trace.lines(func_or_file)``: that function's (or file's functions') source with the GPU
+    time beside each line, as ``%lprun`` shows CPU time: HTML in a notebook, text elsewhere.
+    ``func_or_file`` is a function or method, a name (``"Model.forward"``, ``"forward"``) or a
+    file (``"train.py"``). Source text comes from the trace (``meta["sources"]``, stored in
+    recordings), else from the file on disk, else it says "source unavailable".
+    """
+    from hookmagic.analysis.lines import function_blocks, line_table, resolve_focus
+
+    read = _source_reader(self)
+    if func_or_file is None:
+        return line_table(self, device=device, stream=stream, user_only=user_only, sources=read)
+    from hookmagic.views.lines import lines_view
+
+    focus = resolve_focus(func_or_file)
+    blocks = function_blocks(self, focus, sources=read, device=device, stream=stream)
+    table = line_table(self, focus, device=device, stream=stream, user_only=user_only,
+                       sources=read)
+    hint = None
+    if not blocks:
+        everything = line_table(self, device=device, stream=stream, user_only=True)
+        hint = list(dict.fromkeys(everything.sort_values("inclusive_ns", ascending=False)
+                                  ["function"]))[:5]
+    return lines_view(blocks, focus.text, table=table, label=str(self.meta.get("label") or ""),
+                      hint=hint)
+
+
+@register_method("Trace")
+def store_sources(self: "Trace", include_library: bool = False) -> "Trace":
+    """Keep the source text of the files on this trace's stacks in ``meta["sources"]``, so
+    ``trace.lines(...)`` shows it wherever the saved trace is opened; returns the trace.
+
+    Only your own files (not installed packages or the standard library) unless
+    ``include_library``; at most 2 MiB of text. Saved traces hold it as plain text: store
+    sources only in traces you mean to share with their code.
+    """
+    from hookmagic.common.sources import snapshot_sources
+
+    stored = dict(self.meta.get("sources") or {})
+    stored.update(snapshot_sources(self.stacks["filename"], include_library=include_library))
+    self.meta["sources"] = stored
+    return self
+
+
+def _source_reader(trace: "Trace") -> Any:
+    """filename -> (lines, origin) for the lines view: the trace's stored sources, else the
+    file on disk (origin "disk-changed" when it was modified after the capture started)."""
+    from datetime import datetime
+
+    from hookmagic.common.sources import source_lines
+
+    stored = trace.meta.get("sources") if isinstance(trace.meta.get("sources"), dict) else None
+    try:
+        started = datetime.fromisoformat(str(trace.meta["started_at"]).replace("Z", "+00:00"))
+        started_s = started.timestamp()
+    except (KeyError, ValueError, TypeError):
+        started_s = None
+    cache: dict[str, tuple[list[str], str]] = {}
+
+    def read(filename: str) -> tuple[list[str], str]:
+        if filename not in cache:
+            text, origin = source_lines(filename, stored)
+            if origin == "disk" and started_s is not None:
+                try:
+                    if os.path.getmtime(filename) > started_s:
+                        origin = "disk-changed"
+                except OSError:
+                    pass   # a notebook cell: in the running kernel's line cache only
+            cache[filename] = (text, origin)
+        return cache[filename]
+    return read
+
+
 @register_method("Trace", "_repr_mimebundle_")
 def _trace_mimebundle(self: "Trace", include: Any = None, exclude: Any = None) -> dict[str, str]:
     return summary(self)._repr_mimebundle_(include=include, exclude=exclude)

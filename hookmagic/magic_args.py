@@ -5,6 +5,7 @@ magic's ``?`` help) and split with shell quoting, so ``--label 'my run'`` is one
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -23,3 +24,37 @@ def parse_line(magic: Any, line: str) -> Any:
     except ValueError as err:   # unbalanced quotes
         raise UsageError(f"%{parser.prog}: {err}") from None
     return parser.parse_args(argv)   # MagicArgumentParser raises UsageError on misuse
+
+
+_TOKEN = re.compile(r"""\s*((?:[^\s"']+|"(?:\\.|[^"\\])*"|'[^']*')+)""")
+
+
+def split_statement(magic: Any, line: str) -> tuple[str, str]:
+    """Split a line magic's line into its options and the statement after them.
+
+    ``%cudahook -f step -v t step(x, "a b")`` -> ``('-f step -v t', 'step(x, "a b")')``: the
+    leading tokens that are options of ``magic`` (with the value of each option that takes one)
+    are the options, the rest of the line, untouched, is the statement (as ``%time`` runs it).
+    ``--`` ends the options. Unbalanced quotes leave the whole line to :func:`parse_line`,
+    which says so.
+    """
+    actions = magic.parser._option_string_actions
+    pos = 0
+    while True:
+        m = _TOKEN.match(line, pos)
+        if m is None:
+            return (line, "") if line[pos:].strip() else (line[:pos], "")
+        tok = m.group(1)
+        if tok == "--":
+            return line[:m.start(1)], line[m.end():].strip()
+        if not tok.startswith("-") or tok == "-":
+            return line[:pos], line[pos:].strip()
+        pos = m.end()
+        name = tok.split("=", 1)[0]
+        action = actions.get(name)
+        attached = "=" in tok or (action is None and name[:2] in actions and len(name) > 2)
+        if action is not None and action.nargs != 0 and not attached:
+            value = _TOKEN.match(line, pos)
+            if value is None:
+                return line, ""
+            pos = value.end()

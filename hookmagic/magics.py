@@ -14,12 +14,12 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool
 from traitlets.config import Configurable
 
-from hookmagic.magic_args import parse_line
+from hookmagic.magic_args import parse_line, split_statement
 
 
 @magics_class
@@ -46,6 +46,9 @@ class CudaHookMagics(Magics, Configurable):
     @argument("--save", metavar="PATH", help="Save the Trace to PATH (read it back with "
               "hookmagic.load(PATH)).")
     @argument("-v", dest="var", metavar="VAR", help="Store the Trace in the variable VAR.")
+    @argument("-f", dest="focus", metavar="FUNC", help="Focus on FUNC (a function or method, "
+              "its name, or a file), as %%lprun -f does: after the capture show its source "
+              "with the GPU time launched under each line.")
     @argument("--stacks", dest="stacks", action="store_true", default=None,
               help="Record the Python stack of each kernel launch (default: on).")
     @argument("--no-stacks", dest="stacks", action="store_false",
@@ -67,9 +70,12 @@ class CudaHookMagics(Magics, Configurable):
               help="Show only the plain summary after the cell.")
     @argument("--label", metavar="TEXT", help="Name for this capture, shown in summaries "
               "and diffs (default: the cell's In[] number).")
-    @cell_magic
-    def cudahook(self, line: str, cell: str) -> Any:
-        """Run the cell while capturing its GPU kernels, copies, memory and Python stacks.
+    @argument("statement", nargs="*", help="Line form: the statement to run, as %%time runs "
+              "it (%%cudahook -f step step(x)).")
+    @line_cell_magic
+    def cudahook(self, line: str, cell: str | None = None) -> Any:
+        """Run the cell while capturing its GPU kernels, copies, memory and Python stacks;
+        ``%cudahook statement`` (the line form) runs one statement, as ``%time`` does.
 
         After the cell, a summary shows GPU busy time, the top kernels, copies and peak memory.
         The cell runs normally when no GPU, driver or CUPTI is available; the summary then
@@ -82,9 +88,20 @@ class CudaHookMagics(Magics, Configurable):
             y = model(x)
 
             t.flame()        # where GPU time went, by Python stack
+
+            %cudahook -f train_step train_step(model, batch)   # GPU time by line of train_step
         """
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in tracebacks
+        line, statement = split_statement(self.cudahook, line)
         args = parse_line(self.cudahook, line)
+        if cell is None:
+            if not statement:
+                raise UsageError("%cudahook needs a statement after its options "
+                                 "(%cudahook step(x)), or use %%cudahook for a cell")
+            cell = statement
+        elif statement:
+            raise UsageError(f"%%cudahook takes options on its line, not code ({statement!r}): "
+                             "put the code in the cell below it")
         if not cell.strip():
             raise UsageError("%%cudahook needs code in the cell below it")
         if args.var is not None and not args.var.isidentifier():
@@ -106,6 +123,8 @@ class CudaHookMagics(Magics, Configurable):
                                   else args.allocator_history),
             "label": args.label or f"In [{_cell_number(self.shell)}]",
         }
+        if args.focus is not None:
+            _check_focus(args, options, quiet)
         body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
 
         trace, value, error = self._run_captured(body, last, options, quiet)
@@ -123,6 +142,8 @@ class CudaHookMagics(Magics, Configurable):
             else:
                 display(_report(trace) if report and trace.status != "unavailable"
                         else trace.summary())
+            if args.focus is not None and trace.status != "unavailable":
+                display(trace.lines(_focus_target(args.focus, self.shell.user_ns)))
         if save:
             try:
                 trace.save(save)
@@ -189,6 +210,29 @@ class CudaHookMagics(Magics, Configurable):
                     warnings.warn(f"hookmagic: stopping the capture failed: {err!r}",
                                   RuntimeWarning, stacklevel=2)
         return trace, value, error
+
+
+def _check_focus(args: Any, options: dict[str, Any], quiet: bool) -> None:
+    """-f needs what it shows: Python stacks, and output. One UsageError line otherwise."""
+    if getattr(args, "lite", False):
+        raise UsageError("-f shows GPU time by line, which needs Python stacks; --lite records "
+                         "none: drop one of them")
+    if not options.get("stacks", True):
+        how = "--no-stacks" if args.stacks is False else "CudaHookMagics.stacks = False"
+        raise UsageError(f"-f shows GPU time by line, which needs Python stacks; {how} turns "
+                         "them off: drop one of them (or pass --stacks)")
+    if quiet:
+        raise UsageError("-f shows the lines of FUNC and -q shows nothing: drop one of them")
+
+
+def _focus_target(text: str, namespace: dict[str, Any]) -> Any:
+    """-f's FUNC: the object it names in the user's namespace (``model.forward``), else the text
+    itself (a function or file name, resolved against the trace's stacks)."""
+    try:
+        value = eval(text, namespace)  # noqa: S307 - the user's own expression, as %lprun -f
+    except Exception:
+        return text
+    return value if callable(value) or hasattr(value, "co_filename") else text
 
 
 def _cell_number(shell: Any) -> int:

@@ -103,3 +103,33 @@ def test_cudahook_notebook_captures_or_says_why_once(monkeypatch):
     assert f"allocator_events {len(mlp.allocator_events):5,} rows" in listing
     assert "in Linear.forward" in _text(_cell(code, "stack_frames"))
     assert any(WIDGET in o.get("data", {}) for o in _cell(code, "report_widget(trace)").outputs)
+
+
+def test_cudahook_notebook_shows_gpu_time_by_line_and_the_folded_flame_graph(monkeypatch):
+    """The lines section of 01 (benchmarks/make_notebook_01_lines.py adds it), checked against
+    the recording it loads."""
+    import re
+
+    from hookmagic.common.format import duration_ns
+
+    code = _run("01_cudahook.ipynb", monkeypatch)
+    table_cell = _cell(code, "step.lines()")
+    name = re.search(r'^name = "(\w+)"$', table_cell.source, re.M).group(1)
+    step = _recording(name)
+    table = step.lines()
+    a = table.attrs
+    text = _text(table_cell)
+    assert f"{a['attributed_kernels']:,} of {a['kernels']:,} kernels on a source line" in text
+    for r in table[table["user"]].itertuples():
+        assert re.search(rf"^\s*{r.line}\s+{re.escape(r.function)}\s+{r.launches}\s+{r.gpu_ns}\s+"
+                         rf"{r.inclusive_ns}$", text, re.M), (r, text)
+    view = _text(_cell(code, 'step.lines("'))
+    assert view.startswith("GPU time by line of")
+    top = table[table["user"] & (table["gpu_ns"] > 0)].iloc[0]
+    assert re.search(rf"^\s*{top.line}\s+{top.inclusive_launches:,}\s+"
+                     rf"{re.escape(duration_ns(top.inclusive_ns))}\s", view, re.M), view
+    (fig,) = [o.data[PLOTLY] for o in _cell(code, "step.flame()").outputs if PLOTLY in o.get("data", {})]
+    labels = set(fig["data"][0]["labels"])
+    assert fig["layout"]["title"]["text"].startswith("GPU time by launching call path")
+    assert not labels & {"Module._call_impl", "Module._wrapped_call_impl"}
+    assert "0 after" in _text(_cell(code, "flame_tree(step, fold=False)"))

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import pandas as pd
 
+from hookmagic.analysis.frames import fold_stacks
 from hookmagic.analysis.tables import event_mask, root_label, table
 
 Weight = Literal["time", "launches", "bytes"]
@@ -165,7 +166,7 @@ def _range_tokens(ranges: pd.DataFrame, wanted: np.ndarray
 
 def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] | None = None,
                stream: int | Iterable[int] | None = None, label: str | None = None,
-               frame_lines: bool = True) -> pd.DataFrame:
+               frame_lines: bool = True, fold: bool = True) -> pd.DataFrame:
     """The flame tree of ``trace`` as a node table, root first, parents before children.
 
     Parameters
@@ -177,6 +178,9 @@ def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] 
     frame_lines : tell frames apart by line as well as file and function (default). Off, the
         calls of one function from different lines merge, which is what a diff across a code
         edit needs.
+    fold : leave out framework frames (``Module._call_impl`` plumbing, decorator wrappers,
+        TorchDynamo glue; :mod:`hookmagic.analysis.frames`), so module names and the user's
+        frames sit next to each other (default). False: every frame as recorded.
 
     Returns
     -------
@@ -212,7 +216,10 @@ def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] 
             a[keep] for a in (g_value, g_calls, g_leaf, g_range, g_stack))
 
     # 2. token sequences: frames of each stack (outermost first), ranges (outermost first)
-    s_mat, s_len, s_tok = _stack_tokens(table(trace, "stacks"), ust[ust >= 0], frame_lines)
+    stacks = table(trace, "stacks")
+    if fold:
+        stacks = fold_stacks(stacks)
+    s_mat, s_len, s_tok = _stack_tokens(stacks, ust[ust >= 0], frame_lines)
     r_mat, r_len, r_tok = _range_tokens(table(trace, "ranges"), urg[urg >= 0])
     off_range = len(s_tok)
     off_leaf = off_range + len(r_tok)
@@ -333,7 +340,8 @@ def node_paths(nodes: pd.DataFrame) -> list[str]:
 
 
 def flame_diff(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[int] | None = None,
-               stream: int | Iterable[int] | None = None, frame_lines: bool = False) -> pd.DataFrame:
+               stream: int | Iterable[int] | None = None, frame_lines: bool = False,
+               fold: bool = True) -> pd.DataFrame:
     """Two flame trees aligned by path: what got faster or slower from ``a`` to ``b``.
 
     Nodes are matched by the keys of their path from the root (roots always match, whatever
@@ -346,8 +354,8 @@ def flame_diff(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[i
     ``status`` (new, gone, slower, faster, same) and ``value`` = value_a + value_b, the
     width of the node in a diff flame graph (additive, so parents hold their children).
     """
-    ta = flame_tree(a, weight, device, stream, frame_lines=frame_lines)
-    tb = flame_tree(b, weight, device, stream, frame_lines=frame_lines)
+    ta = flame_tree(a, weight, device, stream, frame_lines=frame_lines, fold=fold)
+    tb = flame_tree(b, weight, device, stream, frame_lines=frame_lines, fold=fold)
     key_code, _ = pd.factorize(np.concatenate([ta["key"].to_numpy(object),
                                                tb["key"].to_numpy(object)]), sort=False)
     n_keys = int(key_code.max(initial=0)) + 1

@@ -59,7 +59,7 @@ def _matches(nodes: pd.DataFrame, search: str | None) -> np.ndarray:
 def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int] | None = None,
                  stream: int | Iterable[int] | None = None, search: str | None = None,
                  max_depth: int | None = None, max_nodes: int = MAX_NODES,
-                 label: str | None = None) -> go.Figure:
+                 label: str | None = None, raw: bool = False) -> go.Figure:
     """Flame graph (icicle) of ``trace``: the cell, the Python frames, ranges, then kernels.
 
     Parameters
@@ -72,8 +72,12 @@ def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int
     max_depth : show this many levels at once (click to go deeper); None shows all.
     max_nodes : draw at most this many nodes, the heaviest (keeps the figure small).
     label : name of the root (default: the trace's label).
+    raw : show every recorded frame. By default framework frames (``Module._call_impl``
+        plumbing, decorator wrappers, TorchDynamo glue) are folded into their callers, so
+        module names (``encoder.layers.0.self_attn (MultiheadAttention)``) and your own
+        frames sit next to each other.
     """
-    full = flame_tree(trace, weight, device, stream, label=label)
+    full = flame_tree(trace, weight, device, stream, label=label, fold=not raw)
     nodes = prune(full, max_nodes)
     total = float(nodes["value"].iloc[0])
     match = _matches(nodes, search)
@@ -134,15 +138,16 @@ def _ancestor_matches(nodes: pd.DataFrame, match: np.ndarray) -> np.ndarray:
 
 def diff_figure(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[int] | None = None,
                 stream: int | Iterable[int] | None = None, search: str | None = None,
-                max_depth: int | None = None, max_nodes: int = MAX_NODES) -> go.Figure:
+                max_depth: int | None = None, max_nodes: int = MAX_NODES,
+                raw: bool = False) -> go.Figure:
     """Differential flame graph from trace ``a`` (before) to trace ``b`` (after).
 
     A cell's width is its weight in both traces together, so code that vanished or appeared
     stays visible; its colour is log2(after / before): red got slower (or is new), blue got
     faster (or is gone), white did not change. Frames are matched by file and function,
-    not line, so an edit that shifts lines still lines up.
+    not line, so an edit that shifts lines still lines up. ``raw``: as in :func:`flame_figure`.
     """
-    d = prune(flame_diff(a, b, weight, device, stream), max_nodes)
+    d = prune(flame_diff(a, b, weight, device, stream, fold=not raw), max_nodes)
     with np.errstate(divide="ignore", invalid="ignore"):
         shade = np.clip(np.log2(d["ratio"].to_numpy(dtype=np.float64)), -2.0, 2.0)
     shade = np.where(np.isnan(shade), 0.0, shade)
