@@ -35,6 +35,8 @@ class CudaHookMagics(Magics, Configurable):
     quiet = Bool(False, help="Do not display the summary after the cell.").tag(config=True)
     raise_error = Bool(True, help="Re-raise the cell's exception after showing the summary."
                        ).tag(config=True)
+    lite = Bool(False, help="Cheapest capture: kernels, copies, memsets and memory only."
+                ).tag(config=True)
     report = Bool(True, help="Show the tabbed report widget (summary, flame graph, timeline, "
                   "diagnosis, kernels) instead of the plain summary.").tag(config=True)
 
@@ -67,6 +69,9 @@ class CudaHookMagics(Magics, Configurable):
               help="Show only the plain summary after the cell.")
     @argument("--label", metavar="TEXT", help="Name for this capture, shown in summaries "
               "and diffs (default: the cell's In[] number).")
+    @argument("--lite", dest="lite", action="store_true", default=None,
+              help="The cheapest capture: kernels, copies, memsets and memory only (no Python "
+              "stacks, threads, ranges, synchronisation or NVML samples).")
     @cell_magic
     def cudahook(self, line: str, cell: str) -> Any:
         """Run the cell while capturing its GPU kernels, copies, memory and Python stacks.
@@ -96,6 +101,9 @@ class CudaHookMagics(Magics, Configurable):
         quiet = self.quiet if args.quiet is None else args.quiet
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
         report = self.report if args.report is None else args.report
+        lite = self.lite if args.lite is None else args.lite
+        if lite:
+            _refuse_with_lite(args)
         options = {
             "kernels": True,
             "memory": self.memory if args.memory is None else args.memory,
@@ -106,6 +114,8 @@ class CudaHookMagics(Magics, Configurable):
                                   else args.allocator_history),
             "label": args.label or f"In [{_cell_number(self.shell)}]",
         }
+        if lite:  # lite turns stacks, NVML and the allocator history off itself
+            options = {"lite": True, "memory": options["memory"], "label": options["label"]}
         body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
 
         trace, value, error = self._run_captured(body, last, options, quiet)
@@ -189,6 +199,19 @@ class CudaHookMagics(Magics, Configurable):
                     warnings.warn(f"hookmagic: stopping the capture failed: {err!r}",
                                   RuntimeWarning, stacklevel=2)
         return trace, value, error
+
+
+#: options that contradict --lite: argument dest -> how the user wrote it
+_NOT_WITH_LITE = {"stacks": "--stacks", "api": "--api", "allocator_history": "--allocator",
+                  "focus": "-f"}
+
+
+def _refuse_with_lite(args: Any) -> None:
+    """One UsageError line when --lite meets an option it cannot honour."""
+    clash = [flag for dest, flag in _NOT_WITH_LITE.items() if getattr(args, dest, None)]
+    if clash:
+        raise UsageError(f"%%cudahook: --lite records no Python stacks, threads or API calls, "
+                         f"so it cannot be combined with {', '.join(clash)}")
 
 
 def _cell_number(shell: Any) -> int:
