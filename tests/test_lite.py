@@ -9,9 +9,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-
 import hookmagic
 from hookmagic.common.errors import HookmagicError, InvalidArgument
 from hookmagic.cupti import library
@@ -117,6 +114,10 @@ def test_the_lite_note_is_one_line_of_the_printed_summary():
 # -- %%cudahook --lite, through a real IPython shell and the real capture (no GPU here) --------
 @pytest.fixture
 def ip(monkeypatch):
+    # IPython is imported here, not at the top: the GPU machine runs this file without it
+    shell_module = pytest.importorskip("IPython.core.interactiveshell",
+                                       reason="needs IPython (a dev dependency)")
+    InteractiveShell = shell_module.InteractiveShell  # noqa: N806
     library.driver_info.cache_clear()
     monkeypatch.setattr(library, "driver_info",
                         lambda: library.DriverInfo(error="no NVIDIA driver was found (synthetic)"))
@@ -137,6 +138,8 @@ def test_magic_lite_runs_the_cell_with_a_lite_capture(ip):
 
 @pytest.mark.parametrize("flag", ["--stacks", "--api", "--allocator"])
 def test_magic_lite_with_a_stack_option_is_one_usage_error(ip, flag):
+    from IPython.core.error import UsageError
+
     with pytest.raises(UsageError) as info:
         ip.run_cell_magic("cudahook", f"--lite {flag}", "lite_cell_ran = 1")
     message = str(info.value)
