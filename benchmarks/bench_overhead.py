@@ -86,7 +86,9 @@ def _time_hookmagic(run, **options) -> tuple[float, dict]:
     n = len(trace.kernels)  # the DataFrames are in hand once the block has ended
     elapsed = time.perf_counter() - t0
     meta = trace.meta
-    return elapsed, {"kernels": n, "records": meta.get("records", 0),
+    parts = {k: round(float(v) * 1e3, 3) for k, v in meta.get("overhead", {}).items()
+             if k.endswith("_s")}
+    return elapsed, {"kernels": n, "records": meta.get("records", 0), "overhead_ms": parts,
                      "decode_s": meta.get("overhead", {}).get("decode_s", 0.0),
                      "status": meta.get("status"), "warnings": meta.get("warnings", []),
                      "dropped": sum(meta.get("dropped", {}).values())}
@@ -118,6 +120,18 @@ def _time_torch_profiler(run, cuda_only: bool = False) -> float:
     else:
         prof.key_averages()
     return time.perf_counter() - t0
+
+
+def _warm_torch_profiler() -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.zeros(16, device="cuda")
+    for activities in ([ProfilerActivity.CPU, ProfilerActivity.CUDA], [ProfilerActivity.CUDA]):
+        with profile(activities=activities) as prof:
+            x.add_(1)
+            torch.cuda.synchronize()
+        prof.key_averages()
 
 
 def child(name: str, repeats: int, torch_repeats: int) -> dict:
@@ -152,6 +166,7 @@ def child(name: str, repeats: int, torch_repeats: int) -> dict:
             noop_callbacks=True))
     torch_times: dict[str, list[float]] = {"base_cpu": [], "cpu_cuda": [], "base_cuda": [],
                                            "cuda_only": []}
+    _warm_torch_profiler()  # its first use in a process initialises Kineto: not timed, as ours
     for _ in range(torch_repeats):
         torch_times["base_cpu"].append(_time_plain(run))
         torch_times["cpu_cuda"].append(_time_torch_profiler(run))
@@ -177,6 +192,7 @@ def child(name: str, repeats: int, torch_repeats: int) -> dict:
     row["baseline_torch_phase_s"] = med(torch_times["base_cpu"] + torch_times["base_cuda"])
     row.update({k: v for k, v in extra.items() if k != "warnings"})
     row["lite_kernels"] = lite_extra.get("kernels")
+    row["lite_overhead_ms"] = lite_extra.get("overhead_ms", {})  # the last lite capture's parts
     row["lite_warnings"] = lite_extra.get("warnings", [])
     row["warnings"] = extra.get("warnings", [])
     return row
@@ -249,7 +265,8 @@ def write_tables(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
     df["less_added_time_x"] = df.added_torch_s / df.added_defaults_s.clip(lower=1e-9)
     df["cuda_only_vs_lite_x"] = df.added_torch_cuda_s / df.added_lite_s.clip(lower=1e-9)
     df["decode_records_per_s"] = df.records / df.decode_s.clip(lower=1e-12)
-    df.drop(columns=["warnings", "lite_warnings"]).to_csv(out / "overhead.csv", index=False)
+    df.drop(columns=["warnings", "lite_warnings", "overhead_ms", "lite_overhead_ms"],
+            errors="ignore").to_csv(out / "overhead.csv", index=False)
     (out / "overhead.json").write_text(json.dumps(rows, indent=1))
     command = (f"python benchmarks/bench_overhead.py --out DIR --processes {args.processes} "
                f"--repeats {args.repeats} --torch-repeats {args.torch_repeats}")
@@ -258,7 +275,8 @@ def write_tables(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
         f"Command: `{command}`. Each workload ran in fresh processes; in each, every "
         "configuration was interleaved with a plain run, and its x is the median of the "
         f"per-repetition ratios ({args.repeats} repetitions; torch.profiler "
-        f"{args.torch_repeats}). Cells are min–max over the processes (one value where they "
+        f"{args.torch_repeats}, after one untimed use of each of its configurations, as "
+        "ours are timed after the first capture). Cells are min–max over the processes (one value where they "
         "agree to the digits shown). Times include getting the tables: hookmagic's "
         "DataFrames, torch.profiler CPU+CUDA's `key_averages()`, torch.profiler CUDA-only's "
         "`events()`.", "",
@@ -284,6 +302,13 @@ def write_tables(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
             f"{_span(g.torch_cuda_only_x, 2)} | {_span(g.less_added_time_x, 1)} | "
             f"{_span(g.cuda_only_vs_lite_x, 1)} | {_span(g.first_capture_x)} | "
             f"{_span(g.kernels, 0)} |")
+    lines += ["", "Where a lite capture's own time goes (last lite capture of each process, ms; "
+              "start/stop include CUPTI's attach and finalize, take/build are hookmagic's "
+              "tables):", ""]
+    for r in rows:
+        parts = r.get("lite_overhead_ms") or {}
+        shown = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in parts.items())
+        lines.append(f"- {r['workload']} process {r.get('process', 0) + 1}: {shown}")
     notes = sorted({w for r in rows for w in r.get("warnings", []) + r.get("lite_warnings", [])})
     if notes:
         lines += ["", "Notes the captures carried:", ""] + [f"- {n}" for n in notes]

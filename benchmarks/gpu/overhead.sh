@@ -32,7 +32,7 @@ step "pytest rc=$test_rc (124: ran out of its time)"
 left=$(( 290 - $(elapsed) ))
 step "overhead benchmark, 3 fresh processes per workload (${left}s left)"
 timeout "$left" python3 benchmarks/bench_overhead.py --out "$OUT/overhead" --processes 3 \
-  --repeats 5 --torch-repeats 2 --deadline-s $(( left - 50 ))
+  --repeats 5 --torch-repeats 1 --deadline-s $(( left - 50 ))
 bench_rc=$?
 step "bench rc=$bench_rc (124: ran out of its time; tables of finished rounds are kept)"
 if [ -f "$OUT/overhead/overhead.md" ]; then

@@ -148,11 +148,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             from hookmagic.cupti.schedule import Schedule
 
             if not isinstance(schedule, Schedule):
-                raise errors.ScheduleError("schedule= takes hookmagic.schedule(wait=, warmup=, "
-                                    f"active=, repeat=), not {schedule!r}")
+                raise errors.ScheduleError("schedule= takes hookmagic.schedule(wait=, "
+                                           f"warmup=, active=, repeat=), not {schedule!r}")
             if dir is not None:
-                raise errors.ScheduleError("schedule= and dir= cannot be combined: write each window "
-                                    "from on_trace_ready instead")
+                raise errors.ScheduleError("schedule= and dir= cannot be combined: write "
+                                           "each window from on_trace_ready instead")
         elif on_trace_ready is not None:
             raise errors.ScheduleError("on_trace_ready= needs schedule=")
         self.schedule = schedule
@@ -266,8 +266,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         """With ``schedule=``: the end of one loop iteration (as the ``with``'s value's
         ``.step()``)."""
         if self._scheduled is None:
-            raise errors.ScheduleError("step() needs hookmagic.capture(schedule=...) and its `with` "
-                                "block")
+            raise errors.ScheduleError("step() needs hookmagic.capture(schedule=...) and its "
+                                       "`with` block")
         self._scheduled.step()
 
     @property
