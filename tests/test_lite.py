@@ -40,6 +40,14 @@ def test_lite_turns_off_everything_but_the_four_record_kinds():
         assert _kinds(o, subscribed) == {"concurrent_kernel", "memcpy", "memset", "memory2"}
 
 
+def test_the_native_struct_gets_the_lite_switches():
+    n = CaptureOptions(lite=True).to_native(native)
+    assert (n.launch_callbacks, n.sync, n.stacks, n.kernels, n.memory) == (False, False, False,
+                                                                           True, True)
+    n = CaptureOptions(sync=False).to_native(native)
+    assert (n.launch_callbacks, n.sync) == (True, False)
+
+
 def test_lite_without_memory_does_not_subscribe_at_all():
     o = CaptureOptions(lite=True, memory=False)
     assert native.callback_selection(o.to_native(native)) == {"subscribe": False, "roles": []}
