@@ -114,9 +114,9 @@ class CudaHookMagics(Magics, Configurable):
                                   else args.allocator_history),
             "label": args.label or f"In [{_cell_number(self.shell)}]",
         }
+        body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
         if lite:  # lite turns stacks, NVML and the allocator history off itself
             options = {"lite": True, "memory": options["memory"], "label": options["label"]}
-        body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
 
         trace, value, error = self._run_captured(body, last, options, quiet)
 
