@@ -61,6 +61,9 @@ class CudaHookMagics(Magics, Configurable):
     @argument("--allocator", dest="allocator_history", action="store_true", default=None,
               help="Also record PyTorch's caching-allocator history and CuPy's pool "
               "(blocks inside segments, for the fragmentation map).")
+    @argument("--lite", dest="lite", action="store_true", default=None,
+              help="The cheapest capture: kernels, copies, memsets and memory only (no Python "
+              "stacks, threads, ranges, synchronisation or NVML samples).")
     @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
               help="Show the cell's exception instead of raising it (later cells keep running).")
     @argument("--report", dest="report", action="store_true", default=None,
@@ -69,9 +72,6 @@ class CudaHookMagics(Magics, Configurable):
               help="Show only the plain summary after the cell.")
     @argument("--label", metavar="TEXT", help="Name for this capture, shown in summaries "
               "and diffs (default: the cell's In[] number).")
-    @argument("--lite", dest="lite", action="store_true", default=None,
-              help="The cheapest capture: kernels, copies, memsets and memory only (no Python "
-              "stacks, threads, ranges, synchronisation or NVML samples).")
     @cell_magic
     def cudahook(self, line: str, cell: str) -> Any:
         """Run the cell while capturing its GPU kernels, copies, memory and Python stacks.
@@ -201,19 +201,6 @@ class CudaHookMagics(Magics, Configurable):
         return trace, value, error
 
 
-#: options that contradict --lite: argument dest -> how the user wrote it
-_NOT_WITH_LITE = {"stacks": "--stacks", "api": "--api", "allocator_history": "--allocator",
-                  "focus": "-f"}
-
-
-def _refuse_with_lite(args: Any) -> None:
-    """One UsageError line when --lite meets an option it cannot honour."""
-    clash = [flag for dest, flag in _NOT_WITH_LITE.items() if getattr(args, dest, None)]
-    if clash:
-        raise UsageError(f"%%cudahook: --lite records no Python stacks, threads or API calls, "
-                         f"so it cannot be combined with {', '.join(clash)}")
-
-
 def _cell_number(shell: Any) -> int:
     """The In[N] number of the cell running now.
 
@@ -260,3 +247,16 @@ def _unavailable_shown_by_summary(enabled: bool) -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureUnavailable)
         yield
+
+
+#: options that contradict --lite: argument dest -> how the user wrote it
+_NOT_WITH_LITE = {"stacks": "--stacks", "api": "--api", "allocator_history": "--allocator",
+                  "focus": "-f"}
+
+
+def _refuse_with_lite(args: Any) -> None:
+    """One UsageError line when --lite meets an option it cannot honour."""
+    clash = [flag for dest, flag in _NOT_WITH_LITE.items() if getattr(args, dest, None)]
+    if clash:
+        raise UsageError(f"%%cudahook: --lite records no Python stacks, threads or API calls, "
+                         f"so it cannot be combined with {', '.join(clash)}")
