@@ -158,3 +158,14 @@ def test_plan_cycles_have_the_stated_lengths():
     assert groups == [("none", 2), ("warmup", 1), ("record", 2), ("record_and_save", 1),
                       ("none", 2), ("warmup", 1), ("record", 2), ("record_and_save", 1),
                       ("none", 2)]
+
+
+def test_a_window_saves_and_loads_with_its_schedule(tmp_path):
+    trace = Trace(synthetic_tables(), synthetic_meta())
+    cut = int(trace.kernels["start_ns"].median())
+    part = window(trace, cut, schedule={"window": 1, "complete": True}, steps=[[4, cut, cut + 9]])
+    part.save(tmp_path / "window.hmtrace")
+    back = hookmagic.load(tmp_path / "window.hmtrace")
+    assert back.meta["schedule"] == {"window": 1, "complete": True}
+    assert back.meta["steps"] == [[4, cut, cut + 9]]
+    pd.testing.assert_frame_equal(back.kernels, part.kernels)
