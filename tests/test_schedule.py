@@ -91,7 +91,9 @@ def test_one_trace_per_active_window_and_the_loop_runs_whole():
         assert [s[0] for s in trace.meta["steps"]] == [3 + 6 * number + k for k in range(3)]
         assert trace.meta["label"] == f"schedule window {number}"
         assert trace.meta["options"]["lite"] is True
-        assert trace.status == "unavailable"  # no GPU here, and it says so
+        # no GPU here, and it says so (where a GPU test already loaded CUPTI in this
+        # process, the windows are real captures)
+        assert trace.status in ("unavailable", "complete")
 
 
 def test_repeat_zero_runs_until_the_loop_ends_and_a_partial_window_is_kept():
