@@ -19,6 +19,7 @@ __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "Hookmagic
            "recordings", "sched",
            "layers",
            "load_many",
+           "schedule",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 from hookmagic.common.errors import HookmagicError
@@ -27,6 +28,7 @@ from hookmagic.multirank import load_many  # also attaches TraceSet.stragglers()
 
 if TYPE_CHECKING:
     from hookmagic.cupti import CaptureUnavailable, capture, range
+    from hookmagic.cupti import schedule
     from hookmagic.trace import Trace
 
 
@@ -46,7 +48,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 def __getattr__(name: str) -> Any:
     # Lazy: `import hookmagic` stays cheap and works without pandas-heavy imports.
-    if name in ("capture", "range", "CaptureUnavailable"):
+    if name in ("capture", "range", "CaptureUnavailable", "schedule"):
         import hookmagic.cupti as cupti_package
 
         return getattr(cupti_package, name)

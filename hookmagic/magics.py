@@ -35,6 +35,8 @@ class CudaHookMagics(Magics, Configurable):
     quiet = Bool(False, help="Do not display the summary after the cell.").tag(config=True)
     raise_error = Bool(True, help="Re-raise the cell's exception after showing the summary."
                        ).tag(config=True)
+    lite = Bool(False, help="Cheapest capture: kernels, copies, memsets and memory only."
+                ).tag(config=True)
     report = Bool(True, help="Show the tabbed report widget (summary, flame graph, timeline, "
                   "diagnosis, kernels) instead of the plain summary.").tag(config=True)
 
@@ -62,6 +64,9 @@ class CudaHookMagics(Magics, Configurable):
     @argument("--allocator", dest="allocator_history", action="store_true", default=None,
               help="Also record PyTorch's caching-allocator history and CuPy's pool "
               "(blocks inside segments, for the fragmentation map).")
+    @argument("--lite", dest="lite", action="store_true", default=None,
+              help="The cheapest capture: kernels, copies, memsets and memory only (no Python "
+              "stacks, threads, ranges, synchronisation or NVML samples).")
     @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
               help="Show the cell's exception instead of raising it (later cells keep running).")
     @argument("--report", dest="report", action="store_true", default=None,
@@ -113,6 +118,9 @@ class CudaHookMagics(Magics, Configurable):
         quiet = self.quiet if args.quiet is None else args.quiet
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
         report = self.report if args.report is None else args.report
+        lite = self.lite if args.lite is None else args.lite
+        if lite:
+            _refuse_with_lite(args)
         options = {
             "kernels": True,
             "memory": self.memory if args.memory is None else args.memory,
@@ -126,6 +134,8 @@ class CudaHookMagics(Magics, Configurable):
         if args.focus is not None:
             _check_focus(args, options, quiet)
         body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
+        if lite:  # lite turns stacks, NVML and the allocator history off itself
+            options = {"lite": True, "memory": options["memory"], "label": options["label"]}
 
         trace, value, error = self._run_captured(body, last, options, quiet)
 
@@ -281,3 +291,16 @@ def _unavailable_shown_by_summary(enabled: bool) -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureUnavailable)
         yield
+
+
+#: options that contradict --lite: argument dest -> how the user wrote it
+_NOT_WITH_LITE = {"stacks": "--stacks", "api": "--api", "allocator_history": "--allocator",
+                  "focus": "-f"}
+
+
+def _refuse_with_lite(args: Any) -> None:
+    """One UsageError line when --lite meets an option it cannot honour."""
+    clash = [flag for dest, flag in _NOT_WITH_LITE.items() if getattr(args, dest, None)]
+    if clash:
+        raise UsageError(f"%%cudahook: --lite records no Python stacks, threads or API calls, "
+                         f"so it cannot be combined with {', '.join(clash)}")

@@ -33,5 +33,6 @@ def native_module() -> ModuleType | None:
 
 
 from hookmagic.cupti.session import capture  # noqa: E402  (needs native_module)
+from hookmagic.cupti.schedule import schedule  # noqa: E402
 
-__all__ = ["capture", "range", "CaptureUnavailable", "CaptureFailed", "native_module"]
+__all__ = ["capture", "schedule", "range", "CaptureUnavailable", "CaptureFailed", "native_module"]

@@ -17,3 +17,7 @@ class CaptureFailed(HookmagicError, RuntimeError):
 
 class CaptureOptionError(InvalidArgument):
     """A capture option has the wrong type or is out of range (the message names it)."""
+
+
+class ScheduleError(InvalidArgument):
+    """A ``hookmagic.schedule`` argument is out of range, or the schedule is misused."""

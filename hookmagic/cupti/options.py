@@ -21,6 +21,11 @@ _INT_RANGES = {
 }
 _NVML_INTERVAL_S = (0.001, 60.0)
 
+#: What ``lite=True`` turns off (and may not be asked for beside it).
+LITE_OFF = ("stacks", "module_names", "nvml", "sync")
+#: Costlier options that contradict ``lite=True`` (off by default; asking for them is an error).
+LITE_CONFLICTS = ("api", "nvtx", "allocator_history")
+
 
 @dataclass(frozen=True)
 class CaptureOptions:
@@ -54,6 +59,16 @@ class CaptureOptions:
         GPU machine (issue 10). Same ``sync`` table; its ``event`` column is unknown (-1 as
         uint32 max) for these rows. Falls back to the activity records when callbacks are off
         or held by another tool.
+    lite:
+        The cheapest capture: kernels, copies, memsets and (with ``memory``) allocations and
+        frees, as CUPTI activity records only. No Python stacks, threads, ranges,
+        synchronisation or NVML samples; CUPTI's callback API is used only for the
+        virtual-memory map/unmap calls that ``memory`` needs (none with ``memory=False`` or
+        ``callbacks=False``). Turns off ``stacks``, ``module_names``, ``nvml`` and ``sync``;
+        asking for any of them, or for ``api``, ``nvtx`` or ``allocator_history``, beside it
+        raises :class:`~hookmagic.cupti.errors.CaptureOptionError`.
+    sync:
+        Record synchronisation (the ``sync`` table) at all.
     nvml_interval_s:
         NVML sampling period in seconds (0.001 to 60).
     max_stack_depth, buffer_mb, max_buffers, max_table_mb:
@@ -76,6 +91,8 @@ class CaptureOptions:
     callbacks: bool = True
     sync_from_callbacks: bool = True
     module_names: bool = True
+    lite: bool = False
+    sync: bool = True
     nvml_interval_s: float = 0.02
     max_stack_depth: int = 64
     buffer_mb: int = 8
@@ -88,6 +105,12 @@ class CaptureOptions:
             if f.type == "bool" and not isinstance(value, bool):
                 raise CaptureOptionError(f"capture option {f.name} must be True or False, "
                                          f"not {value!r}")
+        if self.lite:
+            wanted = [name for name in LITE_CONFLICTS if getattr(self, name)]
+            if wanted:
+                raise CaptureOptionError(_lite_conflict(wanted))
+            for name in LITE_OFF:
+                object.__setattr__(self, name, False)
         for name, (low, high) in _INT_RANGES.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -108,6 +131,10 @@ class CaptureOptions:
         if unknown:
             raise CaptureOptionError(f"unknown capture option(s) {', '.join(unknown)}; "
                                      f"known: {', '.join(sorted(known))}")
+        if options.get("lite") is True:
+            wanted = [name for name in LITE_OFF + LITE_CONFLICTS if options.get(name) is True]
+            if wanted:
+                raise CaptureOptionError(_lite_conflict(wanted))
         return cls(**options)
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,9 +150,17 @@ class CaptureOptions:
         o.kernels, o.memory, o.stacks = self.kernels, self.memory, self.stacks
         o.api, o.nvtx, o.detach, o.callbacks = self.api, self.nvtx, self.detach, self.callbacks
         o.sync_from_callbacks = self.sync_from_callbacks
+        o.sync = self.sync
+        o.launch_callbacks = not self.lite
         o.activities_without_callbacks = activities_without_callbacks
         o.max_stack_depth = self.max_stack_depth
         o.buffer_bytes = self.buffer_mb << 20
         o.max_buffers = self.max_buffers
         o.max_table_bytes = self.max_table_mb << 20
         return o
+
+
+def _lite_conflict(wanted: list[str]) -> str:
+    return (f"capture option lite=True contradicts {', '.join(f'{n}=True' for n in wanted)}: "
+            "a lite capture records kernels, copies, memsets and memory only, without "
+            "stacks, threads, ranges, synchronisation, API records or NVML samples")

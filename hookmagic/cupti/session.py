@@ -19,7 +19,7 @@ from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
 from hookmagic.cupti.columns import build_tables
 from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
 from hookmagic.cupti.nvml_sampler import NvmlSampler
-from hookmagic.cupti.options import CaptureOptions
+from hookmagic.cupti.options import LITE_OFF, CaptureOptions
 from hookmagic.cupti.ranges import RECORDER
 
 _CUPTI_MULTIPLE_SUBSCRIBERS = 39
@@ -92,10 +92,22 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     options:
         A :class:`~hookmagic.cupti.options.CaptureOptions`, or its fields as keyword arguments
         (``kernels``, ``memory``, ``stacks``, ``api``, ``nvml``, ``nvtx``,
-        ``allocator_history``, ``detach``, ``callbacks``, ``nvml_interval_s``,
+        ``allocator_history``, ``detach``, ``callbacks``, ``lite``, ``nvml_interval_s``,
         ``max_stack_depth``, ``buffer_mb``, ``max_buffers``, ``max_table_mb``); its docstring
         holds the defaults and ranges. A wrong type or range raises
-        :class:`~hookmagic.cupti.errors.CaptureOptionError` at once.
+        :class:`~hookmagic.cupti.errors.CaptureOptionError` at once. ``lite=True`` is the
+        cheapest capture: kernels, copies, memsets and memory as CUPTI activity records only
+        (no stacks, threads, ranges, synchronisation or NVML samples).
+    schedule:
+        ``hookmagic.schedule(wait=, warmup=, active=, repeat=)`` for long loops, as
+        torch.profiler's: the ``with`` then yields a
+        :class:`~hookmagic.cupti.schedule.ScheduledCapture`; call its ``.step()`` once per
+        iteration, and its ``.traces`` holds one Trace per active window (warm-up steps are
+        recorded and left out; CUPTI is detached during ``wait`` steps). See
+        :mod:`hookmagic.cupti.schedule`.
+    on_trace_ready:
+        With ``schedule``: called with each window's Trace as it finishes (it is then not kept
+        in ``.traces``), e.g. to save it.
     label:
         A name for the capture, shown in views.
     dir:
@@ -121,13 +133,31 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
     def __init__(self, options: CaptureOptions | None = None, *, label: str | None = None,
                  dir: str | os.PathLike | None = None,  # noqa: A002
+                 schedule: Any = None, on_trace_ready: Any = None,
                  _boundary_frame: Any = None, **option_fields: Any) -> None:
         from hookmagic.trace import Trace
 
         if options is None:
             options = CaptureOptions.from_kwargs(**option_fields)
         elif option_fields:
-            options = CaptureOptions.from_kwargs(**{**options.as_dict(), **option_fields})
+            base = options.as_dict()
+            if option_fields.get("lite") is True:  # lite turns these off: not a contradiction
+                base = {k: v for k, v in base.items() if k not in LITE_OFF}
+            options = CaptureOptions.from_kwargs(**{**base, **option_fields})
+        if schedule is not None:
+            from hookmagic.cupti.schedule import Schedule
+
+            if not isinstance(schedule, Schedule):
+                raise errors.ScheduleError("schedule= takes hookmagic.schedule(wait=, "
+                                           f"warmup=, active=, repeat=), not {schedule!r}")
+            if dir is not None:
+                raise errors.ScheduleError("schedule= and dir= cannot be combined: write "
+                                           "each window from on_trace_ready instead")
+        elif on_trace_ready is not None:
+            raise errors.ScheduleError("on_trace_ready= needs schedule=")
+        self.schedule = schedule
+        self._on_trace_ready = on_trace_ready
+        self._scheduled = None
         self.capture_options: CaptureOptions = options
         self.options = options.as_dict()  # as saved in meta["options"]
         self.label = label
@@ -140,6 +170,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
     # -- entering ---------------------------------------------------------------------------
     def __enter__(self):
+        if self.schedule is not None:
+            return self._enter_scheduled()
         t0 = time.perf_counter()
         try:
             self._start()
@@ -168,7 +200,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         boundary = self._boundary if self._boundary is not None else _caller_parent_frame()
         if o.nvtx and not os.environ.get("NVTX_INJECTION64_PATH"):
             os.environ["NVTX_INJECTION64_PATH"] = native.cupti_path()
-        RECORDER.start()
+        if not o.lite:  # a lite capture records no ranges
+            RECORDER.start()
         holder = cupti_holder()
         try:
             # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns the
@@ -179,13 +212,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             RECORDER.stop()
             self._reason = _explain(exc)
             return
-        self._warnings = []
         self._callbacks_active = bool(started["callbacks"])
-        if not started["callbacks"]:
-            self._warnings.append(
-                "Python stacks, threads, ranges and virtual-memory map/unmap were not recorded: "
-                f"{_dormant_holder()} holds CUPTI's callback API; kernels, copies and "
-                "allocations were still captured. Restart the kernel to get them back.")
+        self._frames_supported = bool(getattr(native, "frames_supported", lambda: True)())
+        self._warnings = not_recorded_notes(
+            o, refused=bool(started.get("subscribe_error", 0)), holder=_dormant_holder(),
+            frames_supported=self._frames_supported, python=platform.python_version())
         self._native = native
         self._hw_trace = bool(started.get("hw_trace", False))
         self._autograd_undo = None
@@ -210,8 +241,45 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             if self._sampler.error:
                 self._warnings.append(f"No GPU samples: {self._sampler.error}.")
 
+    def _enter_scheduled(self):
+        from hookmagic.cupti.schedule import ScheduledCapture
+
+        # stacks start at the code holding the `with` (frames: this, __enter__, the
+        # `with`'s frame, its caller)
+        boundary = self._boundary
+        if boundary is None:
+            try:
+                boundary = sys._getframe(3)
+            except ValueError:  # the `with` is at a script's top level
+                boundary = None
+        label = self.label or "schedule"
+
+        def open_window(number: int) -> capture:
+            return capture(self.capture_options, label=f"{label} window {number}",
+                           _boundary_frame=boundary)
+
+        self._scheduled = ScheduledCapture(self.schedule, open_window, self._on_trace_ready)
+        self._scheduled._start()
+        return self._scheduled
+
+    def step(self) -> None:
+        """With ``schedule=``: the end of one loop iteration (as the ``with``'s value's
+        ``.step()``)."""
+        if self._scheduled is None:
+            raise errors.ScheduleError("step() needs hookmagic.capture(schedule=...) and its "
+                                       "`with` block")
+        self._scheduled.step()
+
+    @property
+    def traces(self) -> list:
+        """With ``schedule=``: one Trace per finished active window."""
+        return self._scheduled.traces if self._scheduled is not None else [self.trace]
+
     # -- leaving ----------------------------------------------------------------------------
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._scheduled is not None:
+            self._scheduled._finish(exc_type, exc, tb)
+            return False
         wall_s = time.perf_counter() - self._t0
         try:
             self._finish(exc_type, wall_s)
@@ -284,7 +352,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta["backward_attributed"] = int(counters.get("fallback_launches", 0))
         meta["module_kernels"] = int(module_kernels)  # kernels whose stack names its modules
         meta["warnings"] = list(self._warnings) + missing_stack_notes(
-            tables.get("kernels"), self.capture_options.stacks, self._callbacks_active)
+            tables.get("kernels"), self.capture_options.stacks and self._frames_supported,
+            self._callbacks_active)
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         self.trace._fill(tables, meta)
         self._native = None
@@ -312,6 +381,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
         empty = Trace.empty(reason)
         empty.meta["label"] = self.label or ""
+        empty.meta["options"] = dict(self.options)  # what was asked for, captured or not
         self.trace._fill({}, empty.meta)
         _warn_once(reason)
 
@@ -347,6 +417,36 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 sampler.stop()
             except Exception:
                 pass
+
+
+def not_recorded_notes(options: CaptureOptions, *, refused: bool, holder: str,
+                       frames_supported: bool, python: str) -> list[str]:
+    """One line for each kind of thing a capture could not record (issue 10, item 5): shown
+    by the printed summary and the report, and kept in ``meta["warnings"]``.
+
+    ``refused``: CUPTI refused our callback subscription (``holder`` keeps it, e.g. PyTorch's
+    profiler after its first use); ``frames_supported``: the native build reads this
+    Python's frames (CPython 3.10-3.13)."""
+    notes = []
+    if options.lite:
+        notes.append("Lite capture: Python stacks, threads, ranges, synchronisation and GPU "
+                     "samples were not recorded (kernels, copies, memsets and memory only).")
+        if refused and options.memory:
+            notes.append(f"Virtual-memory map/unmap was not recorded: {holder} holds CUPTI's "
+                         "callback API. Restart the kernel to get it back.")
+        return notes
+    if refused:
+        notes.append(
+            "Python stacks, threads, ranges and virtual-memory map/unmap were not recorded: "
+            f"{holder} holds CUPTI's callback API; kernels, copies and "
+            "allocations were still captured. Restart the kernel to get them back.")
+    elif not options.callbacks:
+        notes.append("Python stacks, threads, ranges and virtual-memory map/unmap were not "
+                     "recorded: the capture ran with callbacks=False.")
+    elif options.stacks and not frames_supported:
+        notes.append(f"Python stacks were not recorded: this build reads the frames of CPython "
+                     f"3.10-3.13, not Python {python}; threads and ranges were recorded.")
+    return notes
 
 
 def missing_stack_notes(kernels: pd.DataFrame | None, stacks_wanted: bool,

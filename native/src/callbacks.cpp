@@ -126,8 +126,7 @@ void CallbackHooks::enable(const CuptiApi& cupti, CUpti_SubscriberHandle subscri
         if (!(probe.callback_domains & (1 << d))) continue;
         for (auto cbid : hooked_[d]) {
             const uint8_t role = roles_[d][cbid];
-            if ((role == kMap || role == kUnmap) && !options.memory) continue;
-            if (role == kSync && !options.sync_from_callbacks) continue;
+            if (!role_wanted(role, options)) continue;
             cupti.cuptiEnableCallback(1, subscriber, kDomains[d], cbid);
         }
     }
@@ -143,7 +142,7 @@ void CallbackHooks::begin(const CuptiApi* cupti, const CaptureOptions& options,
     cupti_ = cupti;
     stacks_ = options.stacks ? stacks : nullptr;
     noop_ = probe.noop_callbacks;
-    sync_ = options.sync_from_callbacks;
+    sync_ = options.sync && options.sync_from_callbacks;
 }
 
 void CallbackHooks::clear() {

@@ -18,6 +18,7 @@
 #include "cupti_loader.h"
 #include "options.h"
 #include "python_stacks.h"
+#include "selection.h"
 #include "tables.h"
 
 namespace hookmagic {
@@ -62,7 +63,9 @@ public:
     void clear();
 
 private:
-    enum Role : uint8_t { kNone = 0, kWork = 1, kMap = 2, kUnmap = 3, kSync = 4 };
+    enum Role : uint8_t {
+        kNone = kRoleNone, kWork = kRoleWork, kMap = kRoleMap, kUnmap = kRoleUnmap, kSync = kRoleSync
+    };
     void on_sync(int domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
     std::vector<uint8_t> roles_[2];  // per domain: 0 runtime, 1 driver
     std::vector<uint8_t> sync_type_[2];  // CUpti_ActivitySynchronizationType of kSync ids

@@ -9,6 +9,8 @@
 #include <frameobject.h>
 
 #include "nvml_sampler.h"
+#include "python_frames.h"
+#include "selection.h"
 #include "session.h"
 
 namespace py = pybind11;
@@ -214,8 +216,34 @@ PYBIND11_MODULE(_native, m) {
         HM_OPTION(kernels) HM_OPTION(memory) HM_OPTION(stacks) HM_OPTION(api) HM_OPTION(nvtx)
         HM_OPTION(detach) HM_OPTION(sync_from_callbacks) HM_OPTION(activities_without_callbacks)
         HM_OPTION(callbacks) HM_OPTION(max_stack_depth) HM_OPTION(buffer_bytes)
-        HM_OPTION(max_buffers) HM_OPTION(max_table_bytes);
+        HM_OPTION(max_buffers) HM_OPTION(max_table_bytes)
+        HM_OPTION(sync) HM_OPTION(launch_callbacks);
 #undef HM_OPTION
+    // What start() turns on for given options, without starting anything (no GPU needed).
+    m.def("activity_selection", [](const hookmagic::CaptureOptions& o, bool subscribed) {
+        std::vector<int> kinds;
+        for (auto k : hookmagic::activity_kinds_for(o, subscribed)) kinds.push_back(static_cast<int>(k));
+        return kinds;
+    }, py::arg("options"), py::arg("subscribed"),
+       "The CUPTI activity kinds a capture with `options` enables (`subscribed`: it holds "
+       "CUPTI's callback API).");
+    m.def("callback_selection", [](const hookmagic::CaptureOptions& o) {
+        py::dict out;
+        out["subscribe"] = hookmagic::wants_subscription(o);
+        py::list roles;
+        const std::pair<uint8_t, const char*> names[] = {
+            {hookmagic::kRoleWork, "launch"}, {hookmagic::kRoleMap, "map"},
+            {hookmagic::kRoleUnmap, "unmap"}, {hookmagic::kRoleSync, "sync"}};
+        if (o.callbacks)
+            for (const auto& [role, name] : names)
+                if (hookmagic::role_wanted(role, o)) roles.append(name);
+        out["roles"] = roles;
+        return out;
+    }, py::arg("options"),
+       "{'subscribe': bool, 'roles': [...]}: whether a capture with `options` subscribes to "
+       "CUPTI's callback API and which callbacks it enables (launch, map, unmap, sync).");
+    m.def("frames_supported", [] { return hm_frames_supported() != 0; },
+          "Whether this build reads Python stacks of the running Python (CPython 3.10-3.13).");
     py::class_<hookmagic::ProbeOptions>(m, "ProbeOptions",
         "Benchmark-only switches for probe_start (benchmarks/overhead_probe.py).")
         .def(py::init<>())

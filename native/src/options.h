@@ -19,6 +19,10 @@ struct CaptureOptions {
     // synchronize, stream wait event) instead of CUPTI's SYNCHRONIZATION activity kind,
     // which costs ~0.28x on launch-bound code (issue 10). Needs callbacks.
     bool sync_from_callbacks = true;
+    bool sync = true;         // synchronisation at all (the sync table); off in lite captures
+    // Launch, copy and allocation callbacks (thread, Python stack and range of each call).
+    // Off in lite captures: CUPTI's callback API is then used only for what `memory` needs.
+    bool launch_callbacks = true;
     bool activities_without_callbacks = false;  // if another subscriber holds the callbacks
     bool callbacks = true;    // API callbacks at all (threads, ranges, stacks, map/unmap)
     int max_stack_depth = 64;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "decoder.h"
+#include "selection.h"
 
 namespace hookmagic {
 namespace {
@@ -75,16 +76,7 @@ void Session::reset_tables() {
 }
 
 void Session::enable_activities() {
-    std::vector<CUpti_ActivityKind> kinds = {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
-    if (!(options_.sync_from_callbacks && subscriber_))
-        kinds.push_back(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
-    if (options_.kernels) kinds.push_back(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (options_.memory) kinds.push_back(CUPTI_ACTIVITY_KIND_MEMORY2);
-    if (options_.api) {
-        kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
-        kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
-    }
-    if (options_.nvtx) kinds.push_back(CUPTI_ACTIVITY_KIND_MARKER);
+    std::vector<CUpti_ActivityKind> kinds = activity_kinds_for(options_, subscriber_ != nullptr);
     if (!probe_.activity_kinds.empty()) {
         kinds.clear();
         for (int k : probe_.activity_kinds) kinds.push_back(static_cast<CUpti_ActivityKind>(k));
@@ -129,9 +121,10 @@ void Session::start(const CaptureOptions& options, PyObject* boundary_frame,
     driver_.bind_if_loaded();
 
     // Launch callbacks give every record its thread and hookmagic.range, so they are on unless
-    // switched off outright; `stacks` only decides whether the Python stack is walked in them.
+    // switched off outright (or by a lite capture); `stacks` only decides whether the Python
+    // stack is walked in them. No subscription at all when no wanted callback needs one.
     const uint64_t t0 = steady_ns();
-    if (options_.callbacks) {
+    if (wants_subscription(options_)) {
         hooks.build_roles(cupti_);
         CUptiResult r = cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr);
         counters.subscribe_ns = steady_ns() - t0;
