@@ -1,7 +1,9 @@
 """Compiled single-pass simulator for the common policies (numba).
 
 Handles fifo and strict-priority order across models, dynamic batching per model (max batch,
-max queue delay from the oldest request, preferred sizes) and any number of plain streams. It
+max queue delay from the oldest request, preferred sizes), model-switch, launch and host times
+(``ModelSpec.switch_ms``, ``launch_ms``, ``host_ms``) and any number of plain streams whose
+batches do not slow each other (sharing slowdowns need the general engine). It
 follows the decision epochs of :mod:`.simulator` step for step, so on the same workload and seed
 it yields the same per-request results as the general engine (the tests hold them to that).
 
@@ -34,7 +36,7 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay, preferred,
+def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay, preferred,
             n_pref, n_levels, stream_order, order_code):
     n = arrival.shape[0]
     M = max_batch.shape[0]
@@ -58,6 +60,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
     idle = S
     p = 0
     wake = inf
+    host_free = -inf  # the driver's host thread launches a batch until then
     while True:
         t_done = inf
         for s in range(S):
@@ -84,7 +87,9 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
             n_m[q // L] += 1
             p += 1
         wake = inf
-        if idle > 0:
+        if idle > 0 and t < host_free:
+            wake = host_free
+        elif idle > 0:
             for si in range(S):
                 s = stream_order[si]
                 if busy[s]:
@@ -164,19 +169,25 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
                     if taken == best_size:
                         break
                 n_m[m] -= best_size
-                end = t + tables[m, best_size] * mult[first]
+                start = t + launch[m]
+                end = start + tables[m, best_size] * mult[first]
                 if s_prev[s] != m:
                     end += switch[m]
                     s_prev[s] = m
                 b_model[nb] = m
                 b_stream[nb] = s
-                b_start[nb] = t
+                b_start[nb] = start
                 b_end[nb] = end
                 b_size[nb] = best_size
                 nb += 1
                 busy[s] = True
                 s_end[s] = end
                 idle -= 1
+                if host[m] > 0.0:
+                    host_free = t + host[m]
+                    if idle > 0:
+                        wake = host_free
+                    break
                 if idle == 0:
                     break
     return b_model[:nb], b_stream[:nb], b_start[:nb], b_end[:nb], b_size[:nb], served[:ns]
@@ -201,6 +212,8 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
         tables[k, : s.max_batch + 1] = s.table_s(s.max_batch)
     delay = np.array([b.max_delay_ms / 1e3 for b in batchings])
     switch = np.array([s.switch_ms / 1e3 for s in specs], dtype=float)
+    launch = np.array([s.launch_ms / 1e3 for s in specs], dtype=float)
+    host = np.array([s.host_ms / 1e3 for s in specs], dtype=float)
     prefs = [tuple(p for p in b.preferred if p <= mb) for b, mb in zip(batchings, max_batch)]
     n_pref = np.array([len(p) for p in prefs], dtype=np.int64)
     preferred = np.zeros((M, max(1, int(n_pref.max(initial=0)))), dtype=np.int64)
@@ -211,7 +224,7 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
                             dtype=np.int64)
     order_code = 0 if policy.order == "fifo" else 1
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
-                  np.ascontiguousarray(mult, dtype=float), tables, switch, max_batch, delay,
+                  np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
                   preferred, n_pref, L, stream_order, order_code)
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
