@@ -27,7 +27,8 @@ stored calibration runs) and is compared with the stored real runs. Format-1 fol
 2026-11-25 22:00: ``batch_excess_ms``, one slowdown per other stream) replay as they were run.
 
 What the simulator is given, all fitted on calibration runs of their own before the scenarios
-(nothing is fitted to the real runs being compared; ``fit_calibration`` says exactly how): per
+(nothing is fitted to the real runs being compared; ``hookmagic.sched.calibrate.fit`` says
+exactly how): per
 model and batch size the mean GPU time of a batch under the driver (start to end event, in the
 same process, so with that process's clocks); the launch time (previous batch's end to this
 one's start when it was ready: the driver noticing, choosing and recording) and host time (to
@@ -55,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic import sched as S
+from hookmagic.sched import calibrate as C
 from hookmagic.sched import metrics as M
 from hookmagic.sched.engines import (CudaBackend, SleepEngine, ThreadBackend, TorchEngine,
                                      gpu_available, measure)
@@ -96,174 +98,14 @@ def measure_all(engines, make_backend, max_batch, repeats):
 CALIBRATION_FORMAT = 2  # calibration.json written by this version (1: batch_excess_ms, one f)
 
 
-def _after_previous(res):
-    """Every batch with what came before it on its stream: ``prev`` model, ``prev_end`` (s),
-    ``ready`` (its first request arrived before the previous batch ended, so with no batching
-    delay it was ready the moment its stream freed), ``dur`` (GPU seconds, event to event)."""
-    first_arrival = res.requests.groupby("batch")["arrival_s"].min()
-    rows = []
-    for _, b in res.batches.groupby("stream"):
-        b = b.sort_values("start_s").reset_index(drop=True)
-        prev_end = b["end_s"].shift().to_numpy()
-        rows.append(b.assign(prev=b["model"].astype(str).shift().to_numpy(), prev_end=prev_end,
-                             ready=first_arrival.loc[b["batch"]].to_numpy() < prev_end,
-                             dur=(b["end_s"] - b["start_s"]).to_numpy()))
-    out = pd.concat(rows, ignore_index=True)
-    out["model"] = out["model"].astype(str)
-    return out
-
-
-def _overlap_by_count(batches, most=2):
-    """Per batch (in ``batches``' order): seconds it ran beside exactly k other batches, k=1..most."""
-    b = batches.reset_index(drop=True)
-    events = sorted([(t, 1, i) for i, t in enumerate(b["start_s"])]
-                    + [(t, -1, i) for i, t in enumerate(b["end_s"])])
-    running, last = set(), None
-    ov = np.zeros((len(b), most + 1))
-    for t, kind, i in events:
-        if last is not None and len(running) > 1:
-            k = min(len(running) - 1, most)
-            for j in running:
-                ov[j, k] += t - last
-        last = t
-        running.add(i) if kind == 1 else running.discard(i)
-    return ov[:, 1:]
-
-
-# -- calibration runs (each a workload of its own, never a scenario's) ------------------------------
-def _mixed_rate(spec, load):
-    """Requests per second at which one stream of ``spec`` is ``load`` busy at batch 4, so that
-    with no batching delay the batches it forms vary in size (about Poisson(4 * load))."""
-    return load * 4.0 / (spec.latency(4) / 1e3)
-
-
-def calibration_runs(engines, make_backend, idle, max_batch, streams=(2, 3)):
-    """The real runs the calibration is fitted on: {name: RunResult}.
-
-    - ``alone:<model>``: one stream, one model, no batching delay, arrivals at which the batch
-      sizes vary over 1..max_batch: GPU time per size under the driver, launch and host times;
-    - ``switch``: every model on one stream, FIFO: the extra cost after another model;
-    - ``share<S>``: every model on ``S`` streams, FIFO, loaded so that one, two or three streams
-      compute at different times: the sharing slowdowns.
-    """
-    runs = {}
-    batching = S.Batching(max_batch, 0.0)
-    for name, e in engines.items():
-        wl = S.make_workload([S.Poisson(name, _mixed_rate(idle[name], 1.0), slo_ms=1e6)], 0.6,
-                             seed=90)
-        runs[f"alone:{name}"] = S.run([e], wl, S.Policy(batching=batching),
-                                      backend=make_backend(), drain_s=0.2)
-    m = len(engines)
-    srcs = [S.Poisson(n, _mixed_rate(idle[n], 1.0) / m, slo_ms=1e6) for n in engines]
-    runs["switch"] = S.run(list(engines.values()), S.make_workload(srcs, 0.8, seed=98),
-                           S.Policy(batching=batching), backend=make_backend(), drain_s=0.2)
-    for k in streams:
-        load = 0.75 * k  # streams busy on average, alone-time: 1.5 of 2, 2.25 of 3
-        srcs = [S.Poisson(n, _mixed_rate(idle[n], load) / m, slo_ms=1e6) for n in engines]
-        runs[f"share{k}"] = S.run(list(engines.values()), S.make_workload(srcs, 1.0, seed=96 + k),
-                                  S.Policy(streams=k, batching=batching), backend=make_backend(),
-                                  drain_s=0.2)
-    return runs
-
-
-def fit_calibration(runs, idle, max_batch):
-    """Fit the simulator's per-model parameters on the calibration runs (nothing else).
-
-    Per model, from ``alone:<model>``: ``service_ms`` (mean GPU time per batch size, start to
-    end event; sizes seen fewer than 8 times take the idle table plus the mean offset),
-    ``service_cv``, ``launch_ms`` (mean time from the previous batch's end to this one's start
-    for batches that were ready then: the driver noticing, choosing, recording the start) and
-    ``host_ms`` (the same to the moment the launch call returned). From ``switch``: the mean
-    extra cost of a ready batch after another model, beyond launch + service (minus the same
-    quantity after the same model in that run). From ``share<S>``: per batch, the GPU time
-    beyond its service time and switch cost, regressed on the time it ran beside exactly one
-    and exactly two other batches: ``extra = ov1 * c1 + ov2 * c2`` with ``c = a / (1 + a)``,
-    the model the simulator runs (``ModelSpec.share_slowdown = (a1, a2)``).
-    Returns {model: dict of those numbers}.
-    """
-    out = {}
-    sizes = np.arange(1, max_batch + 1)
-    for name, spec in idle.items():
-        b = _after_previous(runs[f"alone:{name}"])
-        mean = b.groupby("size")["dur"].agg(["mean", "std", "size"])
-        table = np.asarray(spec.latency(sizes), dtype=float)  # ms
-        seen = mean[mean["size"] >= 8]
-        offset = float(np.mean([1e3 * seen.loc[z, "mean"] - table[z - 1] for z in seen.index])
-                       ) if len(seen) else 0.0
-        service = [1e3 * float(seen.loc[z, "mean"]) if z in seen.index else table[z - 1] + offset
-                   for z in sizes]
-        cv = float((seen["std"] / seen["mean"]).median()) if len(seen) else spec.service_cv
-        r = b[b["ready"]]
-        launch = 1e3 * float((r["start_s"] - r["prev_end"]).mean()) if len(r) else 0.0
-        host = (1e3 * float((r["dispatch_s"] - r["prev_end"]).mean())
-                if len(r) and "dispatch_s" in r else launch)
-        out[name] = {"service_ms": service, "service_cv": cv, "launch_ms": max(0.0, launch),
-                     "host_ms": max(0.0, launch, host), "batches_alone": int(len(b)),
-                     "ready_alone": int(len(r))}
-
-    def service_of(rows):
-        return np.array([out[m]["service_ms"][int(z) - 1] for m, z in zip(rows["model"], rows["size"])])
-
-    b = _after_previous(runs["switch"])
-    r = b[b["ready"]]
-    extra = 1e3 * ((r["start_s"] - r["prev_end"]).to_numpy() + r["dur"].to_numpy())
-    extra -= np.array([out[m]["launch_ms"] for m in r["model"]]) + service_of(r)
-    other = (r["prev"] != r["model"]).to_numpy()
-    for name in idle:
-        mine = (r["model"] == name).to_numpy()
-        same = extra[mine & ~other]
-        base = float(same.mean()) if len(same) >= 8 else 0.0
-        sw = extra[mine & other]
-        out[name]["switch_ms"] = max(0.0, float(sw.mean()) - base) if len(sw) else 0.0
-        out[name]["switches_seen"] = int(len(sw))
-
-    xs, ys, ms = [], [], []
-    for key, res in runs.items():
-        if not key.startswith("share"):
-            continue
-        b = _after_previous(res).sort_values("start_s").reset_index(drop=True)
-        ov = _overlap_by_count(b, 2)
-        sw = np.array([out[m]["switch_ms"] if p != m else 0.0 for m, p in zip(b["model"], b["prev"])])
-        ys.append(1e3 * b["dur"].to_numpy() - service_of(b) - sw)
-        xs.append(1e3 * ov)
-        ms.append(b["model"].to_numpy())
-    if xs:
-        x, y, mm = np.concatenate(xs), np.concatenate(ys), np.concatenate(ms)
-        for name in idle:
-            sel = mm == name
-            keep = x[sel].sum(axis=0) > 0
-            c = np.zeros(2)
-            if keep.any():
-                c[keep] = np.linalg.lstsq(x[sel][:, keep], y[sel], rcond=None)[0]
-            c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
-            a = np.maximum.accumulate(c / (1.0 - c))  # more sharers never help
-            out[name]["share_slowdown"] = [float(v) for v in a]
-            out[name]["overlap_ms"] = [float(v) for v in x[sel].sum(axis=0)]
-    else:
-        for name in idle:
-            out[name]["share_slowdown"] = []
-    return out
-
-
 def sim_specs_from(cal, idle):
-    """The simulator's ModelSpecs from a calibration.json (format 2, or format 1 as it was run:
-    idle table + one mean excess per batch, one slowdown f per other stream)."""
-    specs = []
+    """The simulator's ModelSpecs from a calibration.json (format 2: ``fit``; format 1 as it was
+    run: idle table + one mean excess per batch, one slowdown f per other stream)."""
     if cal.get("format", 1) >= 2:
-        for name, spec in idle.items():
-            c = cal["fit"][name]
-            specs.append(spec.with_(batch_sizes=tuple(range(1, len(c["service_ms"]) + 1)),
-                                    latency_ms=tuple(c["service_ms"]), service_cv=c["service_cv"],
-                                    launch_ms=c["launch_ms"], host_ms=c["host_ms"],
-                                    switch_ms=c["switch_ms"],
-                                    share_slowdown=tuple(c["share_slowdown"])))
-        return specs
-    for name, spec in idle.items():
-        specs.append(spec.with_(latency_ms=tuple(x + cal["batch_excess_ms"][name]
-                                                 for x in spec.latency_ms),
-                                switch_ms=cal["switch_ms"][name],
-                                share_slowdown=cal["share_slowdown"][name]))
-    return specs
+        return C.specs_from_fit(cal["fit"], idle)
+    return [spec.with_(latency_ms=tuple(x + cal["batch_excess_ms"][name] for x in spec.latency_ms),
+                       switch_ms=cal["switch_ms"][name], share_slowdown=cal["share_slowdown"][name])
+            for name, spec in idle.items()]
 
 
 def rate_for(spec, load, batch):
@@ -327,10 +169,10 @@ def scenarios(specs, names, seconds):
 def _calibrate(engines, make_backend, idle, max_batch, out: Path):
     """Run and fit the calibration; save its raw runs under ``out/calibration/``."""
     t0 = time.perf_counter()
-    runs = calibration_runs(engines, make_backend, idle, max_batch) if engines else {}
+    runs = C.run_calibration(engines, idle, max_batch, make_backend)
     for key, res in runs.items():
         res.save(out / "calibration" / key.replace(":", "_"))
-    fit = fit_calibration(runs, idle, max_batch)
+    fit = C.fit(runs, idle, max_batch)
     print(f"calibration runs and fit: {time.perf_counter() - t0:.1f} s", flush=True)
     return fit
 
@@ -451,7 +293,7 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
     if refit:
         if info.get("format", 1) < 2:
             raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
-        info["fit"] = fit_calibration(load_calibration_runs(run_dir, names), idle, info["max_batch"])
+        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"])
     sim_specs = sim_specs_from(info, idle)
     out.mkdir(parents=True, exist_ok=True)
     rows, seconds = [], info.get("seconds")
