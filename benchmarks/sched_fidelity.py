@@ -173,7 +173,11 @@ def _calibrate(engines, make_backend, idle, max_batch, out: Path):
     for key, res in runs.items():
         res.save(out / "calibration" / key.replace(":", "_"))
     fit = C.fit(runs, idle, max_batch)
-    print(f"calibration runs and fit: {time.perf_counter() - t0:.1f} s", flush=True)
+    check = C.self_check(runs, C.specs_from_fit(fit, idle), idle, max_batch)
+    check.to_csv(out / "calibration_check.csv", index=False)
+    print(f"calibration runs and fit: {time.perf_counter() - t0:.1f} s; in-sample check "
+          f"(sim vs real, calibration_check.csv): p50 error {check['p50_err_pct'].min():+.1f} … "
+          f"{check['p50_err_pct'].max():+.1f} %", flush=True)
     return fit
 
 
@@ -223,8 +227,10 @@ def one_process(args) -> None:
         real.save(args.out / f"{name}.real")
         sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
+        stalls = int(((real.batches["dispatch_s"] - real.batches["start_s"]) > 5e-4).sum())
         print(f"scenario {name}: {len(wl)} requests over {args.seconds:g} s, {pol.describe()}; "
               f"real arrival lag p99 {real.meta['arrival_lag_p99_ms']:.3f} ms; "
+              f"launch calls over 0.5 ms: {stalls} of {len(real.batches)}; "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
     text = write_tables(args.out, rows, info, engines=list(engines), seconds=args.seconds,
                         graphs=not args.no_graphs, max_batch=args.max_batch,

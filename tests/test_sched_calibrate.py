@@ -78,3 +78,13 @@ def test_overlap_by_count_splits_time_by_number_of_others():
     # a: beside one other 1-2 and 3-4 (2 s), beside two 2-3 (1 s); b: one 1-2, two 2-3;
     # c: two 2-3, one 3-4
     assert ov.tolist() == [[2.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+
+
+def test_self_check_of_an_exact_fit_agrees():
+    truth = _synthetic_truth(cv=0.0)
+    runs, idle, names = _simulated_driver(truth)
+    specs = C.specs_from_fit(C.fit(runs, idle, MAX_BATCH), idle)
+    check = C.self_check(runs, specs, idle, MAX_BATCH)
+    assert set(check["run"]) == set(runs)
+    assert check["gpu_err_pct"].abs().max() < 1e-6
+    assert check["p50_err_pct"].abs().max() < 1e-6

@@ -10,7 +10,7 @@ its own and fits them — never on the workloads later compared:
 1. :func:`calibration_workloads` — the runs: per model one stream with no batching delay at a
    rate where batch sizes vary over 1..max (``alone:<model>``); every model on one stream
    (``switch``); every model on 2 and on 3 streams, loaded so that one, two or three compute at
-   different times (``share2``, ``share3``).
+   different times (``share2``, ``share3``, and ``share3b`` more lightly loaded).
 2. :func:`run_calibration` — drive them on real engines (:func:`hookmagic.sched.run`).
 3. :func:`fit` — the parameters per model; :func:`specs_from_fit` — the simulator's specs.
 
@@ -29,7 +29,7 @@ from .policies import Batching, Policy
 from .workloads import Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "calibration_workloads", "run_calibration",
-           "fit", "specs_from_fit"]
+           "fit", "specs_from_fit", "self_check"]
 
 
 def after_previous(res: Any) -> pd.DataFrame:
@@ -96,10 +96,13 @@ def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
     out["switch"] = (make_workload(srcs, 0.8, seed=seed + 8), Policy(batching=batching))
     if m > 1:
         for k in streams:
-            load = 0.75 * k  # streams busy on average, in alone-time: 1.5 of 2, 2.25 of 3
-            srcs = [Poisson(n, _mixed_rate(s, load) / m, slo_ms=1e6) for n, s in idle.items()]
-            out[f"share{k}"] = (make_workload(srcs, 1.0, seed=seed + 6 + k),
-                                Policy(streams=k, batching=batching))
+            # streams busy on average, in alone-time: 1.5 of 2, 2.25 of 3; with three or more
+            # streams also a lighter run (1.5 of 3), where one, two and three compute in turn
+            loads = [("", 0.75 * k)] + ([("b", 1.5)] if k >= 3 else [])
+            for suffix, load in loads:
+                srcs = [Poisson(n, _mixed_rate(s, load) / m, slo_ms=1e6) for n, s in idle.items()]
+                out[f"share{k}{suffix}"] = (make_workload(srcs, 1.0, seed=seed + 6 + k + len(suffix)),
+                                            Policy(streams=k, batching=batching))
     return out
 
 
@@ -218,3 +221,35 @@ def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec]) ->
                                 switch_ms=c["switch_ms"],
                                 share_slowdown=tuple(c["share_slowdown"])))
     return specs
+
+
+def self_check(runs: Mapping[str, Any], specs: Sequence[ModelSpec], idle: Mapping[str, ModelSpec],
+               max_batch: int, seed: int = 90) -> pd.DataFrame:
+    """The fitted simulator replaying the calibration runs it was fitted on (in-sample: a
+    model that cannot reproduce its own calibration will not reproduce anything else).
+
+    One row per run and model: mean GPU time per batch, p50 and p99 latency, real vs simulated.
+    """
+    from .simulator import simulate
+    loads = calibration_workloads(idle, max_batch, seed=seed)
+    rows = []
+    for key, res in runs.items():
+        if key not in loads:
+            continue
+        wl, pol = loads[key]
+        sim = simulate(list(specs), wl, pol, seed=1)
+        for side, r in (("real", res), ("sim", sim)):
+            req, bat = r.requests, r.batches
+            dur = (bat["end_s"] - bat["start_s"]).groupby(bat["model"].astype(str)).mean() * 1e3
+            lat = req.groupby(req["model"].astype(str))["latency_ms"]
+            for m in dur.index:
+                rows.append({"run": key, "model": m, "side": side, "gpu_ms": float(dur[m]),
+                             "p50_ms": float(lat.median()[m]), "p99_ms": float(lat.quantile(0.99)[m])})
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    w = t.pivot_table(index=["run", "model"], columns="side", values=["gpu_ms", "p50_ms", "p99_ms"])
+    w.columns = [f"{a}_{b}" for a, b in w.columns]
+    for q in ("gpu_ms", "p50_ms", "p99_ms"):
+        w[f"{q[:-3]}_err_pct"] = 100 * (w[f"{q}_sim"] / w[f"{q}_real"] - 1)
+    return w.reset_index()
