@@ -250,6 +250,8 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
             "seed": workload.seed, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "arrival_lag_p99_ms": float(np.percentile(lag, 99) * 1e3) if lag else 0.0,
             "specs": {s.name: {"batch_sizes": list(s.batch_sizes), "latency_ms": list(s.latency_ms),
-                               "service_cv": s.service_cv} for s in specs}}
+                               "service_cv": s.service_cv, "switch_ms": s.switch_ms,
+                               "launch_ms": s.launch_ms, "host_ms": s.host_ms,
+                               "share_slowdown": list(s.share_slowdown)} for s in specs}}
     meta.update(setup.backend.describe())
     return RunResult(req, bat, meta)
