@@ -286,43 +286,122 @@ def write_tables(out: Path, rows, info, *, engines, seconds, graphs, max_batch, 
     return text
 
 
+def stored_run(run_dir: Path):
+    """What one process stored: (calibration.json as a dict, idle specs rebuilt from its
+    latency tables, {scenario: (workload, policy)} rebuilt from them, {scenario: real result}).
+
+    Real results are read in full (``<scenario>.real.*.parquet``) or from a compact copy
+    (``<scenario>.real.fate.parquet``: each request's batch and status, and the batches; the
+    arrivals come from the rebuilt scenario). Either way the rebuilt scenario must give the
+    stored arrivals and policy, else this code is not the code that ran."""
+    from hookmagic.sched.dispatcher import STATUS_NAMES
+    from hookmagic.sched.result import RunResult, assemble, load_result
+    from hookmagic.common import files
+    info = json.loads((run_dir / "calibration.json").read_text())
+    tab = pd.read_csv(run_dir / "latency_tables.csv")
+    names = list(info["models"])
+    idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
+    full = {p.name[: -len(".real.requests.parquet")]: p for p in run_dir.glob("*.real.requests.parquet")}
+    compact = {p.name[: -len(".real.fate.parquet")]: p for p in run_dir.glob("*.real.fate.parquet")}
+    if not full and not compact:
+        raise SystemExit(f"{run_dir}: no stored real runs (*.real.requests.parquet)")
+    seconds = info.get("seconds")
+    if seconds is None:
+        if full:
+            seconds = load_result(run_dir / f"{next(iter(full))}.real").meta["duration_s"]
+        else:
+            t = files.read_parquet(next(iter(compact.values())), "compact real run")
+            seconds = json.loads(t.schema.metadata[b"hookmagic.sched"])["duration_s"]
+    built = scenarios(idle, names, seconds)
+    real = {}
+    for name, (wl, pol) in built.items():
+        if name in full:
+            res = load_result(run_dir / f"{name}.real")
+        elif name in compact:
+            t = files.read_parquet(compact[name], f"compact real run {name}")
+            meta = json.loads(t.schema.metadata[b"hookmagic.sched"])
+            fate = t.to_pandas()
+            bat = files.read_parquet(run_dir / f"{name}.real.batches.parquet",
+                                     f"real batches {name}").to_pandas()
+            if len(fate) != len(wl):
+                raise SystemExit(f"{run_dir}: {name}: {len(fate)} stored requests, "
+                                 f"the rebuilt scenario has {len(wl)}")
+            served = np.flatnonzero(fate["batch"].to_numpy() >= 0)
+            served = served[np.argsort(fate["batch"].to_numpy()[served], kind="stable")]
+            codes = np.array([STATUS_NAMES.index(str(x)) for x in fate["status"]], dtype=np.int8)
+            req, b2 = assemble(wl.requests, names, codes, fate["drop_s"].to_numpy(float),
+                               np.array([names.index(str(m)) for m in bat["model"]]),
+                               bat["stream"].to_numpy(), bat["start_s"].to_numpy(),
+                               bat["end_s"].to_numpy(), bat["size"].to_numpy(), served)
+            b2["dispatch_s"] = bat["dispatch_s"].to_numpy()
+            res = RunResult(req, b2, meta)
+        else:
+            continue
+        same = (len(wl) == len(res.requests) and np.allclose(
+            wl.requests["arrival_s"].to_numpy(), res.requests["arrival_s"].to_numpy())
+            and repr(pol) == res.meta.get("policy"))
+        if not same:
+            raise SystemExit(f"{run_dir}: scenario {name} rebuilt from the stored tables differs "
+                             "from the stored real run (other code version?)")
+        real[name] = res
+    return info, idle, {k: v for k, v in built.items() if k in real}, real
+
+
+def store_compact(run_dir: Path, dst: Path) -> None:
+    """Copy one process's real runs compactly (each request's batch, status and drop time; the
+    batches; calibration.json and latency tables): about 0.3 MB instead of 3-7 MB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from hookmagic.common import files
+    info, idle, built, real = stored_run(run_dir)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ("calibration.json", "latency_tables.csv"):
+        (dst / f).write_bytes((run_dir / f).read_bytes())
+    for name, res in real.items():
+        r, b = res.requests, res.batches
+        fate = pa.Table.from_pandas(pd.DataFrame({
+            "batch": r["batch"].to_numpy().astype(np.int32),
+            "status": r["status"].astype(str).astype("category"),
+            "drop_s": r["drop_s"].to_numpy(float)}), preserve_index=False)
+        fate = fate.replace_schema_metadata({b"hookmagic.sched": json.dumps(res.meta, default=str).encode()})
+        bat = pa.Table.from_pandas(pd.DataFrame({
+            "model": b["model"].astype(str).astype("category"), "stream": b["stream"].astype(np.int8),
+            "size": b["size"].astype(np.int16), "start_s": b["start_s"], "end_s": b["end_s"],
+            "dispatch_s": b["dispatch_s"]}), preserve_index=False)
+        for table, suffix in ((fate, "fate"), (bat, "batches")):
+            path = dst / f"{name}.real.{suffix}.parquet"
+            files.atomic_write(path, lambda fh, t=table: pq.write_table(t, fh, compression="zstd",
+                                                                          compression_level=19),
+                               "a compact real run")
+    check = stored_run(dst)[3]
+    for name, res in real.items():  # the copy must give back the same tables
+        a, c = res.requests, check[name].requests
+        same = (np.allclose(a["latency_ms"], c["latency_ms"], rtol=0, atol=1e-9, equal_nan=True)
+                and all((a[k].astype(str).to_numpy() == c[k].astype(str).to_numpy()).all()
+                        for k in ("met_slo", "status", "batch")))
+        if not same:
+            raise SystemExit(f"compact copy of {run_dir}/{name} differs from it")
+
+
 def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
     """Recompute one process's sim-vs-real table from what it stored: the latency tables and
     calibration.json (or, with ``refit``, the fit redone on its saved calibration runs), the
     scenarios rebuilt from the tables (their arrivals must equal the stored real ones), the
     stored real results. No GPU needed."""
-    from hookmagic.sched.result import load_result
-    info = json.loads((run_dir / "calibration.json").read_text())
-    tab = pd.read_csv(run_dir / "latency_tables.csv")
-    names = list(info["models"])
-    idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
+    info, idle, built, real = stored_run(run_dir)
+    names = list(idle)
     if refit:
         if info.get("format", 1) < 2:
             raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
         info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"])
     sim_specs = sim_specs_from(info, idle)
     out.mkdir(parents=True, exist_ok=True)
-    rows, seconds = [], info.get("seconds")
-    real_any = {}
-    for p in sorted(run_dir.glob("*.real.requests.parquet")):
-        key = p.name[: -len(".real.requests.parquet")]
-        real_any[key] = load_result(run_dir / f"{key}.real")
-    if not real_any:
-        raise SystemExit(f"{run_dir}: no stored real runs (*.real.requests.parquet)")
-    seconds = seconds or next(iter(real_any.values())).meta["duration_s"]
-    for name, (wl, pol) in scenarios(idle, names, seconds).items():
-        if name not in real_any:
-            continue
-        real = real_any[name]
-        same = (len(wl) == len(real.requests) and np.allclose(
-            wl.requests["arrival_s"].to_numpy(), real.requests["arrival_s"].to_numpy())
-            and repr(pol) == real.meta.get("policy"))
-        if not same:
-            raise SystemExit(f"{run_dir}: scenario {name} rebuilt from the stored tables differs "
-                             "from the stored real run (other code version?)")
+    rows = []
+    seconds = next(iter(real.values())).meta["duration_s"]
+    for name, (wl, pol) in built.items():
         sim = S.simulate(sim_specs, wl, pol, seed=1)
         sim.save(out / f"{name}.sim")
-        rows += compare(name, sim, real)
+        rows += compare(name, sim, real[name])
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     note = (f"Replayed offline from {run_dir} ({'refitted on its calibration runs' if refit else 'its calibration.json'}); "
             "real runs as stored.")
@@ -371,6 +450,9 @@ def main() -> None:
     ap.add_argument("--replay", type=Path, metavar="DIR",
                     help="no GPU: recompute the sim-vs-real tables from a folder this script "
                          "wrote (run1, run2, ... or one process's files)")
+    ap.add_argument("--store-compact", action="store_true",
+                    help="with --replay: write compact copies of the stored real runs into OUTDIR "
+                         "(checked to give back the same tables) instead of replaying")
     ap.add_argument("--refit", action="store_true",
                     help="with --replay: redo the calibration fit on the stored calibration runs")
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -388,6 +470,11 @@ def main() -> None:
         src = args.replay
         out = args.out or src / "replay"
         subs = sorted(p for p in src.glob("run*") if (p / "calibration.json").exists())
+        if args.store_compact:
+            for sub in subs or [src]:
+                store_compact(sub, out / sub.name if subs else out)
+            print(f"compact copies of {len(subs) or 1} run(s) in {out}")
+            return
         if not subs:
             replay_run(src, out, args.refit)
             print((out / "fidelity.md").read_text())

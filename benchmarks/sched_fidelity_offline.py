@@ -1,10 +1,12 @@
 """Why the simulator missed the real runs of benchmarks/sched_fidelity.py: evidence from stored runs.
 
-    python benchmarks/sched_fidelity_offline.py DIR [OUT.md]
+    python benchmarks/sched_fidelity_offline.py benchmarks/results/sched_fidelity_runs/2026-11-25_h100 [OUT.md]
 
-``DIR`` is a folder ``sched_fidelity.py --processes N`` wrote with calibration format 1 (the
-H100 runs of 2026-11-25 18:12-18:19 UTC: run1..run3). No GPU: everything is replayed from the
-stored latency tables, calibration.json and real per-batch / per-request records.
+``DIR`` is a folder ``sched_fidelity.py --processes N`` wrote with calibration format 1, or a
+compact copy of one (``sched_fidelity.py --replay DIR --store-compact COPY``): the H100 runs of
+2026-11-25 18:12-18:19 UTC (run1..run3) are in the repository that way. No GPU: everything is
+replayed from the stored latency tables, calibration.json and real per-batch / per-request
+records.
 
 Sections (each table says what it was fitted on):
 
@@ -21,7 +23,6 @@ F. a diagnostic, NOT a validation: the structure with sharing, launch and host t
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -33,19 +34,14 @@ import sched_fidelity as SF  # noqa: E402
 
 from hookmagic import sched as S  # noqa: E402
 from hookmagic.sched import calibrate as C  # noqa: E402
-from hookmagic.sched.result import load_result  # noqa: E402
 
 SHARED = ("two_streams_fifo", "held_out_three_streams")
 
 
 def load(run_dir: Path):
-    info = json.loads((run_dir / "calibration.json").read_text())
-    tab = pd.read_csv(run_dir / "latency_tables.csv")
-    idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in info["models"]}
-    real = {p.name[: -len(".real.requests.parquet")]: load_result(run_dir / p.name[: -len(".requests.parquet")])
-            for p in sorted(run_dir.glob("*.real.requests.parquet"))}
-    seconds = next(iter(real.values())).meta["duration_s"]
-    return info, idle, real, SF.scenarios(idle, list(idle), seconds)
+    """(calibration.json, idle specs, {scenario: real result}, {scenario: (workload, policy)})."""
+    info, idle, built, real = SF.stored_run(run_dir)
+    return info, idle, real, built
 
 
 def table(runs, make_specs, scen=None):
