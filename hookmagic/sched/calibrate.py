@@ -89,11 +89,11 @@ def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
     out: dict[str, tuple[Workload, Policy]] = {}
     batching = Batching(max_batch, 0.0)
     for name, spec in idle.items():
-        wl = make_workload([Poisson(name, _mixed_rate(spec, 1.0), slo_ms=1e6)], 0.6, seed=seed)
+        wl = make_workload([Poisson(name, _mixed_rate(spec, 1.0), slo_ms=1e6)], 0.8, seed=seed)
         out[f"alone:{name}"] = (wl, Policy(batching=batching))
     m = len(idle)
     srcs = [Poisson(n, _mixed_rate(s, 1.0) / m, slo_ms=1e6) for n, s in idle.items()]
-    out["switch"] = (make_workload(srcs, 0.8, seed=seed + 8), Policy(batching=batching))
+    out["switch"] = (make_workload(srcs, 1.0, seed=seed + 8), Policy(batching=batching))
     if m > 1:
         for k in streams:
             # streams busy on average, in alone-time: 1.5 of 2, 2.25 of 3; with three or more
@@ -101,7 +101,7 @@ def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
             loads = [("", 0.75 * k)] + ([("b", 1.5)] if k >= 3 else [])
             for suffix, load in loads:
                 srcs = [Poisson(n, _mixed_rate(s, load) / m, slo_ms=1e6) for n, s in idle.items()]
-                out[f"share{k}{suffix}"] = (make_workload(srcs, 1.0, seed=seed + 6 + k + len(suffix)),
+                out[f"share{k}{suffix}"] = (make_workload(srcs, 1.2, seed=seed + 6 + k + len(suffix)),
                                             Policy(streams=k, batching=batching))
     return out
 
