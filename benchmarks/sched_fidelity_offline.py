@@ -164,13 +164,18 @@ def starved_sensitivity(runs):
         res = real["mixed_priorities"]
         costs = _measured_costs(res, idle, info["max_batch"])
         p_real = res.metrics(by="model", warmup_s=SF.WARMUP_S).loc["mobilenet_v3_large", "p50_ms"]
-        row = {"run": k, "real p50 ms": float(p_real)}
+        row = {"run": k, "real p50 ms": f"{p_real:.1f}"}
         for e in (-0.05, -0.02, 0.0, 0.02, 0.05):
             specs = [s.with_(latency_ms=tuple((x + costs[n][1]) * (1 + e) for x in costs[n][0]),
                              switch_ms=info["switch_ms"][n]) for n, s in idle.items()]
             sim = S.simulate(specs, *sc["mixed_priorities"], seed=1)
             p = sim.metrics(by="model", warmup_s=SF.WARMUP_S).loc["mobilenet_v3_large", "p50_ms"]
             row[f"cost {e:+.0%}: p50 err %"] = float(100 * (p / p_real - 1))
+            if e == 0.0:  # the same dispatcher decides on both sides: same batches formed?
+                rb, sb = res.batches, sim.batches
+                for m in ("mobilenet_v3_large", "resnet18", "resnet50"):
+                    row[f"{m} batches real/sim"] = (f"{int((rb['model'] == m).sum())}/"
+                                                   f"{int((sb['model'] == m).sum())}")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -223,7 +228,11 @@ def main() -> None:
     st = starved_sensitivity(runs)
     parts += ["## D. The starved model (mixed_priorities / mobilenet_v3_large)", "",
               "Every batch given the cost the real run itself measured (GPU time per size + launch "
-              "gap; diagnostic), then scaled by 1 + e:", "", md(st, "{:+.1f}"), ""]
+              "gap; diagnostic), then scaled by 1 + e. Its latency is nearly all queueing behind "
+              "bursts that overload the stream, so the error grows about fourfold from the cost "
+              "error; the batches formed (counts per model, at e = 0) are those of the real run: "
+              "the shared dispatcher makes the same choices, and no ordering or batch-formation "
+              "difference is needed to explain the error.", "", md(st, "{:+.1f}"), ""]
 
     def new_structure_f1(info, idle, real):
         return [s.with_(launch_ms=info["batch_excess_ms"][n], switch_ms=info["switch_ms"][n],
