@@ -147,14 +147,12 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
         # NaN or inf service times would never end: neither engine may see one (issue 17)
         raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
                               "ModelSpec.service_cv extreme?); latencies must be finite")
-    shared = any(x > 1.0 for row in share_slowdowns(specs, len(policy.streams), interference)
-                 for x in row)
-    ok = fast.supports(policy, specs, 0.0) and not shared
+    ok = fast.supports(policy, specs, interference)
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
                          "streams only; use engine='general'")
     if engine == "fast" or (engine == "auto" and ok):
-        return fast.run_fast(specs, arrays, mult, policy), "fast"
+        return fast.run_fast(specs, arrays, mult, policy, interference), "fast"
     return _run_general(specs, arrays, mult, policy, interference), "general"
 
 
