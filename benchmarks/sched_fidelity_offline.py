@@ -192,6 +192,36 @@ def main() -> None:
              "(calibration format 1). No GPU was used here; every figure is recomputed from the "
              "stored real records.", ""]
 
+    # computed findings first (every number below comes from the tables that follow)
+    ev0 = sharing_evidence(runs)
+    st0 = starved_sensitivity(runs)
+    r_ = ev0[ev0["side"] == "real"]
+    s_ = ev0[ev0["side"] == "sim"]
+    two_r = r_[r_["scenario"] == "two_streams_fifo"]["GPU time / idle table"]
+    two_s = s_[s_["scenario"] == "two_streams_fifo"]["GPU time / idle table"]
+    a1 = r_["a1 per batch"]
+    f = r_.drop_duplicates(["run", "model"])["calibrated f"]
+    ho = lambda df: df[(df["scenario"] == "held_out_three_streams") & (df["model"] == "resnet18")]  # noqa: E731
+    h_r, h_s = ho(r_)["GPU time / idle table"], ho(s_)["GPU time / idle table"]
+    slope = [(row["cost +5%: p50 err %"] - row["cost -5%: p50 err %"]) / 10 for _, row in st0.iterrows()]
+    parts += ["## Findings", "",
+              f"- (a) Two streams: batches beside another stream took {two_r.min():.2f}–"
+              f"{two_r.max():.2f}x their idle-table time on the GPU; the simulator gave them "
+              f"{two_s.min():.2f}–{two_s.max():.2f}x. The slowdown per other stream measured per "
+              f"batch in the scenarios was a1 = {a1.min():.2f}–{a1.max():.2f}; the calibration "
+              f"(two batches launched at the same instant) said f = {f.min():.2f}–{f.max():.2f}. "
+              "The simulator also counted the driver's launch gap (in the per-batch excess) as "
+              "GPU work that is slowed and slows the other stream (section E isolates it).",
+              f"- (b) Three streams: with `1 + f k`, resnet18's batches in the held-out "
+              f"scenario ran {h_s.min():.2f}–{h_s.max():.2f}x its table in simulation against "
+              f"{h_r.min():.2f}–{h_r.max():.2f}x on the GPU; its bursts (80 % of a stream at "
+              "batch 8 alone) then need more than the three streams can give, and the queue "
+              "runs away for the rest of each burst (held-out p50 up to +1114 %).",
+              f"- (c) The starved model: its p50 moves {min(slope):.1f}–{max(slope):.1f} % per "
+              "1 % of per-batch cost (section D); with the real run's own costs the batches "
+              "formed are the real ones, so the error is the per-batch cost, amplified, not "
+              "dispatch order or batch formation.", ""]
+
     t, ok, n = table(runs, lambda info, idle, real: SF.sim_specs_from(info, idle))
     parts += ["## A. As run (format-1 calibration, old model)", "",
               f"Passing groups: {ok} of {n} (`sched_fidelity.py --replay` gives the same).", "",
