@@ -355,8 +355,9 @@ def store_compact(run_dir: Path, dst: Path) -> None:
     from hookmagic.common import files
     info, idle, built, real = stored_run(run_dir)
     dst.mkdir(parents=True, exist_ok=True)
-    for f in ("calibration.json", "latency_tables.csv"):
-        (dst / f).write_bytes((run_dir / f).read_bytes())
+    for f in ("calibration.json", "latency_tables.csv", "fidelity.csv"):
+        if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
+            (dst / f).write_bytes((run_dir / f).read_bytes())
     for name, res in real.items():
         r, b = res.requests, res.batches
         fate = pa.Table.from_pandas(pd.DataFrame({
