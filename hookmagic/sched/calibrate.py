@@ -32,6 +32,10 @@ __all__ = ["after_previous", "overlap_by_count", "calibration_workloads", "run_c
            "fit", "specs_from_fit", "self_check"]
 
 
+#: a launch call that held the driver's host thread longer than this is a stall (seconds)
+STALL_S = 5e-4
+
+
 def after_previous(res: Any) -> pd.DataFrame:
     """Every batch of ``res`` with what came before it on its stream.
 
@@ -135,7 +139,8 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
     time) of a ready batch after another model beyond launch + service, less the same after
     the same model. From ``share<S>``: per batch, its GPU time beyond service and switch cost,
     regressed without intercept on the time it ran beside exactly one and exactly two other
-    batches, ``extra = ov1 c1 + ov2 c2``; ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
+    batches, ``extra = ov1 c1 + ov2 c2`` (batches whose launch call stalled the host over
+    :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
     [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
     run of the simulator is fitted back to its parameters.
 
@@ -186,9 +191,15 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
         b = after_previous(res).sort_values("start_s").reset_index(drop=True)
         # a stream's first batch pays the switch too, as in the simulator
         sw = np.array([out[m]["switch_ms"] if p != m else 0.0 for m, p in zip(b["model"], b["prev"])])
-        ys.append(1e3 * b["dur"].to_numpy() - service_of(b) - sw)
-        xs.append(1e3 * overlap_by_count(b, 2))
-        ms.append(b["model"].to_numpy())
+        y = 1e3 * b["dur"].to_numpy() - service_of(b) - sw
+        x = 1e3 * overlap_by_count(b, 2)  # over every batch, stalled or not
+        # a batch whose launch call held the host over STALL_S took longer for that, not for
+        # sharing: left out of the fit (it still counts as a neighbour of the others)
+        keep = ((b["dispatch_s"] - b["start_s"]).to_numpy() <= STALL_S
+                if "dispatch_s" in b.columns else np.ones(len(b), dtype=bool))
+        ys.append(y[keep])
+        xs.append(x[keep])
+        ms.append(b["model"].to_numpy()[keep])
     for name in idle:
         out[name]["share_slowdown"] = []
         out[name]["overlap_ms"] = [0.0, 0.0]
