@@ -70,10 +70,11 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
     specs = _measure(setup, policy, measure_repeats)
     # The one host thread stalls now and then (H100 runs of 2026-11-25: 1-3 % of launch calls
-    # took 0.5-3.8 ms instead of ~0.1 ms, leaving streams idle with work queued). Python's
-    # cyclic garbage collector is one known source of such pauses, an artefact of driving the
-    # GPU from Python that a C++ server does not have: paused while serving (reference
-    # counting still frees everything), after one collection beforehand.
+    # took 0.5-3.8 ms instead of ~0.1 ms, leaving streams idle with work queued). Many were
+    # first launches of fresh CUDA graphs (engines now launch each once at setup); Python's
+    # cyclic garbage collector is another possible source, an artefact of driving the GPU
+    # from Python that a C++ server does not have: paused while serving (reference counting
+    # still frees everything), after one collection beforehand.
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
