@@ -183,6 +183,8 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
         sw = extra[mine & other]
         out[name]["switch_ms"] = max(0.0, float(sw.mean()) - base) if len(sw) else 0.0
         out[name]["switches_seen"] = int(len(sw))
+        # kept for the record: the same model's extra cost among several models (not simulated)
+        out[name]["same_model_extra_ms"] = base
 
     xs, ys, ms = [], [], []
     for key, res in runs.items():
