@@ -88,3 +88,17 @@ def test_self_check_of_an_exact_fit_agrees():
     assert set(check["run"]) == set(runs)
     assert check["gpu_err_pct"].abs().max() < 1e-6
     assert check["p50_err_pct"].abs().max() < 1e-6
+
+
+def test_fit_sharing_refines_a_spec_from_any_multi_stream_run():
+    # a priority scenario on three streams (not a calibration workload), simulated with known
+    # slowdowns: the per-batch regression on its batches gives them back
+    truth = _synthetic_truth(cv=0.0)
+    wl = S.make_workload([S.Poisson("det", 1200, slo_ms=30),
+                          S.Bursty("cls", 12000, 0.05, 0.15, slo_ms=10, priority=1),
+                          S.Poisson("seg", 600, slo_ms=40, priority=2)], 2.0, seed=8)
+    res = S.simulate(list(truth.values()), wl, S.Policy(order="priority", streams=3,
+                                                        batching=S.Batching(8, 1.0)), seed=8)
+    got = C.fit_sharing([res], truth)
+    for n, spec in truth.items():
+        assert got[n]["share_slowdown"] == pytest.approx(list(spec.share_slowdown), rel=1e-6)

@@ -29,7 +29,7 @@ from .policies import Batching, Policy
 from .workloads import Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "calibration_workloads", "run_calibration",
-           "fit", "specs_from_fit", "self_check"]
+           "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
 #: a launch call that held the driver's host thread longer than this is a stall (seconds)
@@ -186,39 +186,63 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
         # kept for the record: the same model's extra cost among several models (not simulated)
         out[name]["same_model_extra_ms"] = base
 
+    shared = fit_sharing([res for key, res in runs.items() if key.startswith("share")],
+                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle})
+    for name in idle:
+        out[name].update(shared[name])
+    return out
+
+
+def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any]) -> dict[str, dict]:
+    """Sharing slowdowns per model from any runs with several streams (calibration runs, or a
+    real run of your own traffic, to refine a spec).
+
+    ``costs``: per model ``(service_ms by size 1.., switch_ms)`` or a :class:`ModelSpec`
+    (its ``latency`` and ``switch_ms``). Per batch, its GPU time beyond service and switch
+    cost is regressed without intercept on the time it ran beside exactly one and exactly two
+    other batches: ``extra = ov1 c1 + ov2 c2``, ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
+    [0, 0.9]; ``a`` non-decreasing; a model never seen beside two others gets ``a2 = a1``).
+    Batches whose launch call held the host over :data:`STALL_S` are left out (they took longer
+    for that, not for sharing) but still count as neighbours. Returns
+    ``{model: {"share_slowdown": [a1, a2], "overlap_ms": [ov1, ov2]}}`` (empty lists where a
+    model never ran beside another).
+    """
+    def cost(m: str, size: int, switched: bool) -> float:
+        c = costs[m]
+        if isinstance(c, ModelSpec):
+            return float(c.latency(size)) + (c.switch_ms if switched else 0.0)
+        table, switch = c
+        return float(table[size - 1]) + (switch if switched else 0.0)
+
     xs, ys, ms = [], [], []
-    for key, res in runs.items():
-        if not key.startswith("share"):
-            continue
+    for res in results:
         b = after_previous(res).sort_values("start_s").reset_index(drop=True)
         # a stream's first batch pays the switch too, as in the simulator
-        sw = np.array([out[m]["switch_ms"] if p != m else 0.0 for m, p in zip(b["model"], b["prev"])])
-        y = 1e3 * b["dur"].to_numpy() - service_of(b) - sw
+        base = np.array([cost(m, int(z), p != m) for m, z, p in zip(b["model"], b["size"], b["prev"])])
+        y = 1e3 * b["dur"].to_numpy() - base
         x = 1e3 * overlap_by_count(b, 2)  # over every batch, stalled or not
-        # a batch whose launch call held the host over STALL_S took longer for that, not for
-        # sharing: left out of the fit (it still counts as a neighbour of the others)
         keep = ((b["dispatch_s"] - b["start_s"]).to_numpy() <= STALL_S
                 if "dispatch_s" in b.columns else np.ones(len(b), dtype=bool))
         ys.append(y[keep])
         xs.append(x[keep])
         ms.append(b["model"].to_numpy()[keep])
-    for name in idle:
-        out[name]["share_slowdown"] = []
-        out[name]["overlap_ms"] = [0.0, 0.0]
-    if xs:
-        x, y, mm = np.concatenate(xs), np.concatenate(ys), np.concatenate(ms)
-        for name in idle:
-            sel = mm == name
-            keep = x[sel].sum(axis=0) > 0
-            c = np.zeros(2)
-            if keep.any():
-                c[keep] = np.linalg.lstsq(x[sel][:, keep], y[sel], rcond=None)[0]
-            if keep.any() and not keep.all():  # never seen beside two: as beside one
-                c[~keep] = c[keep][-1]
-            c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
-            a = np.maximum.accumulate(c / (1.0 - c))  # more sharers never help
-            out[name]["share_slowdown"] = [float(v) for v in a]
-            out[name]["overlap_ms"] = [float(v) for v in x[sel].sum(axis=0)]
+    out = {name: {"share_slowdown": [], "overlap_ms": [0.0, 0.0]} for name in costs}
+    if not xs:
+        return out
+    x, y, mm = np.concatenate(xs), np.concatenate(ys), np.concatenate(ms)
+    for name in costs:
+        sel = mm == name
+        keep = x[sel].sum(axis=0) > 0
+        if not keep.any():
+            continue
+        c = np.zeros(2)
+        c[keep] = np.linalg.lstsq(x[sel][:, keep], y[sel], rcond=None)[0]
+        if not keep.all():  # never seen beside two: as beside one
+            c[~keep] = c[keep][-1]
+        c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
+        a = np.maximum.accumulate(c / (1.0 - c))  # more sharers never help
+        out[name] = {"share_slowdown": [float(v) for v in a],
+                     "overlap_ms": [float(v) for v in x[sel].sum(axis=0)]}
     return out
 
 
