@@ -355,7 +355,7 @@ def store_compact(run_dir: Path, dst: Path) -> None:
     from hookmagic.common import files
     info, idle, built, real = stored_run(run_dir)
     dst.mkdir(parents=True, exist_ok=True)
-    for f in ("calibration.json", "latency_tables.csv", "fidelity.csv"):
+    for f in ("calibration.json", "latency_tables.csv", "fidelity.csv", "calibration_check.csv"):
         if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
             (dst / f).write_bytes((run_dir / f).read_bytes())
     for name, res in real.items():
