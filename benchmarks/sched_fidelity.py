@@ -1,38 +1,48 @@
 """Simulated vs real: does the scheduler simulator predict what the GPU does?
 
-    python benchmarks/sched_fidelity.py OUTDIR [--seconds 4] [--models resnet50,resnet18,...]
+    python benchmarks/sched_fidelity.py OUTDIR [--seconds 4] [--processes 3] [--models ...]
+    python benchmarks/sched_fidelity.py --replay DIR [--refit] [OUTDIR]     # no GPU needed
 
 On a GPU machine (PyTorch with CUDA, torchvision): builds torchvision models with random
 weights (fp16, channels-last, CUDA graphs), measures each one's latency per batch size with CUDA
-events, calibrates what a batch costs beyond its table, then for four scenarios runs the real
-driver (``hookmagic.sched.run``) for ``--seconds`` of arrivals and simulates the same workload
-and policy. ``--processes 3`` repeats all of it in three fresh processes and writes the min–max.
-Writes into OUTDIR (or OUTDIR/runK per process):
+events, runs calibration workloads of its own and fits the simulator's parameters on them, then
+for four scenarios runs the real driver (``hookmagic.sched.run``) for ``--seconds`` of arrivals
+and simulates the same workload and policy. ``--processes 3`` repeats all of it in three fresh
+processes and writes the min–max. Writes into OUTDIR (or OUTDIR/runK per process):
 
 - ``fidelity.md`` / ``fidelity.csv``: per scenario (all requests, and per model), simulated vs
   real p50 and p99 (error relative to real) and SLO attainment (difference in points), with
   the pass criteria p50/p99 within 10 % and SLO attainment within 2 points;
 - ``fidelity_runs.md`` / ``.csv`` (with ``--processes``): min–max over the processes;
 - ``latency_tables.csv``: the measured latency tables (median, std, p90 per batch size);
-- ``calibration.json``: per model the driver-measured service times, the model-switch cost
-  and the sharing slowdowns; GPU, driver, date;
+- ``calibration.json`` (format 2): per model the fitted parameters (``fit``); GPU, driver, date;
+- ``calibration/*.parquet``: the raw calibration runs the fit was made on;
 - ``<scenario>.real.requests.parquet`` / ``.batches.parquet`` and the same for ``.sim``: the raw
   per-request and per-batch records (``hookmagic.sched.load_result(OUTDIR/<scenario>.real)``).
 
-What the simulator is given, all measured in calibration runs of their own before the scenarios
-(nothing is fitted to the real runs being compared): per model and batch size, the mean cost of
-a batch under the real driver (gap since the previous batch plus compute; measured in the same
-process, so with that process's clocks); the mean extra cost after another model
-(``switch_ms``: colder caches, another CUDA graph); and how much slower each model computes
-beside one and beside two other streams (``share_slowdown``, applied for exactly the time
-batches overlap). The fourth scenario (three streams, five models, cameras and bursts) is held
-out: it was not used to choose the model.
+``--replay DIR`` recomputes every table from such a folder without a GPU: the scenarios are
+rebuilt from the stored latency tables (and checked to equal the stored real arrivals), the
+simulator runs with the stored calibration (``--refit``: fitted again, by this code, on the
+stored calibration runs) and is compared with the stored real runs. Format-1 folders (before
+2026-11-25 22:00: ``batch_excess_ms``, one slowdown per other stream) replay as they were run.
+
+What the simulator is given, all fitted on calibration runs of their own before the scenarios
+(nothing is fitted to the real runs being compared; ``hookmagic.sched.calibrate.fit`` says
+exactly how): per
+model and batch size the mean GPU time of a batch under the driver (start to end event, in the
+same process, so with that process's clocks); the launch time (previous batch's end to this
+one's start when it was ready: the driver noticing, choosing and recording) and host time (to
+the launch call's return: one host thread launches for every stream); the mean extra cost
+after another model (``switch_ms``); and how much slower each model computes beside one and
+beside two other streams (``share_slowdown``, applied only while batches' GPU parts overlap).
+The fourth scenario (three streams, five models, cameras and bursts) is held out: it was never
+used to choose the model or the calibration.
 
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
 are labelled synthetic and prove only that the script works.
 
-Budget: about a minute of model setup and calibration plus ~4 x (seconds + graph capture) per
-process on one H100.
+Budget per process on one H100: about a minute of model setup and latency tables, ~15 s of
+calibration runs, then ~4 x (seconds + graph capture).
 """
 from __future__ import annotations
 
@@ -46,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic import sched as S
+from hookmagic.sched import calibrate as C
 from hookmagic.sched import metrics as M
 from hookmagic.sched.engines import (CudaBackend, SleepEngine, ThreadBackend, TorchEngine,
                                      gpu_available, measure)
@@ -84,118 +95,17 @@ def measure_all(engines, make_backend, max_batch, repeats):
     return pd.concat(tables, ignore_index=True)
 
 
-def _back_to_back(res):
-    """Consecutive batches on each stream whose next batch's oldest request was already waiting
-    when the previous one ended: (previous model, batch model, size, gap s, duration s)."""
-    first_arrival = res.requests.groupby("batch")["arrival_s"].min()
-    rows = []
-    for _, b in res.batches.groupby("stream"):
-        b = b.sort_values("start_s").reset_index(drop=True)
-        prev, nxt = b.iloc[:-1].reset_index(drop=True), b.iloc[1:].reset_index(drop=True)
-        waiting = first_arrival.loc[nxt["batch"]].to_numpy() < prev["end_s"].to_numpy()
-        rows.append(pd.DataFrame({
-            "prev": prev["model"].astype(str).to_numpy()[waiting],
-            "model": nxt["model"].astype(str).to_numpy()[waiting],
-            "size": nxt["size"].to_numpy()[waiting],
-            "gap_s": (nxt["start_s"].to_numpy() - prev["end_s"].to_numpy())[waiting],
-            "dur_s": (nxt["end_s"] - nxt["start_s"]).to_numpy()[waiting]}))
-    return pd.concat(rows, ignore_index=True)
+CALIBRATION_FORMAT = 2  # calibration.json written by this version (1: batch_excess_ms, one f)
 
 
-def service_tables(engines, make_backend, max_batch, seconds=0.12):
-    """Per model and batch size: the mean GPU time a batch costs under the real driver.
-
-    For each size ``b`` a saturating calibration run of its own (never a scenario's workload):
-    one stream, batches of exactly ``b`` taken as soon as the stream frees. For back-to-back
-    batches (the next one's requests were already waiting) the cost is the gap since the
-    previous batch ended (completion polling, launch) plus its compute. Means, not medians: a
-    queue drains at the mean cost. Measured under the driver and in the same process as the
-    scenarios, so it carries that process's clocks, unlike a table from an idle GPU.
-    Returns {model: ModelSpec with these latencies}.
-    """
-    out = {}
-    for name, e in engines.items():
-        base = e.spec
-        lat = []
-        for b in range(1, max_batch + 1):
-            wl = S.make_workload([S.Poisson(name, 2.0 * base.throughput(b), slo_ms=1e6)],
-                                 seconds, seed=90 + b)
-            res = S.run([e], wl, S.Policy(batching=S.Batching(b, 0.0)), backend=make_backend(),
-                        drain_s=0.2)
-            rows = _back_to_back(res)
-            rows = rows[rows["size"] == b]
-            lat.append(1e3 * float((rows["gap_s"] + rows["dur_s"]).mean()) if len(rows)
-                       else base.latency(b))
-        out[name] = base.with_(batch_sizes=tuple(range(1, max_batch + 1)), latency_ms=tuple(lat))
-    return out
-
-
-def switch_costs(engines, make_backend, service, seconds=0.8):
-    """Per model: the mean extra cost of a batch that follows another model on its stream
-    (colder caches, another CUDA graph) beyond its driver-measured service time. One saturating
-    FIFO run of its own over every model, batches of 4."""
-    srcs = [S.Poisson(n, 2.0 / len(engines) * service[n].throughput(4), slo_ms=1e6)
-            for n in engines]
-    wl = S.make_workload(srcs, seconds, seed=98)
-    res = S.run(list(engines.values()), wl, S.Policy(batching=S.Batching(4, 0.0)),
-                backend=make_backend(), drain_s=0.2)
-    rows = _back_to_back(res)
-    rows = rows[rows["prev"] != rows["model"]]
-    cost = 1e3 * (rows["gap_s"] + rows["dur_s"]).to_numpy()
-    extra = cost - np.array([service[m].latency(int(z)) for m, z in zip(rows["model"], rows["size"])])
-    by = pd.Series(extra, index=rows["model"].to_numpy())
-    return {n: max(0.0, float(by.loc[[n]].mean())) if n in by.index else 0.0 for n in engines}
-
-
-def _overlap_by_count(batches, most=2):
-    """Per batch (in ``batches``' order): seconds it ran beside exactly k other batches, k=1..most."""
-    b = batches.reset_index(drop=True)
-    events = sorted([(t, 1, i) for i, t in enumerate(b["start_s"])]
-                    + [(t, -1, i) for i, t in enumerate(b["end_s"])])
-    running, last = set(), None
-    ov = np.zeros((len(b), most + 1))
-    for t, kind, i in events:
-        if last is not None and len(running) > 1:
-            k = min(len(running) - 1, most)
-            for j in running:
-                ov[j, k] += t - last
-        last = t
-        running.add(i) if kind == 1 else running.discard(i)
-    return ov[:, 1:]
-
-
-def share_slowdowns(engines, make_backend, streams=3, seconds=1.0):
-    """Per model: how much slower it computes beside one and beside two other streams.
-
-    One calibration run of its own: every model's requests, FIFO, batches of up to 4, on
-    ``streams`` streams, loaded so that one, two or three streams compute at different times.
-    A batch of alone-time ``L`` (the idle-GPU table) that ran ``ov_k`` seconds beside ``k``
-    others lasts ``L + sum_k ov_k * a_k / (1 + a_k)`` if it computes at ``1/(1+a_k)`` of its
-    speed meanwhile: ``a_1, a_2`` are fitted by least squares — exactly the model the simulator
-    runs (``ModelSpec.share_slowdown``).
-    """
-    specs = {n: e.spec for n, e in engines.items()}
-    srcs = [S.Poisson(n, 1.4 / len(engines) * specs[n].throughput(4), slo_ms=1e6)
-            for n in engines]
-    wl = S.make_workload(srcs, seconds, seed=97)
-    res = S.run(list(engines.values()), wl, S.Policy(streams=streams, batching=S.Batching(4, 0.0)),
-                backend=make_backend(), drain_s=0.2)
-    b = res.batches.sort_values("start_s").reset_index(drop=True)
-    ov = _overlap_by_count(b, streams - 1)
-    alone = np.array([specs[m].latency(int(z)) / 1e3 for m, z in zip(b["model"], b["size"])])
-    extra = (b["end_s"] - b["start_s"]).to_numpy() - alone
-    out = {}
-    for name in engines:
-        sel = (b["model"].astype(str) == name).to_numpy()
-        x, y = ov[sel], extra[sel]
-        keep = x.sum(axis=0) > 0
-        c = np.zeros(x.shape[1])
-        if keep.any():
-            c[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
-        c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
-        a = c / (1.0 - c)
-        out[name] = tuple(float(v) for v in np.maximum.accumulate(a))  # more sharers never help
-    return out
+def sim_specs_from(cal, idle):
+    """The simulator's ModelSpecs from a calibration.json (format 2: ``fit``; format 1 as it was
+    run: idle table + one mean excess per batch, one slowdown f per other stream)."""
+    if cal.get("format", 1) >= 2:
+        return C.specs_from_fit(cal["fit"], idle)
+    return [spec.with_(latency_ms=tuple(x + cal["batch_excess_ms"][name] for x in spec.latency_ms),
+                       switch_ms=cal["switch_ms"][name], share_slowdown=cal["share_slowdown"][name])
+            for name, spec in idle.items()]
 
 
 def rate_for(spec, load, batch):
@@ -256,6 +166,33 @@ def scenarios(specs, names, seconds):
             for j, (k, (src_, pol)) in enumerate(out.items())}
 
 
+def _calibrate(engines, make_backend, idle, max_batch, out: Path):
+    """Run and fit the calibration; save its raw runs under ``out/calibration/``."""
+    t0 = time.perf_counter()
+    runs = C.run_calibration(engines, idle, max_batch, make_backend)
+    for key, res in runs.items():
+        res.save(out / "calibration" / key.replace(":", "_"))
+    fit = C.fit(runs, idle, max_batch)
+    check = C.self_check(runs, C.specs_from_fit(fit, idle), idle, max_batch)
+    check.to_csv(out / "calibration_check.csv", index=False)
+    print(f"calibration runs and fit: {time.perf_counter() - t0:.1f} s; in-sample check "
+          f"(sim vs real, calibration_check.csv): p50 error {check['p50_err_pct'].min():+.1f} … "
+          f"{check['p50_err_pct'].max():+.1f} %", flush=True)
+    return fit
+
+
+def load_calibration_runs(run_dir: Path, names) -> dict:
+    """The raw calibration runs a format-2 process saved (for ``--replay --refit``)."""
+    from hookmagic.sched.result import load_result
+    d = run_dir / "calibration"
+    runs = {f"alone:{n}": load_result(d / f"alone_{n}") for n in names}
+    runs["switch"] = load_result(d / "switch")
+    for p in sorted(d.glob("share*.requests.parquet")):
+        key = p.name.split(".")[0]
+        runs[key] = load_result(d / key)
+    return runs
+
+
 def one_process(args) -> None:
     """Calibrate, run every scenario real and simulated, write the tables (one process)."""
     t_start = time.perf_counter()
@@ -264,64 +201,213 @@ def one_process(args) -> None:
     print("measuring latency tables ...", flush=True)
     tables = measure_all(engines, make_backend, args.max_batch, args.repeats)
     tables.to_csv(args.out / "latency_tables.csv", index=False)
-    service = service_tables(engines, make_backend, args.max_batch)
-    switch = switch_costs(engines, make_backend, service)
-    slow = (share_slowdowns(engines, make_backend) if len(engines) > 1
-            else {n: () for n in engines})
+    idle = {n: e.spec for n, e in engines.items()}
+    fit = _calibrate(engines, make_backend, idle, args.max_batch, args.out)
     info = make_backend().describe()
-    info.update(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                service_ms={n: list(sp.latency_ms) for n, sp in service.items()},
-                switch_ms=switch, share_slowdown=slow, label=label or "real GPU measurement",
-                models=list(engines), max_batch=args.max_batch, cuda_graphs=not args.no_graphs)
+    info.update(format=CALIBRATION_FORMAT, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
+                label=label or "real GPU measurement", models=list(engines),
+                max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
-    for n in engines:
-        print(f"  {n:20s} service b=1 {service[n].latency(1):.3f} ms (idle table "
-              f"{engines[n].spec.latency(1):.3f})  switch {switch[n]:.3f} ms  share slowdown "
-              f"{', '.join(f'{a:.3f}' for a in slow[n])}", flush=True)
+    for n, c in fit.items():
+        print(f"  {n:20s} service b=1 {c['service_ms'][0]:.3f} ms (idle {idle[n].latency(1):.3f})"
+              f"  launch {c['launch_ms']:.3f}  host {c['host_ms']:.3f}  switch "
+              f"{c['switch_ms']:.3f} ms  share {', '.join(f'{a:.3f}' for a in c['share_slowdown'])}",
+              flush=True)
 
-    specs = {n: e.spec for n, e in engines.items()}
-    # The simulator's view of a batch: its driver-measured service time, plus the model-switch
-    # cost and the sharing slowdown. The driver decides from the same latencies.
-    sim_specs = [service[n].with_(switch_ms=switch[n], share_slowdown=slow[n]) for n in engines]
+    # The simulator's view of a batch: calibrated GPU time, launch and host time, model-switch
+    # cost and sharing slowdowns. The driver decides from the same latencies.
+    sim_specs = sim_specs_from(info, idle)
     for spec in sim_specs:
         engines[spec.name].spec = spec
     rows = []
-    for name, (wl, pol) in scenarios(specs, list(engines), args.seconds).items():
-        print(f"scenario {name}: {len(wl)} requests over {args.seconds:g} s, {pol.describe()}",
-              flush=True)
+    for name, (wl, pol) in scenarios(idle, list(engines), args.seconds).items():
+        t0 = time.perf_counter()
         real = S.run(engines, wl, pol, backend=make_backend())
         sim = S.simulate(sim_specs, wl, pol, seed=1)
         real.save(args.out / f"{name}.real")
         sim.save(args.out / f"{name}.sim")
-        for by in (None, "model"):
-            f = M.fidelity(sim.metrics(by=by, warmup_s=WARMUP_S), real.metrics(by=by, warmup_s=WARMUP_S))
-            f.insert(0, "scenario", name)
-            f.index.name = "group"
-            rows.append(f.reset_index())
-        print(f"  real arrival lag p99 {real.meta['arrival_lag_p99_ms']:.3f} ms", flush=True)
+        rows += compare(name, sim, real)
+        stalls = int(((real.batches["dispatch_s"] - real.batches["start_s"]) > 5e-4).sum())
+        print(f"scenario {name}: {len(wl)} requests over {args.seconds:g} s, {pol.describe()}; "
+              f"real arrival lag p99 {real.meta['arrival_lag_p99_ms']:.3f} ms; "
+              f"launch calls over 0.5 ms: {stalls} of {len(real.batches)}; "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+    text = write_tables(args.out, rows, info, engines=list(engines), seconds=args.seconds,
+                        graphs=not args.no_graphs, max_batch=args.max_batch,
+                        wall_s=time.perf_counter() - t_start)
+    print(text)
+
+
+def compare(name, sim, real):
+    """Rows of the fidelity table for one scenario: all requests, then per model."""
+    rows = []
+    for by in (None, "model"):
+        f = M.fidelity(sim.metrics(by=by, warmup_s=WARMUP_S), real.metrics(by=by, warmup_s=WARMUP_S))
+        f.insert(0, "scenario", name)
+        f.index.name = "group"
+        rows.append(f.reset_index())
+    return rows
+
+
+def write_tables(out: Path, rows, info, *, engines, seconds, graphs, max_batch, wall_s=None,
+                 note=None) -> str:
+    """Write fidelity.csv and fidelity.md into ``out``; returns the markdown."""
     table = pd.concat(rows, ignore_index=True)
-    table.to_csv(args.out / "fidelity.csv", index=False)
+    table.to_csv(out / "fidelity.csv", index=False)
+    how = ("per model: GPU time per batch size under the driver, launch and host time, "
+           "model-switch cost, sharing slowdown beside one and two other streams"
+           if info.get("format", 1) >= 2 else
+           "(format 1) per model: idle table plus one mean excess per batch, model-switch cost, "
+           "one sharing slowdown f per other stream")
     head = [f"# Scheduler fidelity: simulated vs real ({info['label']})", "",
             f"GPU: {info.get('gpu', 'n/a')}, driver {info.get('driver', 'n/a')}, "
             f"torch {info.get('torch', 'n/a')}, CUDA {info.get('cuda', 'n/a')}; {info['date']}.",
             f"Models: {', '.join(engines)} (fp16, random weights, "
-            f"{'CUDA graphs' if not args.no_graphs else 'eager'}), max batch {args.max_batch}; "
-            f"{args.seconds:g} s of arrivals per scenario, first {WARMUP_S:g} s left out.",
-            "Measured beforehand in calibration runs of their own (calibration.json): per model, "
-            "service time per batch size under the driver, model-switch cost, sharing slowdown "
-            "beside one and two other streams.",
+            f"{'CUDA graphs' if graphs else 'eager'}), max batch {max_batch}; "
+            f"{seconds:g} s of arrivals per scenario, first {WARMUP_S:g} s left out.",
+            f"Measured beforehand in calibration runs of their own (calibration.json): {how}.",
             "Pass: p50 and p99 within 10 % of real, SLO attainment within 2 points.",
-            f"Re-run: `python benchmarks/sched_fidelity.py OUTDIR --seconds {args.seconds:g}`.", "",
-            "| scenario | group | p50 sim | p50 real | err % | p99 sim | p99 real | err % | "
-            "SLO sim % | SLO real % | diff pts | ok |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            f"Re-run: `python benchmarks/sched_fidelity.py OUTDIR --seconds {seconds:g}`; "
+            "recompute from the stored runs: `python benchmarks/sched_fidelity.py --replay DIR`."]
+    if note:
+        head.append(note)
+    head += ["", "| scenario | group | p50 sim | p50 real | err % | p99 sim | p99 real | err % | "
+             "SLO sim % | SLO real % | diff pts | ok |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in table.itertuples():
         head.append(f"| {r.scenario} | {r.group} | {r.p50_sim_ms:.2f} | {r.p50_real_ms:.2f} | "
                     f"{r.p50_err_pct:+.1f} | {r.p99_sim_ms:.2f} | {r.p99_real_ms:.2f} | "
                     f"{r.p99_err_pct:+.1f} | {r.slo_sim_pct:.1f} | {r.slo_real_pct:.1f} | "
                     f"{r.slo_diff_pts:+.1f} | {'yes' if r.ok else 'NO'} |")
-    head += ["", f"Total wall time {time.perf_counter() - t_start:.0f} s."]
-    (args.out / "fidelity.md").write_text("\n".join(head) + "\n")
-    print("\n".join(head))
+    if wall_s is not None:
+        head += ["", f"Total wall time {wall_s:.0f} s."]
+    text = "\n".join(head) + "\n"
+    (out / "fidelity.md").write_text(text)
+    return text
+
+
+def stored_run(run_dir: Path):
+    """What one process stored: (calibration.json as a dict, idle specs rebuilt from its
+    latency tables, {scenario: (workload, policy)} rebuilt from them, {scenario: real result}).
+
+    Real results are read in full (``<scenario>.real.*.parquet``) or from a compact copy
+    (``<scenario>.real.fate.parquet``: each request's batch and status, and the batches; the
+    arrivals come from the rebuilt scenario). Either way the rebuilt scenario must give the
+    stored arrivals and policy, else this code is not the code that ran."""
+    from hookmagic.sched.dispatcher import STATUS_NAMES
+    from hookmagic.sched.result import RunResult, assemble, load_result
+    from hookmagic.common import files
+    info = json.loads((run_dir / "calibration.json").read_text())
+    tab = pd.read_csv(run_dir / "latency_tables.csv")
+    names = list(info["models"])
+    idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
+    full = {p.name[: -len(".real.requests.parquet")]: p for p in run_dir.glob("*.real.requests.parquet")}
+    compact = {p.name[: -len(".real.fate.parquet")]: p for p in run_dir.glob("*.real.fate.parquet")}
+    if not full and not compact:
+        raise SystemExit(f"{run_dir}: no stored real runs (*.real.requests.parquet)")
+    seconds = info.get("seconds")
+    if seconds is None:
+        if full:
+            seconds = load_result(run_dir / f"{next(iter(full))}.real").meta["duration_s"]
+        else:
+            t = files.read_parquet(next(iter(compact.values())), "compact real run")
+            seconds = json.loads(t.schema.metadata[b"hookmagic.sched"])["duration_s"]
+    built = scenarios(idle, names, seconds)
+    real = {}
+    for name, (wl, pol) in built.items():
+        if name in full:
+            res = load_result(run_dir / f"{name}.real")
+        elif name in compact:
+            t = files.read_parquet(compact[name], f"compact real run {name}")
+            meta = json.loads(t.schema.metadata[b"hookmagic.sched"])
+            fate = t.to_pandas()
+            bat = files.read_parquet(run_dir / f"{name}.real.batches.parquet",
+                                     f"real batches {name}").to_pandas()
+            if len(fate) != len(wl):
+                raise SystemExit(f"{run_dir}: {name}: {len(fate)} stored requests, "
+                                 f"the rebuilt scenario has {len(wl)}")
+            served = np.flatnonzero(fate["batch"].to_numpy() >= 0)
+            served = served[np.argsort(fate["batch"].to_numpy()[served], kind="stable")]
+            codes = np.array([STATUS_NAMES.index(str(x)) for x in fate["status"]], dtype=np.int8)
+            req, b2 = assemble(wl.requests, names, codes, fate["drop_s"].to_numpy(float),
+                               np.array([names.index(str(m)) for m in bat["model"]]),
+                               bat["stream"].to_numpy(), bat["start_s"].to_numpy(),
+                               bat["end_s"].to_numpy(), bat["size"].to_numpy(), served)
+            b2["dispatch_s"] = bat["dispatch_s"].to_numpy()
+            res = RunResult(req, b2, meta)
+        else:
+            continue
+        same = (len(wl) == len(res.requests) and np.allclose(
+            wl.requests["arrival_s"].to_numpy(), res.requests["arrival_s"].to_numpy())
+            and repr(pol) == res.meta.get("policy"))
+        if not same:
+            raise SystemExit(f"{run_dir}: scenario {name} rebuilt from the stored tables differs "
+                             "from the stored real run (other code version?)")
+        real[name] = res
+    return info, idle, {k: v for k, v in built.items() if k in real}, real
+
+
+def store_compact(run_dir: Path, dst: Path) -> None:
+    """Copy one process's real runs compactly (each request's batch, status and drop time; the
+    batches; calibration.json and latency tables): about 0.3 MB instead of 3-7 MB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from hookmagic.common import files
+    info, idle, built, real = stored_run(run_dir)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ("calibration.json", "latency_tables.csv", "fidelity.csv", "calibration_check.csv"):
+        if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
+            (dst / f).write_bytes((run_dir / f).read_bytes())
+    for name, res in real.items():
+        r, b = res.requests, res.batches
+        fate = pa.Table.from_pandas(pd.DataFrame({
+            "batch": r["batch"].to_numpy().astype(np.int32),
+            "status": r["status"].astype(str).astype("category"),
+            "drop_s": r["drop_s"].to_numpy(float)}), preserve_index=False)
+        fate = fate.replace_schema_metadata({b"hookmagic.sched": json.dumps(res.meta, default=str).encode()})
+        bat = pa.Table.from_pandas(pd.DataFrame({
+            "model": b["model"].astype(str).astype("category"), "stream": b["stream"].astype(np.int8),
+            "size": b["size"].astype(np.int16), "start_s": b["start_s"], "end_s": b["end_s"],
+            "dispatch_s": b["dispatch_s"]}), preserve_index=False)
+        for table, suffix in ((fate, "fate"), (bat, "batches")):
+            path = dst / f"{name}.real.{suffix}.parquet"
+            files.atomic_write(path, lambda fh, t=table: pq.write_table(t, fh, compression="zstd",
+                                                                          compression_level=19),
+                               "a compact real run")
+    check = stored_run(dst)[3]
+    for name, res in real.items():  # the copy must give back the same tables
+        a, c = res.requests, check[name].requests
+        same = (np.allclose(a["latency_ms"], c["latency_ms"], rtol=0, atol=1e-9, equal_nan=True)
+                and all((a[k].astype(str).to_numpy() == c[k].astype(str).to_numpy()).all()
+                        for k in ("met_slo", "status", "batch")))
+        if not same:
+            raise SystemExit(f"compact copy of {run_dir}/{name} differs from it")
+
+
+def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
+    """Recompute one process's sim-vs-real table from what it stored: the latency tables and
+    calibration.json (or, with ``refit``, the fit redone on its saved calibration runs), the
+    scenarios rebuilt from the tables (their arrivals must equal the stored real ones), the
+    stored real results. No GPU needed."""
+    info, idle, built, real = stored_run(run_dir)
+    names = list(idle)
+    if refit:
+        if info.get("format", 1) < 2:
+            raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
+        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"])
+    sim_specs = sim_specs_from(info, idle)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    seconds = next(iter(real.values())).meta["duration_s"]
+    for name, (wl, pol) in built.items():
+        sim = S.simulate(sim_specs, wl, pol, seed=1)
+        sim.save(out / f"{name}.sim")
+        rows += compare(name, sim, real[name])
+    (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
+    note = (f"Replayed offline from {run_dir} ({'refitted on its calibration runs' if refit else 'its calibration.json'}); "
+            "real runs as stored.")
+    write_tables(out, rows, info, engines=names, seconds=seconds,
+                 graphs=info.get("cuda_graphs", True), max_batch=info["max_batch"], note=note)
 
 
 def summarize_runs(out: Path, runs: list[Path]) -> str:
@@ -360,7 +446,16 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
+    ap.add_argument("out", type=Path, nargs="?",
+                    help="output folder (with --replay: default DIR/replay)")
+    ap.add_argument("--replay", type=Path, metavar="DIR",
+                    help="no GPU: recompute the sim-vs-real tables from a folder this script "
+                         "wrote (run1, run2, ... or one process's files)")
+    ap.add_argument("--store-compact", action="store_true",
+                    help="with --replay: write compact copies of the stored real runs into OUTDIR "
+                         "(checked to give back the same tables) instead of replaying")
+    ap.add_argument("--refit", action="store_true",
+                    help="with --replay: redo the calibration fit on the stored calibration runs")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--models", default="resnet50,resnet18,mobilenet_v3_large,efficientnet_b0,resnet34")
     ap.add_argument("--max-batch", type=int, default=8)
@@ -372,6 +467,27 @@ def main() -> None:
     ap.add_argument("--synthetic-cpu", action="store_true",
                     help="no GPU: sleeping CPU threads (synthetic; checks the script only)")
     args = ap.parse_args()
+    if args.replay is not None:
+        src = args.replay
+        out = args.out or src / "replay"
+        subs = sorted(p for p in src.glob("run*") if (p / "calibration.json").exists())
+        if args.store_compact:
+            for sub in subs or [src]:
+                store_compact(sub, out / sub.name if subs else out)
+            print(f"compact copies of {len(subs) or 1} run(s) in {out}")
+            return
+        if not subs:
+            replay_run(src, out, args.refit)
+            print((out / "fidelity.md").read_text())
+            return
+        done = []
+        for sub in subs:
+            replay_run(sub, out / sub.name, args.refit)
+            done.append(out / sub.name)
+        print(summarize_runs(out, done))
+        return
+    if args.out is None:
+        ap.error("the output folder is required (or --replay DIR)")
     if args.processes <= 1:
         one_process(args)
         return

@@ -17,14 +17,15 @@ def _batches(res):
     return [(m, round(s * 1e3, 9), round(e * 1e3, 9)) for m, s, e in zip(b.model, b.start_s, b.end_s)]
 
 
-def test_overlap_slows_both_batches_while_they_share():
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_overlap_slows_both_batches_while_they_share(engine):
     # a (1 ms alone) and b (2 ms alone) start together on two streams; each runs at 1/1.5 of
     # its speed while the other computes. a: 1 ms of work at 1/1.5 -> ends at 1.5 ms. b has done
     # 1 ms of work by then and runs its last 1 ms alone -> ends at 2.5 ms.
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=0.5),
              S.ModelSpec.constant("b", 2.0, share_slowdown=0.5)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2))
-    assert res.meta["engine"] == "general"
+    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2), engine=engine)
+    assert res.meta["engine"] == engine
     assert _batches(res) == [("a", 0.0, 1.5), ("b", 0.0, 2.5)]
 
 
@@ -101,7 +102,8 @@ def test_sharing_conserves_work_under_load():
     assert (dur > alone + 1e-6).mean() > 0.5  # busy streams do overlap most of the time
 
 
-def test_slowdown_per_number_of_others():
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_slowdown_per_number_of_others(engine):
     # three batches of 1 ms start together; a's slowdown is 1.5 beside one other, 1.8 beside two.
     # All three share at 1/1.8 until the first ends: b and c are alike (default 0.5 per other ->
     # 2.0 beside two), so a is ahead: a ends at 1.8 ms. Then b and c (slowdown 1.5 beside one)
@@ -109,7 +111,7 @@ def test_slowdown_per_number_of_others():
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=(0.5, 0.8)),
              S.ModelSpec.constant("b", 1.0), S.ModelSpec.constant("c", 1.0)]
     res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b"), (0.0, "c")]), S.Policy(streams=3),
-                     interference=0.5)
+                     interference=0.5, engine=engine)
     assert _batches(res) == [("a", 0.0, 1.8), ("b", 0.0, 1.95), ("c", 0.0, 1.95)]
 
 
@@ -117,3 +119,85 @@ def test_slowdown_table_extends_its_last_step():
     spec = S.ModelSpec.constant("a", 1.0, share_slowdown=(0.5, 0.8))
     assert [spec.slowdown(k) for k in range(5)] == pytest.approx([1.0, 1.5, 1.8, 2.1, 2.4])
     assert S.ModelSpec.constant("b", 1.0, share_slowdown=0.25).slowdown(3) == pytest.approx(1.75)
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_launch_time_delays_the_start_and_keeps_the_stream(engine):
+    # one stream, a takes 1 ms on the GPU after 0.2 ms of host launch: the first batch is decided
+    # at 0, starts at 0.2 and ends at 1.2; the second (queued meanwhile) is decided at 1.2,
+    # starts at 1.4, ends at 2.4.
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
+    res = S.simulate(specs, _workload([(0.0, "a"), (0.0001, "a")]), S.Policy(), engine=engine)
+    assert _batches(res) == [("a", 0.2, 1.2), ("a", 1.4, 2.4)]
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_a_launching_batch_neither_slows_nor_is_slowed(engine):
+    # a (1 ms of GPU work after 0.2 ms of launch) and b (1 ms, no launch) both decided at 0 on
+    # two streams, slowdown 1.5 beside one other. b computes alone until 0.2 (0.2 ms done), then
+    # both share: b's last 0.8 ms take 1.2 -> ends at 1.4; a has done 1.2/1.5 = 0.8 ms by then,
+    # its last 0.2 ms alone -> ends at 1.6.
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2, share_slowdown=0.5),
+             S.ModelSpec.constant("b", 1.0, share_slowdown=0.5)]
+    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2), engine=engine)
+    assert _batches(res) == [("b", 0.0, 1.4), ("a", 0.2, 1.6)]
+
+
+def test_one_host_thread_launches_one_batch_at_a_time():
+    # two streams, both free at 0 with one request each; every dispatch holds the host 0.3 ms.
+    # a is decided at 0 (starts at 0.1 after its launch); b waits for the host: decided at 0.3,
+    # starts at 0.4. Independent streams (no slowdown): a ends at 1.1, b at 1.4.
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.1, host_ms=0.3),
+             S.ModelSpec.constant("b", 1.0, launch_ms=0.1, host_ms=0.3)]
+    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2))
+    assert _batches(res) == [("a", 0.1, 1.1), ("b", 0.4, 1.4)]
+
+
+def test_launch_time_is_queueing_time_of_an_md1_queue():
+    # Independent reference (M/D/1, Pollaczek-Khinchine): one stream, no batching, Poisson
+    # arrivals at rate lam, every request costs D = launch + latency deterministically; the mean
+    # wait in queue is rho * D / (2 (1 - rho)). The launch part is paid inside the service, so
+    # the queue sees D, and each request's latency is wait + D.
+    lam, launch, lat = 500.0, 0.2e-3, 1.0e-3
+    d = launch + lat
+    specs = [S.ModelSpec.constant("a", lat * 1e3, launch_ms=launch * 1e3)]
+    wl = S.make_workload([S.Poisson("a", lam)], 400.0, seed=11)
+    res = S.simulate(specs, wl, S.Policy(), engine="fast")
+    rho = lam * d
+    want = rho * d / (2 * (1 - rho)) + d
+    got = (res.requests.end_s - res.requests.arrival_s).mean()
+    assert got == pytest.approx(want, rel=0.03)
+
+
+def test_fast_and_general_agree_with_launch_and_host_times():
+    specs = [S.ModelSpec.linear("det", 2.0, 0.5, 16, service_cv=0.2, switch_ms=0.05, launch_ms=0.06,
+                                host_ms=0.2),
+             S.ModelSpec.linear("cls", 0.5, 0.1, 32, launch_ms=0.03, host_ms=0.1)]
+    wl = S.make_workload([S.Poisson("det", 200, slo_ms=50), S.Poisson("cls", 900, slo_ms=20,
+                                                                        priority=1)], 5, seed=3)
+    pol = S.Policy(order="priority", streams=2, batching=S.Batching(8, 1.0))
+    a = S.simulate(specs, wl, pol, seed=3, engine="general")
+    b = S.simulate(specs, wl, pol, seed=3, engine="fast")
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.batches, b.batches)
+
+
+
+@pytest.mark.parametrize("order,streams,seed", [("fifo", 2, 1), ("priority", 3, 2), ("fifo", 3, 3),
+                                                ("priority", 2, 4)])
+def test_fast_and_general_agree_with_sharing(order, streams, seed):
+    # synthetic specs with every per-batch cost at once: spread, switch, launch, host, sharing
+    specs = [S.ModelSpec.linear("det", 1.0, 0.1, 8, service_cv=0.1, switch_ms=0.05,
+                                launch_ms=0.05, host_ms=0.15, share_slowdown=(0.3, 0.5)),
+             S.ModelSpec.linear("cls", 0.4, 0.03, 8, service_cv=0.05, launch_ms=0.04,
+                                host_ms=0.12, share_slowdown=(0.25, 0.4)),
+             S.ModelSpec.linear("seg", 1.5, 0.2, 8, switch_ms=0.02, launch_ms=0.06, host_ms=0.1)]
+    wl = S.make_workload([S.Poisson("det", 1500, slo_ms=30), S.Bursty("cls", 9000, 0.05, 0.2,
+                                                                       slo_ms=10, priority=1),
+                          S.Poisson("seg", 500, slo_ms=40, priority=2)], 3, seed=seed)
+    pol = S.Policy(order=order, streams=streams, batching=S.Batching(8, 1.0))
+    a = S.simulate(specs, wl, pol, seed=seed, engine="general", interference=0.2)
+    b = S.simulate(specs, wl, pol, seed=seed, engine="fast", interference=0.2)
+    assert (a.batches["end_s"] - a.batches["start_s"] > 1e-4).all()
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.batches, b.batches, check_exact=True)

@@ -14,6 +14,7 @@ the GPU spent waiting for the host to launch kernels.
 """
 from __future__ import annotations
 
+import gc
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -68,7 +69,20 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
     specs = _measure(setup, policy, measure_repeats)
-    served = _serve(setup, policy, specs, lead_s, drain_s, metrics)
+    # The one host thread stalls now and then (H100 runs of 2026-11-25: 1-3 % of launch calls
+    # took 0.5-3.8 ms instead of ~0.1 ms, leaving streams idle with work queued). Many were
+    # first launches of fresh CUDA graphs (engines now launch each once at setup); Python's
+    # cyclic garbage collector is another possible source, an artefact of driving the GPU
+    # from Python that a C++ server does not have: paused while serving (reference counting
+    # still frees everything), after one collection beforehand.
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        served = _serve(setup, policy, specs, lead_s, drain_s, metrics)
+    finally:
+        if was_enabled:
+            gc.enable()
     return _result(setup, policy, specs, served)
 
 
@@ -237,6 +251,8 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
             "seed": workload.seed, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "arrival_lag_p99_ms": float(np.percentile(lag, 99) * 1e3) if lag else 0.0,
             "specs": {s.name: {"batch_sizes": list(s.batch_sizes), "latency_ms": list(s.latency_ms),
-                               "service_cv": s.service_cv} for s in specs}}
+                               "service_cv": s.service_cv, "switch_ms": s.switch_ms,
+                               "launch_ms": s.launch_ms, "host_ms": s.host_ms,
+                               "share_slowdown": list(s.share_slowdown)} for s in specs}}
     meta.update(setup.backend.describe())
     return RunResult(req, bat, meta)

@@ -1,7 +1,9 @@
 """Compiled single-pass simulator for the common policies (numba).
 
 Handles fifo and strict-priority order across models, dynamic batching per model (max batch,
-max queue delay from the oldest request, preferred sizes) and any number of plain streams. It
+max queue delay from the oldest request, preferred sizes), model-switch, launch and host times
+(``ModelSpec.switch_ms``, ``launch_ms``, ``host_ms``) and any number of plain streams, sharing
+the GPU with the general engine's slowdown model (``ModelSpec.share_slowdown``). It
 follows the decision epochs of :mod:`.simulator` step for step, so on the same workload and seed
 it yields the same per-request results as the general engine (the tests hold them to that).
 
@@ -29,13 +31,12 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
                     for s in specs)
             and policy.fairness is None
             and not policy.limits
-            and all(st.models is None for st in policy.streams)
-            and interference == 0.0)
+            and all(st.models is None for st in policy.streams))
 
 
 @numba.njit(cache=True, nogil=True)
-def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay, preferred,
-            n_pref, n_levels, stream_order, order_code):
+def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
+            preferred, n_pref, n_levels, stream_order, order_code, slow, sharing):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -58,6 +59,14 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
     idle = S
     p = 0
     wake = inf
+    host_free = -inf  # the driver's host thread launches a batch until then
+    # sharing (as the general engine): GPU work left as of s_mark, current slowdown, launching
+    s_work = np.zeros(S)
+    s_mark = np.zeros(S)
+    s_slow = np.ones(S)
+    s_launch = np.zeros(S, np.bool_)
+    s_rec = np.zeros(S, np.int64)
+    s_model = np.zeros(S, np.int64)
     while True:
         t_done = inf
         for s in range(S):
@@ -73,8 +82,21 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
             t = t_done
         if t == inf:
             break
+        if sharing:  # progress of every computing batch up to t, at the slowdown it had
+            for s in range(S):
+                if busy[s] and not s_launch[s]:
+                    s_work[s] -= (t - s_mark[s]) / s_slow[s]
+                    s_mark[s] = t
+        changed = False
         for s in range(S):
             if busy[s] and s_end[s] <= t:
+                changed = True
+                if s_launch[s]:  # its launch is over: from now on it computes
+                    s_launch[s] = False
+                    s_mark[s] = t
+                    continue
+                if sharing:
+                    b_end[s_rec[s]] = s_end[s]
                 busy[s] = False
                 s_end[s] = inf
                 idle += 1
@@ -84,7 +106,9 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
             n_m[q // L] += 1
             p += 1
         wake = inf
-        if idle > 0:
+        if idle > 0 and t < host_free:
+            wake = host_free
+        elif idle > 0:
             for si in range(S):
                 s = stream_order[si]
                 if busy[s]:
@@ -164,27 +188,54 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, max_batch, delay
                     if taken == best_size:
                         break
                 n_m[m] -= best_size
-                end = t + tables[m, best_size] * mult[first]
+                dur = tables[m, best_size] * mult[first]
                 if s_prev[s] != m:
-                    end += switch[m]
+                    dur += switch[m]
                     s_prev[s] = m
+                start = t + launch[m]
+                end = start + dur
+                if sharing:
+                    s_rec[s] = nb
+                    s_work[s] = dur
+                    s_mark[s] = start
+                    if start > t:
+                        s_launch[s] = True
+                        end = start  # the next event of this stream: its launch ends
+                    changed = True
                 b_model[nb] = m
                 b_stream[nb] = s
-                b_start[nb] = t
-                b_end[nb] = end
+                b_start[nb] = start
+                b_end[nb] = start + dur
                 b_size[nb] = best_size
                 nb += 1
                 busy[s] = True
                 s_end[s] = end
+                s_model[s] = m
                 idle -= 1
+                if host[m] > 0.0:
+                    host_free = t + host[m]
+                    if idle > 0:
+                        wake = host_free
+                    break
                 if idle == 0:
                     break
+        if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
+            others = -1
+            for s in range(S):
+                if busy[s] and not s_launch[s]:
+                    others += 1
+            for s in range(S):
+                if busy[s] and not s_launch[s]:
+                    s_slow[s] = slow[s_model[s], others]
+                    s_end[s] = t + s_work[s] * s_slow[s]
+                    b_end[s_rec[s]] = s_end[s]
     return b_model[:nb], b_stream[:nb], b_start[:nb], b_end[:nb], b_size[:nb], served[:ns]
 
 
 def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
-             policy: Policy):
-    """Run the compiled path; returns the raw arrays :func:`.result.assemble` takes."""
+             policy: Policy, interference: float = 0.0):
+    """Run the compiled path; returns the raw arrays :func:`.result.assemble` takes.
+    ``interference``: the sharing slowdown of specs without their own (as :func:`.simulate`)."""
     M = len(specs)
     levels, level_idx = np.unique(arrays["priority"], return_inverse=True)
     L = max(1, len(levels))
@@ -201,6 +252,8 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
         tables[k, : s.max_batch + 1] = s.table_s(s.max_batch)
     delay = np.array([b.max_delay_ms / 1e3 for b in batchings])
     switch = np.array([s.switch_ms / 1e3 for s in specs], dtype=float)
+    launch = np.array([s.launch_ms / 1e3 for s in specs], dtype=float)
+    host = np.array([s.host_ms / 1e3 for s in specs], dtype=float)
     prefs = [tuple(p for p in b.preferred if p <= mb) for b, mb in zip(batchings, max_batch)]
     n_pref = np.array([len(p) for p in prefs], dtype=np.int64)
     preferred = np.zeros((M, max(1, int(n_pref.max(initial=0)))), dtype=np.int64)
@@ -210,9 +263,13 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
     stream_order = np.array(sorted(range(len(streams)), key=lambda s: (streams[s].priority, s)),
                             dtype=np.int64)
     order_code = 0 if policy.order == "fifo" else 1
+    S = len(streams)
+    slow = np.array([[sp.slowdown(k, interference) for k in range(max(1, S))] for sp in specs],
+                    dtype=float).reshape(M, max(1, S))
+    sharing = bool(S > 1 and (slow > 1.0).any())
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
-                  np.ascontiguousarray(mult, dtype=float), tables, switch, max_batch, delay,
-                  preferred, n_pref, L, stream_order, order_code)
+                  np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
+                  preferred, n_pref, L, stream_order, order_code, slow, sharing)
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
     drop_s = np.full(n, np.nan)

@@ -49,6 +49,15 @@ class ModelSpec:
         ``1 + a1`` with one other, ``1 + a2`` with two, ... (GPUs share sublinearly: measure
         each ``k``), the last step continuing beyond. 0 or ``()``: streams are independent.
         Measured per model by the calibration in ``benchmarks/sched_fidelity.py``.
+    launch_ms : host time between the decision to run a batch and the batch starting on the GPU
+        (the driver noticing the stream is free, choosing, recording the start event),
+        milliseconds. The stream is taken meanwhile but the GPU does none of this batch's work,
+        so it neither slows nor is slowed by other streams; the batch's ``start_s`` is when it
+        ends. ``latency_ms`` is then the GPU part alone (start to end event under the driver).
+    host_ms : how long one dispatch of this model keeps the driver's one host thread busy, from
+        its decision (launching a CUDA graph, recording events), milliseconds; at least
+        ``launch_ms``. No stream is offered a batch until the host is free again, so with
+        several streams a freed stream may wait for another stream's launch. 0: never waits.
 
     Latency for a size that was not measured is interpolated linearly between neighbours and
     extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
@@ -64,6 +73,8 @@ class ModelSpec:
     max_batch: int = 0
     switch_ms: float = 0.0
     share_slowdown: float | tuple[float, ...] = ()
+    launch_ms: float = 0.0
+    host_ms: float = 0.0
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -97,11 +108,15 @@ class ModelSpec:
         object.__setattr__(self, "max_batch", max_batch if max_batch > 0 else sizes[-1])
         share = self.share_slowdown
         share = tuple(float(x) for x in (share if isinstance(share, (tuple, list)) else (share,)))
-        for what, values in (("switch_ms", (float(self.switch_ms),)), ("share_slowdown", share)):
+        for what, values in (("switch_ms", (float(self.switch_ms),)), ("share_slowdown", share),
+                             ("launch_ms", (float(self.launch_ms),)),
+                             ("host_ms", (float(self.host_ms),))):
             if any(not np.isfinite(v) or v < 0 for v in values):
                 raise InvalidArgument(f"ModelSpec {self.name!r}: {what} must be finite and >= 0, "
                                       f"got {getattr(self, what)}")
         object.__setattr__(self, "switch_ms", float(self.switch_ms))
+        object.__setattr__(self, "launch_ms", float(self.launch_ms))
+        object.__setattr__(self, "host_ms", float(self.host_ms))
         object.__setattr__(self, "share_slowdown", share if any(share) else ())
 
     # -- constructors -------------------------------------------------------------------------

@@ -14,13 +14,15 @@ A batch's service time is the model's table latency at its size times a random m
 mean 1 drawn per request (``ModelSpec.service_cv``) and taken from the batch's first request,
 so results do not depend on event order and the engines agree request for request. A batch
 whose stream last ran another model also pays that model's ``switch_ms`` (cold caches, another
-CUDA graph).
+CUDA graph); one whose model has a ``launch_ms`` starts that long after the decision (the
+driver's host time to notice, choose and launch), keeping its stream meanwhile.
 
 Streams share one GPU: while ``k`` other streams compute, a batch of model ``m`` progresses at
 ``1 / slowdown_m(k)`` of its own speed (``ModelSpec.share_slowdown``; specs without one use
 ``1 + interference * k``). Its end moves whenever another batch starts
 or ends, so the slowdown follows how long batches really overlap, not only what ran when it
-started. With every ``f_m`` zero, streams are independent servers.
+started. Only GPU work shares: a batch still in its launch neither slows the others nor is
+slowed. With every ``f_m`` zero, streams are independent servers.
 """
 from __future__ import annotations
 
@@ -145,14 +147,12 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
         # NaN or inf service times would never end: neither engine may see one (issue 17)
         raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
                               "ModelSpec.service_cv extreme?); latencies must be finite")
-    shared = any(x > 1.0 for row in share_slowdowns(specs, len(policy.streams), interference)
-                 for x in row)
-    ok = fast.supports(policy, specs, 0.0) and not shared
+    ok = fast.supports(policy, specs, interference)
     if engine == "fast" and not ok:
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
                          "streams only; use engine='general'")
     if engine == "fast" or (engine == "auto" and ok):
-        return fast.run_fast(specs, arrays, mult, policy), "fast"
+        return fast.run_fast(specs, arrays, mult, policy, interference), "fast"
     return _run_general(specs, arrays, mult, policy, interference), "general"
 
 
@@ -167,14 +167,18 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     tables = [spec.table_s(max(spec.max_batch, ms.max_batch, ms.cap)).tolist()
               for spec, ms in zip(specs, d.models)]
     switch = [spec.switch_ms / 1e3 for spec in specs]
+    launch = [spec.launch_ms / 1e3 for spec in specs]
+    host = [spec.host_ms / 1e3 for spec in specs]
+    host_free = -_INF  # the driver's host thread is launching a batch until then
     streams = policy.streams
     S = len(streams)
     slow_by_model = share_slowdowns(specs, S, interference)
     # Overlap-aware sharing only where it can matter: several streams and some slowdown.
     sharing = any(x > 1.0 for row in slow_by_model for x in row)
-    s_work = [0.0] * S  # alone-seconds of work left as of s_mark (sharing only)
+    s_work = [0.0] * S  # alone-seconds of GPU work left as of s_mark (sharing only)
     s_mark = [0.0] * S
     s_slow = [1.0] * S
+    s_launch = [False] * S  # still in its host launch (sharing only): s_end is when that ends
     s_rec = [0] * S  # index of the stream's running batch in records (sharing only)
     s_prev = [-1] * S  # the last model each stream ran (switch cost)
     order = sorted(range(S), key=lambda s: (streams[s].priority, s))
@@ -205,22 +209,26 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 t = wake
         if t == _INF:
             break
-        if sharing:  # progress of every running batch up to t, at the slowdown it had
+        if sharing:  # progress of every computing batch up to t, at the slowdown it had
             for s in range(S):
-                if s_end[s] != _INF:
+                if s_end[s] != _INF and not s_launch[s]:
                     s_work[s] -= (t - s_mark[s]) / s_slow[s]
                     s_mark[s] = t
         changed = False
         if t_done <= t:
             for s in range(S):
                 if s_end[s] <= t:
+                    changed = True
+                    if s_launch[s]:  # its launch is over: from now on it computes
+                        s_launch[s] = False
+                        s_mark[s] = t
+                        continue
                     if notify:
                         finished(s_model[s], s_start[s], s_end[s])
                     if sharing:
                         records[s_rec[s]][3] = s_end[s]
                     s_end[s] = _INF
                     idle += 1
-                    changed = True
         if arr[p] <= t:
             q = p + 1
             if arr[q] <= t:
@@ -228,7 +236,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
             admit(p, q)
             p = q
         wake = _INF
-        if idle:
+        if idle and t < host_free:
+            wake = host_free  # the host is busy launching: offers wait for it
+        elif idle:
             for s in order:
                 if s_end[s] != _INF:
                     continue
@@ -248,24 +258,36 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
                     raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
                                           f"service time of {dur} s; latencies must be finite")
-                end = t + dur
+                start = t + launch[m]
+                end = start + dur
                 if sharing:
                     s_rec[s] = len(records)
                     s_work[s] = dur
-                    s_mark[s] = t
+                    s_mark[s] = start
+                    if start > t:
+                        s_launch[s] = True
+                        end = start  # the next event of this stream: its launch ends
                     changed = True
-                record([m, s, t, end, size])
+                record([m, s, start, start + dur, size])
                 extend(ids)
                 s_end[s] = end
                 s_model[s] = m
-                s_start[s] = t
+                s_start[s] = start
                 idle -= 1
+                if host[m] > 0.0:
+                    host_free = t + host[m]
+                    if idle:
+                        wake = host_free
+                    break
                 if not idle:
                     break
         if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
-            others = S - idle - 1
+            others = -1
             for s in range(S):
-                if s_end[s] != _INF:
+                if s_end[s] != _INF and not s_launch[s]:
+                    others += 1
+            for s in range(S):
+                if s_end[s] != _INF and not s_launch[s]:
                     s_slow[s] = slow_by_model[s_model[s]][others]
                     s_end[s] = t + s_work[s] * s_slow[s]
                     records[s_rec[s]][3] = s_end[s]

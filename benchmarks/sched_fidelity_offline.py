@@ -1,0 +1,339 @@
+"""Why the simulator missed the real runs of benchmarks/sched_fidelity.py: evidence from stored runs.
+
+    python benchmarks/sched_fidelity_offline.py benchmarks/results/sched_fidelity_runs/2026-11-25_h100 [OUT.md]
+
+``DIR`` is a folder ``sched_fidelity.py --processes N`` wrote with calibration format 1, or a
+compact copy of one (``sched_fidelity.py --replay DIR --store-compact COPY``): the H100 runs of
+2026-11-25 18:12-18:19 UTC (run1..run3) are in the repository that way. No GPU: everything is
+replayed from the stored latency tables, calibration.json and real per-batch / per-request
+records.
+
+Sections (each table says what it was fitted on):
+
+A. the table as run (``--replay`` reproduces it to the digit);
+B. sharing: real GPU time of batches that ran beside others, per model, against the calibrated
+   slowdown and against what the simulator gave them;
+C. the driver's own times: launch gap, host time per launch; host stalls;
+D. the starved model: how its p50 error follows a per-batch cost error (the overload amplifies);
+E. the new model structure (launch time outside the GPU part, one host thread) with the format-1
+   calibration values;
+F. a diagnostic, NOT a validation: the structure with sharing, launch and host times measured on
+   the compared runs themselves, to show what the structure can reach once a calibration
+   measures those numbers well (format 2 does, on runs of its own).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sched_fidelity as SF  # noqa: E402
+
+from hookmagic import sched as S  # noqa: E402
+from hookmagic.sched import calibrate as C  # noqa: E402
+
+SHARED = ("two_streams_fifo", "held_out_three_streams")
+
+
+def load(run_dir: Path):
+    """(calibration.json, idle specs, {scenario: real result}, {scenario: (workload, policy)})."""
+    info, idle, built, real = SF.stored_run(run_dir)
+    return info, idle, real, built
+
+
+def _v2(info) -> bool:
+    return info.get("format", 1) >= 2
+
+
+def _switch(info, m) -> float:
+    return info["fit"][m]["switch_ms"] if _v2(info) else info["switch_ms"][m]
+
+
+def _calibrated(info, m) -> str:
+    """The calibrated sharing slowdown as the simulator used it."""
+    if _v2(info):
+        return ", ".join(f"{a:.3f}" for a in info["fit"][m]["share_slowdown"])
+    return f"{float(info['share_slowdown'][m]):.3f} per other"
+
+
+def table(runs, make_specs, scen=None):
+    """min..max over runs of each group's errors; make_specs(info, idle, real) -> specs."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        specs = make_specs(info, idle, real)
+        for name, (wl, pol) in sc.items():
+            if scen and name not in scen:
+                continue
+            sim = S.simulate(specs, wl, pol, seed=1)
+            for r in SF.compare(name, sim, real[name]):
+                rows.append(r.assign(run=k))
+    t = pd.concat(rows, ignore_index=True)
+    g = t.groupby(["scenario", "group"], sort=False)
+    span = lambda c: g[c].agg(lambda x: f"{x.min():+.1f} … {x.max():+.1f}")  # noqa: E731
+    out = pd.DataFrame({"p50 err %": span("p50_err_pct"), "p99 err %": span("p99_err_pct"),
+                        "SLO diff pts": span("slo_diff_pts"),
+                        "pass in all": g["ok"].all().map({True: "yes", False: "NO"})}).reset_index()
+    return out, int((out["pass in all"] == "yes").sum()), len(out)
+
+
+def md(df: pd.DataFrame, floatfmt="{:.3f}") -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(floatfmt.format(v) if isinstance(v, float) else str(v)
+                                       for v in row) + " |")
+    return "\n".join(lines)
+
+
+def sharing_evidence(runs):
+    """Per run, shared scenario and model: mean GPU time / idle table, real and as simulated;
+    per-batch least squares of real extra time on time beside 1 and 2 others -> a1, a2."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        specs = SF.sim_specs_from(info, idle)
+        for name in SHARED:
+            sim = S.simulate(specs, *sc[name], seed=1)
+            for lab, res in (("real", real[name]), ("sim", sim)):
+                b = res.batches.sort_values("start_s").reset_index(drop=True)
+                ov = C.overlap_by_count(b, 2) * 1e3
+                dur = (b["end_s"] - b["start_s"]).to_numpy() * 1e3
+                lat = np.array([idle[m].latency(int(z)) for m, z in zip(b["model"], b["size"])])
+                for m in sorted(b["model"].astype(str).unique()):
+                    sel = (b["model"].astype(str) == m).to_numpy()
+                    row = {"run": k, "scenario": name, "model": m, "side": lab,
+                           "batches": int(sel.sum()),
+                           "GPU time / idle table": float(dur[sel].mean() / lat[sel].mean()),
+                           "share of time beside others": float(ov[sel].sum() / dur[sel].sum())}
+                    if lab == "real":
+                        x, y = ov[sel], dur[sel] - lat[sel]
+                        keep = x.sum(axis=0) > 0
+                        c = np.full(2, np.nan)
+                        c[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
+                        a = c / (1 - c)
+                        row.update({"a1 per batch": float(a[0]), "a2 per batch": float(a[1]),
+                                    "calibrated": _calibrated(info, m)})
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def driver_times(runs):
+    """Launch gap (previous end -> start of a batch that was ready) and host time per launch
+    (start event -> launch call returned), from the real runs' batches."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        for name, res in real.items():
+            b = C.after_previous(res)
+            r = b[b["ready"] & (b["size"] == info["max_batch"])]
+            gap = 1e6 * (r["start_s"] - r["prev_end"]).to_numpy()
+            sub = 1e6 * (b["dispatch_s"] - b["start_s"]).to_numpy()
+            rows.append({"run": k, "scenario": name, "full ready batches": len(r),
+                         "launch gap p50 µs": float(np.median(gap)) if len(gap) else np.nan,
+                         "launch gap mean µs": float(gap.mean()) if len(gap) else np.nan,
+                         "host after start p50 µs": float(np.median(sub)),
+                         "calibrated µs": (float(np.mean([c["launch_ms"] for c in info["fit"].values()])
+                                                     * 1e3) if _v2(info) else
+                                           float(np.mean(list(info["batch_excess_ms"].values())) * 1e3))})
+    return pd.DataFrame(rows)
+
+
+def host_stalls(runs):
+    """Per run and scenario: launch calls that held the host over 0.5 ms, and ready full batches
+    that started over 0.5 ms after their stream freed (the host did not launch them meanwhile)."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        for name, res in real.items():
+            b = C.after_previous(res)
+            sub = (b["dispatch_s"] - b["start_s"]).to_numpy()
+            late = b[b["ready"] & (b["size"] == info["max_batch"])]
+            late = late[(late["start_s"] - late["prev_end"]) > 5e-4]
+            first = ~b.sort_values("dispatch_s").duplicated(["model", "stream", "size"]).reindex(b.index).to_numpy()
+            st = sub > 5e-4
+            row = {"run": k, "scenario": name, "batches": len(b),
+                   "launch calls > 0.5 ms": int(st.sum()),
+                   "longest launch call ms": float(sub.max() * 1e3),
+                   "ready full batches started > 0.5 ms late": len(late),
+                   "first launches of a (model, stream, size) graph: stalled": f"{int((st & first).sum())} of {int(first.sum())}",
+                   "later launches: stalled": f"{int((st & ~first).sum())} of {int((~first).sum())}",
+                   "launch call p50 ms, first / later": f"{np.median(sub[first]) * 1e3:.2f} / {np.median(sub[~first]) * 1e3:.2f}"}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _measured_costs(real, idle, max_batch):
+    """Per model from one real run: mean GPU time per size, launch gap of ready full batches,
+    host time after start (diagnostic only: measured on the run it is compared with)."""
+    b = C.after_previous(real)
+    r = b[b["ready"] & (b["size"] == max_batch)]
+    launch = 1e3 * float((r["start_s"] - r["prev_end"]).median()) if len(r) else 0.05
+    host = launch + 1e3 * float((b["dispatch_s"] - b["start_s"]).median())
+    out = {}
+    for n, spec in idle.items():
+        bm = b[b["model"] == n]
+        per = bm.groupby("size")["dur"].mean() * 1e3
+        lat = [float(per.get(z, spec.latency(z))) for z in range(1, max_batch + 1)]
+        out[n] = (lat, launch, host)
+    return out
+
+
+def starved_sensitivity(runs):
+    """mixed_priorities / mobilenet_v3_large: p50 error when every batch costs (1 + e) times
+    what the real run measured (GPU time per size + launch gap, from the run itself)."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        res = real["mixed_priorities"]
+        costs = _measured_costs(res, idle, info["max_batch"])
+        p_real = res.metrics(by="model", warmup_s=SF.WARMUP_S).loc["mobilenet_v3_large", "p50_ms"]
+        row = {"run": k, "real p50 ms": f"{p_real:.1f}"}
+        for e in (-0.05, -0.02, 0.0, 0.02, 0.05):
+            specs = [s.with_(latency_ms=tuple((x + costs[n][1]) * (1 + e) for x in costs[n][0]),
+                             switch_ms=_switch(info, n)) for n, s in idle.items()]
+            sim = S.simulate(specs, *sc["mixed_priorities"], seed=1)
+            p = sim.metrics(by="model", warmup_s=SF.WARMUP_S).loc["mobilenet_v3_large", "p50_ms"]
+            row[f"cost {e:+.0%}: p50 err %"] = float(100 * (p / p_real - 1))
+            if e == 0.0:  # the same dispatcher decides on both sides: same batches formed?
+                rb, sb = res.batches, sim.batches
+                for m in ("mobilenet_v3_large", "resnet18", "resnet50"):
+                    row[f"{m} batches real/sim"] = (f"{int((rb['model'] == m).sum())}/"
+                                                   f"{int((sb['model'] == m).sum())}")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    src = Path(sys.argv[1])
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    runs = [load(d) for d in sorted(src.glob("run*")) if (d / "calibration.json").exists()]
+    info0 = runs[0][0]
+    parts = [f"# Scheduler fidelity, offline: why the simulator missed ({info0.get('gpu', info0.get('label'))}, "
+             f"driver {info0.get('driver', 'n/a')}, {info0['date']})", "",
+             f"Generated by `python benchmarks/sched_fidelity_offline.py {src}` from {len(runs)} "
+             "stored processes of `benchmarks/sched_fidelity.py --processes N` "
+             f"(calibration format {info0.get('format', 1)}). No GPU was used here; every figure "
+             "is recomputed from the stored real records.", ""]
+    v1 = not any(_v2(r[0]) for r in runs)
+
+    # computed findings first (every number below comes from the tables that follow)
+    ev0 = sharing_evidence(runs)
+    st0 = starved_sensitivity(runs)
+    r_ = ev0[ev0["side"] == "real"]
+    s_ = ev0[ev0["side"] == "sim"]
+    two_r = r_[r_["scenario"] == "two_streams_fifo"]["GPU time / idle table"]
+    two_s = s_[s_["scenario"] == "two_streams_fifo"]["GPU time / idle table"]
+    a1 = r_["a1 per batch"]
+    f = pd.Series([float(r[0]["share_slowdown"][m]) for r in runs for m in r[1]]) if v1 else None
+    ho = lambda df: df[(df["scenario"] == "held_out_three_streams") & (df["model"] == "resnet18")]  # noqa: E731
+    h_r, h_s = ho(r_)["GPU time / idle table"], ho(s_)["GPU time / idle table"]
+    slope = [(row["cost +5%: p50 err %"] - row["cost -5%: p50 err %"]) / 10 for _, row in st0.iterrows()]
+    parts += [] if not v1 else ["## Findings", "",
+              f"- (a) Two streams: batches beside another stream took {two_r.min():.2f}–"
+              f"{two_r.max():.2f}x their idle-table time on the GPU; the simulator gave them "
+              f"{two_s.min():.2f}–{two_s.max():.2f}x. The slowdown per other stream measured per "
+              f"batch in the scenarios was a1 = {a1.min():.2f}–{a1.max():.2f}; the calibration "
+              f"(two batches launched at the same instant) said f = {f.min():.2f}–{f.max():.2f}. "
+              "The simulator also counted the driver's launch gap (in the per-batch excess) as "
+              "GPU work that is slowed and slows the other stream (section E isolates it).",
+              f"- (b) Three streams: with `1 + f k`, resnet18's batches in the held-out "
+              f"scenario ran {h_s.min():.2f}–{h_s.max():.2f}x its table in simulation against "
+              f"{h_r.min():.2f}–{h_r.max():.2f}x on the GPU; its bursts (80 % of a stream at "
+              "batch 8 alone) then need more than the three streams can give, and the queue "
+              "runs away for the rest of each burst (held-out p50 up to +1114 %).",
+              f"- (c) The starved model: its p50 moves {min(slope):.1f}–{max(slope):.1f} % per "
+              "1 % of per-batch cost (section D); with the real run's own costs the batches "
+              "formed are the real ones, so the error is the per-batch cost, amplified, not "
+              "dispatch order or batch formation.", ""]
+
+    t, ok, n = table(runs, lambda info, idle, real: SF.sim_specs_from(info, idle))
+    parts += [f"## A. As run ({'format-1 calibration, old model' if v1 else 'as calibrated'})", "",
+              f"Passing groups: {ok} of {n} (`sched_fidelity.py --replay` gives the same).", "",
+              md(t), ""]
+
+    ev = sharing_evidence(runs)
+    real_ev = ev[ev["side"] == "real"].drop(columns="side")
+    sim_ev = ev[ev["side"] == "sim"][["run", "scenario", "model", "GPU time / idle table",
+                                      "share of time beside others"]]
+    both = real_ev.merge(sim_ev, on=["run", "scenario", "model"], suffixes=(" real", " sim"))
+    parts += ["## B. Sharing: what batches beside other streams really cost", "",
+              "Per batch: GPU time (start to end event) over the idle-GPU table at its size; "
+              "`a1`/`a2`: least squares of the real extra time on the time spent beside exactly "
+              "one / two other batches (`extra = ov1 a1/(1+a1) + ov2 a2/(1+a2)`, the simulator's "
+              "own model); `calibrated`: the slowdown the simulator was given (format 1: the "
+              "paired-launch f, used as `1 + f k`; format 2: a1, a2).",
+              "", md(both), ""]
+
+    dt = driver_times(runs)
+    parts += ["## C. The driver's own times", "",
+              "Launch gap: previous batch's end to the start of a full batch that was waiting "
+              "then. Host after start: start event to the launch call's return (the one host "
+              "thread is busy meanwhile, for every stream).", "", md(dt, "{:.1f}"), ""]
+
+    hs = host_stalls(runs)
+    parts += ["## C2. Host stalls in the real driver", "",
+              "The one Python thread that launches for every stream sometimes stops for 0.5–4 ms "
+              "(inside a launch call, or between launches while a stream is free and a full batch "
+              "waits): about one every 15–180 ms, most often in the held-out scenario (three streams, "
+              "the most launches), in clusters. A large share are first launches of freshly "
+              "captured CUDA graphs (uploaded to the GPU on first launch): the engines captured "
+              "graphs again before every run, one per (model, stream, size); the first launch of "
+              "one stalled in 5–100 % of cases (median call 0.37–0.65 ms), a later one in 0–3 % "
+              "(0.09–0.17 ms). Rare sizes of low-traffic models on "
+              "the third stream are first used mid-run, often in a burst, where a millisecond "
+              "without launches leaves a backlog that starves the low priorities; the simulator "
+              "has no such pauses and under-predicts the held-out p99 even in section F. The "
+              "engines now capture once per process and launch every graph once right after "
+              "capture; the driver also pauses Python's cyclic garbage collector while serving.",
+              "", md(hs.fillna(""), "{:.2f}"), ""]
+    st = starved_sensitivity(runs)
+    parts += ["## D. The starved model (mixed_priorities / mobilenet_v3_large)", "",
+              "Every batch given the cost the real run itself measured (GPU time per size + launch "
+              "gap; diagnostic), then scaled by 1 + e. Its latency is nearly all queueing behind "
+              "bursts that overload the stream, so the error grows about fourfold from the cost "
+              "error; the batches formed (counts per model, at e = 0) are those of the real run: "
+              "the shared dispatcher makes the same choices, and no ordering or batch-formation "
+              "difference is needed to explain the error.", "", md(st, "{:+.1f}"), ""]
+
+    def new_structure_f1(info, idle, real):
+        return [s.with_(launch_ms=info["batch_excess_ms"][n], switch_ms=info["switch_ms"][n],
+                        share_slowdown=info["share_slowdown"][n]) for n, s in idle.items()]
+    t, ok, n = table(runs, new_structure_f1) if v1 else (None, 0, 0)
+    parts += [] if not v1 else ["## E. New structure, format-1 calibration values", "",
+              "GPU part = idle table; the mean excess per batch (gap + GPU time − table, measured "
+              "alone) becomes `launch_ms` (outside the GPU part: not shared); sharing `1 + f k` "
+              f"as calibrated. Passing groups: {ok} of {n}.", "", md(t), ""]
+
+    def diagnostic(info, idle, real):
+        specs = []
+        # a1 and a2 per model, pooled over this run's two shared scenarios (their own batches)
+        xs, ys, ms = [], [], []
+        costs = _measured_costs(real["mixed_priorities"], idle, info["max_batch"])
+        for name in SHARED:
+            b = real[name].batches.sort_values("start_s").reset_index(drop=True)
+            xs.append(C.overlap_by_count(b, 2) * 1e3)
+            ys.append((b["end_s"] - b["start_s"]).to_numpy() * 1e3
+                      - np.array([idle[m].latency(int(z)) for m, z in zip(b["model"], b["size"])]))
+            ms.append(b["model"].astype(str).to_numpy())
+        x, y, mm = np.concatenate(xs), np.concatenate(ys), np.concatenate(ms)
+        for n_, s in idle.items():
+            sel = mm == n_
+            c = np.clip(np.linalg.lstsq(x[sel], y[sel], rcond=None)[0], 0, 0.9)
+            a = tuple(np.maximum.accumulate(c / (1 - c)))
+            _, launch, host = costs[n_]
+            specs.append(s.with_(launch_ms=launch, host_ms=host, switch_ms=_switch(info, n_),
+                                 share_slowdown=a))
+        return specs
+    t, ok, n = table(runs, diagnostic)
+    parts += ["## F. Diagnostic only (fitted on the compared runs): the structure's reach", "",
+              "GPU part = idle table; launch and host times from mixed_priorities' batches; "
+              "a1, a2 per model fitted on the two shared scenarios' own batches. Not a "
+              "validation (the held-out scenario is used to fit it); it shows what is left once "
+              f"the numbers are right. Passing groups: {ok} of {n}.", "", md(t), ""]
+    text = "\n".join(parts) + "\n"
+    if out:
+        out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""Calibrate the simulator on real driver runs: what a batch really costs under the driver.
+
+The simulator's model of one batch (:mod:`.simulator`): the driver decides, spends ``launch_ms``
+before the batch starts on the GPU and ``host_ms`` before its one host thread can launch
+another; the GPU part takes ``latency_ms`` at that size (plus ``switch_ms`` after another
+model), and while ``k`` other streams' GPU parts run it progresses at ``1 / (1 + a_k)`` of its
+speed (``share_slowdown = (a_1, a_2)``). This module measures exactly those numbers on runs of
+its own and fits them — never on the workloads later compared:
+
+1. :func:`calibration_workloads` — the runs: per model one stream with no batching delay at a
+   rate where batch sizes vary over 1..max (``alone:<model>``); every model on one stream
+   (``switch``); every model on 2 and on 3 streams, loaded so that one, two or three compute at
+   different times (``share2``, ``share3``, and ``share3b`` more lightly loaded).
+2. :func:`run_calibration` — drive them on real engines (:func:`hookmagic.sched.run`).
+3. :func:`fit` — the parameters per model; :func:`specs_from_fit` — the simulator's specs.
+
+Because :func:`fit` reads only the result tables, it also recovers the parameters of a
+simulated "driver" (the tests do exactly that) and can be redone on stored runs.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .models import ModelSpec
+from .policies import Batching, Policy
+from .workloads import Poisson, Workload, make_workload
+
+__all__ = ["after_previous", "overlap_by_count", "calibration_workloads", "run_calibration",
+           "fit", "fit_sharing", "specs_from_fit", "self_check"]
+
+
+#: a launch call that held the driver's host thread longer than this is a stall (seconds)
+STALL_S = 5e-4
+
+
+def after_previous(res: Any) -> pd.DataFrame:
+    """Every batch of ``res`` with what came before it on its stream.
+
+    Adds ``prev`` (the model of the previous batch on the stream, None for the first),
+    ``prev_end`` (its end, s), ``ready`` (this batch's first request arrived before then, so with
+    no batching delay it was ready the moment the stream freed) and ``dur`` (start to end, s).
+    """
+    first_arrival = res.requests.groupby("batch")["arrival_s"].min()
+    rows = []
+    for _, b in res.batches.groupby("stream"):
+        b = b.sort_values("start_s").reset_index(drop=True)
+        prev_end = b["end_s"].shift().to_numpy()
+        rows.append(b.assign(prev=b["model"].astype(str).shift().to_numpy(), prev_end=prev_end,
+                             ready=first_arrival.loc[b["batch"]].to_numpy() < prev_end,
+                             dur=(b["end_s"] - b["start_s"]).to_numpy()))
+    out = pd.concat(rows, ignore_index=True)
+    out["model"] = out["model"].astype(str)
+    return out
+
+
+def overlap_by_count(batches: pd.DataFrame, most: int = 2) -> np.ndarray:
+    """Per batch (in ``batches``' order): seconds it ran beside exactly ``k`` other batches,
+    ``k = 1..most`` (more than ``most`` others count as ``most``); shape ``(n, most)``."""
+    start = batches["start_s"].to_numpy(dtype=float)
+    end = batches["end_s"].to_numpy(dtype=float)
+    events = sorted([(t, 1, i) for i, t in enumerate(start)]
+                    + [(t, -1, i) for i, t in enumerate(end)])
+    running: set[int] = set()
+    last = None
+    ov = np.zeros((len(start), most + 1))
+    for t, kind, i in events:
+        if last is not None and len(running) > 1:
+            k = min(len(running) - 1, most)
+            for j in running:
+                ov[j, k] += t - last
+        last = t
+        if kind == 1:
+            running.add(i)
+        else:
+            running.discard(i)
+    return ov[:, 1:]
+
+
+def _mixed_rate(spec: ModelSpec, load: float) -> float:
+    """Requests per second at which one stream of ``spec`` is ``load`` busy at batch 4: with no
+    batching delay the batches formed vary in size (about Poisson(4 * load))."""
+    return load * 4.0 / (float(spec.latency(4)) / 1e3)
+
+
+def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
+                          streams: Sequence[int] = (2, 3), seed: int = 90
+                          ) -> dict[str, tuple[Workload, Policy]]:
+    """The calibration runs as ``{name: (workload, policy)}`` (see the module docstring);
+    ``idle`` gives each model's rough latency table (an idle-GPU measurement) for the rates."""
+    out: dict[str, tuple[Workload, Policy]] = {}
+    batching = Batching(max_batch, 0.0)
+    for name, spec in idle.items():
+        wl = make_workload([Poisson(name, _mixed_rate(spec, 1.0), slo_ms=1e6)], 0.8, seed=seed)
+        out[f"alone:{name}"] = (wl, Policy(batching=batching))
+    m = len(idle)
+    srcs = [Poisson(n, _mixed_rate(s, 1.0) / m, slo_ms=1e6) for n, s in idle.items()]
+    out["switch"] = (make_workload(srcs, 1.0, seed=seed + 8), Policy(batching=batching))
+    if m > 1:
+        for k in sorted(streams, reverse=True):  # most streams first: engines set up once
+            # streams busy on average, in alone-time: 1.5 of 2, 2.25 of 3; with three or more
+            # streams also a lighter run (1.5 of 3), where one, two and three compute in turn
+            loads = [("", 0.75 * k)] + ([("b", 1.5)] if k >= 3 else [])
+            for suffix, load in loads:
+                srcs = [Poisson(n, _mixed_rate(s, load) / m, slo_ms=1e6) for n, s in idle.items()]
+                out[f"share{k}{suffix}"] = (make_workload(srcs, 1.2, seed=seed + 6 + k + len(suffix)),
+                                            Policy(streams=k, batching=batching))
+    return out
+
+
+def run_calibration(engines: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
+                    make_backend: Callable[[], Any], run: Callable | None = None,
+                    drain_s: float = 0.2) -> dict[str, Any]:
+    """Drive every calibration workload on the real ``engines`` (name -> engine); returns
+    ``{name: RunResult}``. ``run`` defaults to :func:`hookmagic.sched.driver.run`."""
+    if run is None:
+        from .driver import run
+    out = {}
+    for key, (wl, pol) in calibration_workloads(idle, max_batch).items():
+        if key.startswith("alone:"):
+            use = [engines[key.split(":", 1)[1]]]
+        else:
+            use = list(engines.values())
+        out[key] = run(use, wl, pol, backend=make_backend(), drain_s=drain_s)
+    return out
+
+
+def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) -> dict[str, dict]:
+    """Fit the simulator's per-model parameters on the calibration runs (nothing else).
+
+    Per model, from ``alone:<model>`` (all but the stream's first, cold, batch): ``service_ms``
+    (mean GPU time per batch size, start to end; sizes seen fewer than 8 times take the idle table plus the mean offset of the sizes
+    seen), ``service_cv`` (median std/mean over sizes), ``launch_ms`` (mean time from the
+    previous batch's end to this one's start, over batches that were ready then) and
+    ``host_ms`` (the same to the launch call's return, ``dispatch_s``; ``launch_ms`` where the
+    run has no ``dispatch_s``). From ``switch``: ``switch_ms``, the mean extra cost (gap and GPU
+    time) of a ready batch after another model beyond launch + service, less the same after
+    the same model. From ``share<S>``: per batch, its GPU time beyond service and switch cost,
+    regressed without intercept on the time it ran beside exactly one and exactly two other
+    batches, ``extra = ov1 c1 + ov2 c2`` (batches whose launch call stalled the host over
+    :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
+    [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
+    run of the simulator is fitted back to its parameters.
+
+    Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
+    "share_slowdown": [a1, a2], ...counts}}``.
+    """
+    out: dict[str, dict] = {}
+    sizes = np.arange(1, max_batch + 1)
+    for name, spec in idle.items():
+        b = after_previous(runs[f"alone:{name}"])
+        b = b[b["prev"] == name]  # the stream's first batch is a cold start (a switch)
+        per = b.groupby("size")["dur"].agg(["mean", "std", "count"])
+        seen = per[per["count"] >= 8]
+        table = np.asarray(spec.latency(sizes), dtype=float)  # ms
+        offset = (float(np.mean([1e3 * seen.loc[z, "mean"] - table[z - 1] for z in seen.index]))
+                  if len(seen) else 0.0)
+        service = [1e3 * float(seen.loc[z, "mean"]) if z in seen.index else float(table[z - 1]) + offset
+                   for z in sizes]
+        cv = float((seen["std"] / seen["mean"]).median()) if len(seen) else float(spec.service_cv)
+        r = b[b["ready"]]
+        launch = 1e3 * float((r["start_s"] - r["prev_end"]).mean()) if len(r) else 0.0
+        host = (1e3 * float((r["dispatch_s"] - r["prev_end"]).mean())
+                if len(r) and "dispatch_s" in r.columns else launch)
+        out[name] = {"service_ms": service, "service_cv": 0.0 if np.isnan(cv) else cv,
+                     "launch_ms": max(0.0, launch), "host_ms": max(0.0, launch, host),
+                     "batches_alone": int(len(b)), "ready_alone": int(len(r))}
+
+    def service_of(rows: pd.DataFrame) -> np.ndarray:
+        return np.array([out[m]["service_ms"][int(z) - 1] for m, z in zip(rows["model"], rows["size"])])
+
+    b = after_previous(runs["switch"])
+    r = b[b["ready"]]
+    extra = 1e3 * ((r["start_s"] - r["prev_end"]).to_numpy() + r["dur"].to_numpy())
+    extra = extra - np.array([out[m]["launch_ms"] for m in r["model"]]) - service_of(r)
+    other = (r["prev"] != r["model"]).to_numpy()
+    for name in idle:
+        mine = (r["model"] == name).to_numpy()
+        same = extra[mine & ~other]
+        base = float(same.mean()) if len(same) >= 8 else 0.0
+        sw = extra[mine & other]
+        out[name]["switch_ms"] = max(0.0, float(sw.mean()) - base) if len(sw) else 0.0
+        out[name]["switches_seen"] = int(len(sw))
+        # kept for the record: the same model's extra cost among several models (not simulated)
+        out[name]["same_model_extra_ms"] = base
+
+    shared = fit_sharing([res for key, res in runs.items() if key.startswith("share")],
+                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle})
+    for name in idle:
+        out[name].update(shared[name])
+    return out
+
+
+def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any]) -> dict[str, dict]:
+    """Sharing slowdowns per model from any runs with several streams (calibration runs, or a
+    real run of your own traffic, to refine a spec).
+
+    ``costs``: per model ``(service_ms by size 1.., switch_ms)`` or a :class:`ModelSpec`
+    (its ``latency`` and ``switch_ms``). Per batch, its GPU time beyond service and switch
+    cost is regressed without intercept on the time it ran beside exactly one and exactly two
+    other batches: ``extra = ov1 c1 + ov2 c2``, ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
+    [0, 0.9]; ``a`` non-decreasing; a model never seen beside two others gets ``a2 = a1``).
+    Batches whose launch call held the host over :data:`STALL_S` are left out (they took longer
+    for that, not for sharing) but still count as neighbours. Returns
+    ``{model: {"share_slowdown": [a1, a2], "overlap_ms": [ov1, ov2]}}`` (empty lists where a
+    model never ran beside another).
+    """
+    def cost(m: str, size: int, switched: bool) -> float:
+        c = costs[m]
+        if isinstance(c, ModelSpec):
+            return float(c.latency(size)) + (c.switch_ms if switched else 0.0)
+        table, switch = c
+        return float(table[size - 1]) + (switch if switched else 0.0)
+
+    xs, ys, ms = [], [], []
+    for res in results:
+        b = after_previous(res).sort_values("start_s").reset_index(drop=True)
+        # a stream's first batch pays the switch too, as in the simulator
+        base = np.array([cost(m, int(z), p != m) for m, z, p in zip(b["model"], b["size"], b["prev"])])
+        y = 1e3 * b["dur"].to_numpy() - base
+        x = 1e3 * overlap_by_count(b, 2)  # over every batch, stalled or not
+        keep = ((b["dispatch_s"] - b["start_s"]).to_numpy() <= STALL_S
+                if "dispatch_s" in b.columns else np.ones(len(b), dtype=bool))
+        ys.append(y[keep])
+        xs.append(x[keep])
+        ms.append(b["model"].to_numpy()[keep])
+    out = {name: {"share_slowdown": [], "overlap_ms": [0.0, 0.0]} for name in costs}
+    if not xs:
+        return out
+    x, y, mm = np.concatenate(xs), np.concatenate(ys), np.concatenate(ms)
+    for name in costs:
+        sel = mm == name
+        keep = x[sel].sum(axis=0) > 0
+        if not keep.any():
+            continue
+        c = np.zeros(2)
+        c[keep] = np.linalg.lstsq(x[sel][:, keep], y[sel], rcond=None)[0]
+        if not keep.all():  # never seen beside two: as beside one
+            c[~keep] = c[keep][-1]
+        c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
+        a = np.maximum.accumulate(c / (1.0 - c))  # more sharers never help
+        out[name] = {"share_slowdown": [float(v) for v in a],
+                     "overlap_ms": [float(v) for v in x[sel].sum(axis=0)]}
+    return out
+
+
+def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec]) -> list[ModelSpec]:
+    """The simulator's :class:`ModelSpec` per model: ``idle``'s spec with the fitted GPU time
+    table, spread, launch and host times, switch cost and sharing slowdowns."""
+    specs = []
+    for name, spec in idle.items():
+        c = params[name]
+        specs.append(spec.with_(batch_sizes=tuple(range(1, len(c["service_ms"]) + 1)),
+                                latency_ms=tuple(c["service_ms"]), service_cv=c["service_cv"],
+                                launch_ms=c["launch_ms"], host_ms=c["host_ms"],
+                                switch_ms=c["switch_ms"],
+                                share_slowdown=tuple(c["share_slowdown"])))
+    return specs
+
+
+def self_check(runs: Mapping[str, Any], specs: Sequence[ModelSpec], idle: Mapping[str, ModelSpec],
+               max_batch: int, seed: int = 90) -> pd.DataFrame:
+    """The fitted simulator replaying the calibration runs it was fitted on (in-sample: a
+    model that cannot reproduce its own calibration will not reproduce anything else).
+
+    One row per run and model: mean GPU time per batch, p50 and p99 latency, real vs simulated.
+    """
+    from .simulator import simulate
+    loads = calibration_workloads(idle, max_batch, seed=seed)
+    rows = []
+    for key, res in runs.items():
+        if key not in loads:
+            continue
+        wl, pol = loads[key]
+        sim = simulate(list(specs), wl, pol, seed=1)
+        for side, r in (("real", res), ("sim", sim)):
+            req, bat = r.requests, r.batches
+            dur = (bat["end_s"] - bat["start_s"]).groupby(bat["model"].astype(str)).mean() * 1e3
+            lat = req.groupby(req["model"].astype(str))["latency_ms"]
+            for m in dur.index:
+                rows.append({"run": key, "model": m, "side": side, "gpu_ms": float(dur[m]),
+                             "p50_ms": float(lat.median()[m]), "p99_ms": float(lat.quantile(0.99)[m])})
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    w = t.pivot_table(index=["run", "model"], columns="side", values=["gpu_ms", "p50_ms", "p99_ms"])
+    w.columns = [f"{a}_{b}" for a, b in w.columns]
+    for q in ("gpu_ms", "p50_ms", "p99_ms"):
+        w[f"{q[:-3]}_err_pct"] = 100 * (w[f"{q}_sim"] / w[f"{q}_real"] - 1)
+    return w.reset_index()

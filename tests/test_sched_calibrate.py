@@ -1,0 +1,104 @@
+"""The calibration fit (hookmagic.sched.calibrate) recovers the parameters of a known system.
+
+Reference: the simulator itself, run with known (synthetic) per-model parameters on the
+calibration workloads, stands in for the real driver; the fit, which reads only the result
+tables, must give those parameters back. The real driver's ``dispatch_s`` (when the launch call
+returned) is the decision time plus ``host_ms``, i.e. ``start_s - launch_ms + host_ms``."""
+import numpy as np
+import pytest
+
+from hookmagic import sched as S
+from hookmagic.sched import calibrate as C
+
+MAX_BATCH = 8
+
+
+def _synthetic_truth(cv):
+    return {"det": S.ModelSpec.linear("det", 0.9, 0.05, MAX_BATCH, service_cv=cv, launch_ms=0.05,
+                                      host_ms=0.16, switch_ms=0.04, share_slowdown=(0.3, 0.5)),
+            "cls": S.ModelSpec.linear("cls", 0.4, 0.02, MAX_BATCH, service_cv=cv, launch_ms=0.04,
+                                      host_ms=0.12, switch_ms=0.02, share_slowdown=(0.25, 0.45)),
+            "seg": S.ModelSpec.linear("seg", 1.2, 0.08, MAX_BATCH, service_cv=cv, launch_ms=0.06,
+                                      host_ms=0.15, switch_ms=0.0, share_slowdown=(0.35, 0.6))}
+
+
+def _simulated_driver(truth):
+    """The calibration runs, simulated with the true parameters; ``dispatch_s`` added."""
+    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    names = list(truth)
+    runs = {}
+    for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items():
+        res = S.simulate(list(truth.values()), wl, pol, seed=4)
+        b = res.batches
+        launch = b["model"].astype(str).map({n: s.launch_ms / 1e3 for n, s in truth.items()})
+        host = b["model"].astype(str).map({n: s.host_ms / 1e3 for n, s in truth.items()})
+        b["dispatch_s"] = b["start_s"] - launch.to_numpy() + host.to_numpy()
+        runs[key] = res
+    return runs, idle, names
+
+
+def test_fit_recovers_a_deterministic_system_exactly():
+    truth = _synthetic_truth(cv=0.0)
+    runs, idle, names = _simulated_driver(truth)
+    got = C.fit(runs, idle, MAX_BATCH)
+    for n, spec in truth.items():
+        g = got[n]
+        seen = [z for z in range(1, MAX_BATCH + 1)]
+        assert g["service_ms"] == pytest.approx([spec.latency(z) for z in seen], rel=1e-6)
+        assert g["launch_ms"] == pytest.approx(spec.launch_ms, rel=1e-6)
+        assert g["host_ms"] == pytest.approx(spec.host_ms, rel=1e-6)
+        assert g["switch_ms"] == pytest.approx(spec.switch_ms, abs=1e-6)
+        assert g["share_slowdown"] == pytest.approx(list(spec.share_slowdown), rel=1e-6)
+        assert min(g["overlap_ms"]) > 0  # both one and two others were seen
+
+
+def test_fit_recovers_a_noisy_system_closely_and_specs_carry_it():
+    truth = _synthetic_truth(cv=0.03)
+    runs, idle, names = _simulated_driver(truth)
+    got = C.fit(runs, idle, MAX_BATCH)
+    for n, spec in truth.items():
+        g = got[n]
+        # sizes seen often enough: means within 2 % (cv 3 %, dozens of batches each)
+        assert np.allclose(g["service_ms"], [spec.latency(z) for z in range(1, MAX_BATCH + 1)],
+                           rtol=0.02)
+        assert g["service_cv"] == pytest.approx(0.03, rel=0.4)
+        assert g["launch_ms"] == pytest.approx(spec.launch_ms, rel=1e-6)
+        assert g["share_slowdown"] == pytest.approx(list(spec.share_slowdown), abs=0.06)
+    specs = C.specs_from_fit(got, idle)
+    assert [s.name for s in specs] == names
+    assert specs[0].launch_ms == pytest.approx(truth["det"].launch_ms)
+    assert specs[0].slowdown(2) == pytest.approx(1 + got["det"]["share_slowdown"][1])
+
+
+def test_overlap_by_count_splits_time_by_number_of_others():
+    # synthetic intervals (s): a [0, 4], b [1, 3], c [2, 5]
+    import pandas as pd
+    b = pd.DataFrame({"start_s": [0.0, 1.0, 2.0], "end_s": [4.0, 3.0, 5.0]})
+    ov = C.overlap_by_count(b, 2)
+    # a: beside one other 1-2 and 3-4 (2 s), beside two 2-3 (1 s); b: one 1-2, two 2-3;
+    # c: two 2-3, one 3-4
+    assert ov.tolist() == [[2.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+
+
+def test_self_check_of_an_exact_fit_agrees():
+    truth = _synthetic_truth(cv=0.0)
+    runs, idle, names = _simulated_driver(truth)
+    specs = C.specs_from_fit(C.fit(runs, idle, MAX_BATCH), idle)
+    check = C.self_check(runs, specs, idle, MAX_BATCH)
+    assert set(check["run"]) == set(runs)
+    assert check["gpu_err_pct"].abs().max() < 1e-6
+    assert check["p50_err_pct"].abs().max() < 1e-6
+
+
+def test_fit_sharing_refines_a_spec_from_any_multi_stream_run():
+    # a priority scenario on three streams (not a calibration workload), simulated with known
+    # slowdowns: the per-batch regression on its batches gives them back
+    truth = _synthetic_truth(cv=0.0)
+    wl = S.make_workload([S.Poisson("det", 1200, slo_ms=30),
+                          S.Bursty("cls", 12000, 0.05, 0.15, slo_ms=10, priority=1),
+                          S.Poisson("seg", 600, slo_ms=40, priority=2)], 2.0, seed=8)
+    res = S.simulate(list(truth.values()), wl, S.Policy(order="priority", streams=3,
+                                                        batching=S.Batching(8, 1.0)), seed=8)
+    got = C.fit_sharing([res], truth)
+    for n, spec in truth.items():
+        assert got[n]["share_slowdown"] == pytest.approx(list(spec.share_slowdown), rel=1e-6)
