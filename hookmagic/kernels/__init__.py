@@ -10,6 +10,7 @@ stream and return the same kind::
     c = kernels.sgemm(a, b, variant="warptile")  # FP32 SIMT, the optimisation journey
     y = kernels.gemm(x, w, bias=b, activation="gelu")   # FP16/BF16 Tensor Cores, FP32 accumulate
     p = kernels.softmax(scores); h = kernels.layer_norm(x, w, b); r = kernels.rms_norm(x, w)
+    x = kernels.preprocess(frames, (640, 640), mean, std, letterbox=True)   # uint8 frames -> FP16 NCHW, one kernel
     kernels.check("sm_90")                       # compile everything, registers/smem/spills (no GPU)
 
 Install the optional extra: ``pip install 'hookmagic[kernels]'``.
@@ -26,6 +27,7 @@ from hookmagic.kernels.errors import KernelArgumentError, KernelCompileError, Ke
 from hookmagic.kernels.gemm import ACTIVATIONS, GEMM_VARIANTS, SGEMM_VARIANTS, gemm, sgemm
 from hookmagic.kernels.registry import LaunchWork, launch_log, record
 from hookmagic.kernels.rowwise import bias_gelu, layer_norm, rms_norm, softmax
+from hookmagic.kernels.preprocess import LetterboxParams, letterbox_params, preprocess
 
 #: The architectures ``hookmagic kernels check`` covers in CI (A100, Jetson Orin, H100 and H100 arch-specific).
 CI_ARCHS = ("sm_80", "sm_87", "sm_90", "sm_90a")
@@ -65,5 +67,5 @@ def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
 
 
 __all__ = ["available", "check", "sgemm", "gemm", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
-           "CI_ARCHS", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
+           "CI_ARCHS", "preprocess", "letterbox_params", "LetterboxParams", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
            "record", "LaunchWork", "compile_family", "families"]

@@ -1,0 +1,176 @@
+"""Inference kernels of issue 12 on a GPU: preprocess, NMS and box decoding, transpose and row
+reductions, attention — each against an independent reference (torchvision, torch).
+
+Run on the GPU machine (about a minute, NVRTC compiles included)::
+
+    timeout 140 python3 -m pytest -q tests/gpu/test_infer_gpu.py
+
+Accuracy criterion as for the GEMMs (tests/gpu/accuracy.py): against a wider-type reference,
+within twice torch's own error, one unit of output rounding and the sqrt(n) rounding bound of FP32
+arithmetic over ``n`` terms of total magnitude ``magnitude``. NMS is compared exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.gpu.conftest import skip_reason
+
+torch = pytest.importorskip("torch", reason=skip_reason())
+
+from tests.gpu.accuracy import assert_within_rounding  # noqa: E402
+
+import hookmagic.kernels as hk  # noqa: E402
+from hookmagic.kernels.preprocess import yuv_coefficients  # noqa: E402
+
+pytestmark = pytest.mark.needs("torchvision")
+F = torch.nn.functional
+
+
+# --- preprocess ---------------------------------------------------------------------------------
+
+def _src_index(out: int, inn: int, device) -> tuple:
+    """torch's align_corners=False source index of every output pixel (FP32 scale and one fused
+    multiply-add, as torch's CUDA kernel computes it for float images), lambdas in float64."""
+    scale = torch.tensor(inn, dtype=torch.float32) / torch.tensor(out, dtype=torch.float32)
+    s = (scale.double() * (torch.arange(out, dtype=torch.float64) + 0.5) - 0.5).float().clamp(min=0)
+    i0 = s.long()
+    i1 = torch.where(i0 < inn - 1, i0 + 1, i0)
+    l1 = s - i0.float()
+    l0 = 1 - l1
+    return i0.to(device), i1.to(device), l0.double().to(device), l1.double().to(device)
+
+
+def _bilinear64(img, oh, ow):
+    """Bilinear resize (align_corners=False, no antialias) of a float64 (B, C, H, W) image."""
+    h, w = img.shape[-2:]
+    y0, y1, ly0, ly1 = _src_index(oh, h, img.device)
+    x0, x1, lx0, lx1 = _src_index(ow, w, img.device)
+    r0, r1 = img[:, :, y0, :], img[:, :, y1, :]
+    top = lx0 * r0[..., x0] + lx1 * r0[..., x1]
+    bot = lx0 * r1[..., x0] + lx1 * r1[..., x1]
+    return ly0[:, None] * top + ly1[:, None] * bot
+
+
+def _nv12_to_rgb64(nv12, matrix="bt601", full_range=False):
+    """float64 (B, 3, H, W) RGB, clamped to 0..255, from (B, H*3/2, W) uint8 NV12."""
+    b, rows, w = nv12.shape
+    h = rows * 2 // 3
+    y = nv12[:, :h].double()
+    uv = nv12[:, h:].double().view(b, h // 2, w // 2, 2)
+    u = uv[..., 0].repeat_interleave(2, 1).repeat_interleave(2, 2) - 128
+    v = uv[..., 1].repeat_interleave(2, 1).repeat_interleave(2, 2) - 128
+    cy, y0, crv, cgu, cgv, cbu = yuv_coefficients(matrix, full_range)
+    lum = cy * (y - y0)
+    rgb = torch.stack([lum + crv * v, lum + cgu * u + cgv * v, lum + cbu * u], 1)
+    return rgb.clamp(0, 255)
+
+
+def _reference(rgb64, size, mean, std, letterbox=False, pad=114.0):
+    """float64 resize (or letterbox) + normalise of float64 (B, 3, H, W) pixels 0..255 -> NCHW."""
+    oh, ow = size
+    if letterbox:
+        p = hk.letterbox_params(rgb64.shape[-2:], size)
+        x = _bilinear64(rgb64, p.height, p.width)
+        x = F.pad(x, (p.pad_x, ow - p.width - p.pad_x, p.pad_y, oh - p.height - p.pad_y), value=pad)
+    else:
+        x = _bilinear64(rgb64, oh, ow)
+    m = torch.tensor(mean, dtype=torch.float64, device=x.device)[:, None, None]
+    s = torch.tensor(std, dtype=torch.float64, device=x.device)[:, None, None]
+    return (x / 255 - m) / s
+
+
+def _torch_chain(frames_u8, size, mean, std, dtype):
+    """The eager torchvision chain users write: permute, to float, resize, scale, normalise, cast."""
+    import torchvision.transforms.v2.functional as tvF
+    x = frames_u8.permute(0, 3, 1, 2).float()
+    x = tvF.resize(x, list(size), antialias=False) / 255
+    return tvF.normalize(x, list(mean), list(std)).to(dtype)
+
+
+def _check_pre(ours, ref, theirs, dtype, mean, std, layout="NCHW", nv12=False):
+    if layout == "NHWC":
+        ours = ours.permute(0, 3, 1, 2)
+    m = torch.tensor(mean, dtype=torch.float64, device=ref.device)[:, None, None]
+    s = torch.tensor(std, dtype=torch.float64, device=ref.device)[:, None, None]
+    mag = ((3.0 if nv12 else 1.0) + m.abs()) / s.abs() * torch.ones_like(ref)   # |v/255/std| + |mean/std|
+    assert ours.dtype == dtype
+    assert_within_rounding(ours, theirs, ref, dtype, n=8, magnitude=mag)
+
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hw, size, batch", [((1080, 1920), (640, 640), 2), ((37, 53), (224, 224), 3),
+                                             ((1, 1), (5, 7), 1), ((480, 641), (241, 320), 4),
+                                             ((64, 64), (64, 64), 1)])
+def test_preprocess_matches_torchvision_resize_and_normalize(hw, size, batch, dtype):
+    frames = torch.randint(0, 256, (batch, *hw, 3), dtype=torch.uint8, device="cuda")
+    ours = hk.preprocess(frames, size, MEAN, STD, dtype=dtype)
+    assert ours.shape == (batch, 3, *size)
+    ref = _reference(frames.permute(0, 3, 1, 2).double(), size, MEAN, STD)
+    _check_pre(ours, ref, _torch_chain(frames, size, MEAN, STD, dtype), dtype, MEAN, STD)
+
+
+def test_preprocess_agrees_with_torchvision_uint8_pipeline():
+    """Independent of this file's reference: torchvision's own uint8 Resize -> ToDtype -> Normalize
+    rounds the resized pixels to integers, so it differs by at most half a pixel level."""
+    import torchvision.transforms.v2 as T
+    frames = torch.randint(0, 256, (2, 300, 400, 3), dtype=torch.uint8, device="cuda")
+    tv = T.Compose([T.Resize((128, 160), antialias=False), T.ToDtype(torch.float32, scale=True),
+                    T.Normalize(MEAN, STD)])(frames.permute(0, 3, 1, 2))
+    ours = hk.preprocess(frames, (128, 160), MEAN, STD, dtype=torch.float32)
+    tol = (0.5 + 1e-3) / 255 / torch.tensor(STD, device="cuda")[:, None, None]
+    assert ((ours - tv).abs() <= tol).all()
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("hw, size", [((1080, 1920), (640, 640)), ((720, 405), (320, 256)), ((3, 2), (8, 8))])
+def test_preprocess_letterbox_and_layouts(hw, size, layout):
+    frames = torch.randint(0, 256, (3, *hw, 3), dtype=torch.uint8, device="cuda")
+    ours = hk.preprocess(frames, size, MEAN, STD, layout=layout, dtype=torch.float32, letterbox=True)
+    assert ours.shape == ((3, 3, *size) if layout == "NCHW" else (3, *size, 3))
+    ref = _reference(frames.permute(0, 3, 1, 2).double(), size, MEAN, STD, letterbox=True)
+    _check_pre(ours, ref, ref.float(), torch.float32, MEAN, STD, layout)
+    p = hk.letterbox_params(hw, size)
+    assert p.width == size[1] or p.height == size[0]
+
+
+def test_preprocess_bgr_channels_list_and_strided_frames():
+    base = torch.randint(0, 256, (4, 100, 130, 3), dtype=torch.uint8, device="cuda")
+    crop = base[:, 5:95, 7:127]                               # strided rows: no copy needed
+    rgb_ref = _reference(crop.permute(0, 3, 1, 2).double(), (64, 96), MEAN, STD)
+    theirs = rgb_ref.float()
+    _check_pre(hk.preprocess(crop, (64, 96), MEAN, STD, dtype=torch.float32), rgb_ref, theirs, torch.float32, MEAN, STD)
+    bgr = crop.flip(-1).contiguous()
+    _check_pre(hk.preprocess(bgr, (64, 96), MEAN, STD, dtype=torch.float32, format="BGR"), rgb_ref, theirs,
+               torch.float32, MEAN, STD)
+    out_bgr = hk.preprocess(crop, (64, 96), MEAN[::-1], STD[::-1], dtype=torch.float32, channels="BGR")
+    _check_pre(out_bgr.flip(1), rgb_ref, theirs, torch.float32, MEAN, STD)
+    as_list = hk.preprocess([f for f in crop], (64, 96), MEAN, STD, dtype=torch.float32)
+    _check_pre(as_list, rgb_ref, theirs, torch.float32, MEAN, STD)
+    single = hk.preprocess(crop[1], (64, 96), MEAN, STD, dtype=torch.float32)
+    assert single.shape == (1, 3, 64, 96) and torch.equal(single[0], as_list[1])
+
+
+@pytest.mark.parametrize("matrix, full", [("bt601", False), ("bt709", False), ("bt601", True)])
+def test_preprocess_nv12(matrix, full):
+    h, w = 96, 160
+    nv12 = torch.randint(0, 256, (2, h * 3 // 2, w), dtype=torch.uint8, device="cuda")
+    ours = hk.preprocess(nv12, (50, 70), MEAN, STD, dtype=torch.float32, format="NV12", color_matrix=matrix,
+                         full_range=full)
+    ref = _reference(_nv12_to_rgb64(nv12, matrix, full), (50, 70), MEAN, STD)
+    _check_pre(ours, ref, ref.float(), torch.float32, MEAN, STD, nv12=True)
+
+
+def test_preprocess_bad_input_and_empty_batch():
+    frames = torch.zeros(2, 10, 12, 3, dtype=torch.uint8, device="cuda")
+    assert hk.preprocess(frames[:0], (4, 4)).shape == (0, 3, 4, 4)
+    with pytest.raises(ValueError, match=r"share one size.*10x12.*11x12"):
+        hk.preprocess([frames[0], torch.zeros(11, 12, 3, dtype=torch.uint8, device="cuda")], (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"uint8.*float32"):
+        hk.preprocess(frames.float(), (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"\(batch, height, width, 3\).*\[2, 10, 12, 4\]"):
+        hk.preprocess(torch.zeros(2, 10, 12, 4, dtype=torch.uint8, device="cuda"), (4, 4))

@@ -1,0 +1,71 @@
+"""Issue 12's inference kernels without a GPU: argument checks, shapes, geometry (CPU torch).
+
+The kernels themselves compile in tests/test_kernels.py (every registered entry, every CI arch)
+and are checked against torch/torchvision on the GPU machine (tests/gpu/test_infer_gpu.py).
+"""
+from __future__ import annotations
+
+import pytest
+
+import hookmagic.kernels as hk
+from hookmagic.common.errors import HookmagicError
+from hookmagic.kernels.preprocess import yuv_coefficients
+
+torch = pytest.importorskip("torch")   # CPU torch is in [dev]
+
+
+def test_letterbox_geometry():
+    p = hk.letterbox_params((1080, 1920), (640, 640))
+    assert (p.width, p.height, p.pad_x, p.pad_y) == (640, 360, 0, 140) and p.scale == pytest.approx(1 / 3)
+    p = hk.letterbox_params((720, 405), 320)             # tall frame: pad left/right
+    assert (p.height, p.width, p.pad_y, p.pad_x) == (320, 180, 0, 70)
+    p = hk.letterbox_params((3, 2), (8, 8))
+    assert (p.height, p.width, p.pad_x) == (8, 5, 1)   # odd padding: the extra pixel goes right
+    boxes = torch.tensor([[70.0, 10.0, 250.0, 330.0]])
+    back = hk.letterbox_params((720, 405), 320).to_frame(boxes)
+    assert torch.allclose(back, torch.tensor([[0.0, 22.5, 405.0, 742.5]]))
+
+
+def test_yuv_coefficients_are_the_standard_ones():
+    cy, y0, crv, cgu, cgv, cbu = yuv_coefficients("bt601")
+    assert (round(cy, 3), y0, round(crv, 3), round(cgu, 3), round(cgv, 3), round(cbu, 3)) == \
+        (1.164, 16.0, 1.596, -0.392, -0.813, 2.017)
+    _, _, crv, cgu, cgv, cbu = yuv_coefficients("bt709")
+    assert (round(crv, 3), round(cgu, 3), round(cgv, 3), round(cbu, 3)) == (1.793, -0.213, -0.533, 2.112)
+    assert yuv_coefficients("bt601", full_range=True)[:3] == (1.0, 0.0, pytest.approx(1.402))
+    with pytest.raises(hk.KernelArgumentError, match="bt2020"):
+        yuv_coefficients("bt2020")
+
+
+def test_preprocess_argument_errors_name_expected_and_got():
+    f = torch.zeros(2, 10, 12, 3, dtype=torch.uint8)
+    with pytest.raises(hk.KernelArgumentError, match=r"uint8 pixels, got torch float32\[2, 10, 12, 3\]"):
+        hk.preprocess(f.float(), (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"shape \(batch, height, width, 3\), got torch uint8\[2, 10, 12, 4\]"):
+        hk.preprocess(torch.zeros(2, 10, 12, 4, dtype=torch.uint8), (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"NV12.*even height"):
+        hk.preprocess(torch.zeros(2, 16, 12, dtype=torch.uint8), (4, 4), format="NV12")
+    with pytest.raises(ValueError, match=r"share one size; frames\[0\] is 10x12.*frames\[1\] is 11x12"):
+        hk.preprocess([f[0], torch.zeros(11, 12, 3, dtype=torch.uint8)], (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match="empty list"):
+        hk.preprocess([], (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device, got torch uint8"):
+        hk.preprocess(f, (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"dtype must be one of .*got int8"):
+        hk.preprocess(f, (4, 4), dtype=torch.int8)
+    with pytest.raises(hk.KernelArgumentError, match=r"layout must be one of \('NCHW', 'NHWC'\), got 'CHW'"):
+        hk.preprocess(f, (4, 4), layout="CHW")
+    with pytest.raises(hk.KernelArgumentError, match="format must be one of"):
+        hk.preprocess(f, (4, 4), format="YUYV")
+    with pytest.raises(hk.KernelArgumentError, match="std must be finite and non-zero"):
+        hk.preprocess(f, (4, 4), std=(1, 0, 1))
+    with pytest.raises(hk.KernelArgumentError, match="mean must be a number or 3 numbers"):
+        hk.preprocess(f, (4, 4), mean=(0.5, 0.5))
+    with pytest.raises(hk.KernelArgumentError, match=r"size must be positive, got \(0, 4\)"):
+        hk.preprocess(f, (0, 4))
+    assert issubclass(hk.KernelArgumentError, ValueError) and issubclass(hk.KernelArgumentError, HookmagicError)
+
+
+def test_new_kernels_are_registered():
+    t = hk.available()
+    assert set(t[t.op == "preprocess"].dtype) == {"float32", "float16", "bfloat16"}
