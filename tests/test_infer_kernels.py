@@ -69,3 +69,26 @@ def test_preprocess_argument_errors_name_expected_and_got():
 def test_new_kernels_are_registered():
     t = hk.available()
     assert set(t[t.op == "preprocess"].dtype) == {"float32", "float16", "bfloat16"}
+
+
+def test_nms_and_decode_argument_errors():
+    boxes, scores = torch.zeros(5, 4), torch.zeros(5)
+    with pytest.raises(hk.KernelArgumentError, match=r"boxes must be float32, got torch float64\[5, 4\]"):
+        hk.nms(boxes.double(), scores, 0.5)
+    with pytest.raises(hk.KernelArgumentError, match=r"boxes must have shape \(n, 4\) or \(batch, n, 4\), got .*\[5, 5\]"):
+        hk.nms(torch.zeros(5, 5), scores, 0.5)
+    with pytest.raises(hk.KernelArgumentError, match=r"scores must have shape \[5\] \(one per box\), got .*\[4\]"):
+        hk.nms(boxes, torch.zeros(4), 0.5)
+    with pytest.raises(hk.KernelArgumentError, match="iou_threshold must be a number"):
+        hk.nms(boxes, scores, "high")
+    with pytest.raises(hk.KernelArgumentError, match=r"idxs must be int64 .* of shape \[5\]"):
+        hk.batched_nms(boxes, scores, torch.zeros(5), 0.5)
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.nms(boxes, scores, 0.5)
+    with pytest.raises(hk.KernelArgumentError, match=r"anchors must be float32 of shape \(5, 4\)"):
+        hk.decode_boxes(boxes, torch.zeros(4, 4))
+    with pytest.raises(hk.KernelArgumentError, match="at least 4 columns"):
+        hk.decode_boxes(torch.zeros(5, 3))
+    with pytest.raises(hk.KernelArgumentError, match="weights must be 4 non-zero"):
+        hk.decode_boxes(boxes, weights=(1, 1, 0, 1))
+    assert {"nms", "decode_boxes"} <= set(hk.available().op)

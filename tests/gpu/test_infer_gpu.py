@@ -174,3 +174,96 @@ def test_preprocess_bad_input_and_empty_batch():
         hk.preprocess(frames.float(), (4, 4))
     with pytest.raises(hk.KernelArgumentError, match=r"\(batch, height, width, 3\).*\[2, 10, 12, 4\]"):
         hk.preprocess(torch.zeros(2, 10, 12, 4, dtype=torch.uint8, device="cuda"), (4, 4))
+
+
+# --- NMS and box decoding -------------------------------------------------------------------------
+
+def _random_boxes(n, device="cuda", seed=0, size=1000.0, max_wh=200.0):
+    """Synthetic boxes (many overlaps) with distinct scores (a permutation: no ties)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * size
+    wh = torch.rand(n, 2, generator=g) * max_wh + 1
+    boxes = torch.cat([xy, xy + wh], 1).to(device)
+    scores = (torch.randperm(n, generator=g).float() / max(n, 1)).to(device)
+    return boxes, scores
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 63, 64, 65, 1000, 10_000])
+@pytest.mark.parametrize("thr", [0.3, 0.5, 0.7])
+def test_nms_equals_torchvision(n, thr):
+    import torchvision
+    boxes, scores = _random_boxes(n, seed=n)
+    ours = hk.nms(boxes, scores, thr)
+    theirs = torchvision.ops.nms(boxes, scores, thr)
+    assert ours.dtype == torch.int64 and torch.equal(ours, theirs), (ours[:10], theirs[:10])
+
+
+def test_nms_ties_and_identical_boxes_equal_torchvision():
+    import torchvision
+    boxes = torch.tensor([[0, 0, 10, 10]] * 5 + [[5, 5, 15, 15]] * 3 + [[100, 100, 101, 101]], dtype=torch.float32,
+                         device="cuda")
+    scores = torch.tensor([0.5, 0.9, 0.5, 0.9, 0.1, 0.9, 0.2, 0.9, 0.5], device="cuda")
+    for thr in (0.0, 0.1, 0.5, 1.0):
+        assert torch.equal(hk.nms(boxes, scores, thr), torchvision.ops.nms(boxes, scores, thr))
+
+
+def test_nms_batch_of_images_and_class_aware():
+    import torchvision
+    b, n = 5, 777
+    per = [_random_boxes(n, seed=100 + i) for i in range(b)]
+    boxes = torch.stack([p[0] for p in per])
+    scores = torch.stack([p[1] for p in per])
+    keeps = hk.nms(boxes, scores, 0.5)
+    assert len(keeps) == b
+    for i in range(b):
+        assert torch.equal(keeps[i], torchvision.ops.nms(boxes[i], scores[i], 0.5))
+    labels = torch.randint(0, 7, (n,), device="cuda")
+    ours = hk.batched_nms(boxes[0], scores[0], labels, 0.5)
+    # torchvision's per-class loop (its exact path for large inputs; the coordinate trick rounds differently)
+    theirs = torchvision.ops.boxes._batched_nms_vanilla(boxes[0], scores[0], labels, 0.5)
+    assert torch.equal(ours, theirs)
+    per_img = hk.batched_nms(boxes, scores, labels.expand(b, n).contiguous(), 0.5)
+    assert torch.equal(per_img[0], ours)
+    assert hk.nms(boxes[:0], scores[:0], 0.5) == []
+
+
+@pytest.mark.needs("cupy")
+def test_nms_cupy():
+    import cupy
+    import torchvision
+    boxes, scores = _random_boxes(500, seed=3)
+    ours = hk.nms(cupy.asarray(boxes), cupy.asarray(scores), 0.5)
+    assert isinstance(ours, cupy.ndarray)
+    assert torch.equal(torch.as_tensor(ours, device="cuda"), torchvision.ops.nms(boxes, scores, 0.5))
+
+
+def test_decode_cxcywh_with_letterbox_undo_and_clip():
+    import torchvision
+    head = torch.randn(2, 300, 85, device="cuda") * 50 + 300      # (cx, cy, w, h, scores...)
+    head[..., 2:4] = head[..., 2:4].abs()
+    ours = hk.decode_boxes(head)
+    theirs = torchvision.ops.box_convert(head[..., :4], "cxcywh", "xyxy")
+    ref = torchvision.ops.box_convert(head[..., :4].double(), "cxcywh", "xyxy")
+    assert_within_rounding(ours, theirs, ref, torch.float32, n=2, magnitude=head[..., :4].double().abs().sum(-1, keepdim=True))
+    p = hk.letterbox_params((1080, 1920), (640, 640))
+    ours = hk.decode_boxes(head, letterbox=p, image_size=(1080, 1920))
+    ref = torchvision.ops.clip_boxes_to_image(p.to_frame(ref), (1080, 1920))
+    theirs = torchvision.ops.clip_boxes_to_image(p.to_frame(theirs), (1080, 1920))
+    assert_within_rounding(ours, theirs, ref, torch.float32, n=4,
+                           magnitude=(head[..., :4].double().abs().sum(-1, keepdim=True) + 200) * 3)
+
+
+def test_decode_anchor_deltas_equal_torchvision_box_coder():
+    from torchvision.models.detection._utils import BoxCoder
+    n = 5000
+    anchors, _ = _random_boxes(n, seed=7)
+    deltas = torch.randn(n, 4, device="cuda") * 0.5
+    deltas[:10, 2:] = 10.0                     # beyond the clip
+    coder = BoxCoder(weights=(10.0, 10.0, 5.0, 5.0))
+    ours = hk.decode_boxes(deltas, anchors, weights=(10.0, 10.0, 5.0, 5.0))
+    theirs = coder.decode_single(deltas, anchors)
+    ref = BoxCoder(weights=(10.0, 10.0, 5.0, 5.0)).decode_single(deltas.double(), anchors.double())
+    assert_within_rounding(ours, theirs, ref, torch.float32, n=6,
+                           magnitude=ref.abs().max(-1, keepdim=True).values * 4 + 1200)
+    batched = hk.decode_boxes(torch.stack([deltas, deltas]), anchors, weights=(10.0, 10.0, 5.0, 5.0))
+    assert torch.equal(batched[1], ours)
