@@ -92,3 +92,20 @@ def test_nms_and_decode_argument_errors():
     with pytest.raises(hk.KernelArgumentError, match="weights must be 4 non-zero"):
         hk.decode_boxes(boxes, weights=(1, 1, 0, 1))
     assert {"nms", "decode_boxes"} <= set(hk.available().op)
+
+
+def test_transpose_and_reduction_argument_errors():
+    with pytest.raises(hk.KernelArgumentError, match=r"4-D needs layout"):
+        hk.transpose(torch.zeros(2, 3, 4, 5))
+    with pytest.raises(hk.KernelArgumentError, match=r"layout NCHW->NHWC needs a 4-D x \(NCHW\), got torch float32\[2, 3\]"):
+        hk.transpose(torch.zeros(2, 3), "NCHW->NHWC")
+    with pytest.raises(hk.KernelArgumentError, match="layout must be one of"):
+        hk.transpose(torch.zeros(2, 3, 4, 5), "NCHW->CHWN")
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.transpose(torch.zeros(2, 3))
+    with pytest.raises(hk.KernelArgumentError, match=r"float32, float16 or bfloat16, got torch int32"):
+        hk.row_sum(torch.zeros(2, 3, dtype=torch.int32))
+    with pytest.raises(hk.KernelArgumentError, match="last dimension of x is empty"):
+        hk.row_max(torch.zeros(2, 0))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.row_max(torch.zeros(2, 3))

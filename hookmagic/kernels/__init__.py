@@ -12,6 +12,7 @@ stream and return the same kind::
     p = kernels.softmax(scores); h = kernels.layer_norm(x, w, b); r = kernels.rms_norm(x, w)
     x = kernels.preprocess(frames, (640, 640), mean, std, letterbox=True)   # uint8 frames -> FP16 NCHW, one kernel
     keep = kernels.nms(boxes, scores, 0.5); xyxy = kernels.decode_boxes(head[..., :4])
+    t = kernels.transpose(x, "NCHW->NHWC"); s = kernels.row_sum(x); m = kernels.row_max(x)
     kernels.check("sm_90")                       # compile everything, registers/smem/spills (no GPU)
 
 Install the optional extra: ``pip install 'hookmagic[kernels]'``.
@@ -30,6 +31,7 @@ from hookmagic.kernels.registry import LaunchWork, launch_log, record
 from hookmagic.kernels.rowwise import bias_gelu, layer_norm, rms_norm, softmax
 from hookmagic.kernels.preprocess import LetterboxParams, letterbox_params, preprocess
 from hookmagic.kernels.detect import batched_nms, decode_boxes, nms
+from hookmagic.kernels.layout import row_max, row_sum, transpose
 
 #: The architectures ``hookmagic kernels check`` covers in CI (A100, Jetson Orin, H100 and H100 arch-specific).
 CI_ARCHS = ("sm_80", "sm_87", "sm_90", "sm_90a")
@@ -69,5 +71,5 @@ def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
 
 
 __all__ = ["available", "check", "sgemm", "gemm", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
-           "CI_ARCHS", "preprocess", "nms", "batched_nms", "decode_boxes", "letterbox_params", "LetterboxParams", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
+           "CI_ARCHS", "preprocess", "nms", "batched_nms", "decode_boxes", "transpose", "row_sum", "row_max", "letterbox_params", "LetterboxParams", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
            "record", "LaunchWork", "compile_family", "families"]

@@ -267,3 +267,45 @@ def test_decode_anchor_deltas_equal_torchvision_box_coder():
                            magnitude=ref.abs().max(-1, keepdim=True).values * 4 + 1200)
     batched = hk.decode_boxes(torch.stack([deltas, deltas]), anchors, weights=(10.0, 10.0, 5.0, 5.0))
     assert torch.equal(batched[1], ours)
+
+
+# --- transpose and row reductions -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 37), (33, 1), (64, 64), (1000, 3), (4097, 129)])
+def test_transpose_2d_and_batched(shape, dtype):
+    x = torch.randint(0, 100, shape, device="cuda").to(dtype)
+    assert torch.equal(hk.transpose(x), x.t().contiguous())
+    xb = torch.randint(0, 100, (3, *shape), device="cuda").to(dtype)
+    assert torch.equal(hk.transpose(xb), xb.transpose(1, 2).contiguous())
+    assert torch.equal(hk.transpose(x[:, ::2] if shape[1] > 1 else x), (x[:, ::2] if shape[1] > 1 else x).t().contiguous())
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 224, 224), (1, 64, 7, 7), (4, 1, 5, 3), (0, 3, 4, 4)])
+def test_transpose_nchw_nhwc(shape):
+    x = torch.randn(shape, device="cuda").half()
+    nhwc = hk.transpose(x, "NCHW->NHWC")
+    assert torch.equal(nhwc, x.permute(0, 2, 3, 1).contiguous())
+    assert torch.equal(hk.transpose(nhwc, "NHWC->NCHW"), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (5, 4097), (64, 1024), (8, 65536), (2, 3, 2048), (7, 2049)])
+def test_row_sum_and_max(shape, dtype):
+    x = torch.randn(shape, device="cuda").to(dtype)
+    s = hk.row_sum(x)
+    assert s.dtype == dtype and s.shape == shape[:-1]
+    assert_within_rounding(s, x.sum(-1), x.double().sum(-1), dtype, n=shape[-1], magnitude=x.double().abs().sum(-1))
+    m = hk.row_max(x)
+    assert torch.equal(m, x.amax(-1))
+
+
+def test_row_max_nan_and_strided_and_empty():
+    x = torch.randn(4, 300, device="cuda")
+    x[2, 17] = float("nan")
+    assert torch.equal(hk.row_max(x).isnan(), x.amax(-1).isnan())
+    y = torch.randn(64, 2 * 1024 + 1, device="cuda")[:, 1:1025]
+    assert_within_rounding(hk.row_sum(y), y.sum(-1), y.double().sum(-1), torch.float32, n=1024,
+                           magnitude=y.double().abs().sum(-1))
+    assert hk.row_sum(torch.randn(0, 5, device="cuda")).shape == (0,)
+    assert torch.equal(hk.row_sum(torch.randn(3, 0, device="cuda")), torch.zeros(3, device="cuda"))
