@@ -109,3 +109,27 @@ def test_transpose_and_reduction_argument_errors():
         hk.row_max(torch.zeros(2, 0))
     with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
         hk.row_max(torch.zeros(2, 3))
+
+
+def test_attention_argument_errors():
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(hk.KernelArgumentError, match=r"float16 or bfloat16, got q torch float32\[1, 2, 8, 64\]"):
+        hk.attention(q.float(), q, q)
+    with pytest.raises(hk.KernelArgumentError, match="share one dtype"):
+        hk.attention(q, q.bfloat16(), q)
+    with pytest.raises(hk.KernelArgumentError, match=r"head dimension must be one of \(64, 128\), got q .*\[1, 2, 8, 96\]"):
+        hk.attention(*(torch.zeros(1, 2, 8, 96, dtype=torch.float16),) * 3)
+    with pytest.raises(hk.KernelArgumentError, match=r"q must have shape \(batch, heads, seq, d\)"):
+        hk.attention(q[0], q[0], q[0])
+    with pytest.raises(hk.KernelArgumentError, match=r"k and v must match q's batch, heads"):
+        hk.attention(q, torch.zeros(1, 3, 8, 64, dtype=torch.float16), torch.zeros(1, 3, 8, 64, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.attention(q, q, q)
+    with pytest.raises(hk.KernelArgumentError, match="kv_offsets needs offsets"):
+        hk.attention(q, q, q, kv_offsets=torch.zeros(2, dtype=torch.int32))
+
+
+def test_attention_declared_work():
+    from hookmagic.kernels.attention import _pairs
+    assert _pairs(4, 4, False) == 16 and _pairs(4, 4, True) == 10
+    assert _pairs(3, 5, True) == 1 + 2 + 3 and _pairs(5, 3, True) == 1 + 2 + 3 + 3 + 3

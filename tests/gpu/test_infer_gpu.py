@@ -309,3 +309,73 @@ def test_row_max_nan_and_strided_and_empty():
                            magnitude=y.double().abs().sum(-1))
     assert hk.row_sum(torch.randn(0, 5, device="cuda")).shape == (0,)
     assert torch.equal(hk.row_sum(torch.randn(3, 0, device="cuda")), torch.zeros(3, device="cuda"))
+
+
+# --- attention ------------------------------------------------------------------------------------
+
+def _sdpa(q, k, v, causal, scale=None):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def _check_attention(ours, q, k, v, causal, scale=None):
+    """FlashAttention's rule: error against an FP64 reference at most twice torch's own (same
+    dtype), plus output rounding and the sqrt(n) bound of the FP32 sums."""
+    ref = _sdpa(q.double(), k.double(), v.double(), causal, scale)
+    theirs = _sdpa(q, k, v, causal, scale)
+    assert ours.dtype == q.dtype and ours.shape == q.shape
+    assert_within_rounding(ours, theirs, ref, q.dtype, n=k.shape[-2], magnitude=v.double().abs().amax())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, h, s, d", [(2, 3, 1, 64), (1, 2, 17, 128), (2, 4, 256, 64), (1, 2, 1000, 128),
+                                        (1, 1, 4097, 64)])
+def test_attention_matches_sdpa(b, h, s, d, causal, dtype):
+    torch.manual_seed(s + d)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
+    _check_attention(hk.attention(q, k, v, causal=causal), q, k, v, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_other_key_length_strided_and_scale(causal):
+    q = torch.randn(2, 100, 4, 128, device="cuda", dtype=torch.float16).transpose(1, 2)   # (B, H, S, D) view
+    k = torch.randn(2, 4, 300, 128, device="cuda", dtype=torch.float16)
+    v = torch.randn(2, 4, 300, 128, device="cuda", dtype=torch.float16)
+    _check_attention(hk.attention(q, k, v, causal=causal), q, k, v, causal)
+    _check_attention(hk.attention(q, k, v, causal=causal, scale=0.3), q, k, v, causal, scale=0.3)
+    qs = q[:, :, :70]
+    _check_attention(hk.attention(qs, k[:, :, :50], v[:, :, :50], causal=causal), qs, k[:, :, :50], v[:, :, :50], causal)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_variable_lengths(d, causal, dtype):
+    lens = [1, 63, 64, 65, 300, 7]
+    h = 3
+    off = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    total = sum(lens)
+    q, k, v = (torch.randn(total, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    out = hk.attention(q, k, v, causal=causal, offsets=off)
+    assert out.shape == q.shape
+    for i, n in enumerate(lens):
+        a, e = int(off[i]), int(off[i + 1])
+        per = [x[a:e].transpose(0, 1)[None] for x in (q, k, v)]       # (1, H, n, d)
+        _check_attention(out[a:e].transpose(0, 1)[None], *per, causal)
+
+
+def test_attention_separate_kv_offsets_and_errors():
+    d, h = 64, 2
+    ql, kl = [5, 40], [70, 3]
+    qo = torch.tensor([0, 5, 45], dtype=torch.int32, device="cuda")
+    ko = torch.tensor([0, 70, 73], dtype=torch.int32, device="cuda")
+    q = torch.randn(45, h, d, device="cuda", dtype=torch.float16)
+    k = torch.randn(73, h, d, device="cuda", dtype=torch.float16)
+    v = torch.randn(73, h, d, device="cuda", dtype=torch.float16)
+    out = hk.attention(q, k, v, offsets=qo, kv_offsets=ko)
+    for i in range(2):
+        per = (q[qo[i]:qo[i + 1]], k[ko[i]:ko[i + 1]], v[ko[i]:ko[i + 1]])
+        per = [x.transpose(0, 1)[None] for x in per]
+        _check_attention(out[qo[i]:qo[i + 1]].transpose(0, 1)[None], *per, False)
+    with pytest.raises(hk.KernelArgumentError, match=r"head dimension must be one of \(64, 128\)"):
+        hk.attention(*(torch.randn(1, 1, 8, 32, device="cuda", dtype=torch.float16) for _ in range(3)))
