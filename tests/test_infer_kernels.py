@@ -133,3 +133,25 @@ def test_attention_declared_work():
     from hookmagic.kernels.attention import _pairs
     assert _pairs(4, 4, False) == 16 and _pairs(4, 4, True) == 10
     assert _pairs(3, 5, True) == 1 + 2 + 3 and _pairs(5, 3, True) == 1 + 2 + 3 + 3 + 3
+
+
+def test_conv_argument_errors_and_weight_packing():
+    x = torch.zeros(1, 8, 8, 16, dtype=torch.float16)
+    with pytest.raises(hk.KernelArgumentError, match=r"x must be float16 or bfloat16, got torch float32"):
+        hk.conv2d(x.float(), torch.zeros(8, 16, 3, 3))
+    with pytest.raises(hk.KernelArgumentError, match=r"w must be \(K, 16, R, R\) with R 1 or 3.*\[8, 16, 5, 5\]"):
+        hk.conv2d(x, torch.zeros(8, 16, 5, 5, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="multiples of 8"):
+        hk.conv2d(torch.zeros(1, 8, 8, 3, dtype=torch.float16), torch.zeros(8, 3, 3, 3, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="stride must be 1 or 2, got 3"):
+        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16), stride=3)
+    with pytest.raises(hk.KernelArgumentError, match="needs kernel_size 1 or 3"):
+        hk.conv2d(x, torch.zeros(144, 8, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="must be on one CUDA device|same kind of array on one CUDA device"):
+        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match=r"w must be float16\[16, 1, 3, 3\]"):
+        hk.depthwise_conv2d(x, torch.zeros(16, 1, 5, 5, dtype=torch.float16))
+    w = torch.arange(8 * 16 * 3 * 3, dtype=torch.float32).reshape(8, 16, 3, 3)
+    p = hk.pack_conv_weight(w)
+    # row (r*S + s)*C + c, column k holds w[k, c, r, s]
+    assert p.shape == (144, 8) and p[(1 * 3 + 2) * 16 + 5, 7] == w[7, 5, 1, 2]

@@ -379,3 +379,57 @@ def test_attention_separate_kv_offsets_and_errors():
         _check_attention(out[qo[i]:qo[i + 1]].transpose(0, 1)[None], *per, False)
     with pytest.raises(hk.KernelArgumentError, match=r"head dimension must be one of \(64, 128\)"):
         hk.attention(*(torch.randn(1, 1, 8, 32, device="cuda", dtype=torch.float16) for _ in range(3)))
+
+
+# --- convolution ----------------------------------------------------------------------------------
+
+def _conv_ref(x_nhwc, w, bias, stride, padding, groups=1):
+    """(ours' layout) float64 reference, cuDNN's same-dtype result, and the magnitude |x| * |w|."""
+    xn = x_nhwc.permute(0, 3, 1, 2)
+    ref = F.conv2d(xn.double(), w.double(), None if bias is None else bias.double(), stride, padding, groups=groups)
+    theirs = F.conv2d(xn, w, bias, stride, padding, groups=groups)
+    mag = F.conv2d(xn.double().abs(), w.double().abs(), None if bias is None else bias.double().abs(), stride, padding,
+                   groups=groups)
+    return ref.permute(0, 2, 3, 1), theirs.permute(0, 2, 3, 1), mag.permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n, h, w, c, k, r, stride, pad", [
+    (2, 56, 56, 64, 64, 3, 1, 1), (2, 56, 56, 64, 128, 3, 2, 1), (2, 28, 28, 256, 64, 1, 1, 0),
+    (2, 28, 28, 128, 256, 1, 2, 0), (1, 7, 9, 8, 16, 3, 1, 0), (3, 5, 5, 24, 40, 3, 2, 2), (1, 1, 1, 8, 8, 1, 1, 0)])
+def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, dtype):
+    torch.manual_seed(h * c + k)
+    x = torch.randn(n, h, w, c, device="cuda", dtype=dtype)
+    wt = (torch.randn(k, c, r, r, device="cuda") / math.sqrt(c * r * r)).to(dtype)
+    b = torch.randn(k, device="cuda", dtype=dtype)
+    ours = hk.conv2d(x, wt, b, stride=stride, padding=pad)
+    ref, theirs, mag = _conv_ref(x, wt, b, stride, pad)
+    assert ours.shape == ref.shape and ours.dtype == dtype
+    assert_within_rounding(ours, theirs, ref, dtype, n=c * r * r, magnitude=mag)
+    packed = hk.conv2d(x, hk.pack_conv_weight(wt), b, stride=stride, padding=pad, kernel_size=r)
+    assert torch.equal(packed, ours)
+
+
+def test_conv2d_fused_relu_and_residual():
+    x = torch.randn(2, 14, 14, 64, device="cuda", dtype=torch.float16)
+    wt = (torch.randn(64, 64, 3, 3, device="cuda") / 24).half()
+    b = torch.randn(64, device="cuda", dtype=torch.float16)
+    res = torch.randn(2, 14, 14, 64, device="cuda", dtype=torch.float16)
+    ours = hk.conv2d(x, wt, b, padding=1, activation="relu", residual=res)
+    ref, theirs, mag = _conv_ref(x, wt, b, 1, 1)
+    assert_within_rounding(ours, (theirs.relu() + res), ref.relu() + res.double(), torch.float16, n=576,
+                           magnitude=mag + res.double().abs())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n, h, w, c, stride, pad", [(2, 28, 28, 32, 1, 1), (1, 7, 8, 24, 2, 1), (1, 3, 3, 5, 1, 0),
+                                                     (4, 112, 112, 32, 2, 1)])
+def test_depthwise_conv2d(n, h, w, c, stride, pad, dtype):
+    x = torch.randn(n, h, w, c, device="cuda", dtype=dtype)
+    wt = torch.randn(c, 1, 3, 3, device="cuda", dtype=dtype)
+    b = torch.randn(c, device="cuda", dtype=dtype)
+    ours = hk.depthwise_conv2d(x, wt, b, stride=stride, padding=pad)
+    ref, theirs, mag = _conv_ref(x, wt, b, stride, pad, groups=c)
+    assert_within_rounding(ours, theirs, ref, dtype, n=9, magnitude=mag)
+    relu = hk.depthwise_conv2d(x, wt, b, stride=stride, padding=pad, activation="relu")
+    assert_within_rounding(relu, theirs.relu(), ref.relu(), dtype, n=9, magnitude=mag)
