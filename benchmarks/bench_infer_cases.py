@@ -130,6 +130,34 @@ def infer_rows(timer: Callable) -> list[dict]:
                "torch SDPA (flash)": flash}, err <= 2e-2, err)
         del q, k, v
     torch.cuda.empty_cache()
+
+    # --- conv2d: ResNet-50's 3x3 layers, NHWC FP16, batch 32, against cuDNN (channels_last) ---------
+    for hw, c, stride in ((56, 64, 1), (28, 128, 1), (14, 256, 1), (7, 512, 1), (56, 128, 2)):
+        x = torch.randn(32, hw, hw, c, device="cuda", dtype=torch.float16)
+        w = (torch.randn(c, c, 3, 3, device="cuda") / math.sqrt(9 * c)).half()
+        wp = hk.pack_conv_weight(w)
+        xn = x.permute(0, 3, 1, 2)                          # a channels_last NCHW view: cuDNN's NHWC path
+        wn = w.contiguous(memory_format=torch.channels_last)
+        ref = lambda xn=xn, wn=wn, st=stride: F.conv2d(xn, wn, None, st, 1)  # noqa: E731
+        mine = lambda x=x, wp=wp, st=stride: hk.conv2d(x, wp, None, st, 1, kernel_size=3)  # noqa: E731
+        out = mine()
+        err = (out.float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
+        oh = (hw + 2 - 3) // stride + 1
+        flops = 2 * 32 * oh * oh * c * 9 * c
+        _case(rows, timer, f"conv2d 3x3 b32 {hw}x{hw}x{c} s{stride} fp16 NHWC", "TFLOP/s", flops,
+              {"hookmagic": mine, "cuDNN (torch, channels_last)": ref}, err <= 5e-2, err)
+        del x, w, wp, xn, wn, out
+    x = torch.randn(32, 112, 112, 32, device="cuda", dtype=torch.float16)
+    w = torch.randn(32, 1, 3, 3, device="cuda", dtype=torch.float16)
+    xn = x.permute(0, 3, 1, 2)
+    ref = lambda: F.conv2d(xn, w, None, 1, 1, groups=32)  # noqa: E731
+    err = (hk.depthwise_conv2d(x, w).float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
+    nb = 2 * x.numel() * 2
+    _case(rows, timer, "depthwise 3x3 b32 112x112x32 fp16 NHWC", "GB/s", nb,
+          {"hookmagic": lambda: hk.depthwise_conv2d(x, w), "cuDNN (torch, channels_last)": ref,
+           "copy (same bytes)": _copy(nb)}, err <= 5e-2, err)
+    del x, w, xn
+    torch.cuda.empty_cache()
     return rows
 
 
