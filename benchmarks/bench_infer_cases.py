@@ -125,9 +125,14 @@ def infer_rows(timer: Callable) -> list[dict]:
 
         err = (hk.attention(q, k, v, causal=causal).float() - flash().float()).abs().max().item()
         flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-        _case(rows, timer, f"attention b2 h16 s4096 d{d} fp16{' causal' if causal else ''}", "TFLOP/s", flops,
+        err128 = (hk.attention(q, k, v, causal=causal, block_m=128).float() - flash().float()).abs().max().item()
+        label = f"attention b2 h16 s4096 d{d} fp16{' causal' if causal else ''}"
+        _case(rows, timer, label, "TFLOP/s", flops,
               {"hookmagic": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c),
                "torch SDPA (flash)": flash}, err <= 2e-2, err)
+        _case(rows, timer, label + " block_m=128", "TFLOP/s", flops,
+              {"hookmagic": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, block_m=128),
+               "torch SDPA (flash)": flash}, err128 <= 2e-2, err128)
         del q, k, v
     torch.cuda.empty_cache()
 

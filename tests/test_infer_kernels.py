@@ -125,6 +125,8 @@ def test_attention_argument_errors():
         hk.attention(q, torch.zeros(1, 3, 8, 64, dtype=torch.float16), torch.zeros(1, 3, 8, 64, dtype=torch.float16))
     with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
         hk.attention(q, q, q)
+    with pytest.raises(hk.KernelArgumentError, match=r"block_m must be one of \(64, 128\), got 32"):
+        hk.attention(q, q, q, block_m=32)
     with pytest.raises(hk.KernelArgumentError, match="kv_offsets needs offsets"):
         hk.attention(q, q, q, kv_offsets=torch.zeros(2, dtype=torch.int32))
 

@@ -21,14 +21,17 @@ from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
 HEAD_DIMS = (64, 128)
 _DTYPES = ("float16", "bfloat16")
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
-_BM, _NT = 64, 128
 
+BLOCK_M = (64, 128)
 for _d in HEAD_DIMS:
-    register(KernelSpec("attention", f"flash_d{_d}", "attention",
-                        {dt: f"attention_{s}_d{_d}" for dt, s in _SUFFIX.items()}, (_NT, 1, 1), (_BM, _d),
-                        smem=2 * 64 * (_d + 8) * 2, min_arch=80,
-                        description=f"flash attention forward, head dim {_d}: 64 query rows per block, K/V tiles "
-                                    "of 64 via cp.async, mma.sync m16n8k16, online softmax"))
+    for _bm in BLOCK_M:
+        _tag = "" if _bm == 64 else f"_m{_bm}"
+        register(KernelSpec("attention", f"flash_d{_d}{_tag}", "attention",
+                            {dt: f"attention_{s}_d{_d}{_tag}" for dt, s in _SUFFIX.items()}, (2 * _bm, 1, 1),
+                            (_bm, _d), smem=2 * 64 * (_d + 8) * 2, min_arch=80,
+                            description=f"flash attention forward, head dim {_d}: {_bm} query rows per block "
+                                        f"({_bm // 16} warps), K/V tiles of 64 via cp.async, mma.sync m16n8k16, "
+                                        "online softmax"))
 
 
 def _strides_ok(i: runtime.ArrayInfo) -> bool:
@@ -53,7 +56,7 @@ def _offsets(x: Any, name: str, ref: runtime.ArrayInfo, total: int, op: str) -> 
 
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None, *,
-              offsets: Any = None, kv_offsets: Any = None) -> Any:
+              offsets: Any = None, kv_offsets: Any = None, block_m: int = 64) -> Any:
     """Attention forward, equal to ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
     is_causal=causal, scale=scale)`` within FlashAttention's error (FP32 statistics).
 
@@ -63,6 +66,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
     (sequence ``i`` is rows ``offsets[i]:offsets[i+1]``); ``kv_offsets`` for keys when they differ.
     float16 or bfloat16, ``d`` 64 or 128; ``scale`` defaults to ``1/sqrt(d)``. The causal mask is
     top-left aligned (query ``i`` sees keys ``j <= i``). A query with no keys gives zeros.
+    ``block_m``: query rows per block, 64 (4 warps) or 128 (8 warps: half the K/V traffic).
     Returns a new array shaped like ``q``.
     """
     op = "attention"
@@ -94,6 +98,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
         if i.kind != qi.kind or i.device != qi.device:
             raise KernelArgumentError(f"{op}: q, k and v must be the same kind of array on one device; "
                                       f"q is {qi.where()}, {i.name} is {i.where()}")
+    if block_m not in BLOCK_M:
+        raise KernelArgumentError(f"{op}: block_m must be one of {BLOCK_M}, got {block_m!r}")
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not math.isfinite(sc):
         raise KernelArgumentError(f"{op}: scale must be finite, got {scale!r}")
@@ -123,14 +129,14 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
         return out
     if heads > 65535 or batch > 65535:
         raise KernelArgumentError(f"{op}: at most 65535 heads and 65535 sequences, got q {qi.where()}")
-    name = f"attention_{_SUFFIX[qi.dtype]}_d{d}"
+    name = f"attention_{_SUFFIX[qi.dtype]}_d{d}" + ("" if block_m == 64 else f"_m{block_m}")
     kern = runtime.get_kernel("attention", name, qi.device)
     smem = 2 * 64 * (d + 8) * ITEMSIZE[qi.dtype]
     runtime.set_dynamic_smem(kern, smem, qi.device)
-    grid = (-(-max_q // _BM), heads, batch)
+    grid = (-(-max_q // block_m), heads, batch)
     args = (qi.ptr, ki.ptr, vi.ptr, oi.ptr, *(np.int64(s) for st in strides for s in st), off_ptrs[0], off_ptrs[1],
             np.int32(lens[0]), np.int32(lens[1]), np.float32(sc * math.log2(math.e)), np.int32(bool(causal)))
-    runtime.launch(kern, qi, grid, (_NT, 1, 1), args, smem=smem)
+    runtime.launch(kern, qi, grid, (2 * block_m, 1, 1), args, smem=smem)
     pairs = sum(_pairs(a, b, bool(causal)) for a, b in zip(q_lens, k_lens)) * heads
     item = ITEMSIZE[qi.dtype]
     nbytes = heads * d * item * (2 * sum(q_lens) + 2 * sum(k_lens))
@@ -147,4 +153,4 @@ def _pairs(sq: int, sk: int, causal: bool) -> int:
     return full * (full + 1) // 2 + max(0, sq - full) * sk
 
 
-__all__ = ["attention", "HEAD_DIMS"]
+__all__ = ["attention", "HEAD_DIMS", "BLOCK_M"]

@@ -326,14 +326,15 @@ def _check_attention(ours, q, k, v, causal, scale=None):
     assert_within_rounding(ours, theirs, ref, q.dtype, n=k.shape[-2], magnitude=v.double().abs().amax())
 
 
+@pytest.mark.parametrize("block_m", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b, h, s, d", [(2, 3, 1, 64), (1, 2, 17, 128), (2, 4, 256, 64), (1, 2, 1000, 128),
                                         (1, 1, 4097, 64)])
-def test_attention_matches_sdpa(b, h, s, d, causal, dtype):
+def test_attention_matches_sdpa(b, h, s, d, causal, dtype, block_m):
     torch.manual_seed(s + d)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
-    _check_attention(hk.attention(q, k, v, causal=causal), q, k, v, causal)
+    _check_attention(hk.attention(q, k, v, causal=causal, block_m=block_m), q, k, v, causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -356,12 +357,13 @@ def test_attention_variable_lengths(d, causal, dtype):
     off = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     total = sum(lens)
     q, k, v = (torch.randn(total, h, d, device="cuda", dtype=dtype) for _ in range(3))
-    out = hk.attention(q, k, v, causal=causal, offsets=off)
-    assert out.shape == q.shape
-    for i, n in enumerate(lens):
-        a, e = int(off[i]), int(off[i + 1])
-        per = [x[a:e].transpose(0, 1)[None] for x in (q, k, v)]       # (1, H, n, d)
-        _check_attention(out[a:e].transpose(0, 1)[None], *per, causal)
+    for block_m in (64, 128):
+        out = hk.attention(q, k, v, causal=causal, offsets=off, block_m=block_m)
+        assert out.shape == q.shape
+        for i, n in enumerate(lens):
+            a, e = int(off[i]), int(off[i + 1])
+            per = [x[a:e].transpose(0, 1)[None] for x in (q, k, v)]       # (1, H, n, d)
+            _check_attention(out[a:e].transpose(0, 1)[None], *per, causal)
 
 
 def test_attention_separate_kv_offsets_and_errors():
