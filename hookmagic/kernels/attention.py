@@ -90,6 +90,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
             or (not varlen and ki.shape[0] != qi.shape[0]):
         raise KernelArgumentError(f"{op}: k and v must match q's batch, heads and head dimension and each other; "
                                   f"q is {qi.where()}, k is {ki.where()}, v is {vi.where()}")
+    if block_m not in BLOCK_M:
+        raise KernelArgumentError(f"{op}: block_m must be one of {BLOCK_M}, got {block_m!r}")
     if kv_offsets is not None and not varlen:
         raise KernelArgumentError(f"{op}: kv_offsets needs offsets (packed variable-length q, k, v)")
     for i in (qi, ki, vi):
@@ -98,8 +100,6 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
         if i.kind != qi.kind or i.device != qi.device:
             raise KernelArgumentError(f"{op}: q, k and v must be the same kind of array on one device; "
                                       f"q is {qi.where()}, {i.name} is {i.where()}")
-    if block_m not in BLOCK_M:
-        raise KernelArgumentError(f"{op}: block_m must be one of {BLOCK_M}, got {block_m!r}")
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not math.isfinite(sc):
         raise KernelArgumentError(f"{op}: scale must be finite, got {scale!r}")
