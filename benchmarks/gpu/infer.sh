@@ -21,6 +21,11 @@ timeout 140 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" t
   --junitxml="$OUT/pytest_infer.xml" >"$OUT/pytest_infer.txt" 2>&1 || { echo "FAILED: pytest"; fail=1; }
 tail -60 "$OUT/pytest_infer.txt"
 
+step "recording: the inference kernels beside what they replace (kernel_inference.hmtrace)"
+timeout 60 python3 benchmarks/record_kernels.py --what inference --out "$OUT/recordings" >"$OUT/record.txt" 2>&1 \
+  || { echo "FAILED: recording"; fail=1; }
+tail -5 "$OUT/record.txt"
+
 step "benchmark: inference kernels vs torch/torchvision/copy (3 fresh processes)"
 timeout 150 python3 benchmarks/bench_kernels.py --sections infer --processes 3 --out "$OUT/bench" >"$OUT/bench.txt" 2>&1 \
   || { echo "FAILED: benchmark"; fail=1; }
