@@ -16,10 +16,9 @@ step "kernels check (NVRTC, sm_90)"
 timeout 60 python3 -m hookmagic.cli kernels check --arch sm_90 >"$OUT/check.txt" 2>&1 || { echo "FAILED: kernels check"; fail=1; }
 grep -E "preprocess|nms|decode|transpose|row_|attention" "$OUT/check.txt" | head -40
 
-step "correctness vs torch / torchvision (tests/gpu/test_infer_gpu.py)"
-timeout 140 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_infer_gpu.py \
-  --junitxml="$OUT/pytest_infer.xml" >"$OUT/pytest_infer.txt" 2>&1 || { echo "FAILED: pytest"; fail=1; }
-tail -60 "$OUT/pytest_infer.txt"
+step "correctness vs torch / torchvision (tests/gpu/test_infer_gpu.py, one process per kernel family)"
+timeout 140 bash benchmarks/gpu/infer_tests.sh >"$OUT/pytest_infer.txt" 2>&1 || { echo "FAILED: pytest"; fail=1; }
+cat "$OUT/pytest_infer.txt" | tail -80
 
 step "recording: the inference kernels beside what they replace (kernel_inference.hmtrace)"
 timeout 60 python3 benchmarks/record_kernels.py --what inference --out "$OUT/recordings" >"$OUT/record.txt" 2>&1 \
