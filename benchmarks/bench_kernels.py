@@ -64,7 +64,7 @@ def _int_mm_reference(a, b):
     return None
 
 
-def worker(out: str) -> None:
+def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer")) -> None:
     import torch
 
     import hookmagic.kernels as hk
@@ -72,7 +72,7 @@ def worker(out: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
     rows = []
-    for label, (m, n, k), cases in PLAN:
+    for label, (m, n, k), cases in (PLAN if "gemm" in sections else []):
         data = {}
         for kind in {c[0] for c in cases}:
             if kind == "int8":
@@ -116,10 +116,18 @@ def worker(out: str) -> None:
         torch.cuda.empty_cache()
     Path(out).write_text(json.dumps(rows))
     try:
-        rows += memory_bound(_time)
+        rows += memory_bound(_time) if "memory" in sections else []
     except Exception as exc:  # keep the GEMM rows
         print("  memory-bound section FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
+    if "infer" in sections:  # issue 12's inference kernels (benchmarks/bench_infer_cases.py)
+        try:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_infer_cases import infer_rows
+            rows += infer_rows(_time)
+        except Exception as exc:  # keep the other rows
+            print("  inference section FAILED:", repr(exc), flush=True)
+        Path(out).write_text(json.dumps(rows))
 
 
 #: (rows, cols) of the memory-bound cases; bytes = compulsory traffic (read x [+ params], write y)
@@ -188,9 +196,12 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--worker", metavar="JSON")
+    ap.add_argument("--sections", default="gemm,memory,infer",
+                    help="comma-separated: gemm (vs cuBLAS), memory (row-wise kernels), infer (issue 12's kernels)")
     args = ap.parse_args()
+    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, sections)
         return
     import pandas as pd
 
@@ -201,7 +212,8 @@ def main() -> None:
     for i in range(args.processes):
         path = out / f"kernels_run{i}.json"
         print(f"process {i + 1}/{args.processes}", flush=True)
-        subprocess.run([sys.executable, __file__, "--worker", str(path)], check=True, env=os.environ.copy())
+        subprocess.run([sys.executable, __file__, "--worker", str(path), "--sections", ",".join(sections)], check=True,
+                       env=os.environ.copy())
         f = pd.DataFrame(json.loads(path.read_text()))
         f["run"] = i
         frames.append(f)
@@ -214,6 +226,18 @@ def summarise(frames, machine: dict, out: Path) -> None:
 
     nproc = len(frames)
     raw = pd.concat(frames, ignore_index=True)
+    infer = raw[raw["section"] == "infer"].copy() if "section" in raw else raw.iloc[0:0]
+    raw = raw[raw["section"] != "infer"].copy() if "section" in raw else raw
+    if len(infer) and (not len(raw) or "m" not in raw or raw["m"].isna().all()):   # --sections infer alone
+        from bench_infer_cases import summarise_infer
+        infer.to_csv(out / "kernels_infer_raw.csv", index=False)
+        lines = [f"# hookmagic.kernels inference kernels — {machine['gpu']}, driver {machine['driver']}, torch "
+                 f"{machine['torch']} (CUDA {machine['cuda']}), NVRTC {machine['nvrtc']}, {machine['date']}", "",
+                 "Re-run: `python benchmarks/bench_kernels.py --sections infer --processes 3`."]
+        lines += summarise_infer(infer, nproc)
+        (out / "kernels_infer.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines), flush=True)
+        return
     mem = raw[raw["bytes"].notna()].copy() if "bytes" in raw else raw.iloc[0:0]
     raw = raw[raw["bytes"].isna()].copy() if "bytes" in raw else raw
     raw["rate"] = 2 * raw.m * raw.n * raw.k / raw.seconds / 1e12
@@ -263,6 +287,10 @@ def summarise(frames, machine: dict, out: Path) -> None:
                          f"{rng(r.copy_min, r.copy_max, '{:.0%}')} | "
                          f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant == 'hookmagic' else '—'} | "
                          f"{'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
+    if len(infer):
+        from bench_infer_cases import summarise_infer
+        infer.to_csv(out / "kernels_infer_raw.csv", index=False)
+        lines += summarise_infer(infer, nproc)
     (out / "kernels.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 

@@ -24,6 +24,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="hookmagic/data/recordings")
     ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--what", choices=("journey", "inference"), default="journey",
+                    help="journey: the GEMM journey (kernel_journey.hmtrace); inference: issue 12's kernels beside "
+                         "what they replace (kernel_inference.hmtrace)")
     ap.add_argument("--bandwidth", action="store_true", help="record the bandwidth captures instead")
     args = ap.parse_args()
     if args.bandwidth:
@@ -40,13 +43,13 @@ def main() -> None:
         for note in traces["bandwidth"].meta["left_out"]:
             print("left out:", note)
         return
-    from hookmagic.kernels.lab import capture_journey
+    from hookmagic.kernels.lab import capture_inference, capture_journey
 
-    trace = capture_journey(args.size)
+    trace = capture_journey(args.size) if args.what == "journey" else capture_inference()
     trace.meta["host"] = "gpu-machine"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = trace.save(out / "kernel_journey.hmtrace")
+    path = trace.save(out / f"kernel_{args.what}.hmtrace")
     print("wrote", path, Path(path).stat().st_size // 1024, "KiB", trace.meta.get("status"),
           len(trace.kernels), "kernels,", len(trace.meta["work"]), "declared launches")
 

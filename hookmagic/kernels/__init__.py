@@ -10,6 +10,11 @@ stream and return the same kind::
     c = kernels.sgemm(a, b, variant="warptile")  # FP32 SIMT, the optimisation journey
     y = kernels.gemm(x, w, bias=b, activation="gelu")   # FP16/BF16 Tensor Cores, FP32 accumulate
     p = kernels.softmax(scores); h = kernels.layer_norm(x, w, b); r = kernels.rms_norm(x, w)
+    x = kernels.preprocess(frames, (640, 640), mean, std, letterbox=True)   # uint8 frames -> FP16 NCHW, one kernel
+    keep = kernels.nms(boxes, scores, 0.5); xyxy = kernels.decode_boxes(head[..., :4])
+    t = kernels.transpose(x, "NCHW->NHWC"); s = kernels.row_sum(x); m = kernels.row_max(x)
+    o = kernels.attention(q, k, v, causal=True)  # flash-style, FP16/BF16, head dim 64/128, varlen offsets
+    y = kernels.conv2d(x_nhwc, w, b, stride=2, padding=1)  # implicit GEMM, NHWC FP16/BF16
     kernels.check("sm_90")                       # compile everything, registers/smem/spills (no GPU)
 
 Install the optional extra: ``pip install 'hookmagic[kernels]'``.
@@ -26,6 +31,11 @@ from hookmagic.kernels.errors import KernelArgumentError, KernelCompileError, Ke
 from hookmagic.kernels.gemm import ACTIVATIONS, GEMM_VARIANTS, SGEMM_VARIANTS, gemm, sgemm
 from hookmagic.kernels.registry import LaunchWork, launch_log, record
 from hookmagic.kernels.rowwise import bias_gelu, layer_norm, rms_norm, softmax
+from hookmagic.kernels.preprocess import LetterboxParams, letterbox_params, preprocess
+from hookmagic.kernels.detect import batched_nms, decode_boxes, nms
+from hookmagic.kernels.layout import row_max, row_sum, transpose
+from hookmagic.kernels.attention import attention
+from hookmagic.kernels.conv import conv2d, depthwise_conv2d, pack_conv_weight
 
 #: The architectures ``hookmagic kernels check`` covers in CI (A100, Jetson Orin, H100 and H100 arch-specific).
 CI_ARCHS = ("sm_80", "sm_87", "sm_90", "sm_90a")
@@ -65,5 +75,5 @@ def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
 
 
 __all__ = ["available", "check", "sgemm", "gemm", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
-           "CI_ARCHS", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
+           "CI_ARCHS", "preprocess", "nms", "batched_nms", "decode_boxes", "transpose", "row_sum", "row_max", "attention", "conv2d", "depthwise_conv2d", "pack_conv_weight", "letterbox_params", "LetterboxParams", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
            "record", "LaunchWork", "compile_family", "families"]

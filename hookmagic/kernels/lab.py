@@ -203,3 +203,72 @@ def capture_bandwidth(rows: int = 4096, cols: int = 4096, launches: int = 3, bat
         t.meta["description"] = f"{name}: {what}, {launches} calls"
         out[key] = t
     return out
+
+
+def capture_inference(launches: int = 2) -> Any:
+    """Capture issue 12's inference kernels beside the torch / torchvision / cuDNN code they replace
+    (``launches`` each, each step in a ``hookmagic.range`` named after it): fused preprocessing of
+    eight 1080p frames against the eager chain, NMS of 10,000 boxes, attention at sequence 4096,
+    ResNet-50's 56x56 3x3 convolution, an NCHW->NHWC transpose and row reductions.
+
+    ``meta["work"]`` lists the declared work of our launches; ``meta["recorded_on"]`` the machine.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from hookmagic.cupti import capture, range as hm_range
+    import hookmagic.kernels as hk
+    from hookmagic.kernels import registry, runtime
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    mt = torch.tensor(mean, device="cuda")[:, None, None]
+    st = torch.tensor(std, device="cuda")[:, None, None]
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda", generator=g)
+
+    def chain():
+        x = F.interpolate(frames.permute(0, 3, 1, 2).float(), size=(640, 640), mode="bilinear", align_corners=False)
+        return ((x / 255 - mt) / st).half()
+
+    n = 10_000
+    xy = torch.rand(n, 2, device="cuda", generator=g) * 1000
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, device="cuda", generator=g) * 200 + 1], 1)
+    scores = torch.randperm(n, device="cuda", generator=g).float() / n
+    q, k, v = (torch.randn(1, 16, 4096, 128, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    x = torch.randn(32, 56, 56, 64, device="cuda", dtype=torch.float16, generator=g)
+    w = (torch.randn(64, 64, 3, 3, device="cuda", generator=g) / 24).half()
+    wp, wn, xn = hk.pack_conv_weight(w), w.contiguous(memory_format=torch.channels_last), x.permute(0, 3, 1, 2)
+    act = torch.randn(32, 64, 112, 112, device="cuda", dtype=torch.float16, generator=g)
+    rows = torch.randn(4096, 4096, device="cuda", dtype=torch.float16, generator=g)
+    steps = [("preprocess (hookmagic, one kernel)", lambda: hk.preprocess(frames, (640, 640), mean, std)),
+             ("preprocess (torch eager chain)", chain),
+             ("nms (hookmagic)", lambda: hk.nms(boxes, scores, 0.5))]
+    try:
+        import torchvision
+        steps.append(("nms (torchvision)", lambda: torchvision.ops.nms(boxes, scores, 0.5)))
+    except ImportError:
+        pass
+    steps += [("attention (hookmagic)", lambda: hk.attention(q, k, v)),
+              ("attention (torch SDPA)", lambda: F.scaled_dot_product_attention(q, k, v)),
+              ("conv2d 3x3 (hookmagic)", lambda: hk.conv2d(x, wp, None, 1, 1, kernel_size=3)),
+              ("conv2d 3x3 (cuDNN)", lambda: F.conv2d(xn, wn, None, 1, 1)),
+              ("NCHW->NHWC (hookmagic)", lambda: hk.transpose(act, "NCHW->NHWC")),
+              ("NCHW->NHWC (torch)", lambda: act.permute(0, 2, 3, 1).contiguous()),
+              ("row_sum (hookmagic)", lambda: hk.row_sum(rows)), ("row_sum (torch)", lambda: rows.sum(-1)),
+              ("copy (same bytes as the row sums)", lambda: rows.clone())]
+    for _, fn in steps:   # compile, load and warm up outside the capture
+        fn()
+    torch.cuda.synchronize()
+    registry.launch_log(clear=True)
+    with capture(label="kernel_inference") as trace:
+        for name, fn in steps:
+            with hm_range(name):
+                for _ in range(launches):
+                    fn()
+        torch.cuda.synchronize()
+    trace.meta["work"] = [asdict(w) for w in registry.launch_log(clear=True)]
+    trace.meta["nvrtc"] = {"arch": runtime.device_arch(0)}
+    trace.meta["recorded_on"] = recorded_on()
+    trace.meta["description"] = ("hookmagic.kernels inference kernels (issue 12) beside the torch / torchvision / "
+                                 f"cuDNN code they replace, {launches} launches per step")
+    return trace

@@ -1,0 +1,110 @@
+// Fused frame preprocessing, one kernel per batch: uint8 frames (HWC RGB/BGR, or NV12) ->
+// bilinear resize (optionally letterboxed: aspect kept, the rest padded) -> per-channel
+// normalisation -> NCHW or NHWC in FP32 / FP16 / BF16.
+//
+// One thread per output pixel (all three channels); grid (ceil(W/32), ceil(H/8), batch).
+// Frame b starts at ptrs[b] when a pointer table is given (a list of separate frames), else at
+// base + b * frame_stride. `pitch` is the byte distance between rows (crops and padded decoder
+// surfaces need no copy). Resampling follows torch.nn.functional.interpolate(mode="bilinear",
+// align_corners=False, antialias=False) operation for operation, on the pixel values 0..255 as
+// floats (no intermediate rounding to uint8), then y = v * a[c] + b[c] with a = 1 / (255 std),
+// b = -mean / std.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define PP_RGB 0
+#define PP_BGR 1
+#define PP_NV12 2
+
+__device__ __forceinline__ void pp_st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void pp_st(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void pp_st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+struct PPColor {  // limited/full-range YUV -> RGB: R = cy (Y - y0) + crv (V - 128), ...
+  float cy, y0, crv, cgu, cgv, cbu;
+};
+
+// The three channels (in the frame's own order: RGB or BGR; NV12 gives RGB) of pixel (x, y).
+__device__ __forceinline__ void pp_pixel(const unsigned char* __restrict__ f, int pitch, int in_h, int x, int y,
+                                         int fmt, const PPColor& col, float* v) {
+  if (fmt == PP_NV12) {
+    const float Y = (float)f[(size_t)y * pitch + x];
+    const unsigned char* uv = f + (size_t)(in_h + (y >> 1)) * pitch + (x & ~1);
+    const float U = (float)uv[0] - 128.f, V = (float)uv[1] - 128.f;
+    const float l = col.cy * (Y - col.y0);
+    v[0] = fminf(fmaxf(l + col.crv * V, 0.f), 255.f);
+    v[1] = fminf(fmaxf(l + col.cgu * U + col.cgv * V, 0.f), 255.f);
+    v[2] = fminf(fmaxf(l + col.cbu * U, 0.f), 255.f);
+  } else {
+    const unsigned char* p = f + (size_t)y * pitch + 3 * x;
+    v[0] = (float)p[0];
+    v[1] = (float)p[1];
+    v[2] = (float)p[2];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ base,
+                                              const unsigned long long* __restrict__ ptrs, long long frame_stride,
+                                              int pitch, int in_h, int in_w, int fmt, T* __restrict__ out, int out_h,
+                                              int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,
+                                              float scale_x, float scale_y, float a0, float a1, float a2, float b0,
+                                              float b1, float b2, float p0, float p1, float p2, int swap,
+                                              PPColor col) {
+  const int ox = blockIdx.x * blockDim.x + threadIdx.x;
+  const int oy = blockIdx.y * blockDim.y + threadIdx.y;
+  const int b = blockIdx.z;
+  if (ox >= out_w || oy >= out_h) return;
+  float r[3];
+  const int bx = ox - box_x, by = oy - box_y;
+  if (bx < 0 || by < 0 || bx >= box_w || by >= box_h) {  // letterbox padding (already normalised)
+    r[0] = p0; r[1] = p1; r[2] = p2;
+  } else {
+    const unsigned char* f = ptrs ? reinterpret_cast<const unsigned char*>(ptrs[b]) : base + (long long)b * frame_stride;
+    // torch's area_pixel_compute_source_index (align_corners=False, linear: clamp at 0)
+    // (one fused multiply-add, as nvcc contracts torch's `scale * (dst + 0.5) - 0.5`)
+    float sy = fmaf(scale_y, (float)by + 0.5f, -0.5f);
+    sy = sy < 0.f ? 0.f : sy;
+    float sx = fmaf(scale_x, (float)bx + 0.5f, -0.5f);
+    sx = sx < 0.f ? 0.f : sx;
+    const int y0 = (int)sy, x0 = (int)sx;
+    const int y1 = y0 + (y0 < in_h - 1 ? 1 : 0), x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
+    const float ly1 = sy - (float)y0, ly0 = 1.f - ly1;
+    const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
+    float v00[3], v01[3], v10[3], v11[3];
+    pp_pixel(f, pitch, in_h, x0, y0, fmt, col, v00);
+    pp_pixel(f, pitch, in_h, x1, y0, fmt, col, v01);
+    pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v10);
+    pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v11);
+    const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {
+      const int s = swap ? 2 - c : c;  // output channel c comes from frame channel s
+      const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
+      r[c] = v * a[c] + bb[c];
+    }
+  }
+  if (nhwc) {
+    T* o = out + (((size_t)b * out_h + oy) * out_w + ox) * 3;
+    pp_st(o, r[0]); pp_st(o + 1, r[1]); pp_st(o + 2, r[2]);
+  } else {
+    const size_t plane = (size_t)out_h * out_w;
+    T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox;
+    pp_st(o, r[0]); pp_st(o + plane, r[1]); pp_st(o + 2 * plane, r[2]);
+  }
+}
+
+#define HM_PREPROCESS(SUFFIX, T)                                                                               \
+  extern "C" __global__ void __launch_bounds__(256) preprocess_##SUFFIX(                                       \
+      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
+      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
+      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
+      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
+    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
+    hm_preprocess<T>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y,  \
+                     box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);           \
+  }
+
+HM_PREPROCESS(f32, float)
+HM_PREPROCESS(f16, __half)
+HM_PREPROCESS(bf16, __nv_bfloat16)

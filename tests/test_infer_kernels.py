@@ -1,0 +1,159 @@
+"""Issue 12's inference kernels without a GPU: argument checks, shapes, geometry (CPU torch).
+
+The kernels themselves compile in tests/test_kernels.py (every registered entry, every CI arch)
+and are checked against torch/torchvision on the GPU machine (tests/gpu/test_infer_gpu.py).
+"""
+from __future__ import annotations
+
+import pytest
+
+import hookmagic.kernels as hk
+from hookmagic.common.errors import HookmagicError
+from hookmagic.kernels.preprocess import yuv_coefficients
+
+torch = pytest.importorskip("torch")   # CPU torch is in [dev]
+
+
+def test_letterbox_geometry():
+    p = hk.letterbox_params((1080, 1920), (640, 640))
+    assert (p.width, p.height, p.pad_x, p.pad_y) == (640, 360, 0, 140) and p.scale == pytest.approx(1 / 3)
+    p = hk.letterbox_params((720, 405), 320)             # tall frame: pad left/right
+    assert (p.height, p.width, p.pad_y, p.pad_x) == (320, 180, 0, 70)
+    p = hk.letterbox_params((3, 2), (8, 8))
+    assert (p.height, p.width, p.pad_x) == (8, 5, 1)   # odd padding: the extra pixel goes right
+    boxes = torch.tensor([[70.0, 10.0, 250.0, 330.0]])
+    back = hk.letterbox_params((720, 405), 320).to_frame(boxes)
+    assert torch.allclose(back, torch.tensor([[0.0, 22.5, 405.0, 742.5]]))
+
+
+def test_yuv_coefficients_are_the_standard_ones():
+    cy, y0, crv, cgu, cgv, cbu = yuv_coefficients("bt601")
+    assert (round(cy, 3), y0, round(crv, 3), round(cgu, 3), round(cgv, 3), round(cbu, 3)) == \
+        (1.164, 16.0, 1.596, -0.392, -0.813, 2.017)
+    _, _, crv, cgu, cgv, cbu = yuv_coefficients("bt709")
+    assert (round(crv, 3), round(cgu, 3), round(cgv, 3), round(cbu, 3)) == (1.793, -0.213, -0.533, 2.112)
+    assert yuv_coefficients("bt601", full_range=True)[:3] == (1.0, 0.0, pytest.approx(1.402))
+    with pytest.raises(hk.KernelArgumentError, match="bt2020"):
+        yuv_coefficients("bt2020")
+
+
+def test_preprocess_argument_errors_name_expected_and_got():
+    f = torch.zeros(2, 10, 12, 3, dtype=torch.uint8)
+    with pytest.raises(hk.KernelArgumentError, match=r"uint8 pixels, got torch float32\[2, 10, 12, 3\]"):
+        hk.preprocess(f.float(), (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"shape \(batch, height, width, 3\), got torch uint8\[2, 10, 12, 4\]"):
+        hk.preprocess(torch.zeros(2, 10, 12, 4, dtype=torch.uint8), (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"NV12.*even height"):
+        hk.preprocess(torch.zeros(2, 16, 12, dtype=torch.uint8), (4, 4), format="NV12")
+    with pytest.raises(ValueError, match=r"share one size; frames\[0\] is 10x12.*frames\[1\] is 11x12"):
+        hk.preprocess([f[0], torch.zeros(11, 12, 3, dtype=torch.uint8)], (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match="empty list"):
+        hk.preprocess([], (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device, got torch uint8"):
+        hk.preprocess(f, (4, 4))
+    with pytest.raises(hk.KernelArgumentError, match=r"dtype must be one of .*got int8"):
+        hk.preprocess(f, (4, 4), dtype=torch.int8)
+    with pytest.raises(hk.KernelArgumentError, match=r"layout must be one of \('NCHW', 'NHWC'\), got 'CHW'"):
+        hk.preprocess(f, (4, 4), layout="CHW")
+    with pytest.raises(hk.KernelArgumentError, match="format must be one of"):
+        hk.preprocess(f, (4, 4), format="YUYV")
+    with pytest.raises(hk.KernelArgumentError, match="std must be finite and non-zero"):
+        hk.preprocess(f, (4, 4), std=(1, 0, 1))
+    with pytest.raises(hk.KernelArgumentError, match="mean must be a number or 3 numbers"):
+        hk.preprocess(f, (4, 4), mean=(0.5, 0.5))
+    with pytest.raises(hk.KernelArgumentError, match=r"size must be positive, got \(0, 4\)"):
+        hk.preprocess(f, (0, 4))
+    assert issubclass(hk.KernelArgumentError, ValueError) and issubclass(hk.KernelArgumentError, HookmagicError)
+
+
+def test_new_kernels_are_registered():
+    t = hk.available()
+    assert set(t[t.op == "preprocess"].dtype) == {"float32", "float16", "bfloat16"}
+
+
+def test_nms_and_decode_argument_errors():
+    boxes, scores = torch.zeros(5, 4), torch.zeros(5)
+    with pytest.raises(hk.KernelArgumentError, match=r"boxes must be float32, got torch float64\[5, 4\]"):
+        hk.nms(boxes.double(), scores, 0.5)
+    with pytest.raises(hk.KernelArgumentError, match=r"boxes must have shape \(n, 4\) or \(batch, n, 4\), got .*\[5, 5\]"):
+        hk.nms(torch.zeros(5, 5), scores, 0.5)
+    with pytest.raises(hk.KernelArgumentError, match=r"scores must have shape \[5\] \(one per box\), got .*\[4\]"):
+        hk.nms(boxes, torch.zeros(4), 0.5)
+    with pytest.raises(hk.KernelArgumentError, match="iou_threshold must be a number"):
+        hk.nms(boxes, scores, "high")
+    with pytest.raises(hk.KernelArgumentError, match=r"idxs must be int64 .* of shape \[5\]"):
+        hk.batched_nms(boxes, scores, torch.zeros(5), 0.5)
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.nms(boxes, scores, 0.5)
+    with pytest.raises(hk.KernelArgumentError, match=r"anchors must be float32 of shape \(5, 4\)"):
+        hk.decode_boxes(boxes, torch.zeros(4, 4))
+    with pytest.raises(hk.KernelArgumentError, match="at least 4 columns"):
+        hk.decode_boxes(torch.zeros(5, 3))
+    with pytest.raises(hk.KernelArgumentError, match="weights must be 4 non-zero"):
+        hk.decode_boxes(boxes, weights=(1, 1, 0, 1))
+    assert {"nms", "decode_boxes"} <= set(hk.available().op)
+
+
+def test_transpose_and_reduction_argument_errors():
+    with pytest.raises(hk.KernelArgumentError, match=r"4-D needs layout"):
+        hk.transpose(torch.zeros(2, 3, 4, 5))
+    with pytest.raises(hk.KernelArgumentError, match=r"layout NCHW->NHWC needs a 4-D x \(NCHW\), got torch float32\[2, 3\]"):
+        hk.transpose(torch.zeros(2, 3), "NCHW->NHWC")
+    with pytest.raises(hk.KernelArgumentError, match="layout must be one of"):
+        hk.transpose(torch.zeros(2, 3, 4, 5), "NCHW->CHWN")
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.transpose(torch.zeros(2, 3))
+    with pytest.raises(hk.KernelArgumentError, match=r"float32, float16 or bfloat16, got torch int32"):
+        hk.row_sum(torch.zeros(2, 3, dtype=torch.int32))
+    with pytest.raises(hk.KernelArgumentError, match="last dimension of x is empty"):
+        hk.row_max(torch.zeros(2, 0))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.row_max(torch.zeros(2, 3))
+
+
+def test_attention_argument_errors():
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(hk.KernelArgumentError, match=r"float16 or bfloat16, got q torch float32\[1, 2, 8, 64\]"):
+        hk.attention(q.float(), q, q)
+    with pytest.raises(hk.KernelArgumentError, match="share one dtype"):
+        hk.attention(q, q.bfloat16(), q)
+    with pytest.raises(hk.KernelArgumentError, match=r"head dimension must be one of \(64, 128\), got q .*\[1, 2, 8, 96\]"):
+        hk.attention(*(torch.zeros(1, 2, 8, 96, dtype=torch.float16),) * 3)
+    with pytest.raises(hk.KernelArgumentError, match=r"q must have shape \(batch, heads, seq, d\)"):
+        hk.attention(q[0], q[0], q[0])
+    with pytest.raises(hk.KernelArgumentError, match=r"k and v must match q's batch, heads"):
+        hk.attention(q, torch.zeros(1, 3, 8, 64, dtype=torch.float16), torch.zeros(1, 3, 8, 64, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
+        hk.attention(q, q, q)
+    with pytest.raises(hk.KernelArgumentError, match=r"block_m must be one of \(64, 128\), got 32"):
+        hk.attention(q, q, q, block_m=32)
+    with pytest.raises(hk.KernelArgumentError, match="kv_offsets needs offsets"):
+        hk.attention(q, q, q, kv_offsets=torch.zeros(2, dtype=torch.int32))
+
+
+def test_attention_declared_work():
+    from hookmagic.kernels.attention import _pairs
+    assert _pairs(4, 4, False) == 16 and _pairs(4, 4, True) == 10
+    assert _pairs(3, 5, True) == 1 + 2 + 3 and _pairs(5, 3, True) == 1 + 2 + 3 + 3 + 3
+
+
+def test_conv_argument_errors_and_weight_packing():
+    x = torch.zeros(1, 8, 8, 16, dtype=torch.float16)
+    with pytest.raises(hk.KernelArgumentError, match=r"x must be float16 or bfloat16, got torch float32"):
+        hk.conv2d(x.float(), torch.zeros(8, 16, 3, 3))
+    with pytest.raises(hk.KernelArgumentError, match=r"w must be \(K, 16, R, R\) with R 1 or 3.*\[8, 16, 5, 5\]"):
+        hk.conv2d(x, torch.zeros(8, 16, 5, 5, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="multiples of 8"):
+        hk.conv2d(torch.zeros(1, 8, 8, 3, dtype=torch.float16), torch.zeros(8, 3, 3, 3, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="stride must be 1 or 2, got 3"):
+        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16), stride=3)
+    with pytest.raises(hk.KernelArgumentError, match="needs kernel_size 1 or 3"):
+        hk.conv2d(x, torch.zeros(144, 8, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="must be on one CUDA device|same kind of array on one CUDA device"):
+        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match=r"w must be float16\[16, 1, 3, 3\]"):
+        hk.depthwise_conv2d(x, torch.zeros(16, 1, 5, 5, dtype=torch.float16))
+    w = torch.arange(8 * 16 * 3 * 3, dtype=torch.float32).reshape(8, 16, 3, 3)
+    p = hk.pack_conv_weight(w)
+    # row (r*S + s)*C + c, column k holds w[k, c, r, s]
+    assert p.shape == (144, 8) and p[(1 * 3 + 2) * 16 + 5, 7] == w[7, 5, 1, 2]
