@@ -25,7 +25,7 @@ RECORDINGS = ["mlp_training", "resnet18_inference_churn", "cupy_pipeline"]
 
 
 def _library(filename: str) -> bool:
-    return "/site-packages/" in filename or filename == "<module>"
+    return "/site-packages/" in filename or filename == "<module>" or "/hookmagic/" in filename
 
 
 def reference(trace: Trace) -> dict:

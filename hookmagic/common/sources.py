@@ -34,6 +34,9 @@ _LIBRARY = re.compile(
     r"[/\\](site-packages|dist-packages)[/\\]"         # installed packages
     r"|[/\\]lib[/\\](pypy|python)\d(\.\d+)?[/\\]"      # the standard library
     r"|^<frozen |^<__array_function__|^<built-in"
+    # hookmagic's own package wherever it was installed when the trace was recorded
+    r"|[/\\]hookmagic[/\\](?:(?:analysis|common|cupti|distributed|exporters|importers|kernels|layers|memory"
+    r"|pipeline|sched|trace|traceset|views)[/\\])?[A-Za-z_]\w*\.py$"
     # relative paths, as torch.profiler (Kineto) names frames: the well-known frameworks
     r"|^(torch|torchvision|torchaudio|functorch|triton|numpy|cupy|cupyx|jax|jaxlib|tensorflow"
     r"|keras|transformers|accelerate|apex|onnxruntime|tensorrt|lightning|pytorch_lightning)[/\\]")
