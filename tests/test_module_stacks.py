@@ -66,3 +66,27 @@ def test_backward_kernels_get_a_backward_of_module_frame():
     assert len(frames) == len(RAW) + 1
     assert (frames.filename.iloc[-1], frames.function.iloc[-1]) == (
         MODULE_FILE, "backward of layer1.0.conv1 (Conv2d)")
+
+
+def test_repeated_calls_share_one_rewritten_stack():
+    """Twenty iterations of the same call path give one rewritten stack, not one per kernel
+    (building one per kernel made a ResNet-50 capture 40x slower on an H200)."""
+    rid, names, parents, kernel_ranges = [], [], [], []
+    for it in range(20):
+        outer, inner = 2 * it + 1, 2 * it + 2
+        rid += [outer, inner]
+        names += ["ResNet", "layer1.0.conv1 (Conv2d)"]
+        parents += [-1, outer]
+        kernel_ranges += [inner, inner]
+    tables = _tables([])
+    tables["ranges"] = pd.DataFrame({"range_id": rid, "name": names, "parent_id": parents,
+                                     "source": "module"})
+    tables["kernels"] = pd.DataFrame({"stack_id": [0] * len(kernel_ranges), "range_id": kernel_ranges})
+    assert module_stacks(tables) == 40
+    assert tables["kernels"].stack_id.nunique() == 1
+    assert tables["stacks"].stack_id.nunique() == 2  # the raw stack and its one rewrite
+
+
+def test_no_kernels_is_fine():
+    tables = _tables([])
+    assert module_stacks(tables) == 0
