@@ -26,6 +26,7 @@ from pathlib import Path
 #: hookmagic configurations: column name -> capture options
 CONFIGS = {
     "defaults": {},
+    "no_module_names": {"module_names": False},  # what naming nn.Modules in stacks costs
     "lite": {"lite": True},
     "lite_no_callbacks": {"lite": True, "callbacks": False},
 }
@@ -286,22 +287,29 @@ def write_tables(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
         "memory (CUPTI's callback API only for cuMemMap/cuMemUnmap); \"lite, no callbacks\" is "
         "`capture(lite=True, callbacks=False)`. lite − floor is the issue-10 target (≤ 0.03x).",
         "",
-        "| workload | processes | no capture (ms) | %%cudahook defaults, x | --lite, x | "
+        "| workload | processes | no capture (ms) | %%cudahook defaults, x | "
+        "defaults without module names, x | --lite, x | "
         "lite, no callbacks, x | CUPTI kernel records alone, x | + no-op launch callbacks, x | "
         "lite − floor | torch.profiler CPU+CUDA, x | torch.profiler CUDA only, x | "
         "torch CPU+CUDA added ÷ defaults added | torch CUDA-only added ÷ lite added | "
         "first capture in a process, x | kernels |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, g in df.groupby("workload", sort=False):
         lines.append(
             f"| {WORKLOADS.get(name, name)} | {len(g)} | {_span(g.baseline_s * 1e3, 1)} | "
-            f"{_span(g.defaults_x)} | {_span(g.lite_x)} | {_span(g.lite_no_callbacks_x)} | "
+            f"{_span(g.defaults_x)} | {_span(g.no_module_names_x)} | {_span(g.lite_x)} | {_span(g.lite_no_callbacks_x)} | "
             f"{_span(g.cupti_activity_x)} | {_span(g.cupti_callbacks_x)} | "
             f"{_span(g.lite_minus_floor_x)} | {_span(g.torch_profiler_x, 2)} | "
             f"{_span(g.torch_cuda_only_x, 2)} | {_span(g.less_added_time_x, 1)} | "
             f"{_span(g.cuda_only_vs_lite_x, 1)} | {_span(g.first_capture_x)} | "
             f"{_span(g.kernels, 0)} |")
+    lines += ["", "Where a default capture's own time goes (last default capture of each process, "
+              "ms):", ""]
+    for r in rows:
+        parts = r.get("overhead_ms") or {}
+        shown = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in parts.items())
+        lines.append(f"- {r['workload']} process {r.get('process', 0) + 1}: {shown}")
     lines += ["", "Where a lite capture's own time goes (last lite capture of each process, ms; "
               "start/stop include CUPTI's attach and finalize, take/build are hookmagic's "
               "tables):", ""]
