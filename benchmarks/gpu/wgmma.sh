@@ -39,7 +39,7 @@ else   # the probe failed: every test, but stop early, and show the first failur
   timeout 40 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" --maxfail=6 -k "128-256-64 or 17-255-33 or epilogues" \
     tests/gpu/test_wgmma_gpu.py >"$OUT/pytest_wgmma.txt" 2>&1 || { echo "FAILED: pytest"; fail=1; }
 fi
-grep -E "passed|failed|error|wrong|C\[|blocks|mod 64" "$OUT/pytest_wgmma.txt" | head -60
+grep -E "passed|failed|skipped|rror|wrong|C\[|blocks|mod 64" "$OUT/pytest_wgmma.txt" | head -60
 
 step "benchmark: wgmma vs mma vs cuBLAS, 4096^3 and 8192^3 (3 fresh processes)"
 cases="f16:mma,bf16:mma,f16:wgmma,bf16:wgmma"
