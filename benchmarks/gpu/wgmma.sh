@@ -7,6 +7,7 @@
 #   3. correctness tests (tests/gpu/test_wgmma_gpu.py) against torch, odd shapes included
 #   4. wgmma vs mma vs cuBLAS at 4096^3 and 8192^3, FP16 and BF16, 3 fresh processes
 #      (without the wgmma cases when the probe found it wrong, so the mma baseline still comes back)
+#   5. mma.sync candidate configurations (kernels/gemm_mma_tuned.cu) vs cuBLAS, to pick the next "mma"
 set -u
 OUT=${OUT:-/tmp/hookmagic-out}
 mkdir -p "$OUT"
@@ -47,6 +48,10 @@ cases="f16:mma,bf16:mma,f16:wgmma,bf16:wgmma"
 timeout 55 python3 benchmarks/bench_kernels.py --processes 3 --sections gemm --shapes 4096,8192 --cases "$cases" \
   --out "$OUT/bench" >"$OUT/bench.txt" 2>&1 || { echo "FAILED: benchmark"; fail=1; }
 grep -E "^\| |FAILED|Error" "$OUT/bench.txt" | tail -20
+
+step "mma.sync candidates (kernels/gemm_mma_tuned.cu) vs cuBLAS, FP16, one process"
+timeout 35 python3 benchmarks/gpu/mma_candidates.py --shapes 4096,8192 --dtypes f16 >"$OUT/mma_candidates.txt" 2>&1 || { echo "FAILED: mma candidates"; fail=1; }
+cat "$OUT/mma_candidates.txt" | tail -25
 
 step "done, fail=$fail"
 exit $fail
