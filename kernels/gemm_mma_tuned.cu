@@ -3,7 +3,7 @@
 // ldmatrix from padded (bank-conflict-free) shared memory, a STAGES-deep cp.async pipeline, a 1-D
 // grid walked in groups of 8 tile rows (L2 reuse). A is M x K row-major, B is K x N row-major.
 // Block tile BM x BN x BK, WARPS_M x WARPS_N warps, each computing (BM/WARPS_M) x (BN/WARPS_N).
-// Any M, N, K (edge tiles zero-filled). benchmarks/gpu/mma_candidates.py measures the configurations
+// Any M, N, K (edge tiles zero-filled). benchmarks/gpu/gemm_candidates.py measures the configurations
 // against cuBLAS on the GPU machine; the best becomes gemm(variant="mma").
 #include "tc_common.cuh"
 

@@ -271,12 +271,133 @@ __device__ __forceinline__ void hm_gemm_wgmma(const HmTensorMap* tmA, const HmTe
     }
   }
 }
+// Tile `tile` of the grouped order -> its first row and column.
+__device__ __forceinline__ void hm_wg_tile(int tile, int tiles_m, int tiles_n, int& m0, int& n0) {
+  const int per_group = WG_GROUP_M * tiles_n;
+  const int first_m = (tile / per_group) * WG_GROUP_M;
+  const int gsize = min(tiles_m - first_m, WG_GROUP_M);
+  m0 = (first_m + (tile % per_group) % gsize) * WG_BM;
+  n0 = ((tile % per_group) / gsize) * WG_BN;
+}
+
+// Persistent schedule: gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x.
+// The producer runs ahead into the next tile while the consumers store this one, so the epilogue
+// (straight from registers: the stages stay in use) overlaps the next tile's first loads.
+template <typename T, int B_KMAJOR>
+__device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                         T* __restrict__ C, const T* __restrict__ bias,
+                                                         const T* __restrict__ residual, int M, int N, int K,
+                                                         int act, int vec) {
+  extern __shared__ unsigned char hm_wg_smem_raw[];
+  const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
+  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;
+  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
+  const int ktiles = (K + WG_BK - 1) / WG_BK;
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < WG_STAGES; ++s) {
+      hm_mbar_init(bars + 8 * s, 1);
+      hm_mbar_init(bars + 8 * (WG_STAGES + s), 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
+      unsigned it = 0;
+      for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        int m0, n0;
+        hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1u;
+          hm_mbar_wait(bars + 8 * (WG_STAGES + s), phase ^ 1u);
+          const unsigned full = bars + 8 * s;
+          hm_mbar_expect_tx(full, WG_STAGE_BYTES);
+          hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
+          if (B_KMAJOR) {
+            hm_tma_load_2d(sB + s * WG_B_BYTES, tmB, kt * WG_BK, n0, full);
+          } else {
+#pragma unroll
+            for (int i = 0; i < WG_BN / 64; ++i)
+              hm_tma_load_2d(sB + s * WG_B_BYTES + i * (64 * WG_BK * 2), tmB, n0 + 64 * i, kt * WG_BK, full);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1;
+  const bool leader = threadIdx.x % 128 == 0;
+  const bool plain = !bias && !residual && act == 0;
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  unsigned it = 0;
+  float d[128];
+  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    int m0, n0;
+    hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const unsigned s = it % WG_STAGES;
+      hm_mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1u);
+      const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
+      const unsigned b0 = sB + s * WG_B_BYTES;
+      hm_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < WG_BK / 16; ++kk) {
+        const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
+        unsigned long long db;
+        if (B_KMAJOR) db = hm_desc(b0 + kk * 32, 16, 1024);
+        else db = hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
+        hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
+      }
+      hm_wgmma_commit();
+      hm_wgmma_wait<1>();
+      if (kt > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
+    }
+    hm_wgmma_wait<0>();
+    if (ktiles > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
+    // epilogue from registers: thread holds rows r0, r0 + 8 and column pairs c0 + 8j
+    const int r0 = m0 + cw * 64 + warp * 16 + lane / 4, c0 = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h, c = c0 + 8 * j;
+        if (r >= M || c >= N) continue;
+        float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+        if (!plain) {
+          v0 = hm_epilogue(v0, r, c, N, bias, residual, act);
+          if (c + 1 < N) v1 = hm_epilogue(v1, r, c + 1, N, bias, residual, act);
+        }
+        T* out = C + (size_t)r * N + c;
+        if (vec && c + 1 < N) {
+          __align__(4) T p[2] = {hm_from_f<T>(v0), hm_from_f<T>(v1)};
+          *reinterpret_cast<unsigned*>(out) = *reinterpret_cast<const unsigned*>(p);
+        } else {
+          out[0] = hm_from_f<T>(v0);
+          if (c + 1 < N) out[1] = hm_from_f<T>(v1);
+        }
+      }
+    }
+  }
+}
 #endif  // HM_WGMMA_BODY
 
 #ifdef HM_WGMMA_BODY
 #define HM_WG_CALL(T, BK) hm_gemm_wgmma<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
+#define HM_WG_CALL_P(T, BK) hm_gemm_wgmma_persistent<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #else
 #define HM_WG_CALL(T, BK) ((void)0)
+#define HM_WG_CALL_P(T, BK) ((void)0)
 #endif
 
 // Entry points: gemm_wgmma_<dtype> takes B as K x N row-major; gemm_wgmma_<dtype>_bt as N x K row-major.
@@ -300,3 +421,15 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_bf16_bt(
     const __nv_bfloat16* bias, const __nv_bfloat16* residual, int M, int N, int K, int act, int vec) {
   HM_WG_CALL(__nv_bfloat16, 1);
 }
+
+// Persistent schedule (grid = one block per SM): gemm_wgmma_<dtype>_p and _bt_p.
+#define HM_WG_PERSISTENT_ENTRY(NAME, T, BK)                                                                     \
+  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
+      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
+      const T* residual, int M, int N, int K, int act, int vec) {                                             \
+    HM_WG_CALL_P(T, BK);                                                                                       \
+  }
+HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_p, __half, 0)
+HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_bt_p, __half, 1)
+HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_p, __nv_bfloat16, 0)
+HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_bt_p, __nv_bfloat16, 1)

@@ -3,7 +3,7 @@ structured inputs that show WHERE a wrong element came from.
 
     python3 benchmarks/gpu/wgmma_probe.py            # GPU machine; prints one block per case
 
-Cases (FP16, one 128 x 256 tile and then a few tiles, both layouts of b):
+Cases (FP16, one 128 x 256 tile and then a few tiles, both layouts of b, both schedules):
 - ``random``: random A and B; max error against a float32 reference.
 - ``b-index``: A = [I I ...] (A[i, k] = 1 where k == i % K), B[k, n] = k (then = n % 64):
   C[i, j] must be i % K (then j % 64); a wrong value names the k (n) the kernel actually read.
@@ -20,6 +20,7 @@ import time
 import torch
 
 import hookmagic.kernels as hk
+from hookmagic.kernels import gemm_wgmma
 
 
 def show(label: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
@@ -58,11 +59,12 @@ def main() -> int:
                       for k, v in sorted(c.kernels.items())), flush=True)
     all_ok = True
     h = torch.float16
-    for layout in ("row_major", "column_major"):
+    for sched, layout in [(s, lay) for s in ("tiles", "persistent") for lay in ("row_major", "column_major")]:
+        gemm_wgmma.SCHEDULE = sched
         def mk_b(x: torch.Tensor) -> torch.Tensor:   # x is K x N
             return x.contiguous() if layout == "row_major" else x.t().contiguous().t()
         for (m, n, k) in [(128, 256, 64), (256, 512, 192), (200, 300, 100)]:
-            tag = f"{layout} {m}x{n}x{k}"
+            tag = f"{sched} {layout} {m}x{n}x{k}"
             torch.manual_seed(0)
             a = torch.randn(m, k, device="cuda", dtype=h)
             b = mk_b(torch.randn(k, n, device="cuda", dtype=h))

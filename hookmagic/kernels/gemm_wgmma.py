@@ -14,10 +14,11 @@ and the stores are guarded, so any M, N, K works.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 from hookmagic.kernels import registry, runtime, tma
-from hookmagic.kernels.errors import KernelsUnavailable
+from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
 from hookmagic.kernels.registry import KernelSpec, register
 
 BM, BN, BK, STAGES, THREADS = 128, 256, 64, 4, 384
@@ -30,6 +31,21 @@ SPEC = register(KernelSpec(
     description="Hopper (sm_90a only): wgmma m64n256k16 from shared memory, TMA loads with 128B swizzle, "
                 "4-stage mbarrier pipeline, producer + 2 consumer warpgroups, 128x256x64 tiles "
                 "(column-major b: gemm_wgmma_<dtype>_bt)"))
+
+
+#: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
+#: "persistent": one block per SM walking the tiles, the producer loading the next tile while the
+#: consumers store this one (epilogue straight from registers). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
+#: benchmarks/gpu/gemm_candidates.py measures both.
+SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
+_sm_count: dict[int, int] = {}
+
+
+def _sms(ordinal: int) -> int:
+    n = _sm_count.get(ordinal)
+    if n is None:
+        n = _sm_count[ordinal] = int(runtime.device(ordinal).properties.multiprocessor_count)
+    return n
 
 
 def _transposed(info: runtime.ArrayInfo) -> runtime.ArrayInfo:
@@ -89,9 +105,16 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
         name = SPEC.entries[ai.dtype]
         map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], k, b_t.shape[1] * 2, (64, BK))
     map_a = tma.encode_2d(a_t.ptr, ai.dtype, kpad, m, kpad * 2, (BK, BM))
+    tiles = -(-m // BM) * -(-n // BN)
+    if SCHEDULE == "persistent":
+        name += "_p"
+        grid = (min(tiles, _sms(ai.device)), 1, 1)
+    elif SCHEDULE == "tiles":
+        grid = (tiles, 1, 1)
+    else:
+        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles' or 'persistent'")
     kern = runtime.get_kernel(SPEC.family, name, ai.device, arch_specific=True)
     runtime.set_dynamic_smem(kern, SMEM_BYTES, ai.device)
-    grid = (-(-m // BM) * -(-n // BN), 1, 1)
     vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
     args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
             ctypes.c_void_p(res_i.ptr if res_i else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),

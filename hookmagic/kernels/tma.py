@@ -87,7 +87,8 @@ def _function(kernel: Any, ordinal: int) -> Any:
         else:
             kh = h if isinstance(h, driver.CUkernel) else driver.CUkernel(int(h))
             err, f = driver.cuKernelGetFunction(kh)
-            _check(err, "cuKernelGetFunction")
+            if int(err) != 0:   # cuLaunchKernel takes a CUkernel too (CUDA >= 12)
+                f = kh
         _functions[key] = f
     return f
 

@@ -1,6 +1,7 @@
-"""Which configuration of the mma.sync GEMM (kernels/gemm_mma_tuned.cu) is fastest on this GPU?
+"""Which configuration of the mma.sync GEMM (kernels/gemm_mma_tuned.cu), and which schedule of the
+wgmma GEMM (tiles / persistent, row- or column-major b), is fastest on this GPU?
 
-    python3 benchmarks/gpu/mma_candidates.py [--shapes 4096,8192] [--dtypes f16,bf16]   # GPU machine
+    python3 benchmarks/gpu/gemm_candidates.py [--shapes 4096,8192] [--dtypes f16,bf16]   # GPU machine
 
 Launches each candidate kernel directly (1-D grouped grid), checks it against a float32
 reference (and an odd shape, 1000 x 1000 x 1000, for the edge tiles), then times it with CUDA
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_kernels import _time  # noqa: E402
 
 import hookmagic.kernels as hk  # noqa: E402
-from hookmagic.kernels import build, runtime  # noqa: E402
+from hookmagic.kernels import build, gemm_wgmma, runtime  # noqa: E402
 
 _NAME = re.compile(r"gemm_mmat_(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)_(f16|bf16)$")
 
@@ -60,6 +61,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="4096,8192")
     ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--no-wgmma", action="store_true", help="leave out the wgmma schedules")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     cc = torch.cuda.get_device_capability()
@@ -98,6 +100,26 @@ def main() -> int:
                 t = _time(lambda name=name, cfg=cfg: launch(name, cfg, a, b))
                 print(f"  {name:40s} {flop / t / 1e12:6.0f} TFLOP/s {ref_s / t:6.1%} of cuBLAS  "
                       f"({info['registers']} regs, {cfg['smem'] // 1024} KiB smem, {cfg['threads']} threads)", flush=True)
+            if cc == (9, 0) and not args.no_wgmma:
+                exact = a.float() @ b.float()
+                tol = 2 * (a @ b).float().sub(exact).abs().max().item() + 2 ** -7 * exact.abs().max().item()
+                b_col = b.t().contiguous().t()
+                for sched in ("tiles", "persistent"):
+                    gemm_wgmma.SCHEDULE = sched
+                    for lay, bb in (("row-major b", b), ("column-major b", b_col)):
+                        label = f"wgmma {sched}, {lay}"
+                        try:
+                            err = (hk.gemm(a, bb, variant="wgmma").float() - exact).abs().max().item()
+                        except Exception as exc:
+                            print(f"  {label:40s} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                            continue
+                        if err > tol:
+                            print(f"  {label:40s} WRONG: max err {err:.4g} > {tol:.4g}", flush=True)
+                            continue
+                        t = _time(lambda bb=bb: hk.gemm(a, bb, variant="wgmma"))
+                        print(f"  {label:40s} {flop / t / 1e12:6.0f} TFLOP/s {ref_s / t:6.1%} of cuBLAS", flush=True)
+                gemm_wgmma.SCHEDULE = "tiles"
+                del exact, b_col
             del a, b
             torch.cuda.empty_cache()
     return 1 if bad else 0
