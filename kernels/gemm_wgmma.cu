@@ -32,7 +32,7 @@
 #define WG_A_BYTES (WG_BM * WG_BK * 2)                 // 16 KiB
 #define WG_B_BYTES (WG_BN * WG_BK * 2)                 // 32 KiB
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
-#define WG_EPI_LD (WG_BN + 4)                          // floats per row of the epilogue's staging tile
+#define WG_EPI_LD (WG_BN + 8)                          // floats per row of the staging tile (float2 writes conflict-free)
 #define WG_GROUP_M 8
 // dynamic shared memory: 1 KiB of alignment slack, the stages, then 2 * STAGES mbarriers
 #define WG_SMEM_BYTES (1024 + WG_STAGES * WG_STAGE_BYTES + 2 * WG_STAGES * 8)
@@ -390,12 +390,176 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
     }
   }
 }
+// ---- cluster of 2 CTAs along M sharing B: each CTA loads half of the B tile and multicasts it ----
+__device__ __forceinline__ unsigned hm_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void hm_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster
+__device__ __forceinline__ void hm_mbar_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
+}
+__device__ __forceinline__ void hm_mbar_wait_cluster(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+// TMA load written to the same offset in every CTA of `mask`, completing bytes on each one's mbarrier
+__device__ __forceinline__ void hm_tma_load_2d_mc(unsigned dst, const HmTensorMap* map, int c0, int c1, unsigned bar,
+                                                  unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;\n"
+               ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+               : "memory");
+}
+
+// Like hm_gemm_wgmma (one tile per CTA, staged epilogue), launched as clusters of 2 CTAs holding
+// tiles (2p, n) and (2p + 1, n): B's 256 x 64 tile per stage is loaded half by each CTA and
+// multicast to both, halving B's L2 traffic. A stage is refilled only when the consumers of both
+// CTAs have released it (empty barriers count 4 arrivals: 2 local, 2 remote). For K-major B the
+// tensor map's box is 64 x 128 (half a tile), for N-major B each CTA loads two of the four 64-column boxes.
+template <typename T, int B_KMAJOR>
+__device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const HmTensorMap* tmB, T* __restrict__ C,
+                                                 const T* __restrict__ bias, const T* __restrict__ residual,
+                                                 int M, int N, int K, int act, int vec) {
+  extern __shared__ unsigned char hm_wg_smem_raw[];
+  const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;   // same offset in both CTAs (same kernel, same layout)
+  unsigned char* gbase = hm_wg_smem_raw + (base - raw);
+  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
+  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;
+  const unsigned rank = hm_cluster_rank(), peer = rank ^ 1u;
+
+  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+  const int pairs_m = (tiles_m + 1) / 2, group = WG_GROUP_M / 2;
+  const int pid = blockIdx.x / 2, per_group = group * tiles_n;
+  const int first_p = (pid / per_group) * group;
+  const int gsize = min(pairs_m - first_p, group);
+  const int tm = 2 * (first_p + (pid % per_group) % gsize) + (int)rank, tn = (pid % per_group) / gsize;
+  const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // m0 may be past M (odd tile count): loads zeros, stores nothing
+  const int ktiles = (K + WG_BK - 1) / WG_BK;
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < WG_STAGES; ++s) {
+      hm_mbar_init(bars + 8 * s, 1);
+      hm_mbar_init(bars + 8 * (WG_STAGES + s), 4);   // 2 consumer warpgroups x 2 CTAs
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  hm_cluster_sync();   // both CTAs' barriers exist before any multicast or remote arrive
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % WG_STAGES;
+        hm_mbar_wait_cluster(bars + 8 * (WG_STAGES + s), ((unsigned)(kt / WG_STAGES) & 1u) ^ 1u);
+        const unsigned full = bars + 8 * s;
+        hm_mbar_expect_tx(full, WG_STAGE_BYTES);           // own A + both halves of B
+        hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
+        if (B_KMAJOR) {
+          hm_tma_load_2d_mc(sB + s * WG_B_BYTES + rank * (WG_B_BYTES / 2), tmB, kt * WG_BK, n0 + (int)rank * (WG_BN / 2),
+                            full, (unsigned short)3);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int box = 2 * (int)rank + i;
+            hm_tma_load_2d_mc(sB + s * WG_B_BYTES + box * (64 * WG_BK * 2), tmB, n0 + 64 * box, kt * WG_BK, full,
+                              (unsigned short)3);
+          }
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1;
+    const bool leader = threadIdx.x % 128 == 0;
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      const int s = kt % WG_STAGES;
+      hm_mbar_wait(bars + 8 * s, (unsigned)(kt / WG_STAGES) & 1u);
+      const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
+      const unsigned b0 = sB + s * WG_B_BYTES;
+      hm_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < WG_BK / 16; ++kk) {
+        const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
+        unsigned long long db;
+        if (B_KMAJOR) db = hm_desc(b0 + kk * 32, 16, 1024);
+        else db = hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
+        hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
+      }
+      hm_wgmma_commit();
+      hm_wgmma_wait<1>();
+      if (kt > 0 && leader) {
+        const unsigned e = bars + 8 * (WG_STAGES + (kt - 1) % WG_STAGES);
+        hm_mbar_arrive(e);
+        hm_mbar_arrive_cluster(e, peer);
+      }
+    }
+    hm_wgmma_wait<0>();
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    float* stage = reinterpret_cast<float*>(gbase);
+    {
+      const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+      const int r0 = cw * 64 + warp * 16 + lane / 4, c0 = 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < WG_BN / 8; ++j) {
+        *reinterpret_cast<float2*>(&stage[r0 * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<float2*>(&stage[(r0 + 8) * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+      }
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    const bool plain = !bias && !residual && act == 0;
+    const int ct = threadIdx.x - 128;
+#pragma unroll 1
+    for (int i = ct; i < WG_BM * (WG_BN / 8); i += 256) {
+      const int r = i / (WG_BN / 8), c = (i % (WG_BN / 8)) * 8;
+      const int gr = m0 + r, gc = n0 + c;
+      if (gr >= M || gc >= N) continue;
+      const float4 lo = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c]);
+      const float4 hi = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c + 4]);
+      float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      if (!plain) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (gc + e < N) v[e] = hm_wg_epilogue(v[e], gr, gc + e, N, bias, residual, act);
+      }
+      T* out = C + (size_t)gr * N + gc;
+      if (vec && gc + 8 <= N) {
+        __align__(16) T h[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) h[e] = hm_from_f<T>(v[e]);
+        *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(h);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (gc + e < N) out[e] = hm_from_f<T>(v[e]);
+      }
+    }
+  }
+  hm_cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
+}
 #endif  // HM_WGMMA_BODY
 
 #ifdef HM_WGMMA_BODY
 #define HM_WG_CALL(T, BK) hm_gemm_wgmma<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #define HM_WG_CALL_P(T, BK) hm_gemm_wgmma_persistent<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
+#define HM_WG_CALL_C2(T, BK) hm_gemm_wgmma_c2<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #else
+#define HM_WG_CALL_C2(T, BK) ((void)0)
 #define HM_WG_CALL(T, BK) ((void)0)
 #define HM_WG_CALL_P(T, BK) ((void)0)
 #endif
@@ -433,3 +597,20 @@ HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_p, __half, 0)
 HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_bt_p, __half, 1)
 HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_p, __nv_bfloat16, 0)
 HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_bt_p, __nv_bfloat16, 1)
+
+// Clusters of 2 CTAs along M sharing B by multicast (grid = 2 x ceil(tiles_m / 2) x tiles_n): _c2.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define HM_CLUSTER2 __cluster_dims__(2, 1, 1)
+#else
+#define HM_CLUSTER2
+#endif
+#define HM_WG_CLUSTER_ENTRY(NAME, T, BK)                                                                       \
+  extern "C" __global__ void HM_CLUSTER2 __launch_bounds__(WG_THREADS, 1) NAME(                 \
+      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
+      const T* residual, int M, int N, int K, int act, int vec) {                                             \
+    HM_WG_CALL_C2(T, BK);                                                                                      \
+  }
+HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_c2, __half, 0)
+HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_bt_c2, __half, 1)
+HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_c2, __nv_bfloat16, 0)
+HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_bt_c2, __nv_bfloat16, 1)

@@ -34,7 +34,7 @@ def _ptx(arch: str) -> str:
 
 def test_compiles_for_sm90a_without_spills(cache):
     c = build.compile_family("gemm_wgmma", "sm_90a")
-    names = {f"gemm_wgmma_{t}{b}{p}" for t in ("f16", "bf16") for b in ("", "_bt") for p in ("", "_p")}
+    names = {f"gemm_wgmma_{t}{b}{p}" for t in ("f16", "bf16") for b in ("", "_bt") for p in ("", "_p", "_c2")}
     assert set(c.kernels) == names
     for info in c.kernels.values():
         # 384 threads, one block per SM: at most 65536 / 384 = 170 registers (ptxas rounds to 168)

@@ -61,7 +61,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="4096,8192")
     ap.add_argument("--dtypes", default="f16,bf16")
-    ap.add_argument("--no-wgmma", action="store_true", help="leave out the wgmma schedules")
+    ap.add_argument("--schedules", default="tiles,persistent,cluster2",
+                    help="wgmma schedules to time (comma-separated; empty: none)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     cc = torch.cuda.get_device_capability()
@@ -100,11 +101,12 @@ def main() -> int:
                 t = _time(lambda name=name, cfg=cfg: launch(name, cfg, a, b))
                 print(f"  {name:40s} {flop / t / 1e12:6.0f} TFLOP/s {ref_s / t:6.1%} of cuBLAS  "
                       f"({info['registers']} regs, {cfg['smem'] // 1024} KiB smem, {cfg['threads']} threads)", flush=True)
-            if cc == (9, 0) and not args.no_wgmma:
+            schedules = [x for x in args.schedules.split(",") if x]
+            if cc == (9, 0) and schedules:
                 exact = a.float() @ b.float()
                 tol = 2 * (a @ b).float().sub(exact).abs().max().item() + 2 ** -7 * exact.abs().max().item()
                 b_col = b.t().contiguous().t()
-                for sched in ("tiles", "persistent"):
+                for sched in schedules:
                     gemm_wgmma.SCHEDULE = sched
                     for lay, bb in (("row-major b", b), ("column-major b", b_col)):
                         label = f"wgmma {sched}, {lay}"

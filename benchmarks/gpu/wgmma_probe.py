@@ -1,9 +1,14 @@
 """First look at gemm(variant="wgmma") on an sm_90 GPU: one launch per case, each checked, with
 structured inputs that show WHERE a wrong element came from.
 
-    python3 benchmarks/gpu/wgmma_probe.py            # GPU machine; prints one block per case
+    python3 benchmarks/gpu/wgmma_probe.py [--good-file F]   # GPU machine; one block per case
+    python3 benchmarks/gpu/wgmma_probe.py --schedule tiles  # one schedule, in this process
 
-Cases (FP16, one 128 x 256 tile and then a few tiles, both layouts of b, both schedules):
+Each schedule runs in its own process under a 20 s timeout, so a hang or a crash (which spoils
+the CUDA context) of one schedule does not hide the others; --good-file gets the comma-separated
+schedules that passed every case.
+
+Cases (FP16, one 128 x 256 tile and then a few tiles, both layouts of b, every schedule):
 - ``random``: random A and B; max error against a float32 reference.
 - ``b-index``: A = [I I ...] (A[i, k] = 1 where k == i % K), B[k, n] = k (then = n % 64):
   C[i, j] must be i % K (then j % 64); a wrong value names the k (n) the kernel actually read.
@@ -14,6 +19,8 @@ launch (CUDA events) so a hang or a slow path shows. Exit status 1 if any case i
 """
 from __future__ import annotations
 
+import argparse
+import subprocess
 import sys
 import time
 
@@ -48,22 +55,54 @@ def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, float]:
     return c, s.elapsed_time(e)
 
 
+SCHEDULES = ("tiles", "persistent", "cluster2")
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--schedule", choices=SCHEDULES)
+    ap.add_argument("--good-file")
+    args = ap.parse_args()
+    if args.schedule:
+        return probe(args.schedule)
+    good = []
+    for sched in SCHEDULES:
+        t0 = time.time()
+        try:
+            r = subprocess.run([sys.executable, __file__, "--schedule", sched], capture_output=True, text=True, timeout=20)
+            out, rc = r.stdout + r.stderr, r.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            rc = "TIMEOUT (a hang?)"
+        print(f"=== schedule {sched}: rc={rc} in {time.time() - t0:.1f}s", flush=True)
+        print(out.rstrip()[-6000:], flush=True)
+        if rc == 0:
+            good.append(sched)
+    print(f"schedules that passed: {','.join(good) or 'none'}", flush=True)
+    if args.good_file:
+        with open(args.good_file, "w") as f:
+            f.write(",".join(good))
+    return 0 if len(good) == len(SCHEDULES) else 1
+
+
+def probe(sched: str) -> int:
+    gemm_wgmma.SCHEDULE = sched
     dev = torch.cuda.get_device_properties(0)
     print(f"device {dev.name} sm_{dev.major}{dev.minor}, torch {torch.__version__}", flush=True)
     t0 = time.time()
     from hookmagic.kernels import build
     c = build.compile_family("gemm_wgmma", "sm_90a")
-    print(f"compiled gemm_wgmma for sm_90a in {time.time() - t0:.2f}s (cached={c.from_cache}): "
-          + ", ".join(f"{k} {v['registers']} regs, spills {v['spill_store_bytes']}/{v['spill_load_bytes']}"
-                      for k, v in sorted(c.kernels.items())), flush=True)
+    regs = sorted({v["registers"] for v in c.kernels.values()})
+    spills = sum(v["spill_store_bytes"] + v["spill_load_bytes"] for v in c.kernels.values())
+    print(f"compiled gemm_wgmma for sm_90a in {time.time() - t0:.2f}s (cached={c.from_cache}): {len(c.kernels)} "
+          f"kernels, registers {regs}, spill bytes {spills}", flush=True)
     all_ok = True
     h = torch.float16
-    for sched, layout in [(s, lay) for s in ("tiles", "persistent") for lay in ("row_major", "column_major")]:
-        gemm_wgmma.SCHEDULE = sched
+    for layout in ("row_major", "column_major"):
         def mk_b(x: torch.Tensor) -> torch.Tensor:   # x is K x N
             return x.contiguous() if layout == "row_major" else x.t().contiguous().t()
-        for (m, n, k) in [(128, 256, 64), (256, 512, 192), (200, 300, 100)]:
+        # one tile; a few tiles with K < stages; odd sizes; 16 k-steps (the ring wraps); > 132 tiles
+        for (m, n, k) in [(128, 256, 64), (256, 512, 192), (200, 300, 100), (384, 768, 1024), (2048, 4096, 512)]:
             tag = f"{sched} {layout} {m}x{n}x{k}"
             torch.manual_seed(0)
             a = torch.randn(m, k, device="cuda", dtype=h)

@@ -35,7 +35,9 @@ SPEC = register(KernelSpec(
 
 #: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
 #: "persistent": one block per SM walking the tiles, the producer loading the next tile while the
-#: consumers store this one (epilogue straight from registers). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
+#: consumers store this one (epilogue straight from registers); "cluster2": like "tiles", launched
+#: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
+#: (TMA .multicast::cluster). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
 #: benchmarks/gpu/gemm_candidates.py measures both.
 SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
 _sm_count: dict[int, int] = {}
@@ -99,7 +101,8 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     if k_major:
         b_t = _tma_ready(bt)                                    # N x K(pad) row-major
         name = SPEC.entries[ai.dtype] + "_bt"
-        map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], n, b_t.shape[1] * 2, (BK, BN))
+        box_n = BN // 2 if SCHEDULE == "cluster2" else BN       # a cluster's CTAs load half each
+        map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], n, b_t.shape[1] * 2, (BK, box_n))
     else:
         b_t = _tma_ready(runtime.contiguous(bi))                # K x N(pad) row-major
         name = SPEC.entries[ai.dtype]
@@ -109,10 +112,13 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     if SCHEDULE == "persistent":
         name += "_p"
         grid = (min(tiles, _sms(ai.device)), 1, 1)
+    elif SCHEDULE == "cluster2":
+        name += "_c2"
+        grid = (2 * -(-m // (2 * BM)) * -(-n // BN), 1, 1)
     elif SCHEDULE == "tiles":
         grid = (tiles, 1, 1)
     else:
-        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles' or 'persistent'")
+        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent' or 'cluster2'")
     kern = runtime.get_kernel(SPEC.family, name, ai.device, arch_specific=True)
     runtime.set_dynamic_smem(kern, SMEM_BYTES, ai.device)
     vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
