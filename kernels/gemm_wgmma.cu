@@ -454,6 +454,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  __syncwarp();        // barrier.cluster is .aligned: converge the warp first
   hm_cluster_sync();   // both CTAs' barriers exist before any multicast or remote arrive
 
   if (wg == 0) {
@@ -550,6 +551,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
       }
     }
   }
+  __syncwarp();
   hm_cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
 }
 #endif  // HM_WGMMA_BODY
