@@ -22,6 +22,7 @@ _lock = threading.Lock()
 _maps: OrderedDict[tuple, Any] = OrderedDict()
 _MAX_MAPS = 256
 _functions: dict[tuple[int, int], Any] = {}
+_smem_allowed: dict[tuple[int, int], int] = {}
 
 
 def _driver() -> Any:
@@ -107,7 +108,14 @@ def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], b
         else:
             raise TypeError(f"kernel argument {a!r}: pass a CUtensorMap or a ctypes scalar")
     params = (ctypes.c_void_p * len(addrs))(*addrs)
-    (err,) = driver.cuLaunchKernel(_function(kernel, ordinal), *grid, *block, smem, driver.CUstream(stream),
+    f = _function(kernel, ordinal)
+    if smem > 48 * 1024 and _smem_allowed.get((id(kernel), ordinal), 0) < smem and isinstance(f, driver.CUfunction):
+        # the CUkernel's attribute (runtime.set_dynamic_smem) should carry over; set it on the function too
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = driver.cuFuncSetAttribute(f, attr, smem)
+        _check(err, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem})")
+        _smem_allowed[(id(kernel), ordinal)] = smem
+    (err,) = driver.cuLaunchKernel(f, *grid, *block, smem, driver.CUstream(stream),
                                    ctypes.addressof(params), 0)
     _check(err, f"cuLaunchKernel(grid={grid}, block={block}, smem={smem})")
 
