@@ -147,6 +147,9 @@ def measure(name: str, quick: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame, d
     # first timestamp), so the replay already holds start_reserved: not added again.
     fid = model_fidelity(events, conf, capacity=total, measured_max_reserved=int(measured))
     replay_s = time.perf_counter() - t
+    # and the model started empty (allocating the blocks alive at the start its own way)
+    empty = model_fidelity(events, conf, capacity=total, measured_max_reserved=int(measured),
+                           from_recorded_state=False)
     r = fid.row()
     row = {
         "workload": name, "setting": fid.setting, "requests": fid.requests,
@@ -159,6 +162,11 @@ def measure(name: str, quick: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame, d
                              "device_allocs_err_pct", "measured_device_bytes",
                              "model_device_bytes", "device_bytes_err_pct",
                              "sizes_matched_pct")},
+        "model_start": fid.start,
+        **{f"empty_{k}": v for k, v in empty.row().items()
+           if k in ("predicted_peak_reserved", "error_pct", "model_device_allocs",
+                    "device_allocs_err_pct", "model_device_bytes", "device_bytes_err_pct",
+                    "sizes_matched_pct")},
         "stats_num_device_alloc": int(stats.get("num_device_alloc", 0)),
         "stats_segment_allocs": int(stats.get("segment.all.allocated", 0)),
         "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
@@ -246,19 +254,25 @@ def main() -> None:
         "Device allocations: the recording's own segment_alloc (cudaMalloc) or, with expandable "
         "segments, segment_map (cuMemMap of whole pages; bytes = what each call mapped) events "
         "vs the model's, both including the state at the start (the recording's segments that "
-        "predate its history, the model's allocations for the blocks alive then); 'sizes "
+        "predate its history; the model, started from that state, makes the same ones); 'sizes "
         "matched' is the share of allocations whose exact size both made (multiset overlap). "
         "Computed by hookmagic.memory.fidelity.model_fidelity, as notebook 02 does.",
+        "The model starts from the recorded state (the segments, or mapped ranges, and blocks "
+        "alive when the history began, at their recorded offsets; 'start' says where that "
+        "could not be laid out); the last columns replay the same requests from an empty model.",
         "", "| workload | setting | requests | measured max reserved (MiB) | predicted (MiB) "
-        "| error | device allocs measured / model | count error | bytes error | sizes matched |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "| error | device allocs measured / model | count error | bytes error | sizes matched "
+        "| start | from empty: peak / count / bytes error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {r['setting']} | {r['requests']:,} | "
                      f"{r['measured_max_reserved'] / MiB:,.1f} | "
                      f"{r['predicted_peak_reserved'] / MiB:,.1f} | {r['error_pct']:+.2f}% | "
                      f"{r['measured_device_allocs']} / {r['model_device_allocs']} | "
                      f"{r['device_allocs_err_pct']:+.1f}% | {r['device_bytes_err_pct']:+.1f}% | "
-                     f"{r['sizes_matched_pct']:.0f}% |")
+                     f"{r['sizes_matched_pct']:.0f}% | {r['model_start']} | "
+                     f"{r['empty_error_pct']:+.2f}% / {r['empty_device_allocs_err_pct']:+.1f}% / "
+                     f"{r['empty_device_bytes_err_pct']:+.1f}% |")
     ok = all(abs(r["error_pct"]) <= 5.0 for r in rows)
     seq_ok = all(abs(r["device_allocs_err_pct"]) <= 10.0 and abs(r["device_bytes_err_pct"]) <= 10.0
                  for r in rows)

@@ -12,9 +12,13 @@ setting, and compared with the recording on
   the bytes mapped by that call), the recording's against the model's: count, bytes, and the
   share of allocations whose exact size both made.
 
-Both sides include the state at the start of the recording: the recording's segments that
-predate its history (see :mod:`~hookmagic.memory.torch_history`) and the model's allocations
-for the blocks that were alive then. Pure functions of their inputs.
+Both sides include the state at the start of the recording. By default the model starts *from*
+that state (:func:`seed_recorded_state`): the segments (or, with expandable segments, the mapped
+ranges) and the blocks alive at the recording's first timestamp, laid out at the recorded
+offsets, so that both sides replay the same requests from the same memory; the device
+allocations of that state then count the same on both sides. ``from_recorded_state=False``
+starts the model empty: it then allocates the blocks alive at the start itself, its own way.
+Pure functions of their inputs.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
+from hookmagic.memory import torch_rules as R
 from hookmagic.memory.replay import ReplayResult, replay, requests_from_events
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
 
@@ -83,6 +89,7 @@ class Fidelity:
     device_bytes_err_pct: float
     sizes_matched_pct: float
     model_peak_allocated: int
+    start: str                     # "recorded": the model began from the recorded state; "empty"
     result: ReplayResult = field(repr=False)
 
     def passes(self, peak_pct: float = 5.0, sequence_pct: float = 10.0) -> bool:
@@ -101,17 +108,27 @@ class Fidelity:
 
 def model_fidelity(events: pd.DataFrame, config: TorchConfig | None = None,
                    capacity: int | None = None,
-                   measured_max_reserved: int | None = None) -> Fidelity:
+                   measured_max_reserved: int | None = None,
+                   from_recorded_state: bool = True) -> Fidelity:
     """Replay a PyTorch allocator recording through the model with ``config`` (the recording's
     ``PYTORCH_CUDA_ALLOC_CONF``) and compare (see the module docstring).
 
     ``measured_max_reserved``: ``torch.cuda.max_memory_reserved()`` of the recorded run, the
     reference for ``error_pct`` when given; otherwise the recording's own peak is.
-    ``capacity``: the device's bytes (None: unlimited).
+    ``capacity``: the device's bytes (None: unlimited). ``from_recorded_state``: start the model
+    from the recording's state at its first timestamp (:func:`seed_recorded_state`; when that
+    state cannot be laid out, e.g. a block outside every recorded segment, the model starts
+    empty and ``start`` says so).
     """
     config = config or TorchConfig()
     req = requests_from_events(events)
-    result = replay(req, TorchCachingModel(config, capacity=capacity))
+    model = TorchCachingModel(config, capacity=capacity)
+    seeded = seed_recorded_state(model, events, req) if from_recorded_state else None
+    if seeded is None:
+        model = TorchCachingModel(config, capacity=capacity)
+        result = replay(req, model)
+    else:
+        result = replay(req, model, placed=seeded[0], start=seeded[1])
     recorded = peak_reserved(events)
     ref = measured_max_reserved if measured_max_reserved else recorded
     predicted = int(result.peak_reserved)
@@ -122,7 +139,126 @@ def model_fidelity(events: pd.DataFrame, config: TorchConfig | None = None,
         measured_max_reserved=int(measured_max_reserved) if measured_max_reserved else None,
         predicted_peak_reserved=predicted,
         error_pct=100.0 * (predicted - ref) / ref if ref else 0.0,
-        model_peak_allocated=int(result.peak_allocated), result=result, **seq)
+        model_peak_allocated=int(result.peak_allocated),
+        start="empty" if seeded is None else "recorded", result=result, **seq)
+
+
+def seed_recorded_state(model: TorchCachingModel, events: pd.DataFrame,
+                        requests: pd.DataFrame) -> tuple[dict[int, int], int] | None:
+    """Give ``model`` the recording's state at its start: its
+    segments (or mapped ranges of expandable segments) and the blocks alive in them, at the
+    recorded offsets (:meth:`TorchCachingModel.seed_segment`).
+
+    That state is the recording's leading rows at its first time that have no stack: what
+    :mod:`~hookmagic.memory.torch_history` adds for the segments and blocks that predate the
+    history (in a recording taken without stacks, the history's first rows at that same
+    time count as part of it). Returns (handle -> model address of the blocks alive then,
+    index of the first request of ``requests`` after them) for
+    :func:`~hookmagic.memory.replay.replay`; None when the
+    state cannot be laid out (an unmap or segment free at that time, a block outside every
+    segment, a mapped range that is not whole pages from the segment's base, overlapping
+    blocks); ``model`` may then hold part of it: start a new one.
+
+    An expandable segment's base is not in the recording: it is taken as the lowest page the
+    recording ever maps in that pool and stream at or below its first range at the start
+    (PyTorch maps at the lowest address with room, so pages below that were never used).
+    """
+    if events.empty or requests.empty:
+        return None
+    acts = events["action"].astype(str).to_numpy()
+    times = events["time_ns"].to_numpy()
+    t0 = times.min()
+    addr = events["address"].to_numpy().astype(np.int64)
+    size = events["size"].to_numpy(np.int64)
+    reqd = events["requested_size"].to_numpy(np.int64)
+    stream = events["stream"].to_numpy(np.int64)
+    pool = events["pool"].astype(str).to_numpy()
+    end_action = "free_completed" if (acts == "free_completed").any() else "free_requested"
+    # the state before the history: the leading rows at the first time without a stack (the
+    # history's own rows carry their stack when the recording took stacks)
+    stacks = events["stack_id"].to_numpy(np.int64)
+    initial = (times == t0) & (stacks == -1)
+    n0 = len(events) if initial.all() else int(np.argmin(initial))
+    segments: dict[int, tuple[int, bool, int]] = {}      # address -> (size, small, stream)
+    maps: dict[tuple[bool, int], list[tuple[int, int]]] = {}   # (small, stream) -> ranges
+    live: dict[int, tuple[int, int, int, int]] = {}       # address -> (handle, size, req, stream)
+    handle, start = 0, 0
+    for i in range(n0):
+        a = int(addr[i])
+        if acts[i] == "segment_alloc":
+            segments[a] = (int(size[i]), pool[i] == "small"
+                           or (pool[i] == "" and size[i] == R.SMALL_BUFFER), int(stream[i]))
+        elif acts[i] == "segment_map":
+            small = pool[i] == "small" or (pool[i] == "" and size[i] % R.LARGE_BUFFER != 0)
+            maps.setdefault((small, int(stream[i])), []).append((a, int(size[i])))
+        elif acts[i] in ("segment_free", "segment_unmap"):
+            return None
+        elif acts[i] == "alloc":
+            live[a] = (handle, int(size[i]), int(reqd[i]), int(stream[i]))
+            handle, start = handle + 1, start + 1
+        elif acts[i] == end_action and a in live:
+            live.pop(a)
+            start += 1                  # requests_from_events keeps frees of known blocks
+    if start > len(requests):
+        return None
+    layouts = _ordinary_layouts(segments, live)
+    expandable = _expandable_layouts(model, maps, live, acts, addr, stream, pool, n0)
+    if layouts is None or expandable is None:
+        return None
+    placed_blocks = {a for *_, blocks in layouts + expandable for a, _, _ in blocks}
+    if placed_blocks != set(live):
+        return None                                      # a block outside every segment
+    placed: dict[int, int] = {}
+    for base, seg_size, small, st, ranges, blocks in layouts + expandable:
+        try:
+            got = model.seed_segment(seg_size, small, st,
+                                     [(a - base, n, r) for a, n, r in blocks],
+                                     None if ranges is None else [(lo - base, n)
+                                                                  for lo, n in ranges])
+        except InvalidArgument:         # overlapping blocks, ranges off the pages
+            return None
+        for (a, _, _), model_addr in zip(blocks, got):
+            placed[live[a][0]] = model_addr
+    return placed, start
+
+
+_Layout = tuple[int, int, bool, int, "list[tuple[int, int]] | None", "list[tuple[int, int, int]]"]
+
+
+def _blocks_in(live: dict[int, tuple[int, int, int, int]], lo: int,
+               hi: int) -> list[tuple[int, int, int]]:
+    return [(a, n, r) for a, (_, n, r, _) in sorted(live.items()) if lo <= a < hi]
+
+
+def _ordinary_layouts(segments: dict[int, tuple[int, bool, int]],
+                      live: dict[int, tuple[int, int, int, int]]) -> list[_Layout] | None:
+    """(base, size, small, stream, None, blocks) of the cudaMalloc'd segments."""
+    return [(a, n, small, st, None, _blocks_in(live, a, a + n))
+            for a, (n, small, st) in sorted(segments.items())]
+
+
+def _expandable_layouts(model: TorchCachingModel,
+                        maps: dict[tuple[bool, int], list[tuple[int, int]]],
+                        live: dict[int, tuple[int, int, int, int]], acts: np.ndarray,
+                        addr: np.ndarray, stream: np.ndarray, pool: np.ndarray,
+                        first_row: int) -> list[_Layout] | None:
+    """(base, 0, small, stream, mapped ranges, blocks) of the expandable segments: one per
+    pool and stream (see :func:`seed_recorded_state` for the base)."""
+    out: list[_Layout] = []
+    va = model.expandable_va_size()
+    for (small, st), ranges in sorted(maps.items()):
+        ranges = sorted(ranges)
+        first, last = ranges[0][0], max(lo + n for lo, n in ranges)
+        page = R.SMALL_BUFFER if small else R.LARGE_BUFFER
+        later = (acts == "segment_map") & (np.arange(len(acts)) >= first_row) & (stream == st) \
+            & ((pool == ("small" if small else "large")) | (pool == ""))
+        below = [int(a) for a in addr[later]
+                 if last - va < a <= first and (first - int(a)) % page == 0]
+        base = min([first] + below)
+        if last - base > va or any((lo - base) % page or n % page for lo, n in ranges):
+            return None
+        out.append((base, 0, small, st, ranges, _blocks_in(live, base, last)))
+    return out
 
 
 def config_of(setting: str) -> TorchConfig:
