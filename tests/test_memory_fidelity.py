@@ -138,3 +138,68 @@ def test_real_recording_matches_and_agrees_with_the_benchmark_figure():
         assert f.device_bytes_err_pct == pytest.approx(bench[prefix + "device_bytes_err_pct"],
                                                        abs=0.01)
     assert fid.measured_device_allocs == bench["measured_device_allocs"]
+
+
+def _model_as_pytorch_snapshot(m, k0: int) -> dict:
+    """The model's log from entry ``k0`` on and its final layout, in PyTorch's snapshot layout
+    (trace entries with requested sizes; one segment entry per contiguous mapped range)."""
+    here = [{"filename": "synthetic_workload.py", "name": "step", "line": 1}]
+    trace = [{"action": act, "addr": addr, "size": req if act in ("alloc", "free_requested",
+                                                                  "free_completed") else size,
+              "stream": stream, "time_us": t, "frames": here}
+             for t, act, addr, size, req, _seg, stream, _pool, _stack in m._log[k0:]]
+    segments = []
+    heads = [b for b in m._blocks.values() if b.mapped and (b.prev is None or not b.prev.mapped)]
+    for h in sorted(heads, key=lambda b: b.addr):
+        blocks, b = [], h
+        while b is not None and b.mapped:
+            blocks.append({"address": b.addr, "size": b.size, "requested_size": b.requested,
+                           "state": "active_allocated" if b.allocated else "inactive"})
+            b = b.next
+        segments.append({"device": 0, "address": h.addr, "stream": h.stream,
+                         "total_size": sum(x["size"] for x in blocks),
+                         "segment_type": "small" if h.small else "large",
+                         "is_expandable": h.expandable, "blocks": blocks})
+    return {"segments": segments, "device_traces": [trace]}
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+@pytest.mark.parametrize("seed", [1, 3])
+def test_round_trip_through_a_snapshot_loses_nothing_synthetic(seed, expandable):
+    """SYNTHETIC, and the model stands in for PyTorch here (a consistency check, not a check of
+    the model): an earlier workload leaves three blocks alive and empty_cache() runs; a random
+    churn is then "recorded" and written in PyTorch's snapshot layout. Converted back and
+    replayed from the recorded start, the model must make exactly the same device allocations;
+    started empty it need not (the start state matters)."""
+    import numpy as np
+    from hookmagic.memory.torch_model import TorchCachingModel
+    rng = np.random.default_rng(seed)
+    conf = TorchConfig(expandable_segments=expandable)
+    m = TorchCachingModel(conf, capacity=80 << 30)
+    live: list[int] = []
+
+    def churn(steps: int, top: int, keep: int) -> None:
+        for _ in range(steps):
+            m.now += 1
+            if live and (len(live) > keep or rng.random() < 0.45):
+                m.free(live.pop(int(rng.integers(len(live)))))
+            else:
+                n = int(np.exp(rng.uniform(np.log(1 << 10), np.log(top))))
+                live.append(m.malloc(n))
+
+    m.now = 1
+    churn(200, 64 * MiB, 1000)
+    kept = [live.pop(int(rng.integers(len(live)))) for _ in range(min(3, len(live)))]
+    while live:
+        m.now += 1
+        m.free(live.pop())
+    m.now += 1
+    m.empty_cache()
+    k0 = len(m._log)
+    churn(400, 256 * MiB, 40)
+    assert kept
+    ev, _ = events_from_snapshot(_model_as_pytorch_snapshot(m, k0))
+    fid = model_fidelity(ev, conf, capacity=80 << 30)
+    assert fid.start == "recorded"
+    assert (device_allocations(fid.result.events) == device_allocations(ev)).all()
+    assert fid.error_pct == 0.0 and fid.recorded_peak_reserved == fid.predicted_peak_reserved

@@ -209,7 +209,9 @@ def seed_recorded_state(model: TorchCachingModel, events: pd.DataFrame,
     if placed_blocks != set(live):
         return None                                      # a block outside every segment
     placed: dict[int, int] = {}
-    for base, seg_size, small, st, ranges, blocks in layouts + expandable:
+    # in address order, as the recording lists the state (each expandable one by its first range)
+    for base, seg_size, small, st, ranges, blocks in sorted(
+            layouts + expandable, key=lambda lay: lay[4][0][0] if lay[4] else lay[0]):
         try:
             got = model.seed_segment(seg_size, small, st,
                                      [(a - base, n, r) for a, n, r in blocks],
