@@ -164,9 +164,9 @@ def measure(name: str, quick: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame, d
                              "sizes_matched_pct")},
         "model_start": fid.start,
         **{f"empty_{k}": v for k, v in empty.row().items()
-           if k in ("predicted_peak_reserved", "error_pct", "model_device_allocs",
-                    "device_allocs_err_pct", "model_device_bytes", "device_bytes_err_pct",
-                    "sizes_matched_pct")},
+           if k in ("predicted_peak_reserved", "error_pct", "measured_device_allocs",
+                    "model_device_allocs", "device_allocs_err_pct", "measured_device_bytes",
+                    "model_device_bytes", "device_bytes_err_pct", "sizes_matched_pct")},
         "stats_num_device_alloc": int(stats.get("num_device_alloc", 0)),
         "stats_segment_allocs": int(stats.get("segment.all.allocated", 0)),
         "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
@@ -253,13 +253,13 @@ def main() -> None:
         f"{env['date']}. Re-run: `PYTHONPATH=. python3 benchmarks/memory_model_fidelity.py OUT`",
         "Device allocations: the recording's own segment_alloc (cudaMalloc) or, with expandable "
         "segments, segment_map (cuMemMap of whole pages; bytes = what each call mapped) events "
-        "vs the model's, both including the state at the start (the recording's segments that "
-        "predate its history; the model, started from that state, makes the same ones); 'sizes "
-        "matched' is the share of allocations whose exact size both made (multiset overlap). "
-        "Computed by hookmagic.memory.fidelity.model_fidelity, as notebook 02 does.",
-        "The model starts from the recorded state (the segments, or mapped ranges, and blocks "
-        "alive when the history began, at their recorded offsets; 'start' says where that "
-        "could not be laid out); the last columns replay the same requests from an empty model.",
+        "vs the model's; 'sizes matched' is the share of allocations whose exact size both "
+        "made (multiset overlap). Computed by hookmagic.memory.fidelity.model_fidelity, as "
+        "notebook 02 does. The model starts from the recorded state (the segments, or mapped "
+        "ranges, and blocks alive when the history began, at their recorded offsets; 'start' "
+        "says where that could not be laid out) and the device allocations are compared after "
+        "it; the last columns replay the same requests from an empty model, compared over the "
+        "whole recording (the recording's start state included).",
         "", "| workload | setting | requests | measured max reserved (MiB) | predicted (MiB) "
         "| error | device allocs measured / model | count error | bytes error | sizes matched "
         "| start | from empty: peak / count / bytes error |",

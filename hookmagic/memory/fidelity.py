@@ -12,13 +12,14 @@ setting, and compared with the recording on
   the bytes mapped by that call), the recording's against the model's: count, bytes, and the
   share of allocations whose exact size both made.
 
-Both sides include the state at the start of the recording. By default the model starts *from*
-that state (:func:`seed_recorded_state`): the segments (or, with expandable segments, the mapped
-ranges) and the blocks alive at the recording's first timestamp, laid out at the recorded
-offsets, so that both sides replay the same requests from the same memory; the device
-allocations of that state then count the same on both sides. ``from_recorded_state=False``
-starts the model empty: it then allocates the blocks alive at the start itself, its own way.
-Pure functions of their inputs.
+By default the model starts *from* the recording's state at its start
+(:func:`seed_recorded_state`): the segments (or, with expandable segments, the mapped ranges)
+and the blocks alive when the history began, laid out at the recorded offsets, so that both
+sides replay the same requests from the same memory; the device allocations are then compared
+from there on (the start state is the same on both sides by construction), the peak over the
+whole recording. ``from_recorded_state=False`` starts the model empty: it then allocates the
+blocks alive at the start itself, its own way, and the device allocations are compared over the
+whole recording, the recording's start state included. Pure functions of their inputs.
 """
 from __future__ import annotations
 
@@ -127,12 +128,17 @@ def model_fidelity(events: pd.DataFrame, config: TorchConfig | None = None,
     if seeded is None:
         model = TorchCachingModel(config, capacity=capacity)
         result = replay(req, model)
+        recorded_part, model_part = events, result.events
     else:
-        result = replay(req, model, placed=seeded[0], start=seeded[1])
+        placed, first_request, first_row = seeded
+        seed_rows = len(model.events())
+        result = replay(req, model, placed=placed, start=first_request)
+        # the start state is the same on both sides by construction: compared after it
+        recorded_part, model_part = events.iloc[first_row:], result.events.iloc[seed_rows:]
     recorded = peak_reserved(events)
     ref = measured_max_reserved if measured_max_reserved else recorded
     predicted = int(result.peak_reserved)
-    seq = sequence_match(device_allocations(events), device_allocations(result.events))
+    seq = sequence_match(device_allocations(recorded_part), device_allocations(model_part))
     return Fidelity(
         setting=config.conf() or "default", requests=int((req["op"] == "alloc").sum()),
         recorded_peak_reserved=recorded,
@@ -144,7 +150,7 @@ def model_fidelity(events: pd.DataFrame, config: TorchConfig | None = None,
 
 
 def seed_recorded_state(model: TorchCachingModel, events: pd.DataFrame,
-                        requests: pd.DataFrame) -> tuple[dict[int, int], int] | None:
+                        requests: pd.DataFrame) -> tuple[dict[int, int], int, int] | None:
     """Give ``model`` the recording's state at its start: its
     segments (or mapped ranges of expandable segments) and the blocks alive in them, at the
     recorded offsets (:meth:`TorchCachingModel.seed_segment`).
@@ -153,8 +159,9 @@ def seed_recorded_state(model: TorchCachingModel, events: pd.DataFrame,
     :mod:`~hookmagic.memory.torch_history` adds for the segments and blocks that predate the
     history (in a recording taken without stacks, the history's first rows at that same
     time count as part of it). Returns (handle -> model address of the blocks alive then,
-    index of the first request of ``requests`` after them) for
-    :func:`~hookmagic.memory.replay.replay`; None when the
+    index of the first request of ``requests`` after them, for
+    :func:`~hookmagic.memory.replay.replay`; index of the first row of ``events`` after them);
+    None when the
     state cannot be laid out (an unmap or segment free at that time, a block outside every
     segment, a mapped range that is not whole pages from the segment's base, overlapping
     blocks); ``model`` may then hold part of it: start a new one.
@@ -221,7 +228,7 @@ def seed_recorded_state(model: TorchCachingModel, events: pd.DataFrame,
             return None
         for (a, _, _), model_addr in zip(blocks, got):
             placed[live[a][0]] = model_addr
-    return placed, start
+    return placed, start, n0
 
 
 _Layout = tuple[int, int, bool, int, "list[tuple[int, int]] | None", "list[tuple[int, int, int]]"]
