@@ -202,7 +202,7 @@ if "kernel_bandwidth" in extra:
     print(tb.meta["description"])
     for note in tb.meta.get("left_out", []):
         print("left out:", note)
-    display(rr[["step", "kernels", "kernel_names", "mean_us", "gbps", "of_copy", "of_dram_peak", "speedup_vs_torch"]].round(3))
+    display(rr[["step", "kernels", "copies", "kernel_names", "mean_us", "gbps", "of_copy", "of_dram_peak", "speedup_vs_torch"]].round(3))
 else:
     print("No bandwidth recording in this checkout yet (notebooks/recordings/kernel_bandwidth.hmtrace): "
           "it is made on a GPU by `bash benchmarks/gpu/run_all.sh nb:90`.")"""),
