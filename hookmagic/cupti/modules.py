@@ -102,8 +102,8 @@ def install(native: Any = None) -> Callable[[], None] | None:
                 RECORDER.records.append(record)
 
     def _hook_backward(module: Any, output: Any, label: str) -> None:
-        if next(iter(module.children()), None) is not None or not torch.is_grad_enabled():
-            return  # leaf modules only: their output node starts their backward
+        if not torch.is_grad_enabled() or next(iter(module.children()), None) is not None:
+            return  # leaf modules only: their output node starts their backward (no_grad: none)
         node = getattr(output, "grad_fn", None)
         if node is None and isinstance(output, (tuple, list)):
             node = next((getattr(o, "grad_fn", None) for o in output
