@@ -280,9 +280,13 @@ __device__ __forceinline__ void hm_wg_tile(int tile, int tiles_m, int tiles_n, i
   n0 = ((tile % per_group) / gsize) * WG_BN;
 }
 
-// Persistent schedule: gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x.
-// The producer runs ahead into the next tile while the consumers store this one, so the epilogue
-// (straight from registers: the stages stay in use) overlaps the next tile's first loads.
+// Persistent schedule: gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x,
+// with a 3-stage ring (WG_PSTAGES) and a separate 128 x 256 output tile in shared memory: the producer
+// runs ahead into the next tile while the consumers apply the epilogue in registers, write the
+// tile as FP16/BF16 into shared memory and store it with 16-byte coalesced stores.
+#define WG_PSTAGES 3
+#define WG_OUT_LD (WG_BN + 8)                          // halves per row of the output tile (conflict-free)
+#define WG_P_SMEM_BYTES (1024 + WG_PSTAGES * WG_STAGE_BYTES + WG_BM * WG_OUT_LD * 2 + 2 * WG_PSTAGES * 8)
 template <typename T, int B_KMAJOR>
 __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA, const HmTensorMap* tmB,
                                                          T* __restrict__ C, const T* __restrict__ bias,
@@ -291,15 +295,16 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
   extern __shared__ unsigned char hm_wg_smem_raw[];
   const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
-  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
-  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;
+  const unsigned sA = base, sB = base + WG_PSTAGES * WG_A_BYTES;
+  T* out_tile = reinterpret_cast<T*>(hm_wg_smem_raw + (base - raw) + WG_PSTAGES * WG_STAGE_BYTES);
+  const unsigned bars = base + WG_PSTAGES * WG_STAGE_BYTES + WG_BM * WG_OUT_LD * 2;
   const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
   const int ktiles = (K + WG_BK - 1) / WG_BK;
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < WG_STAGES; ++s) {
+    for (int s = 0; s < WG_PSTAGES; ++s) {
       hm_mbar_init(bars + 8 * s, 1);
-      hm_mbar_init(bars + 8 * (WG_STAGES + s), 2);
+      hm_mbar_init(bars + 8 * (WG_PSTAGES + s), 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -315,8 +320,8 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
         int m0, n0;
         hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
-          const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1u;
-          hm_mbar_wait(bars + 8 * (WG_STAGES + s), phase ^ 1u);
+          const unsigned s = it % WG_PSTAGES, phase = (it / WG_PSTAGES) & 1u;
+          hm_mbar_wait(bars + 8 * (WG_PSTAGES + s), phase ^ 1u);
           const unsigned full = bars + 8 * s;
           hm_mbar_expect_tx(full, WG_STAGE_BYTES);
           hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
@@ -338,6 +343,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
   const bool leader = threadIdx.x % 128 == 0;
   const bool plain = !bias && !residual && act == 0;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int ct = threadIdx.x - 128;
   unsigned it = 0;
   float d[128];
   for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
@@ -346,8 +352,8 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.f;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const unsigned s = it % WG_STAGES;
-      hm_mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1u);
+      const unsigned s = it % WG_PSTAGES;
+      hm_mbar_wait(bars + 8 * s, (it / WG_PSTAGES) & 1u);
       const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
       const unsigned b0 = sB + s * WG_B_BYTES;
       hm_wgmma_fence();
@@ -361,31 +367,45 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
       }
       hm_wgmma_commit();
       hm_wgmma_wait<1>();
-      if (kt > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
+      if (kt > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_PSTAGES + (it - 1) % WG_PSTAGES));
     }
     hm_wgmma_wait<0>();
-    if (ktiles > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
-    // epilogue from registers: thread holds rows r0, r0 + 8 and column pairs c0 + 8j
-    const int r0 = m0 + cw * 64 + warp * 16 + lane / 4, c0 = n0 + 2 * (lane % 4);
+    if (ktiles > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_PSTAGES + (it - 1) % WG_PSTAGES));
+    // epilogue: registers (+ bias / activation / residual) -> output tile in shared memory -> C
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");   // the previous tile's stores have read the tile
+    {
+      const int rl = cw * 64 + warp * 16 + lane / 4, cl = 2 * (lane % 4);
 #pragma unroll
-    for (int j = 0; j < WG_BN / 8; ++j) {
+      for (int j = 0; j < WG_BN / 8; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h, c = c0 + 8 * j;
-        if (r >= M || c >= N) continue;
-        float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-        if (!plain) {
-          v0 = hm_epilogue(v0, r, c, N, bias, residual, act);
-          if (c + 1 < N) v1 = hm_epilogue(v1, r, c + 1, N, bias, residual, act);
-        }
-        T* out = C + (size_t)r * N + c;
-        if (vec && c + 1 < N) {
+        for (int h = 0; h < 2; ++h) {
+          float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+          if (!plain) {
+            const int r = m0 + rl + 8 * h, c = n0 + cl + 8 * j;
+            if (r < M && c < N) v0 = hm_epilogue(v0, r, c, N, bias, residual, act);
+            if (r < M && c + 1 < N) v1 = hm_epilogue(v1, r, c + 1, N, bias, residual, act);
+          }
           __align__(4) T p[2] = {hm_from_f<T>(v0), hm_from_f<T>(v1)};
-          *reinterpret_cast<unsigned*>(out) = *reinterpret_cast<const unsigned*>(p);
-        } else {
-          out[0] = hm_from_f<T>(v0);
-          if (c + 1 < N) out[1] = hm_from_f<T>(v1);
+          *reinterpret_cast<unsigned*>(&out_tile[(rl + 8 * h) * WG_OUT_LD + cl + 8 * j]) =
+              *reinterpret_cast<const unsigned*>(p);
         }
+      }
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#pragma unroll 1
+    for (int i = ct; i < WG_BM * (WG_BN / 8); i += 256) {
+      const int r = i / (WG_BN / 8), c = (i % (WG_BN / 8)) * 8;
+      const int gr = m0 + r, gc = n0 + c;
+      if (gr >= M || gc >= N) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(&out_tile[r * WG_OUT_LD + c]);
+      T* out = C + (size_t)gr * N + gc;
+      if (vec && gc + 8 <= N) {
+        *reinterpret_cast<uint4*>(out) = v;
+      } else {
+        const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          if (gc + q < N) out[q] = e[q];
       }
     }
   }

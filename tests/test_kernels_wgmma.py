@@ -60,6 +60,7 @@ def test_available_lists_wgmma_with_its_shared_memory():
     # 4 stages of a 128x64 A tile and a 256x64 B tile (FP16), 8 mbarriers, 1 KiB alignment slack
     assert set(w.dynamic_smem) == {1024 + 4 * (128 * 64 + 256 * 64) * 2 + 64}
     assert gemm_wgmma.SMEM_BYTES <= 227 * 1024      # the H100's per-block limit
+    assert gemm_wgmma.SMEM_BYTES_PERSISTENT <= 227 * 1024
     assert "wgmma" in hk.GEMM_VARIANTS
 
 

@@ -24,6 +24,8 @@ from hookmagic.kernels.registry import KernelSpec, register
 BM, BN, BK, STAGES, THREADS = 128, 256, 64, 4, 384
 #: dynamic shared memory: 1 KiB alignment slack + 4 stages of A (16 KiB) and B (32 KiB) + 8 mbarriers
 SMEM_BYTES = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * STAGES * 8
+#: the persistent schedule's: 3 stages + a 128 x (256 + 8) FP16/BF16 output tile + 6 mbarriers
+SMEM_BYTES_PERSISTENT = 1024 + 3 * (BM * BK + BN * BK) * 2 + BM * (BN + 8) * 2 + 2 * 3 * 8
 
 SPEC = register(KernelSpec(
     "gemm", "wgmma", "gemm_wgmma", {"float16": "gemm_wgmma_f16", "bfloat16": "gemm_wgmma_bf16"},
@@ -34,8 +36,8 @@ SPEC = register(KernelSpec(
 
 
 #: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
-#: "persistent": one block per SM walking the tiles, the producer loading the next tile while the
-#: consumers store this one (epilogue straight from registers); "cluster2": like "tiles", launched
+#: "persistent": one block per SM walking the tiles (3-stage ring), the producer loading the next tile
+#: while the consumers store this one through a separate output tile in shared memory; "cluster2": like "tiles", launched
 #: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
 #: (TMA .multicast::cluster). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
 #: benchmarks/gpu/gemm_candidates.py measures both.
@@ -88,12 +90,16 @@ def check_device(ordinal: int) -> str:
     return "sm_90a"
 
 
+def _smem(name: str) -> int:
+    return SMEM_BYTES_PERSISTENT if name.endswith("_p") else SMEM_BYTES
+
+
 def _kernel(name: str, ordinal: int) -> Any:
     """The loaded kernel, its dynamic shared memory allowed (cached: this is the per-call path)."""
     kern = _kernels.get((name, ordinal))
     if kern is None:
         kern = runtime.get_kernel(SPEC.family, name, ordinal, arch_specific=True)
-        runtime.set_dynamic_smem(kern, SMEM_BYTES, ordinal)
+        runtime.set_dynamic_smem(kern, _smem(name), ordinal)
         _kernels[(name, ordinal)] = kern
     return kern
 
@@ -147,7 +153,7 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
             ctypes.c_void_p(res_i.ptr if res_i else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
             ctypes.c_int(act), ctypes.c_int(vec))
-    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, SPEC.block, SMEM_BYTES, args)
+    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, SPEC.block, _smem(name), args)
     item = registry.ITEMSIZE[ai.dtype]
     extra = (n if bias_i else 0) * item + (m * n if res_i else 0) * item
     registry.record(name, 2 * m * n * k, (m * k + k * n + m * n) * item + extra, m=m, n=n, k=k, dtype=ai.dtype)
