@@ -410,6 +410,141 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
     }
   }
 }
+// Persistent schedule with the full 4-stage ring ("_p4"): each consumer warpgroup stores its own 64 rows
+// through a private 64 x 128 staging tile (two passes over the 256 columns, 16-byte chunks XOR-swizzled
+// by row so both the fragment writes and the row reads are free of bank conflicts), synchronising
+// only its own 128 threads (named barriers 2 and 3), so one warpgroup's epilogue overlaps the other's
+// mainloop and the producer's loads of the next tile.
+#define WG_P4_STAGE_HALVES (64 * 128)
+#define WG_P4_SMEM_BYTES (1024 + WG_STAGES * WG_STAGE_BYTES + 2 * WG_P4_STAGE_HALVES * 2 + 2 * WG_STAGES * 8)
+template <typename T, int B_KMAJOR>
+__device__ __forceinline__ void hm_gemm_wgmma_persistent4(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                          T* __restrict__ C, const T* __restrict__ bias,
+                                                          const T* __restrict__ residual, int M, int N, int K,
+                                                          int act, int vec) {
+  extern __shared__ unsigned char hm_wg_smem_raw[];
+  const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
+  T* stage_all = reinterpret_cast<T*>(hm_wg_smem_raw + (base - raw) + WG_STAGES * WG_STAGE_BYTES);
+  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES + 2 * WG_P4_STAGE_HALVES * 2;
+  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
+  const int ktiles = (K + WG_BK - 1) / WG_BK;
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < WG_STAGES; ++s) {
+      hm_mbar_init(bars + 8 * s, 1);
+      hm_mbar_init(bars + 8 * (WG_STAGES + s), 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
+      unsigned it = 0;
+      for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        int m0, n0;
+        hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1u;
+          hm_mbar_wait(bars + 8 * (WG_STAGES + s), phase ^ 1u);
+          const unsigned full = bars + 8 * s;
+          hm_mbar_expect_tx(full, WG_STAGE_BYTES);
+          hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
+          if (B_KMAJOR) {
+            hm_tma_load_2d(sB + s * WG_B_BYTES, tmB, kt * WG_BK, n0, full);
+          } else {
+#pragma unroll
+            for (int i = 0; i < WG_BN / 64; ++i)
+              hm_tma_load_2d(sB + s * WG_B_BYTES + i * (64 * WG_BK * 2), tmB, n0 + 64 * i, kt * WG_BK, full);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1;
+  const bool leader = threadIdx.x % 128 == 0;
+  const bool plain = !bias && !residual && act == 0;
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  T* stg = stage_all + cw * WG_P4_STAGE_HALVES;           // this warpgroup's 64 x 128 staging tile
+  unsigned it = 0;
+  float d[128];
+  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    int m0, n0;
+    hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const unsigned s = it % WG_STAGES;
+      hm_mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1u);
+      const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
+      const unsigned b0 = sB + s * WG_B_BYTES;
+      hm_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < WG_BK / 16; ++kk) {
+        const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
+        unsigned long long db;
+        if (B_KMAJOR) db = hm_desc(b0 + kk * 32, 16, 1024);
+        else db = hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
+        hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
+      }
+      hm_wgmma_commit();
+      hm_wgmma_wait<1>();
+      if (kt > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
+    }
+    hm_wgmma_wait<0>();
+    if (ktiles > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
+    // epilogue, two passes of 128 columns through the private staging tile
+    const int rl = warp * 16 + lane / 4, q = lane % 4;        // rows rl, rl + 8 of this warpgroup's 64
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");   // the previous pass has read the tile
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const int j = half * 16 + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = rl + 8 * h;
+          float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+          if (!plain) {
+            const int r = m0 + cw * 64 + row, c = n0 + 8 * j + 2 * q;
+            if (r < M && c < N) v0 = hm_epilogue(v0, r, c, N, bias, residual, act);
+            if (r < M && c + 1 < N) v1 = hm_epilogue(v1, r, c + 1, N, bias, residual, act);
+          }
+          __align__(4) T p[2] = {hm_from_f<T>(v0), hm_from_f<T>(v1)};
+          // chunk jj of the row (8 halves), swizzled by row % 8; the pair is word q of the chunk
+          *reinterpret_cast<unsigned*>(&stg[row * 128 + ((jj ^ (row % 8)) * 8) + 2 * q]) =
+              *reinterpret_cast<const unsigned*>(p);
+        }
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+#pragma unroll 1
+      for (int i = t; i < 64 * 16; i += 128) {
+        const int row = i / 16, ch = i % 16;
+        const int gr = m0 + cw * 64 + row, gc = n0 + half * 128 + ch * 8;
+        if (gr >= M || gc >= N) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(&stg[row * 128 + ((ch ^ (row % 8)) * 8)]);
+        T* out = C + (size_t)gr * N + gc;
+        if (vec && gc + 8 <= N) {
+          *reinterpret_cast<uint4*>(out) = v;
+        } else {
+          const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+          for (int x = 0; x < 8; ++x)
+            if (gc + x < N) out[x] = e[x];
+        }
+      }
+    }
+  }
+}
+
 // ---- cluster of 2 CTAs along M sharing B: each CTA loads half of the B tile and multicasts it ----
 __device__ __forceinline__ unsigned hm_cluster_rank() {
   unsigned r;
@@ -580,7 +715,9 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
 #define HM_WG_CALL(T, BK) hm_gemm_wgmma<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #define HM_WG_CALL_P(T, BK) hm_gemm_wgmma_persistent<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #define HM_WG_CALL_C2(T, BK) hm_gemm_wgmma_c2<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
+#define HM_WG_CALL_P4(T, BK) hm_gemm_wgmma_persistent4<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #else
+#define HM_WG_CALL_P4(T, BK) ((void)0)
 #define HM_WG_CALL_C2(T, BK) ((void)0)
 #define HM_WG_CALL(T, BK) ((void)0)
 #define HM_WG_CALL_P(T, BK) ((void)0)
@@ -636,3 +773,15 @@ HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_c2, __half, 0)
 HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_bt_c2, __half, 1)
 HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_c2, __nv_bfloat16, 0)
 HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_bt_c2, __nv_bfloat16, 1)
+
+// Persistent schedule with the 4-stage ring and per-warpgroup epilogues: _p4.
+#define HM_WG_P4_ENTRY(NAME, T, BK)                                                                           \
+  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
+      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
+      const T* residual, int M, int N, int K, int act, int vec) {                                             \
+    HM_WG_CALL_P4(T, BK);                                                                                      \
+  }
+HM_WG_P4_ENTRY(gemm_wgmma_f16_p4, __half, 0)
+HM_WG_P4_ENTRY(gemm_wgmma_f16_bt_p4, __half, 1)
+HM_WG_P4_ENTRY(gemm_wgmma_bf16_p4, __nv_bfloat16, 0)
+HM_WG_P4_ENTRY(gemm_wgmma_bf16_bt_p4, __nv_bfloat16, 1)

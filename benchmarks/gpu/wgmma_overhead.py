@@ -77,7 +77,8 @@ def main() -> None:
         return fn
 
     cases = [("cuBLAS", lambda: a @ b), ("mma", lambda: hk.gemm(a, b, variant="mma")),
-             ("wgmma tiles", wg("tiles")), ("wgmma persistent", wg("persistent"))]
+             ("wgmma tiles", wg("tiles")), ("wgmma persistent", wg("persistent")),
+             ("wgmma persistent4", wg("persistent4"))]
     print(f"{torch.cuda.get_device_name()}, FP16 {n}^3; times in ms (TFLOP/s), host in us per call", flush=True)
     for label, fn in cases:
         for _ in range(3):

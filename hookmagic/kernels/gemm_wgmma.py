@@ -26,6 +26,8 @@ BM, BN, BK, STAGES, THREADS = 128, 256, 64, 4, 384
 SMEM_BYTES = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * STAGES * 8
 #: the persistent schedule's: 3 stages + a 128 x (256 + 8) FP16/BF16 output tile + 6 mbarriers
 SMEM_BYTES_PERSISTENT = 1024 + 3 * (BM * BK + BN * BK) * 2 + BM * (BN + 8) * 2 + 2 * 3 * 8
+#: persistent4's: 4 stages + two 64 x 128 staging tiles (one per consumer warpgroup) + 8 mbarriers
+SMEM_BYTES_PERSISTENT4 = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * 64 * 128 * 2 + 2 * STAGES * 8
 
 SPEC = register(KernelSpec(
     "gemm", "wgmma", "gemm_wgmma", {"float16": "gemm_wgmma_f16", "bfloat16": "gemm_wgmma_bf16"},
@@ -39,7 +41,8 @@ SPEC = register(KernelSpec(
 #: "persistent": one block per SM walking the tiles (3-stage ring), the producer loading the next tile
 #: while the consumers store this one through a separate output tile in shared memory; "cluster2": like "tiles", launched
 #: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
-#: (TMA .multicast::cluster). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
+#: (TMA .multicast::cluster); "persistent4": persistent with the 4-stage ring, each consumer warpgroup
+#: storing its rows through its own small staging tile. Set from $HOOKMAGIC_WGMMA_SCHEDULE;
 #: benchmarks/gpu/gemm_candidates.py measures both.
 SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
 _sm_count: dict[int, int] = {}
@@ -91,7 +94,9 @@ def check_device(ordinal: int) -> str:
 
 
 def _smem(name: str) -> int:
-    return SMEM_BYTES_PERSISTENT if name.endswith("_p") else SMEM_BYTES
+    if name.endswith("_p"):
+        return SMEM_BYTES_PERSISTENT
+    return SMEM_BYTES_PERSISTENT4 if name.endswith("_p4") else SMEM_BYTES
 
 
 def _kernel(name: str, ordinal: int) -> Any:
@@ -143,11 +148,14 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     elif SCHEDULE == "persistent":
         name += "_p"
         grid = (min(tiles, _sms(dev)), 1, 1)
+    elif SCHEDULE == "persistent4":
+        name += "_p4"
+        grid = (min(tiles, _sms(dev)), 1, 1)
     elif SCHEDULE == "cluster2":
         name += "_c2"
         grid = (2 * -(-m // (2 * BM)) * -(-n // BN), 1, 1)
     else:
-        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent' or 'cluster2'")
+        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent', 'persistent4' or 'cluster2'")
     kern = _kernel(name, dev)
     vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
     args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
