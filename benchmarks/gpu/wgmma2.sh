@@ -43,8 +43,8 @@ timeout 50 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" --
 grep -E "passed|failed|rror" "$OUT/pytest_mma_conv.txt" | head -20
 
 step "where the time goes at 4096^3 (one process)"
-timeout 20 python3 benchmarks/gpu/wgmma_overhead.py --size 4096 >"$OUT/overhead.txt" 2>&1 || { echo "FAILED: overhead"; fail=1; }
-head -40 "$OUT/overhead.txt"
+timeout 25 python3 benchmarks/gpu/wgmma_overhead.py --size 4096 >"$OUT/overhead.txt" 2>&1 || { echo "FAILED: overhead"; fail=1; }
+head -60 "$OUT/overhead.txt"
 
 step "bench: wgmma tiles / persistent / persistent4 vs cuBLAS, 4096^3 and 8192^3 (3 fresh processes)"
 [ -n "$cases" ] && timeout 45 python3 benchmarks/bench_kernels.py --processes 3 --sections gemm --shapes 4096,8192 \

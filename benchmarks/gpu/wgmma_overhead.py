@@ -9,7 +9,8 @@ For cuBLAS (torch.matmul), gemm(variant="mma") and each wgmma schedule, FP16, on
   is the kernel's own time when the host is faster than the kernel);
 - ``host``: wall time per call while the GPU is kept busy (torch.cuda._sleep first): the Python
   and driver time of one call.
-Then a cProfile of 300 wgmma calls (host side only), the top functions by own time.
+Then the same three timings at 1024^3 and for a skinny 64 x 4096 x 4096 product (cuBLAS, mma,
+wgmma tiles), and a cProfile of 300 wgmma calls (host side only), the top functions by own time.
 """
 from __future__ import annotations
 
@@ -88,6 +89,18 @@ def main() -> None:
         print(f"  {label:18s} single {t1:.4f} ({flop / t1 / 1e9:5.0f})  burst {tb:.4f} ({flop / tb / 1e9:5.0f})  "
               f"host {th:6.1f} us", flush=True)
     gemm_wgmma.SCHEDULE = "tiles"
+    for (m, nn, k) in [(1024, 1024, 1024), (64, 4096, 4096)]:
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        y = torch.randn(k, nn, device="cuda", dtype=torch.float16)
+        f = 2 * m * nn * k
+        print(f"FP16 {m} x {nn} x {k}:", flush=True)
+        for label, fn in [("cuBLAS", lambda: x @ y), ("mma", lambda: hk.gemm(x, y, variant="mma")),
+                          ("wgmma tiles", lambda: hk.gemm(x, y, variant="wgmma"))]:
+            for _ in range(3):
+                fn()
+            t1, tb, th = single(fn), burst(fn), host(fn)
+            print(f"  {label:18s} single {t1:.4f} ({f / t1 / 1e9:5.0f})  burst {tb:.4f} ({f / tb / 1e9:5.0f})  "
+                  f"host {th:6.1f} us", flush=True)
     torch.cuda.synchronize()
     torch.cuda._sleep(int(5e8))
     prof = cProfile.Profile()
