@@ -172,9 +172,11 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=0, help="0: a default per config")
     ap.add_argument("--pairs", type=int, default=0, help="0: a default per config")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no further process after this many seconds (0: no limit)")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args()
-    defaults = {"noop": (4000, 8), "light": (3000, 8), "gpu_noop": (3000, 8),
+    defaults = {"noop": (4000, 8), "light": (3000, 8), "gpu_noop": (2000, 6),
                 "resnet50_fp16": (960, 4)}
     configs = args.config.split(",")
     if args.worker:
@@ -186,7 +188,12 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     t0 = time.time()
+    done = 0
     for proc in range(args.processes):
+        if args.budget_s and proc >= 2 and time.time() - t0 > args.budget_s:
+            print(f"[instrument] budget: stopping after {proc} processes per config", flush=True)
+            break
+        done += 1
         for c in configs:  # processes interleave the configs too
             res = subprocess.run([sys.executable, __file__, "--worker", "--config", c,
                                   "--frames", str(args.frames), "--pairs", str(args.pairs)],
@@ -216,7 +223,7 @@ def main() -> int:
     where = (f"{info.get('gpu')} (driver {info.get('driver')})" if info.get("gpu")
              else f"CPU only ({info['cpu']}, {info['cores']} cores)")
     lines = [f"# hookmagic.pipeline: instrumentation on vs off, {where}, {info['date']}", "",
-             f"Python {info['python']}, torch {info.get('torch', '–')}. {args.processes} fresh "
+             f"Python {info['python']}, torch {info.get('torch', '–')}. {done} fresh "
              "processes per config; in each, both pipelines warmed up, then run alternately "
              "(ABBA) over the same frames; a process's change is the median over its pairs of "
              "fps_on / fps_off − 1. Ranges are min–max over the processes. Re-run: "
