@@ -33,6 +33,7 @@ from hookmagic.pipeline.sources import Source, as_source
 
 _END = object()  # end-of-stream marker, one per worker of the receiving stage
 _POLL_S = 0.05   # how often blocked threads look at the stop flag
+_RESOLVE_EVERY = 512  # GPU batches a worker keeps as CUDA events before turning them into times
 
 
 @dataclass(frozen=True)
@@ -82,21 +83,23 @@ class _Recorder:
 
     Each thread appends its event rows (one per frame per stage) to its *own* list, so the hot
     path takes no lock; GPU stages keep, per batch, the index of its first row and the CUDA-event
-    pair around it, resolved to times after the run (no per-batch query)."""
+    pair around it, resolved to times in chunks of :data:`_RESOLVE_EVERY` (events already
+    complete: no wait) and at the end, so a long run holds a bounded number of events."""
 
     def __init__(self) -> None:
-        self.threads: list[tuple[list[tuple], list[tuple]]] = []  # (rows, gpu records) per thread
+        # per thread: its rows, its GPU batches waiting to be resolved (first row index, rows,
+        # start event, end event) and those resolved (first row index, rows, start ns, end ns)
+        self.threads: list[tuple[list[tuple], list[tuple], list[tuple]]] = []
         self.frames: list[list] = []    # fid -> [source, index, created_ns, outcome, reason, error, stage]
         self.lock = threading.Lock()
         self.batch_ids = itertools.count()
 
-    def thread_lists(self) -> tuple[list[tuple], list[tuple]]:
-        """A new thread's own (rows, gpu records) lists."""
-        rows: list[tuple] = []
-        gpu: list[tuple] = []   # (first row index in rows, number of rows, start event, end event)
+    def thread_lists(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """A new thread's own (rows, pending GPU batches, resolved GPU batches) lists."""
+        lists: tuple[list[tuple], list[tuple], list[tuple]] = ([], [], [])
         with self.lock:
-            self.threads.append((rows, gpu))
-        return rows, gpu
+            self.threads.append(lists)
+        return lists
 
     def new_frame(self, source: str, index: int, created_ns: int) -> int:
         with self.lock:
@@ -215,7 +218,7 @@ class _Run:
     # -- threads -------------------------------------------------------------------------
     def _read(self, stream: Any, sidx: int, t0: float) -> None:
         rec, stage, pipe = self.rec, self.src.stage, self.pipe
-        rows, _ = rec.thread_lists()
+        rows, _, _ = rec.thread_lists()
         try:
             it = stream.open()
             i = 0
@@ -276,7 +279,7 @@ class _Run:
 
     def _work(self, k: int, worker: int) -> None:
         st, rec, pipe = self.pipe.stages[k], self.rec, self.pipe
-        rows_out, gpu_out = rec.thread_lists()
+        rows_out, gpu_out, gpu_done = rec.thread_lists()
         append = rows_out.append
         name, fn, batched, observers = st.name, st.fn, bool(st.batch), self.observers
         gpu = st.device == "cuda"
@@ -355,6 +358,8 @@ class _Run:
                     self._notify_stage(name, (end - start) / 1e9, n)
                 if timed_pair is not None:
                     gpu_out.append((len(rows_out), n, timed_pair[0], timed_pair[1]))
+                    if len(gpu_out) >= _RESOLVE_EVERY:
+                        self._resolve(gpu_out, gpu_done)
                 for j, it in enumerate(items):
                     res = outs[j] if outs is not None else None
                     it.payload = res
@@ -389,6 +394,17 @@ class _Run:
                 last_worker = self.alive[k] == 0
             if last_worker:
                 self._end_of(k + 1)
+
+    def _resolve(self, pending: list[tuple], done: list[tuple]) -> None:
+        """Turn completed CUDA-event pairs into host-clock ns (via the run's reference event)
+        and give the pairs back to the pipeline's pool."""
+        ref, ref_ns = self.gpu_ref  # type: ignore[misc]
+        pool = self.pipe._event_pool
+        for first, n, ev0, ev1 in pending:
+            done.append((first, n, ref_ns + int(ref.elapsed_time(ev0) * 1e6),
+                         ref_ns + int(ref.elapsed_time(ev1) * 1e6)))
+            pool.append((ev0, ev1))
+        pending.clear()
 
     @staticmethod
     def _split(st: Stage, out: Any, n: int) -> list[Any] | None:
@@ -489,12 +505,17 @@ class _Run:
         names = ["frame", "stage", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
                  "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error"]
         # column by column (pandas' row-wise constructor costs ~5 µs per row)
+        if self.gpu_ref is not None and any(pending for _, pending, _ in rec.threads):
+            import torch
+            torch.cuda.synchronize()
+            for _, pending, done in rec.threads:
+                self._resolve(pending, done)
         rows: list[tuple] = []
         gpu: list[tuple] = []
-        for trows, tgpu in rec.threads:
+        for trows, _, tdone in rec.threads:
             offset = len(rows)
             rows.extend(trows)
-            gpu.extend((offset + first, n, ev0, ev1) for first, n, ev0, ev1 in tgpu)
+            gpu.extend((offset + first, n, a, b) for first, n, a, b in tdone)
         # column by column (pandas' row-wise constructor costs ~5 µs per row)
         columns = list(zip(*rows)) if rows else [()] * len(names)
         events = pd.DataFrame({
@@ -502,18 +523,11 @@ class _Run:
                 else pd.array(c, dtype=object)) for n, c in zip(names, columns)})
         for n in ("stage", "status", "error"):
             events[n] = events[n].astype(str)
-        if gpu and self.gpu_ref is not None:
-            import torch
-            torch.cuda.synchronize()
-            ref, ref_ns = self.gpu_ref
+        if gpu:
             gs, ge = events["gpu_start_ns"].to_numpy().copy(), events["gpu_end_ns"].to_numpy().copy()
-            for first, n, ev0, ev1 in gpu:
-                a = ref_ns + int(ref.elapsed_time(ev0) * 1e6)
-                b = ref_ns + int(ref.elapsed_time(ev1) * 1e6)
+            for first, n, a, b in gpu:
                 gs[first:first + n], ge[first:first + n] = a, b
             events["gpu_start_ns"], events["gpu_end_ns"] = gs, ge
-            # resolved: the pairs go back to the pipeline's pool for its next run
-            pipe._event_pool.extend((ev0, ev1) for _, _, ev0, ev1 in gpu)
         fnames = ["source", "index", "created_ns", "outcome", "reason", "error", "stage"]
         fcols = list(zip(*rec.frames)) if rec.frames else [()] * len(fnames)
         frames = pd.DataFrame({
