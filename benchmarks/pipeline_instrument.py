@@ -20,7 +20,10 @@ Configs:
   what the CUDA events cost per stage execution.
 - ``resnet50_fp16``: pre-decoded 256×256 frames → GPU preprocess (2 workers) → ResNet-50 FP16
   channels-last, batch 16 → top-5 postprocess on the GPU: the inference-bound pipeline of
-  benchmarks/pipeline_gpu.py (random weights).
+  benchmarks/pipeline_gpu.py (random weights), except that the infer stage waits up to 100 ms
+  to fill its batch (960 frames: 60 batches of 16, no batch size new to the worker thread).
+  Each run also records its infer stage's first batch time against the median of the others
+  (host ms), to show what a fresh worker thread's first batch costs.
 
 Writes ``pipeline_instrument.md`` and ``pipeline_instrument.csv`` to ``--out``.
 """
@@ -110,7 +113,7 @@ def _build(config: str, frames: int):
 
     def make():
         return [Stage("preprocess", pre, workers=2, device="cuda"),
-                Stage("infer", infer, batch=16, device="cuda"),
+                Stage("infer", infer, batch=16, device="cuda", batch_wait_ms=100),
                 Stage("postprocess", post, device="cuda")]
     return make, (small * (frames // len(small) + 1))[:frames], torch.cuda.synchronize
 
@@ -121,8 +124,8 @@ def worker(config: str, frames: int, pairs: int) -> dict:
     make, data, sync = _build(config, frames)
     pipes = {True: Pipeline(make(), queue_size=32, instrument=True, name=f"{config}_on"),
              False: Pipeline(make(), queue_size=32, instrument=False, name=f"{config}_off")}
-    for inst in (True, False):  # warm-up: threads, allocator, cuDNN, the native module
-        pipes[inst].run(data[: max(64, frames // 8)])
+    for inst in (True, False):  # warm-up (all frames): allocator, cuDNN, the event pool
+        pipes[inst].run(data)
     runs: list[dict] = []
     for p in range(pairs):
         order = (True, False) if p % 2 == 0 else (False, True)
@@ -134,13 +137,26 @@ def worker(config: str, frames: int, pairs: int) -> dict:
             wall = time.perf_counter() - t
             thr = run.throughput()
             assert thr["frames_done"] == len(data), thr
-            runs.append({"pair": p, "instrument": inst, "fps": thr["fps"],
-                         "wall_fps": len(data) / wall})
+            row = {"pair": p, "instrument": inst, "fps": thr["fps"],
+                   "wall_fps": len(data) / wall}
+            bat = [s.name for s in pipes[inst].stages if s.batch]
+            if bat:
+                ev = (run.events[run.events["stage"] == bat[0]].drop_duplicates("batch")
+                      .sort_values("start_ns"))
+                ms = ((ev["end_ns"] - ev["start_ns"]) / 1e6).to_numpy()
+                if len(ms) > 2:
+                    row.update(first_batch_ms=float(ms[0]), median_batch_ms=float(np.median(ms[1:])),
+                               batch_sizes=sorted(set(ev["batch_size"].tolist())))
+            runs.append(row)
     on = {r["pair"]: r for r in runs if r["instrument"]}
     off = {r["pair"]: r for r in runs if not r["instrument"]}
     ratio = [on[p]["fps"] / off[p]["fps"] - 1 for p in range(pairs)]
     wratio = [on[p]["wall_fps"] / off[p]["wall_fps"] - 1 for p in range(pairs)]
-    return {"config": config, "frames": len(data), "pairs": pairs,
+    firsts = [r["first_batch_ms"] for r in runs if "first_batch_ms" in r]
+    meds = [r["median_batch_ms"] for r in runs if "median_batch_ms" in r]
+    extra = ({"first_batch_ms": float(np.median(firsts)), "median_batch_ms": float(np.median(meds))}
+             if firsts else {})
+    return {"config": config, "frames": len(data), "pairs": pairs, **extra,
             "fps_on": float(np.median([on[p]["fps"] for p in range(pairs)])),
             "fps_off": float(np.median([off[p]["fps"] for p in range(pairs)])),
             "change": float(np.median(ratio)), "change_min": float(min(ratio)),
@@ -176,7 +192,7 @@ def main() -> int:
                     help="start no further process after this many seconds (0: no limit)")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args()
-    defaults = {"noop": (4000, 8), "light": (3000, 8), "gpu_noop": (2000, 6),
+    defaults = {"noop": (40000, 8), "light": (10000, 8), "gpu_noop": (2000, 6),
                 "resnet50_fp16": (960, 4)}
     configs = args.config.split(",")
     if args.worker:
@@ -195,7 +211,8 @@ def main() -> int:
             break
         done += 1
         for c in configs:  # processes interleave the configs too
-            res = subprocess.run([sys.executable, __file__, "--worker", "--config", c,
+            res = subprocess.run([sys.executable, *(["-S"] if sys.flags.no_site else []),
+                                  __file__, "--worker", "--config", c,
                                   "--frames", str(args.frames), "--pairs", str(args.pairs)],
                                  capture_output=True, text=True)
             if res.returncode != 0:
@@ -239,6 +256,13 @@ def main() -> int:
                      f"{mm(list(d['fps_off']), '{:.0f}')} | "
                      f"{mm(list(100 * d['change']), '{:+.1f}')} % ({per}) | "
                      f"{mm(list(100 * d['wall_change']), '{:+.1f}')} % |")
+    for c in configs:
+        d = df[df["config"] == c]
+        if "first_batch_ms" in d and d["first_batch_ms"].notna().any():
+            lines += ["", f"{c}: the batched stage's first batch of a run took "
+                      f"{mm(list(d['first_batch_ms']), '{:.1f}')} ms, its later batches "
+                      f"{mm(list(d['median_batch_ms']), '{:.1f}')} ms (host time, medians over "
+                      "each process's runs; every run has fresh worker threads)."]
     text = "\n".join(lines) + "\n"
     (out / "pipeline_instrument.md").write_text(text)
     print(text)
