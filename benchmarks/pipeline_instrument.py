@@ -9,7 +9,9 @@ ABBA order (on, off, off, on, on, off, ...) over the *same* frames; a process's 
 median over its pairs of ``fps_on / fps_off - 1``, and the table gives min–max over the
 processes (each process is one line of the CSV too). ``fps`` is :meth:`PipelineRun.throughput`'s
 (done frames over the span from the first frame read to the last frame finished); the wall
-clock of ``Pipeline.run`` (which also builds the tables) is recorded as ``wall_fps``.
+clock of ``Pipeline.run`` (which also builds the tables) is recorded as ``wall_fps``, and the
+process CPU time per frame (all threads, ``time.process_time``) as ``cpu_us``: the least
+disturbed by other jobs on a shared machine.
 
 Configs:
 
@@ -132,13 +134,13 @@ def worker(config: str, frames: int, pairs: int) -> dict:
         for inst in order:
             if sync is not None:
                 sync()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             run = pipes[inst].run(data)
-            wall = time.perf_counter() - t
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
             thr = run.throughput()
             assert thr["frames_done"] == len(data), thr
             row = {"pair": p, "instrument": inst, "fps": thr["fps"],
-                   "wall_fps": len(data) / wall}
+                   "wall_fps": len(data) / wall, "cpu_us": cpu / len(data) * 1e6}
             bat = [s.name for s in pipes[inst].stages if s.batch]
             if bat:
                 ev = (run.events[run.events["stage"] == bat[0]].drop_duplicates("batch")
@@ -152,11 +154,14 @@ def worker(config: str, frames: int, pairs: int) -> dict:
     off = {r["pair"]: r for r in runs if not r["instrument"]}
     ratio = [on[p]["fps"] / off[p]["fps"] - 1 for p in range(pairs)]
     wratio = [on[p]["wall_fps"] / off[p]["wall_fps"] - 1 for p in range(pairs)]
+    cpu_on = float(np.median([on[p]["cpu_us"] for p in range(pairs)]))
+    cpu_off = float(np.median([off[p]["cpu_us"] for p in range(pairs)]))
     firsts = [r["first_batch_ms"] for r in runs if "first_batch_ms" in r]
     meds = [r["median_batch_ms"] for r in runs if "median_batch_ms" in r]
     extra = ({"first_batch_ms": float(np.median(firsts)), "median_batch_ms": float(np.median(meds))}
              if firsts else {})
     return {"config": config, "frames": len(data), "pairs": pairs, **extra,
+            "cpu_us_on": cpu_on, "cpu_us_off": cpu_off,
             "fps_on": float(np.median([on[p]["fps"] for p in range(pairs)])),
             "fps_off": float(np.median([off[p]["fps"] for p in range(pairs)])),
             "change": float(np.median(ratio)), "change_min": float(min(ratio)),
@@ -247,7 +252,8 @@ def main() -> int:
              f"`python benchmarks/pipeline_instrument.py --config {args.config} "
              f"--processes {args.processes}`.", "",
              "| config | frames × pairs | fps on | fps off | change per process (fps) | "
-             "change per process (wall clock) |", "|---|---|---:|---:|---|---|"]
+             "change per process (wall clock) | process CPU µs / frame, on / off |",
+             "|---|---|---:|---:|---|---|---|"]
     for c in configs:
         d = df[df["config"] == c]
         per = ", ".join(f"{100 * v:+.1f}" for v in d["change"])
@@ -255,7 +261,8 @@ def main() -> int:
                      f"{int(d['pairs'].iloc[0])} | {mm(list(d['fps_on']), '{:.0f}')} | "
                      f"{mm(list(d['fps_off']), '{:.0f}')} | "
                      f"{mm(list(100 * d['change']), '{:+.1f}')} % ({per}) | "
-                     f"{mm(list(100 * d['wall_change']), '{:+.1f}')} % |")
+                     f"{mm(list(100 * d['wall_change']), '{:+.1f}')} % | "
+                     f"{mm(list(d['cpu_us_on']), '{:.1f}')} / {mm(list(d['cpu_us_off']), '{:.1f}')} |")
     for c in configs:
         d = df[df["config"] == c]
         if "first_batch_ms" in d and d["first_batch_ms"].notna().any():
