@@ -45,20 +45,23 @@ except ImportError:
 PY
 } >"$OUT/nvdec_env.txt" 2>&1 || true
 cat "$OUT/nvdec_env.txt"
-say "NVDEC tests"
-timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs -s \
-  tests/gpu/test_pipeline_nvdec.py >"$OUT/nvdec_tests.txt" 2>&1 || true
+say "NVDEC tests and the pipeline's GPU tests (CUDA-event times, ranges under a capture)"
+timeout 75 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs -s \
+  tests/gpu/test_pipeline_nvdec.py tests/gpu/test_pipeline_gpu.py >"$OUT/nvdec_tests.txt" 2>&1 || true
 grep -E "NVDEC RGB|passed|failed|SKIPPED|Error|error" "$OUT/nvdec_tests.txt" | tail -12 || true
 
+# -- instrumentation on vs off --------------------------------------------------------------
+# the third process starts only before +125 s of this script (each takes ~40 s on an H100)
+budget=$((125 - (SECONDS - start)))
+say "instrumentation on vs off (third process only if started before +${budget} s)"
+python3 benchmarks/pipeline_instrument.py --config "${PIPE_CONFIGS:-gpu_noop,resnet50_fp16}" --processes 3 \
+  --budget-s $((budget > 1 ? budget : 1)) --out "$OUT"
+
 # -- NVDEC vs PyAV decode speed (only with PyAV: it encodes the 1080p x264 clip) --------------
-if python3 -c "import av, PyNvVideoCodec" >/dev/null 2>&1; then
+if [ $((SECONDS - start)) -lt 135 ] && python3 -c "import av, PyNvVideoCodec" >/dev/null 2>&1; then
   say "NVDEC speed"
   timeout 40 python3 benchmarks/pipeline_nvdec_speed.py "$OUT" || say "NVDEC speed failed (rc $?)"
 fi
 
-# -- instrumentation on vs off --------------------------------------------------------------
-left=$((170 - (SECONDS - start)))
-say "instrumentation on vs off, ${left} s left"
-python3 benchmarks/pipeline_instrument.py --config "${PIPE_CONFIGS:-gpu_noop,resnet50_fp16}" --processes 3 \
-  --budget-s $((left - 60 > 20 ? left - 60 : 20)) --out "$OUT"
 say "done"
+
