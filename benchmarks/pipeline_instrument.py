@@ -17,7 +17,7 @@ Configs:
 
 - ``noop``: 4 stages ``lambda x: x`` on the CPU (the worst case: nothing to hide the
   framework's cost behind).
-- ``light``: 4 CPU stages each doing ~20 µs of NumPy work on a 96×96 float array.
+- ``light``: 4 CPU stages each doing ~16 µs of NumPy work on a 96×96 float array.
 - ``gpu_noop``: 3 ``device="cuda"`` stages that launch one tiny kernel each (GPU machine):
   what the CUDA events cost per stage execution.
 - ``resnet50_fp16``: pre-decoded 256×256 frames → GPU preprocess (2 workers) → ResNet-50 FP16
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DESCRIPTIONS = {
     "noop": "4 no-op CPU stages",
-    "light": "4 CPU stages of ~20 µs NumPy work each",
+    "light": "4 CPU stages of ~16 µs NumPy work each",
     "gpu_noop": "3 GPU stages, one tiny kernel each",
     "resnet50_fp16": "256×256 frames → GPU preprocess ×2 → ResNet-50 FP16 b16 → top-5 (GPU)",
 }
