@@ -11,8 +11,8 @@ row of results per config in ``OUTDIR/results_p<process>.json``:
   fp16) → ResNet-50 FP16 channels-last, batch 16 → top-5 postprocess.
 - ``resnet50_fp16_cpupre``: the same with torchvision transforms v2 on the CPU (2 workers).
 - ``detector_fp16_gpupre``: SSDlite320-MobileNetV3 (FP16 autocast), batch 8, GPU preprocess.
-- ``nvdec_resnet50_fp16``: torchcodec's CUDA decoder (NVDEC) when installed, else recorded as
-  unavailable with the reason.
+- ``nvdec_resnet50_fp16``: NVDEC decode (``nvdec_video``: PyNvVideoCodec, else torchcodec's
+  CUDA decoder) when installed, else recorded as unavailable with the reason.
 - Three constructed pipelines whose bottleneck is known: ``bound_decode`` (1-thread decode of
   the clip, fast GPU stages), ``bound_preprocess`` (pre-decoded frames, CPU antialiased resize
   on 1 worker), ``bound_infer`` (pre-decoded frames, GPU preprocess, ResNet-50 FP32 batch 16),
@@ -150,7 +150,9 @@ def summarize(out: Path) -> str:
     if nv and "unavailable" in nv[0]:
         lines.append(f"- NVDEC: not run on this machine: {nv[0]['unavailable']}")
     elif nv:
-        lines.append(f"- NVDEC (torchcodec) → ResNet-50 FP16: {rng([r['fps'] for r in nv])} fps")
+        lines.append(f"- NVDEC (hookmagic.pipeline.nvdec_video) → GPU preprocess → ResNet-50 FP16: "
+                     f"{rng([r['fps'] for r in nv])} fps, p99 {rng([r['p99_ms'] for r in nv])} ms, "
+                     f"bottleneck {', '.join(str(r['bottleneck']) for r in nv)}")
     text = "\n".join(lines) + "\n"
     (out / "pipeline.md").write_text(text)
     return text
@@ -405,20 +407,15 @@ def main() -> int:
     log(f"what-if: infer ×{k:.2f} predicted {pred:.1f} fps, measured {meas:.1f} fps "
         f"({pred / meas - 1:+.1%})")
 
-    # NVDEC through torchcodec, where installed
+    # NVDEC (hookmagic.pipeline.nvdec_video: PyNvVideoCodec, else torchcodec), where installed
     try:
-        from torchcodec.decoders import VideoDecoder  # type: ignore[import-not-found]
-        nvdec = None if smoke or not info["av"] else VideoDecoder(str(clip), device="cuda")
+        from hookmagic.pipeline import nvdec_video
+        src = None if smoke or not info["av"] else nvdec_video(clip, name="nvdec")
     except Exception as err:  # noqa: BLE001 - recorded, not fatal
-        nvdec, why = None, f"{type(err).__name__}: {err}"
+        src, why = None, f"{type(err).__name__}: {err}"
     else:
-        why = "CPU smoke run or no clip" if nvdec is None else ""
-    if nvdec is not None:
-        def nv_frames():
-            for i in range(len(nvdec)):
-                yield nvdec[i].permute(1, 2, 0)
-        src = frames_source(nv_frames(), name="nvdec")
-        src.stage = "decode"
+        why = "CPU smoke run or no clip (PyAV encodes it)" if src is None else ""
+    if src is not None:
         def pre_nv(f):
             x = torch.nn.functional.interpolate(f.permute(2, 0, 1).float()[None],
                                                 size=(224, 224), mode="bilinear")[0]
@@ -432,8 +429,9 @@ def main() -> int:
         if args.process == 0:
             run.meta.update(recorded_on={"gpu": info["gpu"], "driver": info["driver"],
                                          "date": info["date"]},
-                            description="NVDEC (torchcodec CUDA) → GPU preprocess → ResNet-50 FP16",
-                            machine=info, decode="torchcodec NVDEC")
+                            description=f"NVDEC ({src.meta['decoder']}) → GPU preprocess → "
+                                        "ResNet-50 FP16",
+                            machine=info, decode=src.meta["decoder"])
             run.save(out / "nvdec_resnet50_fp16.hmpipe")
         log(f"nvdec: {thr['fps']:.1f} fps")
     else:
