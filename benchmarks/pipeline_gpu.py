@@ -420,8 +420,12 @@ def main() -> int:
             x = torch.nn.functional.interpolate(f.permute(2, 0, 1).float()[None],
                                                 size=(224, 224), mode="bilinear")[0]
             return ((x - mean) / std).to(half)
-        run = Pipeline(stages(pre_nv, gdev, 1, resnet_h, half), queue_size=32,
-                       name="nvdec_resnet50_fp16").run(src)
+        try:
+            run = Pipeline(stages(pre_nv, gdev, 1, resnet_h, half), queue_size=32,
+                           name="nvdec_resnet50_fp16").run(src)
+        except Exception as err:  # noqa: BLE001 - recorded; the rest of the benchmark goes on
+            src, why = None, f"run failed: {type(err).__name__}: {err}"
+    if src is not None:
         thr = run.throughput()
         results.append({"config": "nvdec_resnet50_fp16", "process": args.process,
                         "fps": thr["fps"], "p99_ms": thr["p99_ms"],

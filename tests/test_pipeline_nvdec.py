@@ -87,3 +87,31 @@ def test_nvdec_argument_and_file_errors(tmp_path):
         nvdec_video(tmp_path / "missing.mp4", fmt="bgr")
     with pytest.raises(InvalidArgument):
         nvdec_video(tmp_path / "missing.mp4", gpu=-1)
+
+
+def test_decoded_surfaces_of_any_exported_layout_become_the_picture():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from hookmagic.pipeline.sources import _frame_layout
+
+    h, w = 6, 8
+    nv12 = torch.arange(h * 3 // 2 * w, dtype=torch.int32).reshape(h * 3 // 2, w)
+    # a surface padded to 8 luma rows and a 16-byte pitch: picture rows, then chroma rows
+    padded = torch.full((12, 16), -1, dtype=torch.int32)
+    padded[:h, :w], padded[8:8 + h // 2, :w] = nv12[:h], nv12[h:]
+    assert torch.equal(_frame_layout(padded, h, w, "nv12"), nv12)
+    assert torch.equal(_frame_layout(nv12.flatten(), h, w, "nv12"), nv12)
+    rgb = torch.arange(h * w * 3).reshape(h, w, 3)
+    assert torch.equal(_frame_layout(rgb.permute(2, 0, 1), h, w, "rgb"), rgb)  # planar
+    assert torch.equal(_frame_layout(torch.nn.functional.pad(rgb, (0, 0, 0, 4, 0, 2)), h, w,
+                                     "rgb"), rgb)
+    assert _frame_layout(torch.zeros(5), h, w, "rgb") is None
+
+
+def test_the_gpu_side_nv12_to_rgb_agrees_with_the_numpy_bt601_reference():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from hookmagic.pipeline.sources import _nv12_to_rgb
+
+    for y, u, v in synthetic_yuv_frames(2, 64, 48):
+        nv12 = np.concatenate([y, np.stack([u, v], -1).reshape(24, 64)])
+        got = _nv12_to_rgb(torch.from_numpy(nv12), 48, 64).numpy().astype(int)
+        assert np.abs(got - yuv420_to_rgb_bt601(y, u, v).astype(int)).max() <= 1

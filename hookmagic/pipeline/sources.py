@@ -228,29 +228,40 @@ def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
         dev = torch.device("cuda", gpu)
         stream = torch.cuda.Stream(device=dev)
         h, w = info["height"], info["width"]
-        shape = (h, w, 3) if fmt == "rgb" else (h * 3 // 2, w)
         color = nvc.OutputColorType.RGB if fmt == "rgb" else nvc.OutputColorType.NATIVE
+        convert = False  # NV12 → RGB here, if this PyNvVideoCodec cannot convert itself
         try:
             dmx = nvc.CreateDemuxer(str(path))
-            dec = nvc.CreateDecoder(gpuid=gpu, codec=dmx.GetNvCodecId(),
-                                    cudacontext=_primary_context(gpu),
-                                    cudastream=stream.cuda_stream, usedevicememory=True,
-                                    outputColorType=color)
+            kw = dict(gpuid=gpu, codec=dmx.GetNvCodecId(), cudacontext=_primary_context(gpu),
+                      cudastream=stream.cuda_stream, usedevicememory=True)
+            try:
+                dec = nvc.CreateDecoder(**kw, outputColorType=color)
+            except TypeError:  # a build without outputColorType: native NV12 only
+                dec = nvc.CreateDecoder(**kw)
+                convert = fmt == "rgb"
         except Unavailable:
             raise
         except Exception as err:  # noqa: BLE001
             raise InputFileError(f"{path}: PyNvVideoCodec cannot decode it: {err}") from err
 
         def take(frame: Any) -> Any:
-            n = int(np.prod(shape))
             try:
                 t = torch.from_dlpack(frame)
             except Exception:  # noqa: BLE001 - older builds: the CUDA array interface instead
+                n = int(frame.framesize())
                 t = torch.as_tensor(_CudaBytes(int(frame.GetPtrToPlane(0)), n), device=dev)
-            if t.numel() != n:
-                raise InputFileError(f"{path}: NVDEC frame of {t.numel()} bytes, expected "
-                                     f"{shape} ({fmt})")
-            return t.reshape(shape).clone()
+            t = _frame_layout(t, h, w, "nv12" if convert else fmt)
+            if t is None:
+                raise InputFileError(f"{path}: NVDEC frame of shape {tuple(t_shape(frame))} "
+                                     f"does not fit {w}x{h} ({fmt})")
+            return (_nv12_to_rgb(t, h, w) if convert
+                    else t.clone(memory_format=torch.contiguous_format))
+
+        def t_shape(frame: Any) -> Any:
+            try:
+                return torch.from_dlpack(frame).shape
+            except Exception:  # noqa: BLE001
+                return (int(frame.framesize()),)
 
         try:
             for packet in dmx:
@@ -266,6 +277,36 @@ def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
         finally:
             del dec, dmx
     return open_
+
+
+def _frame_layout(t: Any, h: int, w: int, fmt: str) -> Any:
+    """A decoded frame as ``h×w×3`` (rgb) or ``(h·3/2)×w`` (nv12), from what the decoder
+    exported: the exact shape, a padded surface (rows or pitch beyond the picture), planar RGB,
+    or flat bytes. None if it fits none of them."""
+    if fmt == "rgb":
+        if t.dim() == 3 and t.shape[-1] == 3 and t.shape[0] >= h and t.shape[1] >= w:
+            return t[:h, :w]
+        if t.dim() == 3 and t.shape[0] == 3 and t.shape[1] >= h and t.shape[2] >= w:
+            return t[:, :h, :w].permute(1, 2, 0)
+        return t.reshape(h, w, 3) if t.numel() == h * w * 3 else None
+    if t.dim() == 2 and t.shape[1] >= w and t.shape[0] * 2 % 3 == 0 and t.shape[0] * 2 // 3 >= h:
+        rows = t.shape[0] * 2 // 3  # the surface's luma rows (>= h when padded)
+        if rows == h:
+            return t[:, :w]
+        import torch
+        return torch.cat([t[:h, :w], t[rows:rows + h // 2, :w]])
+    return t.reshape(h * 3 // 2, w) if t.numel() == h * w * 3 // 2 else None
+
+
+def _nv12_to_rgb(t: Any, h: int, w: int) -> Any:
+    """NV12 (BT.601, limited range) → ``h×w×3`` uint8 RGB on the GPU, chroma repeated 2×2."""
+    import torch
+    y = (t[:h].float() - 16) * (255 / 219)
+    uv = t[h:].reshape(h // 2, w // 2, 2).float().sub(128).mul(255 / 224)
+    uv = uv.repeat_interleave(2, 0).repeat_interleave(2, 1)
+    u, v = uv[..., 0], uv[..., 1]
+    rgb = torch.stack([y + 1.402 * v, y - 0.344136 * u - 0.714136 * v, y + 1.772 * u], -1)
+    return rgb.round().clamp(0, 255).to(torch.uint8)
 
 
 def _torchcodec_frames(decoder_cls: Any, path: Path, gpu: int) -> Callable[[], Iterator[Any]]:
