@@ -8,8 +8,9 @@ tables give min–max over the processes.
 - Overhead: N frames through S no-op stages (``lambda x: x``) with ``Pipeline.run`` vs a bare
   Python loop calling the same functions; overhead per frame per stage = (pipeline − loop) /
   (N × S), host time, with ``instrument=True`` (a ``hookmagic.range`` per stage execution
-  while a capture records ranges, none outside one) and ``False``. This is the framework's cost per hand-over (queue put/get, thread switch, the
-  records), the figure the issue bounds at 30 µs.
+  while a capture records ranges, none outside one) and ``False``. This is the framework's
+  cost per hand-over (queue put/get, thread switch, the records), the figure the issue bounds
+  at 30 µs.
 - What-if: a pipeline of sleeping stages (2, 8, 3 ms) is measured, ``what_if("infer", 4)``
   predicts fps and p50; then the pipeline is run with infer really 4× faster (2 ms). Error =
   predicted / measured − 1.
