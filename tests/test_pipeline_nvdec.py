@@ -10,7 +10,7 @@ import pytest
 
 from hookmagic.common.errors import HookmagicError, InputFileError, InvalidArgument, Unavailable
 from hookmagic.pipeline import Pipeline, Stage, nvdec_video, video_file
-from hookmagic.pipeline.pcm_h264 import (synthetic_yuv_frames, write_pcm_h264,
+from tests.synthetic_h264 import (synthetic_yuv_frames, write_pcm_h264,
                                          yuv420_to_rgb_bt601)
 
 av = pytest.importorskip("av", reason="PyAV is not installed (pip install av; in the dev extra)")

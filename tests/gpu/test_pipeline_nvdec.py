@@ -1,7 +1,7 @@
 """NVDEC through hookmagic.pipeline.nvdec_video on a real GPU.
 
 The clip is made at test time: synthetic YUV frames written as lossless I_PCM H.264
-(hookmagic.pipeline.pcm_h264; no encoder needed). H.264 decoding is bit-exact, so NVDEC must
+(tests/synthetic_h264.py; no encoder needed). H.264 decoding is bit-exact, so NVDEC must
 return exactly the written samples (NV12), as FFmpeg does on the CPU (tests/test_pipeline_nvdec.py).
 The RGB output is compared with a BT.601 reference conversion: mean |difference| <= 2 and 99th
 percentile <= 6 (8-bit levels; converters differ in rounding and chroma upsampling). Where PyAV
@@ -15,7 +15,7 @@ import pytest
 
 from hookmagic.common.errors import Unavailable
 from hookmagic.pipeline import Pipeline, Stage, nvdec_video
-from hookmagic.pipeline.pcm_h264 import (synthetic_yuv_frames, write_pcm_h264,
+from tests.synthetic_h264 import (synthetic_yuv_frames, write_pcm_h264,
                                          yuv420_to_rgb_bt601)
 from hookmagic.pipeline.sources import _import_nvdec
 
