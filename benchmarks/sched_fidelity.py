@@ -113,13 +113,25 @@ def rate_for(spec, load, batch):
     return load * batch / (spec.latency(batch) / 1e3)
 
 
-def scenarios(specs, names, seconds):
+#: scenarios drawn by this version (1: before 2026-11-26 02:30 UTC, bursts drawn so that their
+#: timing depended on the rates, i.e. on each process's latency tables: the processes of one
+#: run served different workloads; 2: ``Bursty(steady_periods=True)``, the same bursts in every
+#: process and on every GPU, arrivals scaled by the rates)
+SCENARIO_VERSION = 2
+
+
+def scenarios(specs, names, seconds, version: int = SCENARIO_VERSION):
     """Three calibration-free scenarios sized from the measured tables, plus a held-out one.
 
     Nothing here is tuned to the real runs; the held-out scenario (three streams, five models,
     cameras plus bursts) was added after the model changes and is never used to choose them.
+    ``version`` 1 rebuilds the scenarios of folders stored before SCENARIO_VERSION 2.
     """
     n = names
+
+    def Bursty(*a, **k):  # noqa: N802 (the source, drawn as this version draws it)
+        return S.Bursty(*a, steady_periods=version >= 2, **k)
+
     out = {}
     # 1. mixed priorities, up to 3 models on one stream, strict priority, dynamic batching
     m3 = n[:3]
@@ -128,7 +140,7 @@ def scenarios(specs, names, seconds):
     if len(m3) > 1:
         src.append(S.Poisson(m3[1], rate_for(specs[m3[1]], 0.2, 4), slo_ms=slo[m3[1]], priority=1))
     if len(m3) > 2:
-        src.append(S.Bursty(m3[2], rate_for(specs[m3[2]], 0.9, 8), on_s=0.15, off_s=0.6,
+        src.append(Bursty(m3[2], rate_for(specs[m3[2]], 0.9, 8), on_s=0.15, off_s=0.6,
                             slo_ms=slo[m3[2]], priority=2))
     out["mixed_priorities"] = (src, S.Policy(order="priority", batching={
         m: S.Batching(8, 2.0) for m in m3}))
@@ -137,7 +149,7 @@ def scenarios(specs, names, seconds):
     cams_fps = 30.0
     n_cams = int(max(2, min(16, 0.35 * specs[det].throughput(8) / cams_fps)))
     src2 = [S.Cameras(det, n=n_cams, fps=cams_fps, jitter_ms=2.0, slo_ms=3 * specs[det].latency(8) + 15),
-            S.Bursty(other, rate_for(specs[other], 1.0, 8), on_s=0.1, off_s=0.5,
+            Bursty(other, rate_for(specs[other], 1.0, 8), on_s=0.1, off_s=0.5,
                      slo_ms=4 * specs[other].latency(8) + 5, priority=1)]
     out["cameras_bursty_edf"] = (src2, S.Policy(order="edf", fairness=S.CameraFairness(),
                                                 batching={det: S.Batching(8, 3.0),
@@ -152,13 +164,13 @@ def scenarios(specs, names, seconds):
         cams = int(max(2, min(12, 0.2 * specs[n[0]].throughput(8) / cams_fps)))
         src4 = [S.Cameras(n[0], n=cams, fps=cams_fps, jitter_ms=2.0,
                           slo_ms=3 * specs[n[0]].latency(8) + 15, priority=0),
-                S.Bursty(n[1], rate_for(specs[n[1]], 0.8, 8), on_s=0.12, off_s=0.5,
+                Bursty(n[1], rate_for(specs[n[1]], 0.8, 8), on_s=0.12, off_s=0.5,
                          slo_ms=4 * specs[n[1]].latency(8) + 5, priority=1),
                 S.Poisson(n[2], rate_for(specs[n[2]], 0.15, 4),
                           slo_ms=4 * specs[n[2]].latency(8) + 5, priority=1),
                 S.Poisson(n[3], rate_for(specs[n[3]], 0.15, 4),
                           slo_ms=4 * specs[n[3]].latency(8) + 5, priority=2),
-                S.Bursty(n[4], rate_for(specs[n[4]], 0.6, 8), on_s=0.2, off_s=0.8,
+                Bursty(n[4], rate_for(specs[n[4]], 0.6, 8), on_s=0.2, off_s=0.8,
                          slo_ms=4 * specs[n[4]].latency(8) + 5, priority=2)]
         out["held_out_three_streams"] = (src4, S.Policy(order="priority", streams=3,
                                                         batching=S.Batching(8, 1.5)))
@@ -204,7 +216,7 @@ def one_process(args) -> None:
     idle = {n: e.spec for n, e in engines.items()}
     fit = _calibrate(engines, make_backend, idle, args.max_batch, args.out)
     info = make_backend().describe()
-    info.update(format=CALIBRATION_FORMAT, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
+    info.update(format=CALIBRATION_FORMAT, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
@@ -221,6 +233,7 @@ def one_process(args) -> None:
         engines[spec.name].spec = spec
     rows = []
     for name, (wl, pol) in scenarios(idle, list(engines), args.seconds).items():
+        print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
         real = S.run(engines, wl, pol, backend=make_backend())
         sim = S.simulate(sim_specs, wl, pol, seed=1)
@@ -312,7 +325,7 @@ def stored_run(run_dir: Path):
         else:
             t = files.read_parquet(next(iter(compact.values())), "compact real run")
             seconds = json.loads(t.schema.metadata[b"hookmagic.sched"])["duration_s"]
-    built = scenarios(idle, names, seconds)
+    built = scenarios(idle, names, seconds, version=info.get("scenario_version", 1))
     real = {}
     for name, (wl, pol) in built.items():
         if name in full:
