@@ -107,6 +107,55 @@ def refit_specs(run_dirs):
     return make
 
 
+def _occupancy(b: pd.DataFrame, t0: float, t1: float) -> np.ndarray:
+    """Share of [t0, t1) during which 0, 1, 2 and 3+ batches ran on the GPU."""
+    ev = sorted([(t, 1) for t in b["start_s"]] + [(t, -1) for t in b["end_s"]])
+    n, last, occ = 0, t0, np.zeros(4)
+    for t, k in ev:
+        tt = min(max(t, t0), t1)
+        if tt > last:
+            occ[min(n, 3)] += tt - last
+            last = tt
+        n += k
+    occ[min(n, 3)] += max(0.0, t1 - last)
+    return occ / (t1 - t0)
+
+
+def busiest_window(runs, make_specs_list, scen="held_out_three_streams", width=0.5):
+    """Per run: the ``width``-second window of the real run with most time on three streams at
+    once; there, per model, mean GPU time per batch, real and as simulated by each
+    ``(label, make_specs)``, and the longest queue of each lowest-priority model."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        if scen not in real:
+            continue
+        res = real[scen]
+        b = res.batches
+        grid = np.arange(SF.WARMUP_S, float(info.get("seconds", 3.0)) - width + 1e-9, 0.05)
+        if not len(grid):
+            continue
+        t0 = max(grid, key=lambda t: _occupancy(b, t, t + width)[3])
+        sides = [("real", res)] + [(lab, S.simulate(mk(info, idle, real), *sc[scen], seed=1))
+                                   for lab, mk in make_specs_list]
+        pr = res.requests["priority"]
+        lows = sorted(set(res.requests.loc[pr == pr.max(), "model"].astype(str)))
+        for lab, r in sides:
+            rb = r.batches
+            w = rb[(rb["start_s"] >= t0) & (rb["end_s"] <= t0 + width)]
+            row = {"run": k, "window s": f"{t0:.2f}–{t0 + width:.2f}", "side": lab,
+                   "3 streams busy": f"{_occupancy(rb, t0, t0 + width)[3]:.3f}"}
+            for low in lows:
+                q = r.requests[r.requests["model"].astype(str) == low]
+                row[f"{low} longest queue"] = max(
+                    int(((q["arrival_s"] < t) & ~(q["start_s"] <= t)).sum())
+                    for t in np.linspace(t0, t0 + width, 26))
+            per = (w["end_s"] - w["start_s"]).groupby(w["model"].astype(str)).mean() * 1e3
+            for m in idle:
+                row[f"{m} ms/batch"] = f"{per.get(m, float('nan')):.3f}"
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def md(df: pd.DataFrame, floatfmt="{:.3f}") -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
@@ -290,13 +339,26 @@ def main() -> None:
               "rates, so the processes served different workloads wherever a ratio below is far "
               "from 1; version 2 draws the same bursts in every process." if version < 2 else
               "Version 2: the same bursts in every process."), "", md(wt), ""]
-    if all((d / "calibration").is_dir() for d in dirs) and _v2(info0):
+    can_refit = all((d / "calibration").is_dir() for d in dirs) and _v2(info0)
+    if can_refit:
         t, ok, n = table(runs, refit_specs(dirs))
         parts += ["## R. Refitted by this code on the stored calibration runs", "",
                   "The same real runs; the simulator's parameters fitted again, by the code "
                   "that generated this page, on each process's own calibration runs (nothing "
                   "of the compared runs; `sched_fidelity.py --replay DIR --refit` gives the "
                   f"same). Passing groups: {ok} of {n}.", "", md(t), ""]
+
+    makers = [("sim as calibrated", lambda info, idle, real: SF.sim_specs_from(info, idle))]
+    if can_refit:
+        makers.append(("sim refitted (R)", refit_specs(dirs)))
+    bw = busiest_window(runs, makers)
+    if len(bw):
+        parts += ["## H. The held-out scenario's busiest half second", "",
+                  "Per process, the 0.5 s of the real run with most time on all three streams at "
+                  "once: the share of that time, the longest queue of each lowest-priority model "
+                  "(requests arrived and not started) and each model's mean GPU time per batch, "
+                  "real and simulated. Near saturation a few % of per-batch cost decides how "
+                  "long that queue grows.", "", md(bw), ""]
 
     ev = sharing_evidence(runs)
     real_ev = ev[ev["side"] == "real"].drop(columns="side")
