@@ -195,14 +195,33 @@ def _calibrate(engines, make_backend, idle, max_batch, out: Path):
 
 
 def load_calibration_runs(run_dir: Path, names) -> dict:
-    """The raw calibration runs a format-2 process saved (for ``--replay --refit``)."""
+    """The raw calibration runs a format-2 process saved (for ``--replay --refit``), in full or
+    as compact copies (``<key>.fate.parquet``; the arrivals rebuilt from the latency tables and
+    checked against the stored policy)."""
     from hookmagic.sched.result import load_result
     d = run_dir / "calibration"
-    runs = {f"alone:{n}": load_result(d / f"alone_{n}") for n in names}
-    runs["switch"] = load_result(d / "switch")
-    for p in sorted(d.glob("share*.requests.parquet")):
-        key = p.name.split(".")[0]
-        runs[key] = load_result(d / key)
+    if not (d / "switch.fate.parquet").exists():
+        runs = {f"alone:{n}": load_result(d / f"alone_{n}") for n in names}
+        runs["switch"] = load_result(d / "switch")
+        for p in sorted(d.glob("share*.requests.parquet")):
+            key = p.name.split(".")[0]
+            runs[key] = load_result(d / key)
+        return runs
+    info = json.loads((run_dir / "calibration.json").read_text())
+    tab = pd.read_csv(run_dir / "latency_tables.csv")
+    idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
+    runs = {}
+    for key, (wl, pol) in C.calibration_workloads(idle, info["max_batch"]).items():
+        f = key.replace(":", "_")
+        if not (d / f"{f}.fate.parquet").exists():
+            continue
+        use = [key.split(":", 1)[1]] if key.startswith("alone:") else list(names)
+        res = _from_compact(d / f"{f}.fate.parquet", d / f"{f}.batches.parquet", wl, use, key)
+        if repr(pol) != res.meta.get("policy") or not np.allclose(
+                wl.requests["arrival_s"].to_numpy(), res.requests["arrival_s"].to_numpy()):
+            raise SystemExit(f"{run_dir}: calibration run {key} rebuilt from the stored tables "
+                             "differs from the stored one")
+        runs[key] = res
     return runs
 
 
@@ -302,6 +321,30 @@ def write_tables(out: Path, rows, info, *, engines, seconds, graphs, max_batch, 
     return text
 
 
+def _from_compact(fate_path: Path, batches_path: Path, wl, names, what: str):
+    """A RunResult rebuilt from a compact copy (each request's batch, status and drop time; the
+    batches) and the workload it served (the arrivals)."""
+    from hookmagic.sched.dispatcher import STATUS_NAMES
+    from hookmagic.sched.result import RunResult, assemble
+    from hookmagic.common import files
+    t = files.read_parquet(fate_path, f"compact real run {what}")
+    meta = json.loads(t.schema.metadata[b"hookmagic.sched"])
+    fate = t.to_pandas()
+    bat = files.read_parquet(batches_path, f"real batches {what}").to_pandas()
+    if len(fate) != len(wl):
+        raise SystemExit(f"{fate_path}: {len(fate)} stored requests, the rebuilt workload has "
+                         f"{len(wl)}")
+    served = np.flatnonzero(fate["batch"].to_numpy() >= 0)
+    served = served[np.argsort(fate["batch"].to_numpy()[served], kind="stable")]
+    codes = np.array([STATUS_NAMES.index(str(x)) for x in fate["status"]], dtype=np.int8)
+    req, b2 = assemble(wl.requests, names, codes, fate["drop_s"].to_numpy(float),
+                       np.array([names.index(str(m)) for m in bat["model"]]),
+                       bat["stream"].to_numpy(), bat["start_s"].to_numpy(),
+                       bat["end_s"].to_numpy(), bat["size"].to_numpy(), served)
+    b2["dispatch_s"] = bat["dispatch_s"].to_numpy()
+    return RunResult(req, b2, meta)
+
+
 def stored_run(run_dir: Path):
     """What one process stored: (calibration.json as a dict, idle specs rebuilt from its
     latency tables, {scenario: (workload, policy)} rebuilt from them, {scenario: real result}).
@@ -310,8 +353,7 @@ def stored_run(run_dir: Path):
     (``<scenario>.real.fate.parquet``: each request's batch and status, and the batches; the
     arrivals come from the rebuilt scenario). Either way the rebuilt scenario must give the
     stored arrivals and policy, else this code is not the code that ran."""
-    from hookmagic.sched.dispatcher import STATUS_NAMES
-    from hookmagic.sched.result import RunResult, assemble, load_result
+    from hookmagic.sched.result import load_result
     from hookmagic.common import files
     info = json.loads((run_dir / "calibration.json").read_text())
     tab = pd.read_csv(run_dir / "latency_tables.csv")
@@ -334,23 +376,8 @@ def stored_run(run_dir: Path):
         if name in full:
             res = load_result(run_dir / f"{name}.real")
         elif name in compact:
-            t = files.read_parquet(compact[name], f"compact real run {name}")
-            meta = json.loads(t.schema.metadata[b"hookmagic.sched"])
-            fate = t.to_pandas()
-            bat = files.read_parquet(run_dir / f"{name}.real.batches.parquet",
-                                     f"real batches {name}").to_pandas()
-            if len(fate) != len(wl):
-                raise SystemExit(f"{run_dir}: {name}: {len(fate)} stored requests, "
-                                 f"the rebuilt scenario has {len(wl)}")
-            served = np.flatnonzero(fate["batch"].to_numpy() >= 0)
-            served = served[np.argsort(fate["batch"].to_numpy()[served], kind="stable")]
-            codes = np.array([STATUS_NAMES.index(str(x)) for x in fate["status"]], dtype=np.int8)
-            req, b2 = assemble(wl.requests, names, codes, fate["drop_s"].to_numpy(float),
-                               np.array([names.index(str(m)) for m in bat["model"]]),
-                               bat["stream"].to_numpy(), bat["start_s"].to_numpy(),
-                               bat["end_s"].to_numpy(), bat["size"].to_numpy(), served)
-            b2["dispatch_s"] = bat["dispatch_s"].to_numpy()
-            res = RunResult(req, b2, meta)
+            res = _from_compact(compact[name], run_dir / f"{name}.real.batches.parquet", wl,
+                                names, name)
         else:
             continue
         same = (len(wl) == len(res.requests) and np.allclose(
@@ -371,10 +398,16 @@ def store_compact(run_dir: Path, dst: Path) -> None:
     from hookmagic.common import files
     info, idle, built, real = stored_run(run_dir)
     dst.mkdir(parents=True, exist_ok=True)
+    cal = {}
+    if info.get("format", 1) >= 2 and (run_dir / "calibration").is_dir():
+        cal = load_calibration_runs(run_dir, list(idle))
     for f in ("calibration.json", "latency_tables.csv", "fidelity.csv", "calibration_check.csv"):
         if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
             (dst / f).write_bytes((run_dir / f).read_bytes())
-    for name, res in real.items():
+    targets = [(res, dst / f"{name}.real") for name, res in real.items()]
+    targets += [(res, dst / "calibration" / key.replace(":", "_")) for key, res in cal.items()]
+    for res, stem in targets:
+        stem.parent.mkdir(parents=True, exist_ok=True)
         r, b = res.requests, res.batches
         fate = pa.Table.from_pandas(pd.DataFrame({
             "batch": r["batch"].to_numpy().astype(np.int32),
@@ -386,12 +419,15 @@ def store_compact(run_dir: Path, dst: Path) -> None:
             "size": b["size"].astype(np.int16), "start_s": b["start_s"], "end_s": b["end_s"],
             "dispatch_s": b["dispatch_s"]}), preserve_index=False)
         for table, suffix in ((fate, "fate"), (bat, "batches")):
-            path = dst / f"{name}.real.{suffix}.parquet"
+            path = stem.parent / f"{stem.name}.{suffix}.parquet"
             files.atomic_write(path, lambda fh, t=table: pq.write_table(t, fh, compression="zstd",
                                                                           compression_level=19),
                                "a compact real run")
-    check = stored_run(dst)[3]
-    for name, res in real.items():  # the copy must give back the same tables
+    check = dict(stored_run(dst)[3])
+    if cal:
+        check.update({("cal", k): v for k, v in load_calibration_runs(dst, list(idle)).items()})
+    for name, res in list(real.items()) + [(("cal", k), v) for k, v in cal.items()]:
+        # the copy must give back the same tables
         a, c = res.requests, check[name].requests
         same = (np.allclose(a["latency_ms"], c["latency_ms"], rtol=0, atol=1e-9, equal_nan=True)
                 and all((a[k].astype(str).to_numpy() == c[k].astype(str).to_numpy()).all()
