@@ -35,7 +35,7 @@ one's start when it was ready: the driver noticing, choosing and recording) and 
 the launch call's return: one host thread launches for every stream); the mean extra cost
 after another model (``switch_ms``); and how much slower each model computes beside one and
 beside two other streams (``share_slowdown``, applied only while batches' GPU parts overlap),
-and how much more per request in those other batches (``share_per_item``, since 2026-11-26).
+and how much more the bigger those other batches are (``share_by_size``, since 2026-11-26).
 The fourth scenario (three streams, five models, cameras and bursts) is held out: it was never
 used to choose the model or the calibration.
 
@@ -244,7 +244,7 @@ def one_process(args) -> None:
         print(f"  {n:20s} service b=1 {c['service_ms'][0]:.3f} ms (idle {idle[n].latency(1):.3f})"
               f"  launch {c['launch_ms']:.3f}  host {c['host_ms']:.3f}  switch "
               f"{c['switch_ms']:.3f} ms  share {', '.join(f'{a:.3f}' for a in c['share_slowdown'])}"
-              f" per request {', '.join(f'{e:.4f}' for e in c.get('share_per_item', []))}",
+              f" by size {', '.join(f'{e:.4f}' for e in c.get('share_by_size', []))}",
               flush=True)
 
     # The simulator's view of a batch: calibrated GPU time, launch and host time, model-switch
@@ -290,7 +290,7 @@ def write_tables(out: Path, rows, info, *, engines, seconds, graphs, max_batch, 
     table.to_csv(out / "fidelity.csv", index=False)
     how = ("per model: GPU time per batch size under the driver, launch and host time, "
            "model-switch cost, sharing slowdown beside one and two other streams (and per "
-           "request beside, where calibration.json has share_per_item)"
+           "size of the batches beside, where calibration.json has share_by_size)"
            if info.get("format", 1) >= 2 else
            "(format 1) per model: idle table plus one mean excess per batch, model-switch cost, "
            "one sharing slowdown f per other stream")

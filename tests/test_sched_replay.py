@@ -64,7 +64,7 @@ def test_refit_on_stored_calibration_runs_reproduces_them():
     runs = bench.load_calibration_runs(RUNS2 / "run2", list(idle))
     assert set(runs) == {f"alone:{n}" for n in idle} | {"switch", "share2", "share3", "share3b"}
     fit = C.fit(runs, idle, info["max_batch"])
-    assert all(len(fit[n]["share_per_item"]) == 2 for n in idle)
+    assert all(len(fit[n]["share_by_size"]) == 2 for n in idle)
     check = C.self_check(runs, C.specs_from_fit(fit, idle), idle, info["max_batch"])
     three = check[check["run"].isin(["share3", "share3b"])]
     assert three["gpu_err_pct"].abs().max() < 1.0

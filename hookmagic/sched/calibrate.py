@@ -4,9 +4,9 @@ The simulator's model of one batch (:mod:`.simulator`): the driver decides, spen
 before the batch starts on the GPU and ``host_ms`` before its one host thread can launch
 another; the GPU part takes ``latency_ms`` at that size (plus ``switch_ms`` after another
 model), and while ``k`` other streams' GPU parts run it progresses at ``1 / (1 + a_k)`` of its
-speed (``share_slowdown = (a_1, a_2)``), slower still the more requests those other batches
-hold (``share_per_item = (e_1, e_2)``: the share of time it stands still grows by ``e_k`` per
-request beside it). This module measures exactly those numbers on runs of
+speed (``share_slowdown = (a_1, a_2)``), slower still the bigger those other batches are
+(``share_by_size = (e_1, e_2)``: the share of time it stands still grows by ``e_k`` times the
+sum of the square roots of their sizes). This module measures exactly those numbers on runs of
 its own and fits them — never on the workloads later compared:
 
 1. :func:`calibration_workloads` — the runs: per model one stream with no batching delay at a
@@ -30,7 +30,7 @@ from .models import ModelSpec
 from .policies import Batching, Policy
 from .workloads import Poisson, Workload, make_workload
 
-__all__ = ["after_previous", "overlap_by_count", "overlap_and_items", "calibration_workloads", "run_calibration",
+__all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -61,16 +61,17 @@ def after_previous(res: Any) -> pd.DataFrame:
 def overlap_by_count(batches: pd.DataFrame, most: int = 2) -> np.ndarray:
     """Per batch (in ``batches``' order): seconds it ran beside exactly ``k`` other batches,
     ``k = 1..most`` (more than ``most`` others count as ``most``); shape ``(n, most)``."""
-    return overlap_and_items(batches, most)[0]
+    return overlap_and_weight(batches, most)[0]
 
 
-def overlap_and_items(batches: pd.DataFrame, most: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def overlap_and_weight(batches: pd.DataFrame, most: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Per batch (in ``batches``' order), for ``k = 1..most`` other batches running beside it
     (more than ``most`` count as ``most``): the seconds it ran so, and the integral over that
-    time of the requests in those other batches (request-seconds); two arrays ``(n, most)``."""
+    time of the other batches' weight, the square root of their size (``share_by_size``);
+    two arrays ``(n, most)``."""
     start = batches["start_s"].to_numpy(dtype=float)
     end = batches["end_s"].to_numpy(dtype=float)
-    size = (batches["size"].to_numpy(dtype=float) if "size" in batches.columns
+    size = (np.sqrt(batches["size"].to_numpy(dtype=float)) if "size" in batches.columns
             else np.ones(len(start)))
     events = sorted([(t, 1, i) for i, t in enumerate(start)]
                     + [(t, -1, i) for i, t in enumerate(end)])
@@ -209,21 +210,21 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
 
 
 def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
-                per_item: bool = True) -> dict[str, dict]:
+                by_size: bool = True) -> dict[str, dict]:
     """Sharing slowdowns per model from any runs with several streams (calibration runs, or a
     real run of your own traffic, to refine a spec).
 
     ``costs``: per model ``(service_ms by size 1.., switch_ms)`` or a :class:`ModelSpec`
     (its ``latency`` and ``switch_ms``). Per batch, its GPU time beyond service and switch
     cost is regressed without intercept on the time it ran beside exactly one and exactly two
-    other batches and (``per_item``) on the request-seconds of those others
-    (:func:`overlap_and_items`): ``extra = ov1 c1 + ov2 c2 + it1 e1 + it2 e2``, the simulator's
-    own model (``ModelSpec.share_per_item``); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
+    other batches and (``by_size``) on the integral of those others' weight, the square root of
+    their size (:func:`overlap_and_weight`): ``extra = ov1 c1 + ov2 c2 + w1 e1 + w2 e2``, the
+    simulator's own model (``ModelSpec.share_by_size``); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
     [0, 0.9]; ``a`` non-decreasing; a model never seen beside two others gets ``a2 = a1``,
-    ``e2 = e1``; a negative ``e_k``, or sizes that never vary so that ``it_k`` is a multiple of
-    ``ov_k``, leave the per-item term out). Batches whose launch call held the host over
+    ``e2 = e1``; a negative ``e_k``, or sizes that never vary so that ``w_k`` is a multiple of
+    ``ov_k``, leave the size term out). Batches whose launch call held the host over
     :data:`STALL_S` are left out (they took longer for that, not for sharing) but still count
-    as neighbours. Returns ``{model: {"share_slowdown": [a1, a2], "share_per_item": [e1, e2]
+    as neighbours. Returns ``{model: {"share_slowdown": [a1, a2], "share_by_size": [e1, e2]
     (or [] when left out), "overlap_ms": [ov1, ov2]}}`` (empty lists where a model never ran
     beside another).
     """
@@ -240,14 +241,14 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
         # a stream's first batch pays the switch too, as in the simulator
         base = np.array([cost(m, int(z), p != m) for m, z, p in zip(b["model"], b["size"], b["prev"])])
         y = 1e3 * b["dur"].to_numpy() - base
-        ov, it = overlap_and_items(b, 2)  # over every batch, stalled or not
+        ov, it = overlap_and_weight(b, 2)  # over every batch, stalled or not
         x = 1e3 * np.hstack([ov, it])
         keep = ((b["dispatch_s"] - b["start_s"]).to_numpy() <= STALL_S
                 if "dispatch_s" in b.columns else np.ones(len(b), dtype=bool))
         ys.append(y[keep])
         xs.append(x[keep])
         ms.append(b["model"].to_numpy()[keep])
-    out = {name: {"share_slowdown": [], "share_per_item": [], "overlap_ms": [0.0, 0.0]}
+    out = {name: {"share_slowdown": [], "share_by_size": [], "overlap_ms": [0.0, 0.0]}
            for name in costs}
     if not xs:
         return out
@@ -260,7 +261,7 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
             continue
         cols = [k for k in range(2) if seen[k]]
         coef = np.zeros(4)
-        if per_item:
+        if by_size:
             cols += [2 + k for k in range(2) if seen[k]]
         while True:
             xa = xm[:, cols]
@@ -282,7 +283,7 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
         c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
         a = np.maximum.accumulate(c / (1.0 - c))  # more sharers never help
         out[name] = {"share_slowdown": [float(v) for v in a],
-                     "share_per_item": [float(v) for v in e] if (e > 0).any() else [],
+                     "share_by_size": [float(v) for v in e] if (e > 0).any() else [],
                      "overlap_ms": [float(v) for v in xm[:, :2].sum(axis=0)]}
     return out
 
@@ -298,7 +299,7 @@ def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec]) ->
                                 launch_ms=c["launch_ms"], host_ms=c["host_ms"],
                                 switch_ms=c["switch_ms"],
                                 share_slowdown=tuple(c["share_slowdown"]),
-                                share_per_item=tuple(c.get("share_per_item", ()))))
+                                share_by_size=tuple(c.get("share_by_size", ()))))
     return specs
 
 

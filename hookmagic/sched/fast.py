@@ -4,7 +4,7 @@ Handles fifo and strict-priority order across models, dynamic batching per model
 max queue delay from the oldest request, preferred sizes), model-switch, launch and host times
 (``ModelSpec.switch_ms``, ``launch_ms``, ``host_ms``) and any number of plain streams, sharing
 the GPU with the general engine's slowdown model (``ModelSpec.share_slowdown`` and
-``share_per_item``). It
+``share_by_size``). It
 follows the decision epochs of :mod:`.simulator` step for step, so on the same workload and seed
 it yields the same per-request results as the general engine (the tests hold them to that).
 
@@ -13,6 +13,7 @@ queue is a window ``[head, tail)`` into that queue's precomputed id list.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numba
@@ -37,7 +38,7 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 
 @numba.njit(cache=True, nogil=True)
 def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
-            preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, per_item, sized,
+            preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, by_size, sized,
             max_share):
     n = arrival.shape[0]
     M = max_batch.shape[0]
@@ -69,7 +70,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
     s_launch = np.zeros(S, np.bool_)
     s_rec = np.zeros(S, np.int64)
     s_model = np.zeros(S, np.int64)
-    s_size = np.zeros(S, np.int64)  # requests in each stream's running batch (share_per_item)
+    s_size = np.zeros(S)  # sqrt of the requests in each stream's running batch (share_by_size)
     while True:
         t_done = inf
         for s in range(S):
@@ -210,7 +211,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                 b_start[nb] = start
                 b_end[nb] = start + dur
                 b_size[nb] = best_size
-                s_size[s] = best_size
+                s_size[s] = math.sqrt(best_size)
                 nb += 1
                 busy[s] = True
                 s_end[s] = end
@@ -225,18 +226,18 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                     break
         if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
             others = -1
-            items = 0
+            weight = 0.0
             for s in range(S):
                 if busy[s] and not s_launch[s]:
                     others += 1
-                    items += s_size[s]
+                    weight += s_size[s]
             for s in range(S):
                 if busy[s] and not s_launch[s]:
                     sl = slow[s_model[s], others]
                     if sized and others > 0:
-                        e = per_item[s_model[s], others]
+                        e = by_size[s_model[s], others]
                         if e > 0.0:  # as ModelSpec.shared_slowdown
-                            c = 1.0 - 1.0 / sl + e * (items - s_size[s])
+                            c = 1.0 - 1.0 / sl + e * (weight - s_size[s])
                             if c > max_share:
                                 c = max_share
                             sl = 1.0 / (1.0 - c)
@@ -280,13 +281,13 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
     S = len(streams)
     slow = np.array([[sp.slowdown(k, interference) for k in range(max(1, S))] for sp in specs],
                     dtype=float).reshape(M, max(1, S))
-    per_item = np.array([[sp.per_item(k) for k in range(max(1, S))] for sp in specs],
-                        dtype=float).reshape(M, max(1, S))
-    sized = bool(S > 1 and (per_item > 0.0).any())
+    by_size = np.array([[sp.by_size(k) for k in range(max(1, S))] for sp in specs],
+                       dtype=float).reshape(M, max(1, S))
+    sized = bool(S > 1 and (by_size > 0.0).any())
     sharing = sized or bool(S > 1 and (slow > 1.0).any())
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
                   np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
-                  preferred, n_pref, L, stream_order, order_code, slow, sharing, per_item, sized,
+                  preferred, n_pref, L, stream_order, order_code, slow, sharing, by_size, sized,
                   MAX_SHARE)
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
