@@ -27,6 +27,8 @@ class CudaHookMagics(Magics, Configurable):
     """GPU capture magics. Defaults are configurable: ``%config CudaHookMagics.stacks = False``."""
 
     stacks = Bool(True, help="Record the Python stack that launched each kernel.").tag(config=True)
+    module_names = Bool(True, help="Name the nn.Modules in kernels' stacks (layer1.0.conv1); "
+                        "costs a hook per module call.").tag(config=True)
     api = Bool(False, help="Record CUDA runtime and driver API calls.").tag(config=True)
     memory = Bool(True, help="Record every device allocation and free.").tag(config=True)
     nvml = Bool(True, help="Sample GPU utilisation, clocks and power with NVML.").tag(config=True)
@@ -55,6 +57,9 @@ class CudaHookMagics(Magics, Configurable):
               help="Record the Python stack of each kernel launch (default: on).")
     @argument("--no-stacks", dest="stacks", action="store_false",
               help="Do not record Python stacks.")
+    @argument("--no-module-names", dest="module_names", action="store_false", default=None,
+              help="Keep torch's Module._call_impl frames instead of naming the modules "
+              "(saves a hook per nn.Module call).")
     @argument("--api", dest="api", action="store_true", default=None,
               help="Also record CUDA runtime and driver API calls.")
     @argument("--no-memory", dest="memory", action="store_false", default=None,
@@ -125,6 +130,8 @@ class CudaHookMagics(Magics, Configurable):
             "kernels": True,
             "memory": self.memory if args.memory is None else args.memory,
             "stacks": self.stacks if args.stacks is None else args.stacks,
+            "module_names": (self.module_names if args.module_names is None
+                             else args.module_names),
             "api": self.api if args.api is None else args.api,
             "nvml": self.nvml if args.nvml is None else args.nvml,
             "allocator_history": (self.allocator_history if args.allocator_history is None

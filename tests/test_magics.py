@@ -187,18 +187,20 @@ def test_misuse_is_a_usage_error(ip, fake_capture, line, cell, message):
 def test_options_reach_the_capture_and_config_sets_defaults(ip, fake_capture):
     ip.run_cell_magic("cudahook", "-q", "1")
     assert fake_capture.made[-1].options == {
-        "kernels": True, "memory": True, "stacks": True, "api": False, "nvml": True,
-        "allocator_history": False, "label": f"In [{ip.execution_count}]"}
+        "kernels": True, "memory": True, "stacks": True, "module_names": True, "api": False,
+        "nvml": True, "allocator_history": False, "label": f"In [{ip.execution_count}]"}
     ip.run_line_magic("config", "CudaHookMagics.stacks = False")
     ip.run_line_magic("config", "CudaHookMagics.api = True")
     try:
         ip.run_cell_magic("cudahook", "-q --no-memory --no-nvml --label L", "1")
         assert fake_capture.made[-1].options == {
-            "kernels": True, "memory": False, "stacks": False, "api": True, "nvml": False,
-            "allocator_history": False, "label": "L"}
+            "kernels": True, "memory": False, "stacks": False, "module_names": True, "api": True,
+            "nvml": False, "allocator_history": False, "label": "L"}
         ip.run_cell_magic("cudahook", "-q --stacks --allocator", "1")
         assert fake_capture.made[-1].options["stacks"] is True
         assert fake_capture.made[-1].options["allocator_history"] is True
+        ip.run_cell_magic("cudahook", "-q --no-module-names", "1")
+        assert fake_capture.made[-1].options["module_names"] is False
     finally:
         ip.run_line_magic("config", "CudaHookMagics.stacks = True")
         ip.run_line_magic("config", "CudaHookMagics.api = False")

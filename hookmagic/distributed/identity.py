@@ -23,6 +23,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from hookmagic.common.devices import gpu_identity
+
 
 @dataclass
 class RankIdentity:
@@ -163,4 +165,4 @@ def fill_device(ident: RankIdentity, meta: Mapping[str, Any], kernel_devices: An
         ident.device = ident.local_rank
     for d in devices:
         if int(d.get("index", -2)) == ident.device:
-            ident.gpu_uuid = str(d.get("uuid", ""))
+            ident.gpu_uuid = gpu_identity(d)

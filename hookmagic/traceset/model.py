@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.devices import gpu_identity
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
 from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
@@ -88,7 +89,8 @@ class TraceSet:
                 "local_rank": int(ident.get("local_rank", -1)),
                 "world_size": int(ident.get("world_size", 0)),
                 "device": int(ident.get("device", -1)),
-                "gpu_uuid": str(ident.get("gpu_uuid", "")),
+                "gpu_uuid": str(ident.get("gpu_uuid", "")) or _gpu_identity(
+                    m.meta, int(ident.get("device", -1))),
                 "gpu": _gpu_name(m.meta, int(ident.get("device", -1))),
                 "job_id": str(ident.get("job_id", "")),
                 "launcher": str(ident.get("launcher", "")),
@@ -211,6 +213,15 @@ def _cleanup(con: Any, stage: str) -> None:
 
 def _sql_str(text: str) -> str:
     return text.replace("'", "''")
+
+
+def _gpu_identity(meta: dict[str, Any], device: int) -> str:
+    """For captures that recorded no UUID in their rank identity: the device's UUID or PCI
+    address from ``meta["devices"]``."""
+    for d in meta.get("devices") or []:
+        if int(d.get("index", -2)) == device:
+            return gpu_identity(d)
+    return ""
 
 
 def _gpu_name(meta: dict[str, Any], device: int) -> str:

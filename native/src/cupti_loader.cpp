@@ -50,6 +50,9 @@ bool DriverApi::bind_if_loaded() {
     cuDeviceGetName = reinterpret_cast<decltype(cuDeviceGetName)>(dlsym(h, "cuDeviceGetName"));
     cuDeviceGetAttribute = reinterpret_cast<decltype(cuDeviceGetAttribute)>(dlsym(h, "cuDeviceGetAttribute"));
     cuDeviceTotalMem = reinterpret_cast<decltype(cuDeviceTotalMem)>(dlsym(h, "cuDeviceTotalMem_v2"));
+    cuDeviceGetUuid = reinterpret_cast<decltype(cuDeviceGetUuid)>(dlsym(h, "cuDeviceGetUuid_v2"));
+    if (!cuDeviceGetUuid)
+        cuDeviceGetUuid = reinterpret_cast<decltype(cuDeviceGetUuid)>(dlsym(h, "cuDeviceGetUuid"));
     if (!cuInit || !cuDriverGetVersion || !cuDeviceGetCount || !cuDeviceGet || !cuDeviceGetName ||
         !cuDeviceGetAttribute || !cuDeviceTotalMem) {
         dlclose(h);

@@ -48,6 +48,8 @@ struct DriverApi {
     CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
     CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
     CUresult (*cuDeviceTotalMem)(size_t*, CUdevice) = nullptr;
+    // Optional (may be null): the GPU's UUID, which tells ranks' GPUs apart across processes.
+    CUresult (*cuDeviceGetUuid)(CUuuid*, CUdevice) = nullptr;
 
     // Binds to libcuda only if the process already loaded it (we never initialise CUDA for
     // the user); returns false otherwise.

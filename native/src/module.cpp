@@ -8,6 +8,9 @@
 
 #include <frameobject.h>
 
+#include <cstdio>
+#include <string>
+
 #include "nvml_sampler.h"
 #include "python_frames.h"
 #include "selection.h"
@@ -103,6 +106,22 @@ py::dict enum_names() {
     return d;
 }
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L and NVML print it.
+std::string format_uuid(const CUuuid& uuid) {
+    static const int groups[] = {4, 2, 2, 2, 6};
+    std::string out = "GPU";
+    char hex[3];
+    int k = 0;
+    for (int g : groups) {
+        out += '-';
+        for (int i = 0; i < g; ++i, ++k) {
+            std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned char>(uuid.bytes[k]));
+            out += hex;
+        }
+    }
+    return out;
+}
+
 py::list device_properties() {
     py::list out;
     auto& drv = Session::instance().driver();
@@ -142,6 +161,9 @@ py::list device_properties() {
         d["memory_bus_bits"] = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
         d["pci_bus"] = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
         d["integrated"] = attr(CU_DEVICE_ATTRIBUTE_INTEGRATED) == 1;
+        CUuuid uuid;
+        if (drv.cuDeviceGetUuid && drv.cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
+            d["uuid"] = format_uuid(uuid);
         out.append(d);
     }
     return out;

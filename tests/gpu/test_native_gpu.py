@@ -206,3 +206,26 @@ def test_stacks_name_the_modules_as_named_modules_does():
         model(x)
         torch.cuda.synchronize()
     assert {"Module._call_impl", "_call_impl"} & set(raw.stacks.function)
+
+
+def test_devices_carry_the_uuid_nvidia_smi_prints():
+    """Each device's UUID (cuDeviceGetUuid) as NVML/nvidia-smi print it: ranks' GPUs are told
+    apart by it across processes."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not on PATH: no independent reference")
+    torch.zeros(1, device="cuda")
+    with hookmagic.capture() as trace:
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    expected = {int(i): u.strip() for i, u in (line.split(",") for line in smi.splitlines() if line)}
+    got = {d["index"]: d.get("uuid") for d in trace.meta["devices"]}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:  # CUDA's ordinals are then a subset, renumbered: compare as sets
+        assert set(got.values()) <= set(expected.values())
+    else:
+        assert got == expected
