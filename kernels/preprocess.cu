@@ -94,6 +94,98 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
   }
 }
 
+// ---- 4 output pixels per thread (out_w % 4 == 0, 16-byte aligned output) ----
+// The same arithmetic as hm_preprocess, pixel for pixel; the vertical taps (rows, weights, row
+// pointers) are computed once per thread and shared by its 4 pixels, and the results leave as
+// one 4-element vector store per channel plane (NCHW) or three 4-element stores (NHWC: 12
+// consecutive elements). Block 32 x 8 threads: a warp writes 128 consecutive pixels of a row.
+template <typename T> struct PP4 {};
+template <> struct PP4<float> {
+  typedef uint4 V;
+  static __device__ __forceinline__ V pack(float a, float b, float c, float d) {
+    return make_uint4(__float_as_uint(a), __float_as_uint(b), __float_as_uint(c), __float_as_uint(d));
+  }
+};
+template <> struct PP4<__half> {
+  typedef uint2 V;
+  static __device__ __forceinline__ V pack(float a, float b, float c, float d) {
+    __half2 h0 = __floats2half2_rn(a, b), h1 = __floats2half2_rn(c, d);
+    return make_uint2(*reinterpret_cast<unsigned int*>(&h0), *reinterpret_cast<unsigned int*>(&h1));
+  }
+};
+template <> struct PP4<__nv_bfloat16> {
+  typedef uint2 V;
+  static __device__ __forceinline__ V pack(float a, float b, float c, float d) {
+    __nv_bfloat162 h0 = __floats2bfloat162_rn(a, b), h1 = __floats2bfloat162_rn(c, d);
+    return make_uint2(*reinterpret_cast<unsigned int*>(&h0), *reinterpret_cast<unsigned int*>(&h1));
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__ base,
+                                               const unsigned long long* __restrict__ ptrs, long long frame_stride,
+                                               int pitch, int in_h, int in_w, int fmt, T* __restrict__ out, int out_h,
+                                               int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,
+                                               float scale_x, float scale_y, float a0, float a1, float a2, float b0,
+                                               float b1, float b2, float p0, float p1, float p2, int swap,
+                                               PPColor col) {
+  const int ox0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  const int oy = blockIdx.y * blockDim.y + threadIdx.y;
+  const int b = blockIdx.z;
+  if (ox0 >= out_w || oy >= out_h) return;
+  const unsigned char* f = ptrs ? reinterpret_cast<const unsigned char*>(__ldg(ptrs + b)) : base + (long long)b * frame_stride;
+  const int by = oy - box_y;
+  const bool row_in = by >= 0 && by < box_h;
+  int y0 = 0, y1 = 0;
+  float ly0 = 0.f, ly1 = 0.f;
+  if (row_in) {
+    float sy = fmaf(scale_y, (float)by + 0.5f, -0.5f);
+    sy = sy < 0.f ? 0.f : sy;
+    y0 = (int)sy;
+    y1 = y0 + (y0 < in_h - 1 ? 1 : 0);
+    ly1 = sy - (float)y0;
+    ly0 = 1.f - ly1;
+  }
+  const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
+  float r[3][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int bx = ox0 + i - box_x;
+    if (!row_in || bx < 0 || bx >= box_w) {
+      r[0][i] = p0; r[1][i] = p1; r[2][i] = p2;
+      continue;
+    }
+    float sx = fmaf(scale_x, (float)bx + 0.5f, -0.5f);
+    sx = sx < 0.f ? 0.f : sx;
+    const int x0 = (int)sx;
+    const int x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
+    const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
+    float v00[3], v01[3], v10[3], v11[3];
+    pp_pixel(f, pitch, in_h, x0, y0, fmt, col, v00);
+    pp_pixel(f, pitch, in_h, x1, y0, fmt, col, v01);
+    pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v10);
+    pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v11);
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {
+      const int s = swap ? 2 - c : c;
+      const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
+      r[c][i] = v * a[c] + bb[c];
+    }
+  }
+  typedef typename PP4<T>::V V;
+  if (nhwc) {  // 12 consecutive elements: pixel-major
+    V* o = reinterpret_cast<V*>(out + (((size_t)b * out_h + oy) * out_w + ox0) * 3);
+    o[0] = PP4<T>::pack(r[0][0], r[1][0], r[2][0], r[0][1]);
+    o[1] = PP4<T>::pack(r[1][1], r[2][1], r[0][2], r[1][2]);
+    o[2] = PP4<T>::pack(r[2][2], r[0][3], r[1][3], r[2][3]);
+  } else {
+    const size_t plane = (size_t)out_h * out_w;
+    T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox0;
+#pragma unroll
+    for (int c = 0; c < 3; ++c) *reinterpret_cast<V*>(o + c * plane) = PP4<T>::pack(r[c][0], r[c][1], r[c][2], r[c][3]);
+  }
+}
+
 #define HM_PREPROCESS(SUFFIX, T)                                                                               \
   extern "C" __global__ void __launch_bounds__(256) preprocess_##SUFFIX(                                       \
       const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
@@ -103,6 +195,15 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
     PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
     hm_preprocess<T>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y,  \
                      box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);           \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) preprocess4_##SUFFIX(                                      \
+      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
+      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
+      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
+      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
+    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
+    hm_preprocess4<T>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y, \
+                      box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);          \
   }
 
 HM_PREPROCESS(f32, float)

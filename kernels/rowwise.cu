@@ -203,6 +203,249 @@ __device__ void hm_bias_gelu(const T* __restrict__ x, const T* __restrict__ bias
   }
 }
 
+// =====================================================================================
+// Register-resident row kernels ("reg"): the row is read from DRAM once into registers (K
+// 16-byte vectors per thread), reduced with warp shuffles (and one shared-memory step per
+// reduction when a block owns the row), then normalised and written from the registers. A group
+// of threads owns a row: a warp (warp_mode: blockDim.x / 32 rows per block) for rows up to
+// 32 * K vectors, else the whole block (up to 1024 threads) for rows up to blockDim.x * K
+// vectors. Needs 16-byte aligned rows (cols a multiple of the vector width); longer or
+// unaligned rows take the multi-pass kernels above.
+// =====================================================================================
+template <typename T> __device__ __forceinline__ void hm_unpack(const uint4& raw, float* f);
+template <> __device__ __forceinline__ void hm_unpack<float>(const uint4& raw, float* f) {
+  f[0] = __uint_as_float(raw.x); f[1] = __uint_as_float(raw.y); f[2] = __uint_as_float(raw.z); f[3] = __uint_as_float(raw.w);
+}
+template <> __device__ __forceinline__ void hm_unpack<__half>(const uint4& raw, float* f) {
+  const unsigned int u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h = *reinterpret_cast<const __half2*>(&u[i]);
+    float2 v = __half22float2(h);
+    f[2 * i] = v.x; f[2 * i + 1] = v.y;
+  }
+}
+template <> __device__ __forceinline__ void hm_unpack<__nv_bfloat16>(const uint4& raw, float* f) {
+  const unsigned int u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // bf16 -> fp32 is a shift
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+template <typename T> __device__ __forceinline__ uint4 hm_pack(const float* f);
+template <> __device__ __forceinline__ uint4 hm_pack<float>(const float* f) {
+  return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+}
+template <> __device__ __forceinline__ uint4 hm_pack<__half>(const float* f) {
+  unsigned int u[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    u[i] = *reinterpret_cast<unsigned int*>(&h);
+  }
+  return make_uint4(u[0], u[1], u[2], u[3]);
+}
+template <> __device__ __forceinline__ uint4 hm_pack<__nv_bfloat16>(const float* f) {
+  unsigned int u[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    u[i] = *reinterpret_cast<unsigned int*>(&h);
+  }
+  return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+__device__ __forceinline__ float hm_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Group reduction: warp shuffles, then (block mode) one exchange through `part` (ping-pong
+// buffers: one __syncthreads per reduction is enough, see hm_row_reg).
+template <int MAX>
+__device__ __forceinline__ float hm_group_reduce(float v, int warp_mode, float (*part)[32], int& phase) {
+  v = MAX ? hm_warp_max(v) : hm_warp_sum(v);
+  if (warp_mode) return v;
+  float* p = part[phase];
+  phase ^= 1;
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  if (l == 0) p[w] = v;
+  __syncthreads();
+  v = l < (int)(blockDim.x >> 5) ? p[l] : (MAX ? HM_NEG_INF : 0.f);
+  return MAX ? hm_warp_max(v) : hm_warp_sum(v);
+}
+
+#define HM_OP_SOFTMAX 0
+#define HM_OP_LAYER_NORM 1
+#define HM_OP_RMS_NORM 2
+
+template <typename T, int OP, int K>
+__device__ __forceinline__ void hm_row_reg(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                           T* __restrict__ y, int rows, int cols, float eps, int warp_mode) {
+  constexpr int NV = HmVec<T>::N;
+  __shared__ float part[2][32];
+  int phase = 0;
+  const int nvec = cols / NV;
+  const int t = warp_mode ? (threadIdx.x & 31) : threadIdx.x;
+  const int g = warp_mode ? 32 : blockDim.x;
+  const int rpb = warp_mode ? (blockDim.x >> 5) : 1;
+  const int sub = warp_mode ? (threadIdx.x >> 5) : 0;
+  for (int r = blockIdx.x * rpb + sub; r < rows; r += gridDim.x * rpb) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)r * cols);
+    uint4* yr = reinterpret_cast<uint4*>(y + (size_t)r * cols);
+    uint4 raw[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int v = i * g + t;
+      if (v < nvec) raw[i] = __ldg(xr + v);
+    }
+    float f[NV];
+    if (OP == HM_OP_SOFTMAX) {
+      float m = HM_NEG_INF;
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        if (i * g + t < nvec) {
+          hm_unpack<T>(raw[i], f);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) m = fmaxf(m, f[j]);
+        }
+      }
+      m = hm_group_reduce<1>(m, warp_mode, part, phase);
+      // FP32 storage: accurate expf; 16-bit storage: exp2 of a pre-scaled argument (ex2.approx,
+      // relative error ~2^-22, far below the output's rounding)
+      const float L2E = 1.4426950408889634f, ms = m * L2E;
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        if (i * g + t < nvec) {
+          hm_unpack<T>(raw[i], f);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) s += sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms));
+        }
+      }
+      s = hm_group_reduce<0>(s, warp_mode, part, phase);
+      const float inv = 1.f / s;
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        const int v = i * g + t;
+        if (v < nvec) {
+          hm_unpack<T>(raw[i], f);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) f[j] = (sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms))) * inv;
+          yr[v] = hm_pack<T>(f);
+        }
+      }
+    } else {
+      float mean = 0.f;
+      if (OP == HM_OP_LAYER_NORM) {  // two passes over the registers: exact mean, then centred squares
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+          if (i * g + t < nvec) {
+            hm_unpack<T>(raw[i], f);
+#pragma unroll
+            for (int j = 0; j < NV; ++j) s += f[j];
+          }
+        }
+        mean = hm_group_reduce<0>(s, warp_mode, part, phase) / (float)cols;
+      }
+      float ss = 0.f;
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        if (i * g + t < nvec) {
+          hm_unpack<T>(raw[i], f);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) { const float d = f[j] - mean; ss = fmaf(d, d, ss); }
+        }
+      }
+      const float rstd = rsqrtf(hm_group_reduce<0>(ss, warp_mode, part, phase) / (float)cols + eps);
+      const uint4* wr = reinterpret_cast<const uint4*>(w);
+      const uint4* br = reinterpret_cast<const uint4*>(b);
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        const int v = i * g + t;
+        if (v < nvec) {
+          float wv[NV], bv[NV];
+          hm_unpack<T>(raw[i], f);
+          if (w) hm_unpack<T>(__ldg(wr + v), wv);
+          if (b) hm_unpack<T>(__ldg(br + v), bv);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) {
+            float o = (f[j] - mean) * rstd;
+            if (w) o *= wv[j];
+            if (b) o += bv[j];
+            f[j] = o;
+          }
+          yr[v] = hm_pack<T>(f);
+        }
+      }
+    }
+  }
+}
+
+// bias + GELU, 2-D: a thread owns one 16-byte column vector (its bias loaded once) for
+// HM_BG_ROWS rows, all loads issued before any math. Needs cols a multiple of the vector width.
+#define HM_BG_ROWS 4
+template <typename T>
+__device__ __forceinline__ void hm_bias_gelu_vec(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
+                                                 int rows, int cols, int act) {
+  constexpr int NV = HmVec<T>::N;
+  const int nvc = cols / NV;
+  const long long tasks = (long long)((rows + HM_BG_ROWS - 1) / HM_BG_ROWS) * nvc;
+  for (long long task = (long long)blockIdx.x * blockDim.x + threadIdx.x; task < tasks;
+       task += (long long)gridDim.x * blockDim.x) {
+    const int rg = (int)(task / nvc), cv = (int)(task - (long long)rg * nvc);
+    float bv[NV];
+    if (bias) hm_unpack<T>(__ldg(reinterpret_cast<const uint4*>(bias) + cv), bv);
+    else {
+#pragma unroll
+      for (int j = 0; j < NV; ++j) bv[j] = 0.f;
+    }
+    uint4 raw[HM_BG_ROWS];
+#pragma unroll
+    for (int k = 0; k < HM_BG_ROWS; ++k) {
+      const int r = rg * HM_BG_ROWS + k;
+      if (r < rows) raw[k] = __ldg(reinterpret_cast<const uint4*>(x + (size_t)r * cols) + cv);
+    }
+#pragma unroll
+    for (int k = 0; k < HM_BG_ROWS; ++k) {
+      const int r = rg * HM_BG_ROWS + k;
+      if (r < rows) {
+        float f[NV];
+        hm_unpack<T>(raw[k], f);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) f[j] = hm_activate(f[j] + bv[j], act);
+        reinterpret_cast<uint4*>(y + (size_t)r * cols)[cv] = hm_pack<T>(f);
+      }
+    }
+  }
+}
+
+#define HM_ROW_REG(SUFFIX, T, K)                                                                                \
+  extern "C" __global__ void __launch_bounds__(1024, 1) softmax_reg##K##_##SUFFIX(const T* x, T* y, int rows,       \
+                                                                               int cols, int warp_mode) {        \
+    hm_row_reg<T, HM_OP_SOFTMAX, K>(x, (const T*)0, (const T*)0, y, rows, cols, 0.f, warp_mode);              \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(K > 4 ? 512 : 1024, 1) layer_norm_reg##K##_##SUFFIX(                              \
+      const T* x, const T* w, const T* b, T* y, int rows, int cols, float eps, int warp_mode) {                \
+    hm_row_reg<T, HM_OP_LAYER_NORM, K>(x, w, b, y, rows, cols, eps, warp_mode);                                \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(1024, 1) rms_norm_reg##K##_##SUFFIX(                                \
+      const T* x, const T* w, T* y, int rows, int cols, float eps, int warp_mode) {                            \
+    hm_row_reg<T, HM_OP_RMS_NORM, K>(x, w, (const T*)0, y, rows, cols, eps, warp_mode);                        \
+  }
+#define HM_ROWWISE_FAST(SUFFIX, T)                                                                             \
+  HM_ROW_REG(SUFFIX, T, 4)                                                                                     \
+  HM_ROW_REG(SUFFIX, T, 8)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(256) bias_gelu_vec_##SUFFIX(const T* x, const T* bias, T* y,     \
+                                                                          int rows, int cols, int act) {        \
+    hm_bias_gelu_vec<T>(x, bias, y, rows, cols, act);                                                          \
+  }
+HM_ROWWISE_FAST(f32, float)
+HM_ROWWISE_FAST(f16, __half)
+HM_ROWWISE_FAST(bf16, __nv_bfloat16)
+
 #define HM_ROWWISE(SUFFIX, T)                                                                             \
   extern "C" __global__ void softmax_##SUFFIX(const T* x, T* y, int rows, int cols, int vec) {            \
     hm_softmax<T>(x, y, rows, cols, vec);                                                                 \

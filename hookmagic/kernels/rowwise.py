@@ -6,6 +6,7 @@ FP32 whatever the storage. Non-contiguous inputs are copied to row-major first.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,23 @@ for _op, _desc in [("softmax", "online softmax: max and sum in one pass, then no
                         (256, 1, 1), (1, 1), min_arch=70, description=_desc))
 
 _MAX_GRID = 1 << 20
+
+for _op, _desc in [("softmax", "softmax with the row held in registers: read once, max and sum reduced, written"),
+                   ("layer_norm", "LayerNorm with the row held in registers: exact two-pass mean/variance, one read"),
+                   ("rms_norm", "RMSNorm with the row held in registers: one read, one write")]:
+    for _k in (4, 8):
+        register(KernelSpec(_op, f"reg{_k}", "rowwise", {d: f"{_op}_reg{_k}_{s}" for d, s in _SUFFIX.items()},
+                            (1024, 1, 1), (1, 1), min_arch=70, description=_desc + f" ({_k} vectors a thread)"))
+register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for d, s in _SUFFIX.items()},
+                    (256, 1, 1), (4, 1), min_arch=70,
+                    description="y = gelu(x + bias), 16-byte vectors, a column's bias loaded once for 4 rows"))
+
+#: which kernels the wrappers pick: "auto" (register-resident rows / vectorised bias+GELU where
+#: they apply, the multi-pass kernels otherwise) or "multipass" (always the multi-pass kernels:
+#: the comparison the benchmark can make in one process). Set from $HOOKMAGIC_ROWWISE at import.
+IMPL = os.environ.get("HOOKMAGIC_ROWWISE", "auto")
+#: rows per block in warp mode, and the block size of bias+GELU
+_WARP_BLOCK = 256
 
 
 def _check(x: Any, op: str) -> runtime.ArrayInfo:
@@ -72,16 +90,27 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     cols = xi.shape[-1]
     rows = n // cols
     spec = registry.SPECS[(op, "rowwise")]
-    name = spec.entries[xi.dtype]
-    kern = runtime.get_kernel(spec.family, name, xi.device)
     nv, vec = _vec(cols, xi.dtype, xi, yi, *params)
     ptrs = [p.ptr if p is not None else 0 for p in params]
-    if op == "bias_gelu":
+    plan = _fast_plan(op, rows, cols, nv) if vec and IMPL != "multipass" else None
+    if plan is not None:
+        name, grid, threads, warp_mode = plan
+        name = f"{name}_{_SUFFIX[xi.dtype]}"
+        kern = runtime.get_kernel(spec.family, name, xi.device)
+        if op == "bias_gelu":
+            args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra)
+        else:
+            args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(warp_mode))
+    elif op == "bias_gelu":
+        name = spec.entries[xi.dtype]
+        kern = runtime.get_kernel(spec.family, name, xi.device)
         threads = 256
         units = -(-n // nv) if vec else n
         grid = min(-(-units // threads), _MAX_GRID)
         args = (xi.ptr, *ptrs, yi.ptr, np.int64(n), np.int32(cols), *extra, np.int32(vec))
     else:
+        name = spec.entries[xi.dtype]
+        kern = runtime.get_kernel(spec.family, name, xi.device)
         threads = _threads(cols, nv)
         grid = min(rows, _MAX_GRID)
         args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(vec))
@@ -89,6 +118,25 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     nbytes = 2 * n * ITEMSIZE[xi.dtype] + sum(cols * ITEMSIZE[xi.dtype] for p in params if p is not None)
     registry.record(name, _OPS_PER_ELEMENT[op] * n, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
     return y
+
+
+def _fast_plan(op: str, rows: int, cols: int, nv: int) -> tuple[str, int, int, int] | None:
+    """(kernel name without dtype suffix, grid, threads, warp_mode) of the register-resident /
+    vectorised kernels for an aligned row of ``cols`` elements (``nv`` per 16-byte vector), or
+    None where only the multi-pass kernels apply (rows longer than 8 vectors x 1024 threads)."""
+    nvec = cols // nv
+    if op == "bias_gelu":
+        tasks = -(-rows // 4) * nvec
+        return "bias_gelu_vec", max(1, min(-(-tasks // _WARP_BLOCK), _MAX_GRID)), _WARP_BLOCK, 0
+    if nvec <= 32 * 8:                       # a warp per row, several rows per block
+        k = 4 if nvec <= 32 * 4 else 8
+        rpb = _WARP_BLOCK // 32
+        return f"{op}_reg{k}", max(1, min(-(-rows // rpb), _MAX_GRID)), _WARP_BLOCK, 1
+    for k in (4, 8):                         # a block per row, at most 1024 threads (LayerNorm at K=8: 512)
+        threads = -(-nvec // k)
+        if threads <= (512 if (op == "layer_norm" and k == 8) else 1024):
+            return f"{op}_reg{k}", min(rows, _MAX_GRID), -(-threads // 32) * 32, 0
+    return None
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
