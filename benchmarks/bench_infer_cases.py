@@ -10,26 +10,9 @@ result against the reference, done once per process. A wrong result is reported,
 from __future__ import annotations
 
 import math
-import os
 from typing import Callable
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-def _wanted(case: str) -> bool:
-    """$HOOKMAGIC_BENCH_CASES: comma-separated case prefixes to run (all when unset)."""
-    import os
-    want = [w.strip() for w in os.environ.get("HOOKMAGIC_BENCH_CASES", "").split(",") if w.strip()]
-    return not want or any(case.startswith(w) for w in want)
-
-
-def _pixel_kernel(fn):
-    import hookmagic.kernels.preprocess as pp
-    pp.IMPL = "pixel"
-    try:
-        return fn()
-    finally:
-        pp.IMPL = "auto"
 
 
 def _case(rows: list, timer: Callable, case: str, unit: str, work: float, impls: dict, ok: bool, err: float) -> None:
@@ -59,134 +42,127 @@ def infer_rows(timer: Callable) -> list[dict]:
     std = torch.tensor(STD, device="cuda")[:, None, None]
 
     # --- preprocess: 1080p frames, batch 8 -> 640 x 640 FP16 NCHW ---------------------------------
-    if _wanted("preprocess"):
-        frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
 
-        def chain():
-            x = frames.permute(0, 3, 1, 2).float()
-            x = F.interpolate(x, size=(640, 640), mode="bilinear", align_corners=False, antialias=False)
-            return ((x / 255 - mean) / std).half()
+    def chain():
+        x = frames.permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(640, 640), mode="bilinear", align_corners=False, antialias=False)
+        return ((x / 255 - mean) / std).half()
 
-        def chain_letterbox():
-            x = frames.permute(0, 3, 1, 2).float()
-            x = F.interpolate(x, size=(360, 640), mode="bilinear", align_corners=False, antialias=False)
-            x = F.pad(x, (0, 0, 140, 140), value=114.0)
-            return ((x / 255 - mean) / std).half()
+    def chain_letterbox():
+        x = frames.permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(360, 640), mode="bilinear", align_corners=False, antialias=False)
+        x = F.pad(x, (0, 0, 140, 140), value=114.0)
+        return ((x / 255 - mean) / std).half()
 
-        ours = lambda: hk.preprocess(frames, (640, 640), MEAN, STD)                          # noqa: E731
-        ours_lb = lambda: hk.preprocess(frames, (640, 640), MEAN, STD, letterbox=True)        # noqa: E731
-        nbytes = frames.numel() + 8 * 3 * 640 * 640 * 2
-        for case, mine, ref in (("preprocess 8x1080p -> 640x640 fp16", ours, chain),
-                                ("preprocess letterbox 8x1080p -> 640x640", ours_lb, chain_letterbox)):
-            err = (mine().float() - ref().float()).abs().max().item()
-            impls = {"hookmagic": mine, "torch eager chain": ref, "copy (same bytes)": _copy(nbytes)}
-            if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS"):   # the one-pixel-a-thread kernel, same process
-                impls["hookmagic 1 px a thread"] = lambda mine=mine: _pixel_kernel(mine)
-            _case(rows, timer, case, "GB/s", nbytes, impls, err <= 0.02, err)
-        nv12 = torch.randint(0, 256, (8, 1620, 1920), dtype=torch.uint8, device="cuda")
-        nb12 = nv12.numel() + 8 * 3 * 640 * 640 * 2
-        _case(rows, timer, "preprocess NV12 8x1080p -> 640x640 fp16", "GB/s", nb12,
-              {"hookmagic": lambda: hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12"),
-               "copy (same bytes)": _copy(nb12)}, True, 0.0)
-        del frames, nv12
+    ours = lambda: hk.preprocess(frames, (640, 640), MEAN, STD)                          # noqa: E731
+    ours_lb = lambda: hk.preprocess(frames, (640, 640), MEAN, STD, letterbox=True)        # noqa: E731
+    nbytes = frames.numel() + 8 * 3 * 640 * 640 * 2
+    for case, mine, ref in (("preprocess 8x1080p -> 640x640 fp16", ours, chain),
+                            ("preprocess letterbox 8x1080p -> 640x640", ours_lb, chain_letterbox)):
+        err = (mine().float() - ref().float()).abs().max().item()
+        _case(rows, timer, case, "GB/s", nbytes, {"hookmagic": mine, "torch eager chain": ref,
+                                                   "copy (same bytes)": _copy(nbytes)}, err <= 0.02, err)
+    nv12 = torch.randint(0, 256, (8, 1620, 1920), dtype=torch.uint8, device="cuda")
+    nb12 = nv12.numel() + 8 * 3 * 640 * 640 * 2
+    _case(rows, timer, "preprocess NV12 8x1080p -> 640x640 fp16", "GB/s", nb12,
+          {"hookmagic": lambda: hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12"),
+           "copy (same bytes)": _copy(nb12)}, True, 0.0)
+    del frames, nv12
 
     # --- NMS -------------------------------------------------------------------------------------
-    if _wanted("nms") or _wanted("decode"):
-        import torchvision
-        for n in (1000, 10_000):
-            g = torch.Generator(device="cpu").manual_seed(n)
-            xy = torch.rand(n, 2, generator=g) * 1000
-            boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=g) * 200 + 1], 1).cuda()
-            scores = (torch.randperm(n, generator=g).float() / n).cuda()
-            ok = torch.equal(hk.nms(boxes, scores, 0.5), torchvision.ops.nms(boxes, scores, 0.5))
-            _case(rows, timer, f"nms {n} boxes (IoU 0.5)", "ms", 0,
-                  {"hookmagic": lambda b=boxes, s=scores: hk.nms(b, s, 0.5),
-                   "torchvision.ops.nms": lambda b=boxes, s=scores: torchvision.ops.nms(b, s, 0.5)}, ok, 0.0 if ok else 1.0)
-        head = torch.randn(8, 25200, 85, device="cuda").abs() * 100
-        theirs = lambda: torchvision.ops.box_convert(head[..., :4], "cxcywh", "xyxy")  # noqa: E731
-        err = (hk.decode_boxes(head) - theirs()).abs().max().item()
-        _case(rows, timer, "decode_boxes cxcywh 8x25200", "GB/s", 8 * 25200 * 32,
-              {"hookmagic": lambda: hk.decode_boxes(head), "torchvision box_convert": theirs}, err <= 1e-3, err)
-        del head
+    import torchvision
+    for n in (1000, 10_000):
+        g = torch.Generator(device="cpu").manual_seed(n)
+        xy = torch.rand(n, 2, generator=g) * 1000
+        boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=g) * 200 + 1], 1).cuda()
+        scores = (torch.randperm(n, generator=g).float() / n).cuda()
+        ok = torch.equal(hk.nms(boxes, scores, 0.5), torchvision.ops.nms(boxes, scores, 0.5))
+        _case(rows, timer, f"nms {n} boxes (IoU 0.5)", "ms", 0,
+              {"hookmagic": lambda b=boxes, s=scores: hk.nms(b, s, 0.5),
+               "torchvision.ops.nms": lambda b=boxes, s=scores: torchvision.ops.nms(b, s, 0.5)}, ok, 0.0 if ok else 1.0)
+    head = torch.randn(8, 25200, 85, device="cuda").abs() * 100
+    theirs = lambda: torchvision.ops.box_convert(head[..., :4], "cxcywh", "xyxy")  # noqa: E731
+    err = (hk.decode_boxes(head) - theirs()).abs().max().item()
+    _case(rows, timer, "decode_boxes cxcywh 8x25200", "GB/s", 8 * 25200 * 32,
+          {"hookmagic": lambda: hk.decode_boxes(head), "torchvision box_convert": theirs}, err <= 1e-3, err)
+    del head
 
     # --- transpose and row reductions ---------------------------------------------------------------
-    if _wanted("transpose") or _wanted("row_"):
-        for label, shape, dtype, layout in (("transpose NCHW->NHWC 32x64x112x112 fp16", (32, 64, 112, 112), torch.float16,
-                                             "NCHW->NHWC"),
-                                            ("transpose 8192x8192 fp32", (8192, 8192), torch.float32, None)):
-            x = torch.randn(shape, device="cuda", dtype=dtype)
-            ref = (lambda x=x: x.permute(0, 2, 3, 1).contiguous()) if layout else (lambda x=x: x.t().contiguous())
-            ok = torch.equal(hk.transpose(x, layout), ref())
-            nb = 2 * x.numel() * x.element_size()
-            _case(rows, timer, label, "GB/s", nb, {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay),
-                                                   "torch contiguous()": ref, "copy (same bytes)": _copy(nb)}, ok, 0.0)
-            del x
-        for r, c, dtype in ((4096, 4096, torch.float16), (256, 65536, torch.float32), (65536, 256, torch.float16)):
-            x = torch.randn(r, c, device="cuda", dtype=dtype)
-            nb = x.numel() * x.element_size() + r * x.element_size()
-            d = str(dtype).removeprefix("torch.")
-            err = (hk.row_sum(x).float() - x.sum(-1).float()).abs().max().item()
-            tol = 1e-2 * math.sqrt(c) if dtype == torch.float16 else 1e-4 * math.sqrt(c)
-            _case(rows, timer, f"row_sum {r}x{c} {d}", "GB/s", nb, {"hookmagic": lambda x=x: hk.row_sum(x),
-                                                                     "torch sum(-1)": lambda x=x: x.sum(-1),
-                                                                     "copy (same bytes)": _copy(nb)}, err <= tol, err)
-            ok = torch.equal(hk.row_max(x), x.amax(-1))
-            _case(rows, timer, f"row_max {r}x{c} {d}", "GB/s", nb, {"hookmagic": lambda x=x: hk.row_max(x),
-                                                                     "torch amax(-1)": lambda x=x: x.amax(-1)}, ok, 0.0)
-            del x
+    for label, shape, dtype, layout in (("transpose NCHW->NHWC 32x64x112x112 fp16", (32, 64, 112, 112), torch.float16,
+                                         "NCHW->NHWC"),
+                                        ("transpose 8192x8192 fp32", (8192, 8192), torch.float32, None)):
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        ref = (lambda x=x: x.permute(0, 2, 3, 1).contiguous()) if layout else (lambda x=x: x.t().contiguous())
+        ok = torch.equal(hk.transpose(x, layout), ref())
+        nb = 2 * x.numel() * x.element_size()
+        _case(rows, timer, label, "GB/s", nb, {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay),
+                                               "torch contiguous()": ref, "copy (same bytes)": _copy(nb)}, ok, 0.0)
+        del x
+    for r, c, dtype in ((4096, 4096, torch.float16), (256, 65536, torch.float32), (65536, 256, torch.float16)):
+        x = torch.randn(r, c, device="cuda", dtype=dtype)
+        nb = x.numel() * x.element_size() + r * x.element_size()
+        d = str(dtype).removeprefix("torch.")
+        err = (hk.row_sum(x).float() - x.sum(-1).float()).abs().max().item()
+        tol = 1e-2 * math.sqrt(c) if dtype == torch.float16 else 1e-4 * math.sqrt(c)
+        _case(rows, timer, f"row_sum {r}x{c} {d}", "GB/s", nb, {"hookmagic": lambda x=x: hk.row_sum(x),
+                                                                 "torch sum(-1)": lambda x=x: x.sum(-1),
+                                                                 "copy (same bytes)": _copy(nb)}, err <= tol, err)
+        ok = torch.equal(hk.row_max(x), x.amax(-1))
+        _case(rows, timer, f"row_max {r}x{c} {d}", "GB/s", nb, {"hookmagic": lambda x=x: hk.row_max(x),
+                                                                 "torch amax(-1)": lambda x=x: x.amax(-1)}, ok, 0.0)
+        del x
 
     # --- attention: seq 4096, FP16, causal and not ----------------------------------------------------
-    if _wanted("attention"):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        for d, causal in ((128, False), (128, True), (64, False)):
-            b, h, s = 2, 16, 4096
-            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for d, causal in ((128, False), (128, True), (64, False)):
+        b, h, s = 2, 16, 4096
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
 
-            def flash(q=q, k=k, v=v, causal=causal):
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        def flash(q=q, k=k, v=v, causal=causal):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-            err = (hk.attention(q, k, v, causal=causal).float() - flash().float()).abs().max().item()
-            flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-            err128 = (hk.attention(q, k, v, causal=causal, block_m=128).float() - flash().float()).abs().max().item()
-            label = f"attention b2 h16 s4096 d{d} fp16{' causal' if causal else ''}"
-            _case(rows, timer, label, "TFLOP/s", flops,
-                  {"hookmagic": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c),
-                   "torch SDPA (flash)": flash}, err <= 2e-2, err)
-            _case(rows, timer, label + " block_m=128", "TFLOP/s", flops,
-                  {"hookmagic": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, block_m=128),
-                   "torch SDPA (flash)": flash}, err128 <= 2e-2, err128)
-            del q, k, v
-        torch.cuda.empty_cache()
+        err = (hk.attention(q, k, v, causal=causal).float() - flash().float()).abs().max().item()
+        flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        err128 = (hk.attention(q, k, v, causal=causal, block_m=128).float() - flash().float()).abs().max().item()
+        label = f"attention b2 h16 s4096 d{d} fp16{' causal' if causal else ''}"
+        _case(rows, timer, label, "TFLOP/s", flops,
+              {"hookmagic": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c),
+               "torch SDPA (flash)": flash}, err <= 2e-2, err)
+        _case(rows, timer, label + " block_m=128", "TFLOP/s", flops,
+              {"hookmagic": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, block_m=128),
+               "torch SDPA (flash)": flash}, err128 <= 2e-2, err128)
+        del q, k, v
+    torch.cuda.empty_cache()
 
     # --- conv2d: ResNet-50's 3x3 layers, NHWC FP16, batch 32, against cuDNN (channels_last) ---------
-    if _wanted("conv2d") or _wanted("depthwise"):
-        for hw, c, stride in ((56, 64, 1), (28, 128, 1), (14, 256, 1), (7, 512, 1), (56, 128, 2)):
-            x = torch.randn(32, hw, hw, c, device="cuda", dtype=torch.float16)
-            w = (torch.randn(c, c, 3, 3, device="cuda") / math.sqrt(9 * c)).half()
-            wp = hk.pack_conv_weight(w)
-            xn = x.permute(0, 3, 1, 2)                          # a channels_last NCHW view: cuDNN's NHWC path
-            wn = w.contiguous(memory_format=torch.channels_last)
-            ref = lambda xn=xn, wn=wn, st=stride: F.conv2d(xn, wn, None, st, 1)  # noqa: E731
-            mine = lambda x=x, wp=wp, st=stride: hk.conv2d(x, wp, None, st, 1, kernel_size=3)  # noqa: E731
-            out = mine()
-            err = (out.float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
-            oh = (hw + 2 - 3) // stride + 1
-            flops = 2 * 32 * oh * oh * c * 9 * c
-            _case(rows, timer, f"conv2d 3x3 b32 {hw}x{hw}x{c} s{stride} fp16 NHWC", "TFLOP/s", flops,
-                  {"hookmagic": mine, "cuDNN (torch, channels_last)": ref}, err <= 5e-2, err)
-            del x, w, wp, xn, wn, out
-        x = torch.randn(32, 112, 112, 32, device="cuda", dtype=torch.float16)
-        w = torch.randn(32, 1, 3, 3, device="cuda", dtype=torch.float16)
-        xn = x.permute(0, 3, 1, 2)
-        ref = lambda: F.conv2d(xn, w, None, 1, 1, groups=32)  # noqa: E731
-        err = (hk.depthwise_conv2d(x, w).float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
-        nb = 2 * x.numel() * 2
-        _case(rows, timer, "depthwise 3x3 b32 112x112x32 fp16 NHWC", "GB/s", nb,
-              {"hookmagic": lambda: hk.depthwise_conv2d(x, w), "cuDNN (torch, channels_last)": ref,
-               "copy (same bytes)": _copy(nb)}, err <= 5e-2, err)
-        del x, w, xn
-        torch.cuda.empty_cache()
+    for hw, c, stride in ((56, 64, 1), (28, 128, 1), (14, 256, 1), (7, 512, 1), (56, 128, 2)):
+        x = torch.randn(32, hw, hw, c, device="cuda", dtype=torch.float16)
+        w = (torch.randn(c, c, 3, 3, device="cuda") / math.sqrt(9 * c)).half()
+        wp = hk.pack_conv_weight(w)
+        xn = x.permute(0, 3, 1, 2)                          # a channels_last NCHW view: cuDNN's NHWC path
+        wn = w.contiguous(memory_format=torch.channels_last)
+        ref = lambda xn=xn, wn=wn, st=stride: F.conv2d(xn, wn, None, st, 1)  # noqa: E731
+        mine = lambda x=x, wp=wp, st=stride: hk.conv2d(x, wp, None, st, 1, kernel_size=3)  # noqa: E731
+        out = mine()
+        err = (out.float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
+        oh = (hw + 2 - 3) // stride + 1
+        flops = 2 * 32 * oh * oh * c * 9 * c
+        _case(rows, timer, f"conv2d 3x3 b32 {hw}x{hw}x{c} s{stride} fp16 NHWC", "TFLOP/s", flops,
+              {"hookmagic": mine, "cuDNN (torch, channels_last)": ref}, err <= 5e-2, err)
+        del x, w, wp, xn, wn, out
+    x = torch.randn(32, 112, 112, 32, device="cuda", dtype=torch.float16)
+    w = torch.randn(32, 1, 3, 3, device="cuda", dtype=torch.float16)
+    xn = x.permute(0, 3, 1, 2)
+    ref = lambda: F.conv2d(xn, w, None, 1, 1, groups=32)  # noqa: E731
+    err = (hk.depthwise_conv2d(x, w).float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
+    nb = 2 * x.numel() * 2
+    _case(rows, timer, "depthwise 3x3 b32 112x112x32 fp16 NHWC", "GB/s", nb,
+          {"hookmagic": lambda: hk.depthwise_conv2d(x, w), "cuDNN (torch, channels_last)": ref,
+           "copy (same bytes)": _copy(nb)}, err <= 5e-2, err)
+    del x, w, xn
+    torch.cuda.empty_cache()
     return rows
 
 
