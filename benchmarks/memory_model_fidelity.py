@@ -10,13 +10,17 @@ The random-size churn workload's recording (which fragments) is saved for the no
     PYTHONPATH=. python3 benchmarks/memory_model_fidelity.py OUT_DIR [--quick]
 
 Writes OUT_DIR/fidelity.md, fidelity.csv and fragmenting_churn.hmtrace (a saved Trace with the
-allocator events, stacks and meta: open it with ``hookmagic.load``). Needs torch with
+allocator events, stacks and meta: open it with ``hookmagic.load``), and every workload's
+recording under each setting in OUT_DIR/recordings/: WORKLOAD.SETTING.hmtrace and the snapshot it
+came from, WORKLOAD.SETTING.snapshot.json.gz (no stack frames; ``load_snapshot`` reads it after
+gunzip), so the model and the conversion can be checked offline. Needs torch with
 CUDA (torchvision optional: without it the CNN workload is a small hand-made CNN); no plotly.
 Takes about 1-2 minutes on an H100.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -28,9 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hookmagic.memory.replay import replay, requests_from_events
+from hookmagic.memory.fidelity import config_of, model_fidelity
 from hookmagic.memory.torch_history import events_from_snapshot
-from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
 from hookmagic.trace import Trace
 
 MiB = 1 << 20
@@ -99,28 +102,22 @@ WORKLOADS = {"cnn_inference": cnn_inference, "transformer_training": transformer
 
 
 # -- measuring -------------------------------------------------------------------------------------
-def device_allocations(events: pd.DataFrame) -> np.ndarray:
-    """Sizes of the driver allocations in an event table, in order: ``segment_alloc``
-    (cudaMalloc) or, with expandable segments, ``segment_map`` (cuMemMap)."""
-    acts = events["action"].astype(str)
-    return events.loc[acts.isin(["segment_alloc", "segment_map"]), "size"].to_numpy(np.int64)
+def bare_snapshot(snap: dict) -> dict:
+    """The parts of a ``torch.cuda.memory._snapshot()`` that
+    :func:`~hookmagic.memory.torch_history.events_from_snapshot` reads, without stack frames:
+    small enough to keep, JSON, and loadable with ``load_snapshot`` (no pickle)."""
+    keep_e = ("action", "addr", "size", "stream", "time_us", "device_free")
+    keep_s = ("device", "address", "total_size", "stream", "segment_type", "is_expandable")
+    keep_b = ("address", "size", "requested_size", "state")
+    return {"device_traces": [[{k: e[k] for k in keep_e if k in e} for e in trace]
+                              for trace in snap.get("device_traces", [])],
+            "segments": [{**{k: s[k] for k in keep_s if k in s},
+                          "blocks": [{k: b[k] for k in keep_b if k in b}
+                                     for b in s.get("blocks", [])]}
+                         for s in snap.get("segments", [])]}
 
 
-def sequence_match(measured: np.ndarray, modelled: np.ndarray) -> dict:
-    """How well the modelled driver allocations reproduce the measured ones: count error,
-    bytes error, and the share of measured sizes the model also allocated (multiset overlap)."""
-    from collections import Counter
-    overlap = sum((Counter(measured.tolist()) & Counter(modelled.tolist())).values())
-    n, m = len(measured), len(modelled)
-    return {"measured_device_allocs": n, "model_device_allocs": m,
-            "device_allocs_err_pct": 100.0 * (m - n) / n if n else 0.0,
-            "measured_device_bytes": int(measured.sum()), "model_device_bytes": int(modelled.sum()),
-            "device_bytes_err_pct": (100.0 * (int(modelled.sum()) - int(measured.sum()))
-                                     / int(measured.sum()) if n else 0.0),
-            "sizes_matched_pct": 100.0 * overlap / max(n, m) if max(n, m) else 100.0}
-
-
-def measure(name: str, quick: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+def measure(name: str, quick: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
     import torch
 
     fn = WORKLOADS[name]
@@ -142,32 +139,43 @@ def measure(name: str, quick: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     measured = torch.cuda.max_memory_reserved()
     stats = torch.cuda.memory_stats()
     events, stacks = events_from_snapshot(snap)
-    req = requests_from_events(events)
-    conf = TorchConfig(expandable_segments="expandable_segments:True"
-                       in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    conf = config_of(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     total = torch.cuda.get_device_properties(0).total_memory
     t = time.perf_counter()
-    result = replay(req, TorchCachingModel(conf, capacity=total))
+    # the same code path as notebook 02's check (hookmagic.memory.fidelity). The recording
+    # starts with the segments and blocks already live (events_from_snapshot adds them at its
+    # first timestamp), so the replay already holds start_reserved: not added again.
+    fid = model_fidelity(events, conf, capacity=total, measured_max_reserved=int(measured))
     replay_s = time.perf_counter() - t
-    # The recording starts with the segments and blocks already live (events_from_snapshot
-    # adds them at its first timestamp), so the replay already holds start_reserved: adding it
-    # again would count it twice.
-    predicted = result.peak_reserved
+    # and the model started empty (allocating the blocks alive at the start its own way)
+    empty = model_fidelity(events, conf, capacity=total, measured_max_reserved=int(measured),
+                           from_recorded_state=False)
+    r = fid.row()
     row = {
-        "workload": name, "setting": conf.conf() or "default",
-        "requests": int((req["op"] == "alloc").sum()),
-        "measured_max_reserved": int(measured), "predicted_peak_reserved": int(predicted),
-        "error_pct": 100.0 * (predicted - measured) / measured if measured else 0.0,
+        "workload": name, "setting": fid.setting, "requests": fid.requests,
+        "measured_max_reserved": int(measured),
+        "predicted_peak_reserved": fid.predicted_peak_reserved, "error_pct": fid.error_pct,
+        "recorded_peak_reserved": fid.recorded_peak_reserved,
         "measured_max_allocated": int(stats.get("allocated_bytes.all.peak", 0)),
-        "model_peak_allocated": int(result.peak_allocated),
-        **sequence_match(device_allocations(events), device_allocations(result.events)),
+        "model_peak_allocated": fid.model_peak_allocated,
+        **{k: r[k] for k in ("measured_device_allocs", "model_device_allocs",
+                             "device_allocs_err_pct", "measured_device_bytes",
+                             "model_device_bytes", "device_bytes_err_pct",
+                             "sizes_matched_pct")},
+        "model_start": fid.start,
+        **{f"empty_{k}": v for k, v in empty.row().items()
+           if k in ("predicted_peak_reserved", "error_pct", "measured_device_allocs",
+                    "model_device_allocs", "device_allocs_err_pct", "measured_device_bytes",
+                    "model_device_bytes", "device_bytes_err_pct", "sizes_matched_pct")},
+        "stats_num_device_alloc": int(stats.get("num_device_alloc", 0)),
         "stats_segment_allocs": int(stats.get("segment.all.allocated", 0)),
         "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
-        "start_reserved": int(start_reserved), "workload_s": round(wall, 2),
+        "start_reserved": int(start_reserved), "device_total_memory": int(total),
+        "workload_s": round(wall, 2),
         "replay_s": round(replay_s, 2),
     }
     torch.cuda.empty_cache()
-    return row, events, stacks
+    return row, events, stacks, snap
 
 
 def environment() -> dict:
@@ -186,18 +194,27 @@ def environment() -> dict:
 
 def run_child(out: Path, quick: bool, tag: str) -> list[dict]:
     rows = []
+    rec = out / "recordings"
+    rec.mkdir(exist_ok=True)
     for name in WORKLOADS:
-        row, events, stacks = measure(name, quick)
+        print(f"fidelity: {tag} {name} ...", flush=True)
+        row, events, stacks, snap = measure(name, quick)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        if name == "random_churn" and tag == "default":
-            env = environment()
-            meta = {**env, "source": "recording",
-                    "recorded_on": f"{env['gpu']}, driver {env['driver']}, {env['date']}",
-                    "description": "random_churn (memory_model_fidelity.py)",
-                    "workload": "random_churn (memory_model_fidelity.py)",
-                    "setting": row["setting"],
-                    "measured_max_reserved": row["measured_max_reserved"], "synthetic": False}
+        env = environment()
+        meta = {**env, "source": "recording",
+                "recorded_on": f"{env['gpu']}, driver {env['driver']}, {env['date']}",
+                "description": f"{name} (memory_model_fidelity.py)",
+                "workload": f"{name} (memory_model_fidelity.py)", "setting": row["setting"],
+                "measured_max_reserved": row["measured_max_reserved"],
+                "device_total_memory": row["device_total_memory"], "synthetic": False}
+        # every recording, and the snapshot it came from (no stack frames, JSON): the model and
+        # the conversion can then be checked offline against exactly what the GPU did
+        Trace({"allocator_events": events, "stacks": stacks}, meta).save(
+            rec / f"{name}.{tag}.hmtrace")
+        with gzip.open(rec / f"{name}.{tag}.snapshot.json.gz", "wt") as f:
+            json.dump({"meta": meta, **bare_snapshot(snap)}, f)
+        if name == "random_churn" and tag == "default":      # the notebook's recording
             Trace({"allocator_events": events, "stacks": stacks}, meta).save(
                 out / "fragmenting_churn.hmtrace")
     (out / f"rows_{tag}.json").write_text(json.dumps(rows))
@@ -235,18 +252,27 @@ def main() -> None:
         f"GPU: {env['gpu']}, driver {env['driver']}, CUDA {env['cuda']}, torch {env['torch']}, "
         f"{env['date']}. Re-run: `PYTHONPATH=. python3 benchmarks/memory_model_fidelity.py OUT`",
         "Device allocations: the recording's own segment_alloc (cudaMalloc) or, with expandable "
-        "segments, segment_map (cuMemMap) events vs the model's; 'sizes matched' is the share "
-        "of allocations whose exact size both made (multiset overlap).",
+        "segments, segment_map (cuMemMap of whole pages; bytes = what each call mapped) events "
+        "vs the model's; 'sizes matched' is the share of allocations whose exact size both "
+        "made (multiset overlap). Computed by hookmagic.memory.fidelity.model_fidelity, as "
+        "notebook 02 does. The model starts from the recorded state (the segments, or mapped "
+        "ranges, and blocks alive when the history began, at their recorded offsets; 'start' "
+        "says where that could not be laid out) and the device allocations are compared after "
+        "it; the last columns replay the same requests from an empty model, compared over the "
+        "whole recording (the recording's start state included).",
         "", "| workload | setting | requests | measured max reserved (MiB) | predicted (MiB) "
-        "| error | device allocs measured / model | count error | bytes error | sizes matched |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "| error | device allocs measured / model | count error | bytes error | sizes matched "
+        "| start | from empty: peak / count / bytes error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {r['setting']} | {r['requests']:,} | "
                      f"{r['measured_max_reserved'] / MiB:,.1f} | "
                      f"{r['predicted_peak_reserved'] / MiB:,.1f} | {r['error_pct']:+.2f}% | "
                      f"{r['measured_device_allocs']} / {r['model_device_allocs']} | "
                      f"{r['device_allocs_err_pct']:+.1f}% | {r['device_bytes_err_pct']:+.1f}% | "
-                     f"{r['sizes_matched_pct']:.0f}% |")
+                     f"{r['sizes_matched_pct']:.0f}% | {r['model_start']} | "
+                     f"{r['empty_error_pct']:+.2f}% / {r['empty_device_allocs_err_pct']:+.1f}% / "
+                     f"{r['empty_device_bytes_err_pct']:+.1f}% |")
     ok = all(abs(r["error_pct"]) <= 5.0 for r in rows)
     seq_ok = all(abs(r["device_allocs_err_pct"]) <= 10.0 and abs(r["device_bytes_err_pct"]) <= 10.0
                  for r in rows)

@@ -93,6 +93,38 @@ def test_expandable_segments_grow_one_range():
     assert m.reserved == 0
 
 
+def test_expandable_segments_map_unmap_sequence_synthetic():
+    """SYNTHETIC requests; the expected driver calls are worked out by hand from PyTorch's
+    expandable-segment rules (Note [Expandable Segments] in CUDACachingAllocator.cpp): pages of
+    2 MiB (small pool) and 20 MiB (large pool); one ``segment_map`` per growth, of whole pages,
+    starting at the lowest address of the segment where free + unmapped room fits the request
+    (free tails merge with the new pages); ``empty_cache`` unmaps only whole free pages."""
+    m = TorchCachingModel(TorchConfig(expandable_segments=True))
+    m.malloc(500 * 1024)                # small pool: one 2 MiB page              -> map 2 (small)
+    b = m.malloc(3 * MiB)               # large pool: page 0 [0, 20)               -> map 20 @ 0
+    c = m.malloc(25 * MiB)              # free [3, 20) + page 1 [20, 40): c = [3, 28) -> map 20 @ 20
+    d = m.malloc(12 * MiB)              # exactly the free [28, 40): nothing mapped
+    m.free(b)
+    m.empty_cache()                     # free [0, 3) holds no whole page: nothing unmapped
+    m.free(c)                           # free [0, 28)
+    m.empty_cache()                     # page 0 is wholly free               -> unmap 20 @ 0
+    e = m.malloc(30 * MiB)              # [0, 20) unmapped + [20, 28) free = 28 < 30: not there;
+    #                                     after d: two pages in one call     -> map 40 @ 40
+    f = m.malloc(18 * MiB)              # [0, 20) unmapped + [20, 28) free = 28 >= 18 -> map 20 @ 0
+    base = b
+    seq = [(e[1], e[7], (e[2] - base) // MiB if e[7] == "large" else None, e[3] // MiB)
+           for e in m._log if e[1] in ("segment_map", "segment_unmap")]
+    assert seq == [("segment_map", "small", None, 2),
+                   ("segment_map", "large", 0, 20),
+                   ("segment_map", "large", 20, 20),
+                   ("segment_unmap", "large", 0, 20),
+                   ("segment_map", "large", 40, 40),
+                   ("segment_map", "large", 0, 20)]
+    assert (c - base, d - base, e - base, f - base) == (3 * MiB, 28 * MiB, 40 * MiB, 0)
+    assert m.device_allocs == 5
+    assert m.reserved == 2 * MiB + 80 * MiB and m.peak_reserved == 82 * MiB
+
+
 def test_max_split_size_keeps_oversize_blocks_for_large_requests():
     m = TorchCachingModel(TorchConfig(max_split_size_mb=32))
     big = m.malloc(40 * MiB)

@@ -195,3 +195,56 @@ def test_segment_freed_then_reallocated_at_the_same_address_existed_before():
     assert ev["time_ns"].iat[0] == 1000                 # put at the first event's time
     reserved = memory_over_time(ev)["reserved"].tolist()
     assert reserved == [20 * MiB, 0, 20 * MiB]
+
+
+def expandable_snapshot(empty_cache_at_end: bool) -> dict:
+    """SYNTHETIC, in PyTorch's layout, derived by hand from its expandable-segment rules: a
+    large-pool segment at SEG already has its first 20 MiB page mapped (an 8 MiB block alive in
+    it) and a small-pool 2 MiB page at SMALL holds a 1 MiB block, before the history starts. A
+    30 MiB request then finds the 12 MiB free tail of page 0, maps one more 20 MiB page right
+    after it (``segment_map`` SEG + 20 MiB, 20 MiB) and takes [SEG + 8 MiB, SEG + 38 MiB); both
+    large blocks are freed. The snapshot reports one 40 MiB range at SEG (what is mapped at the
+    end), or, after ``empty_cache`` unmapped the 40 free MiB, no large range at all."""
+    small = SEG + 4096 * MiB
+    trace = [
+        {"action": "segment_map", "addr": SEG + 20 * MiB, "size": 20 * MiB, "stream": 0,
+         "time_us": 10, "frames": frame(3)},
+        {"action": "alloc", "addr": SEG + 8 * MiB, "size": 30 * MiB, "stream": 0,
+         "time_us": 10, "frames": frame(3)},
+        {"action": "free_requested", "addr": SEG, "size": 8 * MiB, "stream": 0, "time_us": 11},
+        {"action": "free_completed", "addr": SEG, "size": 8 * MiB, "stream": 0, "time_us": 11},
+        {"action": "free_requested", "addr": SEG + 8 * MiB, "size": 30 * MiB, "stream": 0,
+         "time_us": 12},
+        {"action": "free_completed", "addr": SEG + 8 * MiB, "size": 30 * MiB, "stream": 0,
+         "time_us": 12},
+    ]
+    segments = [{"device": 0, "address": small, "total_size": 2 * MiB, "stream": 0,
+                 "segment_type": "small", "is_expandable": True, "blocks": [
+                     {"address": small, "size": MiB, "requested_size": MiB,
+                      "state": "active_allocated"},
+                     {"address": small + MiB, "size": MiB, "state": "inactive"}]}]
+    if empty_cache_at_end:
+        trace.append({"action": "segment_unmap", "addr": SEG, "size": 40 * MiB, "stream": 0,
+                      "time_us": 13})
+    else:
+        segments.append({"device": 0, "address": SEG, "total_size": 40 * MiB, "stream": 0,
+                         "segment_type": "large", "is_expandable": True, "blocks": [
+                             {"address": SEG, "size": 40 * MiB, "state": "inactive"}]})
+    return {"segments": segments, "device_traces": [trace]}
+
+
+@pytest.mark.parametrize("empty_cache_at_end", [False, True])
+def test_expandable_range_mapped_before_the_history_starts_at_its_size_then(empty_cache_at_end):
+    ev, _ = events_from_snapshot(expandable_snapshot(empty_cache_at_end))
+    maps = ev[ev["action"] == "segment_map"]
+    # at the start: page 0 of the large segment (20 MiB, not the 40 MiB mapped at the end) and
+    # the small page; then the one page the history mapped
+    assert list(zip(maps["address"] - SEG, maps["size"] // MiB, maps["pool"])) == [
+        (0, 20, "large"), (4096 * MiB, 2, "small"), (20 * MiB, 20, "large")]
+    assert (maps["time_ns"].iloc[:2] == 10_000).all()
+    reserved = memory_over_time(ev)["reserved"]
+    assert reserved.max() == 42 * MiB
+    assert reserved.iat[-1] == (2 if empty_cache_at_end else 42) * MiB
+    # the block alive at the start is allocated at the start, in the range mapped then
+    pre = ev[(ev["address"] == SEG) & (ev["action"] == "alloc")]
+    assert pre["size"].tolist() == [8 * MiB] and pre["time_ns"].tolist() == [10_000]

@@ -93,3 +93,23 @@ def test_range_rates_by_hand():
     b = r.loc["step B"]                                    # one range, one 2 ms kernel; calls default to ranges
     assert (b["calls"], b["kernels"]) == (1, 1) and b["gbps"] == pytest.approx(2000.0) and b["tflops"] == 0
     assert range_rates(t, {}).empty and range_rates(synthetic_trace()).empty
+
+
+def test_range_rates_count_copies_a_device_copy_is_not_a_kernel():
+    """torch's device-to-device ``copy_`` is a memcpy record: a 'copy' step has GPU time from it
+    (the bandwidth roof of notebook 05 came out empty when only kernels were counted)."""
+    from hookmagic.analysis.roofline import range_rates
+    t = synthetic_trace()
+    ms = 1_000_000
+    ranges = pd.concat([t.ranges, pd.DataFrame({
+        "range_id": [3], "name": ["copy"], "start_ns": [9 * ms], "end_ns": [12 * ms], "thread": 1,
+        "depth": 0, "parent_id": -1, "source": "hookmagic", "duration_ns": [3 * ms]})], ignore_index=True)
+    memcpy = pd.DataFrame({"start_ns": [9 * ms, 10 * ms], "end_ns": [9 * ms + ms // 2, 11 * ms],
+                           "range_id": [3, 3], "bytes": 1 << 20, "kind": "dtod"})
+    memcpy["duration_ns"] = memcpy["end_ns"] - memcpy["start_ns"]
+    t2 = Trace({"kernels": t.kernels, "ranges": ranges, "memcpy": memcpy}, dict(t.meta))
+    r = range_rates(t2, {"copy": {"dram_bytes": 3e9, "calls": 2}, "step B": {"dram_bytes": 4e9}}).set_index("step")
+    c = r.loc["copy"]
+    assert (c["kernels"], c["copies"], c["gpu_ns"]) == (0, 2, 1_500_000)
+    assert c["gbps"] == pytest.approx(2000.0)
+    assert r.loc["step B", "copies"] == 0 and r.loc["step B", "gbps"] == pytest.approx(2000.0)

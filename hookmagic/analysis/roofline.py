@@ -112,16 +112,23 @@ def range_rates(trace: Any, work: Mapping[str, Mapping[str, float]] | None = Non
 
     ``work`` (default ``trace.meta["range_work"]``) maps a range name to the totals of the work done
     inside all ranges of that name: ``{"flops": F, "dram_bytes": B, "calls": n}`` (``calls``
-    optional). The GPU time is the sum of the durations of the kernels launched inside those ranges
-    (innermost range at launch; gaps between kernels are not counted).
+    optional). The GPU time is the sum of the durations of the kernels, copies and memsets launched
+    inside those ranges (innermost range at launch; gaps between them are not counted): a torch
+    ``copy_`` between device buffers is a copy, not a kernel.
 
-    Columns, in the order the ranges first start: ``step, calls, kernels`` (launches), ``kernel_names``
-    (distinct), ``gpu_ns, mean_ns`` (per call), ``flops, dram_bytes, tflops, gbps``.
+    Columns, in the order the ranges first start: ``step, calls, kernels`` (kernel launches),
+    ``copies`` (copies and memsets), ``kernel_names`` (distinct), ``gpu_ns, mean_ns`` (per call),
+    ``flops, dram_bytes, tflops, gbps``.
     """
-    cols = ["step", "calls", "kernels", "kernel_names", "gpu_ns", "mean_ns", "flops", "dram_bytes", "tflops", "gbps"]
+    cols = ["step", "calls", "kernels", "copies", "kernel_names", "gpu_ns", "mean_ns", "flops",
+            "dram_bytes", "tflops", "gbps"]
     work = work if work is not None else (getattr(trace, "meta", {}) or {}).get("range_work", {})
     k, r = table(trace, "kernels"), table(trace, "ranges")
-    if not work or k.empty or r.empty:
+    moves = [t[["range_id", "duration_ns"]] for t in (table(trace, "memcpy"), table(trace, "memset"))
+             if not t.empty and "range_id" in t]
+    moves = pd.concat(moves, ignore_index=True) if moves else pd.DataFrame(
+        {"range_id": pd.Series(dtype="int64"), "duration_ns": pd.Series(dtype="int64")})
+    if not work or (k.empty and moves.empty) or r.empty:
         return pd.DataFrame(columns=cols)
     r = r.sort_values("start_ns", kind="stable")
     rows = []
@@ -129,12 +136,14 @@ def range_rates(trace: Any, work: Mapping[str, Mapping[str, float]] | None = Non
         if name not in work:
             continue
         ids = r.loc[r["name"] == name, "range_id"]
-        mine = k[k["range_id"].isin(ids)]
-        gpu_ns = float(mine["duration_ns"].sum())
+        mine = k[k["range_id"].isin(ids)] if not k.empty else k
+        moved = moves[moves["range_id"].isin(ids)]
+        gpu_ns = float(mine["duration_ns"].sum()) + float(moved["duration_ns"].sum())
         w = work[name]
         calls = int(w.get("calls", len(ids)))
         secs = gpu_ns / 1e9
-        rows.append({"step": name, "calls": calls, "kernels": len(mine), "kernel_names": mine["name"].nunique(),
+        rows.append({"step": name, "calls": calls, "kernels": len(mine), "copies": len(moved),
+                     "kernel_names": mine["name"].nunique() if len(mine) else 0,
                      "gpu_ns": gpu_ns, "mean_ns": gpu_ns / calls if calls else np.nan,
                      "flops": float(w.get("flops", 0.0)), "dram_bytes": float(w.get("dram_bytes", 0.0)),
                      "tflops": float(w.get("flops", 0.0)) / secs / 1e12 if secs > 0 else np.nan,

@@ -81,11 +81,14 @@ class ReplayResult:
         return 1.0 - self.peak_requested / self.peak_reserved if self.peak_reserved else 0.0
 
 
-def replay(requests: pd.DataFrame, model: ModelBase) -> ReplayResult:
+def replay(requests: pd.DataFrame, model: ModelBase, placed: dict[int, int] | None = None,
+           start: int = 0) -> ReplayResult:
     """Drive ``model`` through ``requests`` (see :func:`requests_from_events`).
 
     A request the model cannot satisfy within its capacity is logged as ``oom`` and skipped
-    (its free too), as a program that caught the error would carry on.
+    (its free too), as a program that caught the error would carry on. ``placed`` and
+    ``start``: for a model already holding the program's blocks (e.g. seeded with a recorded
+    state), handle -> address of those blocks, and the index of the first request to replay.
     """
     ops = requests["op"].to_numpy()
     handles = requests["handle"].to_numpy()
@@ -93,8 +96,8 @@ def replay(requests: pd.DataFrame, model: ModelBase) -> ReplayResult:
     streams = requests["stream"].to_numpy()
     times = requests["time_ns"].to_numpy()
     stacks = requests["stack_id"].to_numpy() if "stack_id" in requests else np.full(len(ops), -1)
-    where: dict[int, int] = {}
-    for i in range(len(ops)):
+    where: dict[int, int] = dict(placed or {})
+    for i in range(start, len(ops)):
         model.now = int(times[i])
         model.current_stack = int(stacks[i])
         if ops[i] == "alloc":

@@ -261,9 +261,9 @@ def _initial_segments(entries: list[dict],
                       dev_segments: list[dict]) -> dict[int, tuple[int, str, int, bool]]:
     """address -> (size, pool, stream, expandable) of the segments that existed before the
     first recorded event: freed before the history allocates them, or in the snapshot but
-    never allocated (mapped, for expandable ones) in the history."""
+    never allocated in the history; for expandable segments, the ranges mapped at the start
+    (:func:`_initial_mapped_ranges`)."""
     allocated = {int(e["addr"]) for e in entries if e["action"] == "segment_alloc"}
-    mapped = {int(e["addr"]) for e in entries if e["action"] == "segment_map"}
     found: dict[int, tuple[int, str, int, bool]] = {}
     seen: set[int] = set()
     for e in entries:
@@ -273,11 +273,72 @@ def _initial_segments(entries: list[dict],
         elif e["action"] == "segment_alloc":
             seen.add(a)
     for s in dev_segments:
-        a, expandable = int(s["address"]), bool(s.get("is_expandable"))
-        if a not in (mapped if expandable else allocated):
+        a = int(s["address"])
+        if not s.get("is_expandable") and a not in allocated:
             found.setdefault(a, (int(s["total_size"]), s.get("segment_type", ""),
-                                 int(s.get("stream", 0)), expandable))
+                                 int(s.get("stream", 0)), False))
+    for a, (size, pool, stream) in _initial_mapped_ranges(entries, dev_segments).items():
+        found.setdefault(a, (size, pool, stream, True))
     return found
+
+
+def _initial_mapped_ranges(entries: list[dict],
+                           dev_segments: list[dict]) -> dict[int, tuple[int, str, int]]:
+    """start -> (size, pool, stream) of the expandable-segment ranges mapped before the first
+    recorded event.
+
+    The snapshot reports an expandable segment as one entry per contiguous range mapped *when the
+    snapshot was taken*; a range that was already mapped when the history began and then grew
+    (``segment_map`` of the pages after it) is reported at its final size. The ranges mapped at
+    the start are therefore the final ones with the history undone, newest event first: a
+    ``segment_map`` unmaps its pages again, a ``segment_unmap`` maps them back.
+    """
+    final: list[tuple[int, int, str, int]] = []     # (start, end, pool, stream)
+    for s in dev_segments:
+        if s.get("is_expandable"):
+            a = int(s["address"])
+            final.append((a, a + int(s["total_size"]), s.get("segment_type", ""),
+                          int(s.get("stream", 0))))
+    ranges = sorted((a, b) for a, b, _, _ in final)
+    streams: dict[int, int] = {}
+    for e in reversed([e for e in entries if e["action"] in ("segment_map", "segment_unmap")]):
+        a, b = int(e["addr"]), int(e["addr"]) + int(e["size"])
+        if e["action"] == "segment_map":
+            ranges = _interval_minus(ranges, a, b)
+        else:
+            ranges = _interval_plus(ranges, a, b)
+            streams[a] = int(e.get("stream", 0))
+    out: dict[int, tuple[int, str, int]] = {}
+    for a, b in ranges:
+        # pool and stream: the snapshot's range holding it, else (unmapped since) the unmap's
+        hold = [(pool, stream) for lo, hi, pool, stream in final if lo <= a < hi]
+        out[a] = (b - a, *(hold[0] if hold else ("", streams.get(a, 0))))
+    return out
+
+
+def _interval_minus(ranges: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
+    """Sorted disjoint ``ranges`` with [a, b) taken out."""
+    out = []
+    for lo, hi in ranges:
+        if hi <= a or lo >= b:
+            out.append((lo, hi))
+            continue
+        if lo < a:
+            out.append((lo, a))
+        if hi > b:
+            out.append((b, hi))
+    return sorted(out)
+
+
+def _interval_plus(ranges: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
+    """Sorted disjoint ``ranges`` with [a, b) added; touching ranges merge into one."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges + [(a, b)]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _initial_blocks(entries: list[dict],
@@ -312,7 +373,8 @@ def _emit_initial_state(entries: list[dict], dev_segments: list[dict], seg_type:
     segment, pool)."""
     for a, (size, pool, stream, expandable) in sorted(_initial_segments(entries,
                                                                         dev_segments).items()):
-        pool = pool or ("small" if size == R.SMALL_BUFFER else "large")
+        pool = pool or _pool_of_range(size, expandable)
+        seg_type[a] = seg_type.get(a) or pool      # for the history's maps that extend it
         out.emit(t0, "segment_map" if expandable else "segment_alloc", a, size, size, a, stream,
                  pool, -1)
         layout.add_range(a, a + size, a, expandable)
@@ -325,6 +387,15 @@ def _emit_initial_state(entries: list[dict], dev_segments: list[dict], seg_type:
         live[a] = (size, req, seg, pool)
         out.emit(t0, "alloc", a, size, req, seg, stream, pool, -1)
     return live
+
+
+def _pool_of_range(size: int, expandable: bool) -> str:
+    """The pool of a segment (or mapped range) the snapshot does not name: small-pool segments
+    are 2 MiB; expandable large-pool ranges are mapped in 20 MiB pages, small-pool ones in 2 MiB
+    pages (a small-pool range of ten pages reads as large: rare, and only its label)."""
+    if expandable:
+        return "large" if size % R.LARGE_BUFFER == 0 else "small"
+    return "small" if size == R.SMALL_BUFFER else "large"
 
 
 def _segment_event(e: dict, t: int, stack: int, seg_type: dict[int, str], layout: _Layout,
@@ -343,7 +414,8 @@ def _segment_event(e: dict, t: int, stack: int, seg_type: dict[int, str], layout
         seg = hit[2] if hit else a
         if act == "segment_map":
             layout.add_range(a, a + size, seg, True)
-        out.emit(t, act, a, size, size, seg, stream, seg_type.get(seg, ""), stack)
+        pool = seg_type.get(seg, "") or (_pool_of_range(size, True) if seg == a else "")
+        out.emit(t, act, a, size, size, seg, stream, pool, stack)
 
 
 def _block_event(e: dict, t: int, stack: int, layout: _Layout,

@@ -23,8 +23,10 @@ divisions (one value for all sizes).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.memory import torch_rules as R
 from hookmagic.memory.linked import absorb_next, link_after
 from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
@@ -286,14 +288,18 @@ class TorchCachingModel(ModelBase):
             if room >= size:
                 return c
             i += 1
-        # a new virtual range, larger than any device (PyTorch reserves 1.125x device memory)
-        va = self.capacity * 9 // 8 if self.capacity else 1 << 40
-        va = (va + R.LARGE_BUFFER - 1) // R.LARGE_BUFFER * R.LARGE_BUFFER
+        va = self.expandable_va_size()
         addr = self._new_va(va)
         b = _Block(addr, va, stream, small, segment=addr, mapped=False, expandable=True)
         self._blocks[addr] = b
         self._insert_free(b)
         return b
+
+    def expandable_va_size(self) -> int:
+        """Bytes of address space one expandable segment reserves: more than the device holds
+        (PyTorch reserves 1.125x device memory; 1 TiB when the capacity is not known)."""
+        va = self.capacity * 9 // 8 if self.capacity else 1 << 40
+        return (va + R.LARGE_BUFFER - 1) // R.LARGE_BUFFER * R.LARGE_BUFFER
 
     def _map(self, b: _Block, nbytes: int) -> _Block | None:
         """Map pages at the start of unmapped block ``b``; return the merged free block."""
@@ -347,3 +353,84 @@ class TorchCachingModel(ModelBase):
                 self._insert_free(x)
             else:
                 self._insert_free(self._merge_neighbours(x))
+
+    # -- starting from a recorded state ----------------------------------------------------
+    def seed_segment(self, size: int, small: bool, stream: int,
+                     blocks: Sequence[tuple[int, int, int]],
+                     mapped: Sequence[tuple[int, int]] | None = None) -> list[int]:
+        """Start with a segment the program already had, laid out as recorded.
+
+        ``blocks``: (offset, size, requested) of the blocks allocated in it; the bytes between
+        them are free (cached) blocks. ``mapped``: None for an ordinary (``cudaMalloc``) segment
+        of ``size`` bytes; for an expandable one, the (offset, size) of its mapped ranges, page
+        aligned from offset 0, the segment's base (``size`` is then ignored: the segment
+        reserves :meth:`expandable_va_size`). Emits the segment's ``segment_alloc`` (or one
+        ``segment_map`` per range) and an ``alloc`` per block, as a recording of that state
+        starts. Returns the blocks' addresses, in the order given.
+        """
+        expandable = mapped is not None
+        g = self._granule(small)
+        if expandable:
+            size = self.expandable_va_size()
+            ranges = sorted((int(o), int(o) + int(n)) for o, n in mapped)
+        else:
+            ranges = [(0, int(size))]
+        order = sorted(range(len(blocks)), key=lambda i: blocks[i][0])
+        for (lo, hi), (lo2, _) in zip(ranges, ranges[1:]):
+            if lo2 < hi:
+                raise InvalidArgument(f"seed_segment: mapped ranges overlap at offset {lo2}")
+        if expandable and any(lo % g or hi % g or hi > size for lo, hi in ranges):
+            raise InvalidArgument(f"seed_segment: mapped ranges must be whole {g >> 20} MiB "
+                                  "pages of the segment")
+        base = self._new_va(size)
+        layout: list[tuple[int, int]] = []          # touching ranges make one mapped run
+        for lo, hi in ranges:
+            if layout and layout[-1][1] == lo:
+                layout[-1] = (layout[-1][0], hi)
+            else:
+                layout.append((lo, hi))
+        # pieces of the segment in address order: (start, end, mapped, allocated, requested)
+        pieces: list[tuple[int, int, bool, bool, int]] = []
+        at, k = 0, 0
+        for lo, hi in layout:
+            if lo > at:
+                pieces.append((at, lo, False, False, 0))
+            at = lo
+            while k < len(order) and blocks[order[k]][0] < hi:
+                off, n, req = (int(v) for v in blocks[order[k]])
+                if off < at or off + n > hi:
+                    raise InvalidArgument(f"seed_segment: the block at offset {off} ({n} bytes) "
+                                          "is not inside one mapped range, or overlaps another")
+                if off > at:
+                    pieces.append((at, off, True, False, 0))
+                pieces.append((off, off + n, True, True, req))
+                at, k = off + n, k + 1
+            if hi > at:
+                pieces.append((at, hi, True, False, 0))
+            at = hi
+        if k < len(order):
+            raise InvalidArgument(f"seed_segment: the block at offset {blocks[order[k]][0]} is "
+                                  "outside the segment's mapped ranges")
+        if at < size:
+            pieces.append((at, size, False, False, 0))
+        pool = "small" if small else "large"
+        for lo, hi in ranges:
+            self._emit("segment_map" if expandable else "segment_alloc", base + lo, hi - lo,
+                       hi - lo, base, stream, pool)
+        made: list[_Block] = []
+        for lo, hi, is_mapped, allocated, req in pieces:
+            b = _Block(base + lo, hi - lo, stream, small, segment=base, mapped=is_mapped,
+                       expandable=expandable)
+            b.allocated, b.requested = allocated, req
+            if made:
+                made[-1].next, b.prev = b, made[-1]
+            made.append(b)
+            self._blocks[b.addr] = b
+        by_offset: dict[int, int] = {}
+        for b in made:
+            if b.allocated:
+                by_offset[b.addr - base] = b.addr
+                self._emit("alloc", b.addr, b.size, b.requested, base, stream, pool)
+            else:
+                self._insert_free(b)
+        return [by_offset[int(blocks[i][0])] for i in range(len(blocks))]
