@@ -91,17 +91,25 @@ def _time_device(fn, reps: int = 20, rounds: int = 5) -> float:
     per_call = (time.perf_counter() - t0) / 3
     cycles = int(min(0.2, 2.0 * per_call * reps + 1e-3) * 2.0e9)   # >= the queueing time at <= 2 GHz
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
+    times, hosts = [], []
     for _ in range(rounds):
         torch.cuda._sleep(cycles)
         s.record()
+        h0 = time.perf_counter()
         for _ in range(reps):
             fn()
+        hosts.append((time.perf_counter() - h0) / reps)   # the stream is held: pure host cost per call
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e) / 1e3 / reps)
     times.sort()
+    hosts.sort()
+    _HOST["last"] = hosts[len(hosts) // 2]
     return times[len(times) // 2]
+
+
+#: host seconds per call (Python + launch) of the last ``_time_device`` measurement
+_HOST: dict[str, float | None] = {"last": None}
 
 
 def _int_mm_reference(a, b):
@@ -177,6 +185,14 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     except Exception as exc:  # keep the GEMM rows
         print("  memory-bound section FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
+    try:   # preprocess, transposes, row reductions (benchmarks/bench_memory_cases.py)
+        if "memory" in sections:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_memory_cases import memory_cases
+            rows += memory_cases(mem_timer, lambda: _HOST["last"] if timer == "device" else None)
+    except Exception as exc:  # keep the other rows
+        print("  memory-bound cases FAILED:", repr(exc), flush=True)
+    Path(out).write_text(json.dumps(rows))
     if "infer" in sections:  # issue 12's inference kernels (benchmarks/bench_infer_cases.py)
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -210,7 +226,7 @@ def memory_bound(timer) -> list[dict]:
             nbytes = 2 * x.numel() * x.element_size()
             copy_s = timer(lambda: y.copy_(x))
             rows.append({"shape": label, "kind": "copy", "variant": "torch copy_", "seconds": copy_s,
-                         "bytes": nbytes, "ok": True, "max_err": 0.0})
+                         "bytes": nbytes, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
             cases = {"softmax": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1), 0),
                      "layer_norm": (lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (c,), w, b), 2),
                      "rms_norm": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (c,), w, 1e-6), 1),
@@ -223,9 +239,9 @@ def memory_bound(timer) -> list[dict]:
                 ok = err <= tol
                 opb = nbytes + nparams * c * x.element_size()
                 rows.append({"shape": label, "kind": op, "variant": "torch eager", "seconds": timer(theirs),
-                             "bytes": opb, "ok": True, "max_err": 0.0})
+                             "bytes": opb, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
                 rows.append({"shape": label, "kind": op, "variant": "hookmagic", "seconds": timer(ours) if ok else float("nan"),
-                             "bytes": opb, "ok": bool(ok), "max_err": err})
+                             "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"]})
                 if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS"):   # the previous kernels, same process
                     import hookmagic.kernels.rowwise as rw
                     rw.IMPL = "multipass"
@@ -234,7 +250,7 @@ def memory_bound(timer) -> list[dict]:
                         okm = errm <= tol
                         rows.append({"shape": label, "kind": op, "variant": "hookmagic multipass",
                                      "seconds": timer(ours) if okm else float("nan"), "bytes": opb, "ok": bool(okm),
-                                     "max_err": errm})
+                                     "max_err": errm, "host_s": _HOST["last"]})
                     finally:
                         rw.IMPL = "auto"
                 print(f"  {label:18s} {op:10s} ok={ok}", flush=True)
@@ -282,6 +298,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     frames = []
     machine = _machine()
+    machine["timer"] = args.timer
     for i in range(args.processes):
         path = out / f"kernels_run{i}.json"
         print(f"process {i + 1}/{args.processes}", flush=True)
@@ -314,6 +331,9 @@ def summarise(frames, machine: dict, out: Path) -> None:
         return
     mem = raw[raw["bytes"].notna()].copy() if "bytes" in raw else raw.iloc[0:0]
     raw = raw[raw["bytes"].isna()].copy() if "bytes" in raw else raw
+    for col in ("m", "n", "k"):   # --sections memory alone: no GEMM rows
+        if col not in raw:
+            raw[col] = pd.Series(dtype=float)
     raw["rate"] = 2 * raw.m * raw.n * raw.k / raw.seconds / 1e12
     ref = raw[raw.variant == "cuBLAS"][["run", "shape", "kind", "rate"]].rename(columns={"rate": "ref_rate"})
     raw = raw.merge(ref, on=["run", "shape", "kind"])
@@ -349,17 +369,28 @@ def summarise(frames, machine: dict, out: Path) -> None:
         mem = mem.merge(te, on=["run", "shape", "kind"], how="left")
         mem["of_copy"] = mem["gbps"] / mem["copy_gbps"]
         mem["vs_torch"] = mem["torch_s"] / mem["seconds"]
+        mem["host_us"] = (mem["host_s"] if "host_s" in mem else pd.Series(float("nan"), index=mem.index)) * 1e6
+        mem["dev_us"] = mem["seconds"] * 1e6
         mt = mem.groupby(["shape", "kind", "variant"], sort=False).agg(
             gbps_min=("gbps", "min"), gbps_max=("gbps", "max"), copy_min=("of_copy", "min"), copy_max=("of_copy", "max"),
-            vt_min=("vs_torch", "min"), vt_max=("vs_torch", "max"), ok=("ok", "all"), max_err=("max_err", "max")).reset_index()
+            vt_min=("vs_torch", "min"), vt_max=("vs_torch", "max"), ok=("ok", "all"), max_err=("max_err", "max"),
+            us_min=("dev_us", "min"), us_max=("dev_us", "max"), host_min=("host_us", "min"),
+            host_max=("host_us", "max")).reset_index()
         mt.to_csv(out / "kernels_bandwidth.csv", index=False)
+        how = ("kernel time: each figure is the median over rounds of 20 calls queued behind a sleep kernel "
+               "(the host's launch cost hidden); 'host µs' is the host's time to make one call (Python + launch)"
+               if machine.get("timer") == "device" else
+               "time per call: CUDA events around one call, the host's launch cost included")
         lines += ["", "## Memory-bound kernels (bytes = compulsory traffic: read input and parameters, write output)", "",
-                  "| rows x cols dtype | op | implementation | GB/s | of copy bandwidth | speed-up vs torch eager | correct |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"Timer: {how}. Min–max over {nproc} fresh processes; ratios are same-process.", "",
+                  "| shape | op | implementation | GB/s | of copy bandwidth | speed-up vs torch eager | µs | host µs "
+                  "| correct |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in mt.itertuples():
             lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.gbps_min, r.gbps_max, '{:.0f}')} | "
                          f"{rng(r.copy_min, r.copy_max, '{:.0%}')} | "
-                         f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant == 'hookmagic' else '—'} | "
+                         f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant.startswith('hookmagic') else '—'} | "
+                         f"{rng(r.us_min, r.us_max, '{:.1f}')} | {rng(r.host_min, r.host_max, '{:.1f}')} | "
                          f"{'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
     if len(infer):
         from bench_infer_cases import summarise_infer

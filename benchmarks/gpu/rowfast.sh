@@ -17,28 +17,27 @@ t0=$(date +%s)
 step() { echo "--- $1 ($(( $(date +%s) - t0 ))s)"; }
 
 step "kernels check (NVRTC, sm_90)"
-timeout 40 python3 -m hookmagic.cli kernels check --arch sm_90 >"$OUT/check.txt" 2>&1 || { echo "FAILED: kernels check"; fail=1; }
+timeout 30 python3 -m hookmagic.cli kernels check --arch sm_90 >"$OUT/check.txt" 2>&1 || { echo "FAILED: kernels check"; fail=1; }
 grep -E "softmax|layer_norm|rms_norm|bias_gelu|row_|transpose|preprocess|error" "$OUT/check.txt" | head -60
 
 step "correctness: tests/gpu/test_rowwise_gpu.py"
-timeout 40 python3 -m pytest -q -x --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_rowwise_gpu.py \
+timeout 35 python3 -m pytest -q -x --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_rowwise_gpu.py \
   >"$OUT/pytest_rowwise.txt" 2>&1 || { echo "FAILED: rowwise tests"; fail=1; }
 tail -15 "$OUT/pytest_rowwise.txt"
 
 step "correctness: tests/gpu/test_infer_gpu.py -k 'preprocess or transpose or row_'"
-timeout 40 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_infer_gpu.py \
+timeout 30 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_infer_gpu.py \
   -k "preprocess or transpose or row_" >"$OUT/pytest_infer.txt" 2>&1 || { echo "FAILED: infer tests"; fail=1; }
 tail -15 "$OUT/pytest_infer.txt"
 
-export HOOKMAGIC_BENCH_CASES="preprocess,transpose,row_"
 export HOOKMAGIC_BENCH_MULTIPASS=1
 step "benchmark, device timer: memory-bound sections, 3 fresh processes"
-timeout 75 python3 benchmarks/bench_kernels.py --sections memory,infer --timer device --processes 3 \
+timeout 70 python3 benchmarks/bench_kernels.py --sections memory --timer device --processes 3 \
   --out "$OUT/bench_device" >"$OUT/bench_device.txt" 2>&1 || { echo "FAILED: benchmark (device timer)"; fail=1; }
 grep -E "^\|" "$OUT/bench_device.txt" | tail -80
 
 step "benchmark, per-call timer (host launch included): 1 process"
-HOOKMAGIC_BENCH_MULTIPASS= timeout 30 python3 benchmarks/bench_kernels.py --sections memory,infer --timer call \
+HOOKMAGIC_BENCH_MULTIPASS= timeout 25 python3 benchmarks/bench_kernels.py --sections memory --timer call \
   --processes 1 --out "$OUT/bench_call" >"$OUT/bench_call.txt" 2>&1 || { echo "FAILED: benchmark (call timer)"; fail=1; }
 grep -E "^\|" "$OUT/bench_call.txt" | tail -60
 
