@@ -41,5 +41,9 @@ HOOKMAGIC_BENCH_MULTIPASS= timeout 25 python3 benchmarks/bench_kernels.py --sect
   --processes 1 --out "$OUT/bench_call" >"$OUT/bench_call.txt" 2>&1 || { echo "FAILED: benchmark (call timer)"; fail=1; }
 grep -E "^\|" "$OUT/bench_call.txt" | tail -60
 
+step "host cost of one call, by step (benchmarks/gpu/rowfast_profile.py)"
+timeout 20 python3 benchmarks/gpu/rowfast_profile.py >"$OUT/profile.txt" 2>&1 || { echo "FAILED: profile"; fail=1; }
+head -60 "$OUT/profile.txt"
+
 step "done, fail=$fail"
 exit $fail
