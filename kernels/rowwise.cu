@@ -280,11 +280,47 @@ __device__ __forceinline__ float hm_group_reduce(float v, int warp_mode, float (
 #define HM_OP_LAYER_NORM 1
 #define HM_OP_RMS_NORM 2
 
-template <typename T, int OP, int K>
+// 16 bytes global -> shared without registers (cp.async on sm_80+); each thread later reads only
+// the slots it wrote, so a wait (no barrier) makes them visible to it.
+__device__ __forceinline__ void hm_cp16(uint4* dst_smem, const uint4* src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst_smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+  *dst_smem = __ldg(src);
+#endif
+}
+__device__ __forceinline__ void hm_cp_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Visit the thread's vectors of the row: register slots i < K (vector i*g + t), then, with
+// SM, shared-memory slots j < s (vector (K + j)*g + t, kept at sm[j*g + t]).
+template <int K, bool SM, typename F>
+__device__ __forceinline__ void hm_each(const uint4 (&raw)[K], const uint4* sm, int s, int g, int t, int nvec, F f) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int v = i * g + t;
+    if (v < nvec) f(v, raw[i]);
+  }
+  if (SM) {
+    for (int j = 0; j < s; ++j) {
+      const int v = (K + j) * g + t;
+      if (v < nvec) f(v, sm[j * g + t]);
+    }
+  }
+}
+
+// SM: the row also spills into dynamic shared memory, s vectors a thread (block mode only):
+// rows of up to (K + s) * blockDim.x vectors are still read from DRAM once.
+template <typename T, int OP, int K, bool SM = false>
 __device__ __forceinline__ void hm_row_reg(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                                           T* __restrict__ y, int rows, int cols, float eps, int warp_mode) {
+                                           T* __restrict__ y, int rows, int cols, float eps, int warp_mode, int s = 0) {
   constexpr int NV = HmVec<T>::N;
   __shared__ float part[2][32];
+  extern __shared__ uint4 hm_row_smem[];
   int phase = 0;
   const int nvec = cols / NV;
   const int t = warp_mode ? (threadIdx.x & 31) : threadIdx.x;
@@ -295,92 +331,84 @@ __device__ __forceinline__ void hm_row_reg(const T* __restrict__ x, const T* __r
     const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)r * cols);
     uint4* yr = reinterpret_cast<uint4*>(y + (size_t)r * cols);
     uint4 raw[K];
+    if (SM) {
+      for (int j = 0; j < s; ++j) {
+        const int v = (K + j) * g + t;
+        if (v < nvec) hm_cp16(hm_row_smem + j * g + t, xr + v);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const int v = i * g + t;
       if (v < nvec) raw[i] = __ldg(xr + v);
     }
-    float f[NV];
+    if (SM) hm_cp_wait();
     if (OP == HM_OP_SOFTMAX) {
       float m = HM_NEG_INF;
+      hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
 #pragma unroll
-      for (int i = 0; i < K; ++i) {
-        if (i * g + t < nvec) {
-          hm_unpack<T>(raw[i], f);
-#pragma unroll
-          for (int j = 0; j < NV; ++j) m = fmaxf(m, f[j]);
-        }
-      }
+        for (int j = 0; j < NV; ++j) m = fmaxf(m, f[j]);
+      });
       m = hm_group_reduce<1>(m, warp_mode, part, phase);
       // FP32 storage: accurate expf; 16-bit storage: exp2 of a pre-scaled argument (ex2.approx,
       // relative error ~2^-22, far below the output's rounding)
       const float L2E = 1.4426950408889634f, ms = m * L2E;
-      float s = 0.f;
+      float sum = 0.f;
+      hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
 #pragma unroll
-      for (int i = 0; i < K; ++i) {
-        if (i * g + t < nvec) {
-          hm_unpack<T>(raw[i], f);
+        for (int j = 0; j < NV; ++j) sum += sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms));
+      });
+      sum = hm_group_reduce<0>(sum, warp_mode, part, phase);
+      const float inv = 1.f / sum;
+      hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int v, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
 #pragma unroll
-          for (int j = 0; j < NV; ++j) s += sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms));
-        }
-      }
-      s = hm_group_reduce<0>(s, warp_mode, part, phase);
-      const float inv = 1.f / s;
-#pragma unroll
-      for (int i = 0; i < K; ++i) {
-        const int v = i * g + t;
-        if (v < nvec) {
-          hm_unpack<T>(raw[i], f);
-#pragma unroll
-          for (int j = 0; j < NV; ++j) f[j] = (sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms))) * inv;
-          yr[v] = hm_pack<T>(f);
-        }
-      }
+        for (int j = 0; j < NV; ++j) f[j] = (sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms))) * inv;
+        yr[v] = hm_pack<T>(f);
+      });
     } else {
       float mean = 0.f;
-      if (OP == HM_OP_LAYER_NORM) {  // two passes over the registers: exact mean, then centred squares
-        float s = 0.f;
+      if (OP == HM_OP_LAYER_NORM) {  // two passes over the held row: exact mean, then centred squares
+        float sum = 0.f;
+        hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, const uint4& q) {
+          float f[NV];
+          hm_unpack<T>(q, f);
 #pragma unroll
-        for (int i = 0; i < K; ++i) {
-          if (i * g + t < nvec) {
-            hm_unpack<T>(raw[i], f);
-#pragma unroll
-            for (int j = 0; j < NV; ++j) s += f[j];
-          }
-        }
-        mean = hm_group_reduce<0>(s, warp_mode, part, phase) / (float)cols;
+          for (int j = 0; j < NV; ++j) sum += f[j];
+        });
+        mean = hm_group_reduce<0>(sum, warp_mode, part, phase) / (float)cols;
       }
       float ss = 0.f;
+      hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
 #pragma unroll
-      for (int i = 0; i < K; ++i) {
-        if (i * g + t < nvec) {
-          hm_unpack<T>(raw[i], f);
-#pragma unroll
-          for (int j = 0; j < NV; ++j) { const float d = f[j] - mean; ss = fmaf(d, d, ss); }
-        }
-      }
+        for (int j = 0; j < NV; ++j) { const float d = f[j] - mean; ss = fmaf(d, d, ss); }
+      });
       const float rstd = rsqrtf(hm_group_reduce<0>(ss, warp_mode, part, phase) / (float)cols + eps);
       const uint4* wr = reinterpret_cast<const uint4*>(w);
       const uint4* br = reinterpret_cast<const uint4*>(b);
+      hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int v, const uint4& q) {
+        float f[NV], wv[NV], bv[NV];
+        hm_unpack<T>(q, f);
+        if (w) hm_unpack<T>(__ldg(wr + v), wv);
+        if (b) hm_unpack<T>(__ldg(br + v), bv);
 #pragma unroll
-      for (int i = 0; i < K; ++i) {
-        const int v = i * g + t;
-        if (v < nvec) {
-          float wv[NV], bv[NV];
-          hm_unpack<T>(raw[i], f);
-          if (w) hm_unpack<T>(__ldg(wr + v), wv);
-          if (b) hm_unpack<T>(__ldg(br + v), bv);
-#pragma unroll
-          for (int j = 0; j < NV; ++j) {
-            float o = (f[j] - mean) * rstd;
-            if (w) o *= wv[j];
-            if (b) o += bv[j];
-            f[j] = o;
-          }
-          yr[v] = hm_pack<T>(f);
+        for (int j = 0; j < NV; ++j) {
+          float o = (f[j] - mean) * rstd;
+          if (w) o *= wv[j];
+          if (b) o += bv[j];
+          f[j] = o;
         }
-      }
+        yr[v] = hm_pack<T>(f);
+      });
     }
+    if (SM) __syncthreads();  // (grid-stride) the next row's copies must not overwrite slots still read
   }
 }
 
@@ -435,7 +463,22 @@ __device__ __forceinline__ void hm_bias_gelu_vec(const T* __restrict__ x, const 
       const T* x, const T* w, T* y, int rows, int cols, float eps, int warp_mode) {                            \
     hm_row_reg<T, HM_OP_RMS_NORM, K>(x, w, (const T*)0, y, rows, cols, eps, warp_mode);                        \
   }
+// registers + shared memory: K = 4 vectors a thread in registers, s more in dynamic shared memory
+#define HM_ROW_RS(SUFFIX, T)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(1024, 1) softmax_rs_##SUFFIX(const T* x, T* y, int rows, int cols, \
+                                                                         int s) {                              \
+    hm_row_reg<T, HM_OP_SOFTMAX, 4, true>(x, (const T*)0, (const T*)0, y, rows, cols, 0.f, 0, s);             \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(1024, 1) layer_norm_rs_##SUFFIX(                                 \
+      const T* x, const T* w, const T* b, T* y, int rows, int cols, float eps, int s) {                        \
+    hm_row_reg<T, HM_OP_LAYER_NORM, 4, true>(x, w, b, y, rows, cols, eps, 0, s);                               \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(1024, 1) rms_norm_rs_##SUFFIX(                                   \
+      const T* x, const T* w, T* y, int rows, int cols, float eps, int s) {                                    \
+    hm_row_reg<T, HM_OP_RMS_NORM, 4, true>(x, w, (const T*)0, y, rows, cols, eps, 0, s);                       \
+  }
 #define HM_ROWWISE_FAST(SUFFIX, T)                                                                             \
+  HM_ROW_RS(SUFFIX, T)                                                                                         \
   HM_ROW_REG(SUFFIX, T, 4)                                                                                     \
   HM_ROW_REG(SUFFIX, T, 8)                                                                                     \
   extern "C" __global__ void __launch_bounds__(256) bias_gelu_vec_##SUFFIX(const T* x, const T* bias, T* y,     \
