@@ -96,11 +96,11 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
     nb12 = nv12.numel() + 8 * 3 * 640 * 640 * 2
     mine = lambda: hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12")   # noqa: E731
     px = _pixel(mine)
-    err = (mine().float() - px().float()).abs().max().item()   # the two kernels: same arithmetic
+    err = (mine().float() - px().float()).abs().max().item()   # the two kernels: same arithmetic (FMA contraction aside)
     impls = {"hookmagic": mine}
     if multipass:
         impls["hookmagic 1 px a thread"] = px
-    case("8x1080p NV12 -> 640x640 fp16", "preprocess", nb12, impls, err == 0.0, err)
+    case("8x1080p NV12 -> 640x640 fp16", "preprocess", nb12, impls, err <= 0.02, err)
     del nv12
 
     # --- transposes -----------------------------------------------------------------------------------
