@@ -245,6 +245,8 @@ def memory_bound(timer) -> list[dict]:
                 extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
                 if extra and c > 16384 and op != "bias_gelu":
                     extra.append(("hookmagic regs+smem, 2 blocks/SM", "rs"))
+                if extra and c <= 16384 and op != "bias_gelu":
+                    extra.append(("hookmagic 8 vectors a thread", "k8"))
                 for variant, impl in extra:   # the other designs, same process
                     import hookmagic.kernels.rowwise as rw
                     rw.IMPL = impl

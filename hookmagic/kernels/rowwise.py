@@ -47,7 +47,8 @@ register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for 
 #: which kernels the wrappers pick: "auto" (register-resident rows / vectorised bias+GELU where
 #: they apply, rows too long for registers held in registers + shared memory, the multi-pass
 #: kernels beyond), "rs" (as auto, but rows over 2,048 vectors in registers + shared memory with
-#: 512-thread blocks, two blocks an SM) or "multipass" (always the multi-pass kernels). The
+#: 512-thread blocks, two blocks an SM), "k8" (block-per-row rows with 8 vectors a thread where 4
+#: would do: half the threads) or "multipass" (always the multi-pass kernels). The
 #: benchmark compares them in one process. Set from $HOOKMAGIC_ROWWISE at import.
 IMPL = os.environ.get("HOOKMAGIC_ROWWISE", "auto")
 #: rows per block in warp mode, and the block size of bias+GELU
@@ -149,7 +150,7 @@ def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 10
         k = 4 if nvec <= 32 * 4 else 8
         rpb = _WARP_BLOCK // 32
         return f"{op}_reg{k}", max(1, min(-(-rows // rpb), _MAX_GRID)), _WARP_BLOCK, 1, 0
-    for k in (4, 8):                         # a block per row, at most 1024 threads (LayerNorm at K=8: 512)
+    for k in ((8, 4) if IMPL == "k8" else (4, 8)):   # a block per row, <= 1024 threads (LayerNorm at K=8: 512)
         threads = -(-nvec // k)
         if threads <= (512 if (op == "layer_norm" and k == 8) else 1024):
             return f"{op}_reg{k}", grid, -(-threads // 32) * 32, 0, 0
