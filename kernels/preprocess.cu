@@ -94,32 +94,58 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
   }
 }
 
-// ---- 4 output pixels per thread (out_w % 4 == 0, 16-byte aligned output) ----
-// The same arithmetic as hm_preprocess, pixel for pixel; the vertical taps (rows, weights, row
-// pointers) are computed once per thread and shared by its 4 pixels, and the results leave as
-// one 4-element vector store per channel plane (NCHW) or three 4-element stores (NHWC: 12
-// consecutive elements). Block 32 x 8 threads: a warp writes 128 consecutive pixels of a row.
-template <typename T> struct PP4 {};
-template <> struct PP4<float> {
-  typedef uint4 V;
-  static __device__ __forceinline__ V pack(float a, float b, float c, float d) {
-    return make_uint4(__float_as_uint(a), __float_as_uint(b), __float_as_uint(c), __float_as_uint(d));
+// ---- 4 output pixels per thread, lane-interleaved ----
+// Thread (lane l of a 32-wide block row) computes pixels ox = 128 * blockIdx.x + 32 * i + l,
+// i < 4: the vertical taps (rows, weights, row pointers) are computed once and shared by its 4
+// pixels, and every load or store instruction of a warp still covers 32 consecutive output pixels
+// (a narrow span of source bytes: few L1 wavefronts per gather). RGB/BGR taps: the two horizontal
+// neighbours (6 bytes) come from three aligned 4-byte loads and funnel shifts instead of six byte
+// loads, away from the row's ends; NV12: the shared chroma pair as one 2-byte load. The same
+// arithmetic as hm_preprocess, pixel for pixel.
+__device__ __forceinline__ void pp_pair(const unsigned char* __restrict__ f, int pitch, int in_h, int in_w, int x0,
+                                        int x1, int y, int fmt, const PPColor& col, float* va, float* vb) {
+  if (fmt != PP_NV12 && x1 == x0 + 1 && x0 >= 1 && x0 <= in_w - 4) {
+    const unsigned char* p = f + (size_t)y * pitch + 3 * x0;
+    const unsigned int o = (unsigned int)((size_t)p & 3u);
+    const unsigned int* w = reinterpret_cast<const unsigned int*>(p - o);
+    const unsigned int w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+    const unsigned int lo = __funnelshift_r(w0, w1, 8 * o), hi = __funnelshift_r(w1, w2, 8 * o);
+    va[0] = (float)(lo & 0xffu);
+    va[1] = (float)((lo >> 8) & 0xffu);
+    va[2] = (float)((lo >> 16) & 0xffu);
+    vb[0] = (float)(lo >> 24);
+    vb[1] = (float)(hi & 0xffu);
+    vb[2] = (float)((hi >> 8) & 0xffu);
+    return;
   }
-};
-template <> struct PP4<__half> {
-  typedef uint2 V;
-  static __device__ __forceinline__ V pack(float a, float b, float c, float d) {
-    __half2 h0 = __floats2half2_rn(a, b), h1 = __floats2half2_rn(c, d);
-    return make_uint2(*reinterpret_cast<unsigned int*>(&h0), *reinterpret_cast<unsigned int*>(&h1));
+  if (fmt == PP_NV12) {
+    const unsigned char* yr = f + (size_t)y * pitch;
+    const unsigned char* uvr = f + (size_t)(in_h + (y >> 1)) * pitch;
+    const float Ya = (float)__ldg(yr + x0), Yb = (float)__ldg(yr + x1);
+    float Ua, Va, Ub, Vb;
+    const unsigned char* uva = uvr + (x0 & ~1);
+    const unsigned char* uvb = uvr + (x1 & ~1);
+    if (((size_t)uva & 1u) == 0) {
+      const unsigned short qa = __ldg(reinterpret_cast<const unsigned short*>(uva));
+      const unsigned short qb = uvb == uva ? qa : __ldg(reinterpret_cast<const unsigned short*>(uvb));
+      Ua = (float)(qa & 0xffu) - 128.f; Va = (float)(qa >> 8) - 128.f;
+      Ub = (float)(qb & 0xffu) - 128.f; Vb = (float)(qb >> 8) - 128.f;
+    } else {
+      Ua = (float)__ldg(uva) - 128.f; Va = (float)__ldg(uva + 1) - 128.f;
+      Ub = (float)__ldg(uvb) - 128.f; Vb = (float)__ldg(uvb + 1) - 128.f;
+    }
+    const float la = col.cy * (Ya - col.y0), lb = col.cy * (Yb - col.y0);
+    va[0] = fminf(fmaxf(la + col.crv * Va, 0.f), 255.f);
+    va[1] = fminf(fmaxf(la + col.cgu * Ua + col.cgv * Va, 0.f), 255.f);
+    va[2] = fminf(fmaxf(la + col.cbu * Ua, 0.f), 255.f);
+    vb[0] = fminf(fmaxf(lb + col.crv * Vb, 0.f), 255.f);
+    vb[1] = fminf(fmaxf(lb + col.cgu * Ub + col.cgv * Vb, 0.f), 255.f);
+    vb[2] = fminf(fmaxf(lb + col.cbu * Ub, 0.f), 255.f);
+    return;
   }
-};
-template <> struct PP4<__nv_bfloat16> {
-  typedef uint2 V;
-  static __device__ __forceinline__ V pack(float a, float b, float c, float d) {
-    __nv_bfloat162 h0 = __floats2bfloat162_rn(a, b), h1 = __floats2bfloat162_rn(c, d);
-    return make_uint2(*reinterpret_cast<unsigned int*>(&h0), *reinterpret_cast<unsigned int*>(&h1));
-  }
-};
+  pp_pixel(f, pitch, in_h, x0, y, fmt, col, va);
+  pp_pixel(f, pitch, in_h, x1, y, fmt, col, vb);
+}
 
 template <typename T>
 __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__ base,
@@ -129,10 +155,10 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
                                                float scale_x, float scale_y, float a0, float a1, float a2, float b0,
                                                float b1, float b2, float p0, float p1, float p2, int swap,
                                                PPColor col) {
-  const int ox0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  const int oxb = blockIdx.x * blockDim.x * 4 + threadIdx.x;
   const int oy = blockIdx.y * blockDim.y + threadIdx.y;
   const int b = blockIdx.z;
-  if (ox0 >= out_w || oy >= out_h) return;
+  if (oxb >= out_w || oy >= out_h) return;
   const unsigned char* f = ptrs ? reinterpret_cast<const unsigned char*>(__ldg(ptrs + b)) : base + (long long)b * frame_stride;
   const int by = oy - box_y;
   const bool row_in = by >= 0 && by < box_h;
@@ -147,42 +173,38 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
     ly0 = 1.f - ly1;
   }
   const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
-  float r[3][4];
+  const size_t plane = (size_t)out_h * out_w;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int bx = ox0 + i - box_x;
+    const int ox = oxb + 32 * i;
+    if (ox >= out_w) break;
+    float r[3];
+    const int bx = ox - box_x;
     if (!row_in || bx < 0 || bx >= box_w) {
-      r[0][i] = p0; r[1][i] = p1; r[2][i] = p2;
-      continue;
-    }
-    float sx = fmaf(scale_x, (float)bx + 0.5f, -0.5f);
-    sx = sx < 0.f ? 0.f : sx;
-    const int x0 = (int)sx;
-    const int x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
-    const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
-    float v00[3], v01[3], v10[3], v11[3];
-    pp_pixel(f, pitch, in_h, x0, y0, fmt, col, v00);
-    pp_pixel(f, pitch, in_h, x1, y0, fmt, col, v01);
-    pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v10);
-    pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v11);
+      r[0] = p0; r[1] = p1; r[2] = p2;
+    } else {
+      float sx = fmaf(scale_x, (float)bx + 0.5f, -0.5f);
+      sx = sx < 0.f ? 0.f : sx;
+      const int x0 = (int)sx;
+      const int x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
+      const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
+      float v00[3], v01[3], v10[3], v11[3];
+      pp_pair(f, pitch, in_h, in_w, x0, x1, y0, fmt, col, v00, v01);
+      pp_pair(f, pitch, in_h, in_w, x0, x1, y1, fmt, col, v10, v11);
 #pragma unroll
-    for (int c = 0; c < 3; ++c) {
-      const int s = swap ? 2 - c : c;
-      const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
-      r[c][i] = v * a[c] + bb[c];
+      for (int c = 0; c < 3; ++c) {
+        const int s = swap ? 2 - c : c;
+        const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
+        r[c] = v * a[c] + bb[c];
+      }
     }
-  }
-  typedef typename PP4<T>::V V;
-  if (nhwc) {  // 12 consecutive elements: pixel-major
-    V* o = reinterpret_cast<V*>(out + (((size_t)b * out_h + oy) * out_w + ox0) * 3);
-    o[0] = PP4<T>::pack(r[0][0], r[1][0], r[2][0], r[0][1]);
-    o[1] = PP4<T>::pack(r[1][1], r[2][1], r[0][2], r[1][2]);
-    o[2] = PP4<T>::pack(r[2][2], r[0][3], r[1][3], r[2][3]);
-  } else {
-    const size_t plane = (size_t)out_h * out_w;
-    T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox0;
-#pragma unroll
-    for (int c = 0; c < 3; ++c) *reinterpret_cast<V*>(o + c * plane) = PP4<T>::pack(r[c][0], r[c][1], r[c][2], r[c][3]);
+    if (nhwc) {
+      T* o = out + (((size_t)b * out_h + oy) * out_w + ox) * 3;
+      pp_st(o, r[0]); pp_st(o + 1, r[1]); pp_st(o + 2, r[2]);
+    } else {
+      T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox;
+      pp_st(o, r[0]); pp_st(o + plane, r[1]); pp_st(o + 2 * plane, r[2]);
+    }
   }
 }
 

@@ -42,10 +42,11 @@ register(KernelSpec("preprocess", "fused", "preprocess", {d: f"preprocess_{s}" f
 
 register(KernelSpec("preprocess", "fused4", "preprocess", {d: f"preprocess4_{s}" for d, s in _SUFFIX.items()},
                     _BLOCK, (8, 128), min_arch=70,
-                    description="as 'fused', four output pixels a thread (output width a multiple of 4): "
-                                "vertical taps shared, one vector store per channel plane"))
-#: "auto": the 4-pixels-a-thread kernel where the output width is a multiple of 4, else one
-#: pixel a thread; "pixel": always one pixel a thread (for comparisons). From $HOOKMAGIC_PREPROCESS.
+                    description="as 'fused', four output pixels a thread (lane-interleaved: each warp "
+                                "instruction covers 32 consecutive pixels), vertical taps shared, RGB tap pairs from "
+                                "aligned 4-byte loads, NV12 chroma pairs as 2-byte loads"))
+#: "auto": the 4-pixels-a-thread kernel; "pixel": one pixel a thread (the first kernel, for
+#: comparisons). From $HOOKMAGIC_PREPROCESS.
 IMPL = os.environ.get("HOOKMAGIC_PREPROCESS", "auto")
 
 
@@ -298,7 +299,7 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
     b = [np.float32(-m[c] / s[c]) for c in range(3)]
     p = [np.float32((pad[c] / 255.0 - m[c]) / s[c]) for c in range(3)]
     swap = int((fmt == "BGR") != (chans == "BGR"))
-    four = IMPL != "pixel" and ow % 4 == 0 and oi.ptr % 16 == 0
+    four = IMPL != "pixel"
     spec = registry.SPECS[("preprocess", "fused4" if four else "fused")]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)
