@@ -6,8 +6,8 @@ preprocessing, transposes and row reductions, in the rows format of the memory-b
 bandwidth and its speed-up over torch. Bytes are compulsory traffic: every input byte read
 once, every output byte written once.
 
-``$HOOKMAGIC_BENCH_MULTIPASS`` set: the previous kernels (one pixel a thread preprocessing) are
-timed too, as ``variant='hookmagic 1 px a thread'``.
+``$HOOKMAGIC_BENCH_MULTIPASS`` set: the previous kernels are timed too (one pixel a thread
+preprocessing: ``'hookmagic 1 px a thread'``; 32x32-tile transposes: ``'hookmagic 32x32 tile'``).
 """
 from __future__ import annotations
 
@@ -39,6 +39,17 @@ def _pixel(fn: Callable) -> Callable:
             return fn()
         finally:
             pp.IMPL = "auto"
+    return run
+
+
+def _tile(fn: Callable) -> Callable:
+    def run():
+        import hookmagic.kernels.layout as lay
+        lay.IMPL = "tile"
+        try:
+            return fn()
+        finally:
+            lay.IMPL = "auto"
     return run
 
 
@@ -117,8 +128,11 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
         else:
             ref = lambda x=x: x.t().contiguous()                   # noqa: E731
         ok = torch.equal(hk.transpose(x, layout), ref())
-        case(shape, "transpose", 2 * x.numel() * x.element_size(),
-             {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay), "torch eager": ref}, ok, 0.0)
+        impls = {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay), "torch eager": ref}
+        if multipass:
+            impls["hookmagic 32x32 tile"] = _tile(impls["hookmagic"])
+            ok = ok and torch.equal(impls["hookmagic 32x32 tile"](), ref())
+        case(shape, "transpose", 2 * x.numel() * x.element_size(), impls, ok, 0.0)
         del x
 
     # --- row reductions -------------------------------------------------------------------------------

@@ -72,6 +72,36 @@ extern "C" __global__ void __launch_bounds__(256) transpose2_b2(const unsigned s
                                                                 int C) {
   hm_transpose2<0>(in, out, R, C);
 }
+// 4-byte elements, R and C even (8-byte aligned rows): a 64 x 64 tile, each thread moving pairs
+// of elements with 8-byte loads and stores (a warp reads / writes 256 contiguous bytes), 8 pairs
+// per thread per side; shared tile of 64 x 65 words (two-way bank conflicts on both sides).
+extern "C" __global__ void __launch_bounds__(256) transpose2_b4(const unsigned int* __restrict__ in,
+                                                                unsigned int* __restrict__ out, int R, int C) {
+  __shared__ unsigned int tile[TR2_TILE][TR2_TILE + 1];
+  const size_t plane = (size_t)R * C;
+  in += blockIdx.z * plane;
+  out += blockIdx.z * plane;
+  const int r0 = blockIdx.x * TR2_TILE, c0 = blockIdx.y * TR2_TILE;
+  const int tx = threadIdx.x, ty = threadIdx.y;   // 32 x 8
+  uint2 v[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int r = r0 + ty + 8 * k, c = c0 + 2 * tx;
+    v[k] = (r < R && c < C) ? __ldg(reinterpret_cast<const uint2*>(in + (size_t)r * C + c)) : make_uint2(0u, 0u);
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    tile[ty + 8 * k][2 * tx] = v[k].x;
+    tile[ty + 8 * k][2 * tx + 1] = v[k].y;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = ty + 8 * k, c = c0 + j, r = r0 + 2 * tx;
+    if (c < C && r < R)
+      *reinterpret_cast<uint2*>(out + (size_t)c * R + r) = make_uint2(tile[2 * tx][j], tile[2 * tx + 1][j]);
+  }
+}
 HM_TRANSPOSE(b1, unsigned char)
 HM_TRANSPOSE(b2, unsigned short)
 HM_TRANSPOSE(b4, unsigned int)
