@@ -6,6 +6,7 @@ FP32 whatever the storage. Non-contiguous inputs are copied to row-major first.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -55,8 +56,8 @@ IMPL = os.environ.get("HOOKMAGIC_ROWWISE", "auto")
 _WARP_BLOCK = 256
 
 
-def _check(x: Any, op: str) -> runtime.ArrayInfo:
-    xi = runtime.inspect_array(x, "x")
+def _check(x: Any, op: str, xi: runtime.ArrayInfo | None = None) -> runtime.ArrayInfo:
+    xi = runtime.inspect_array(x, "x") if xi is None else xi
     if xi.dtype not in _DTYPES:
         raise KernelArgumentError(f"{op}: x must be float32, float16 or bfloat16, got {xi.where()}")
     if xi.device < 0:
@@ -89,8 +90,12 @@ def _vec(cols: int, dtype: str, *infos: runtime.ArrayInfo | None) -> tuple[int, 
 
 
 def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple, out_name: str = "y") -> Any:
-    y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
-    n = int(np.prod(xi.shape))
+    if xi.kind == "torch":   # the cheap path: same shape, dtype and device, row-major
+        import torch
+        y = torch.empty_like(xi.obj, memory_format=torch.contiguous_format)
+    else:
+        y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
+    n = math.prod(xi.shape)
     if n == 0:
         return y
     yi = runtime.inspect_array(y, out_name)
@@ -192,7 +197,7 @@ def softmax(x: Any, dim: int = -1) -> Any:
         moved = x.movedim(dim, -1) if xi.kind == "torch" else __import__("cupy").moveaxis(x, dim, -1)
         y = softmax(moved, -1)
         return y.movedim(-1, dim) if xi.kind == "torch" else __import__("cupy").moveaxis(y, -1, dim)
-    xi = _check(x, "softmax")
+    xi = _check(x, "softmax", xi)
     return _run("softmax", xi, [], ())
 
 
