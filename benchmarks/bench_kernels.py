@@ -245,6 +245,9 @@ def memory_bound(timer) -> list[dict]:
                 extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
                 if extra and c > 16384 and op != "bias_gelu":
                     extra.append(("hookmagic regs+smem, 2 blocks/SM", "rs"))
+                if extra and c * x.element_size() >= 32768 and op != "bias_gelu" \
+                        and torch.cuda.get_device_capability() >= (9, 0):
+                    extra.append(("hookmagic cluster of 8 blocks a row", "cluster"))
                 if extra and c <= 16384 and op != "bias_gelu":
                     extra.append(("hookmagic 8 vectors a thread", "k8"))
                 for variant, impl in extra:   # the other designs, same process

@@ -489,6 +489,178 @@ HM_ROWWISE_FAST(f32, float)
 HM_ROWWISE_FAST(f16, __half)
 HM_ROWWISE_FAST(bf16, __nv_bfloat16)
 
+// =====================================================================================
+// Cluster rows (sm_90+): a thread-block cluster of HM_CL blocks owns a row, each block holding
+// its 1/HM_CL share in registers (K = 4 vectors a thread); block partial results are exchanged
+// through distributed shared memory. A 65,536-element row is then spread over 8 SMs' worth of
+// blocks instead of one, so even 256 rows fill every SM several times over.
+// =====================================================================================
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define HM_CL 8
+
+// Cluster primitives in PTX (no cooperative_groups: its headers need libcu++, which NVRTC's
+// include path may lack).
+__device__ __forceinline__ unsigned int hm_cluster_rank() {
+  unsigned int r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void hm_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float hm_cluster_ld(const float* smem_ptr, unsigned int rank) {
+  const unsigned int a = (unsigned int)__cvta_generic_to_shared(smem_ptr);
+  unsigned int ra;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+  return v;
+}
+
+// Reduce a block-reduced value (equal in every thread) across the cluster: each block posts it
+// in its slot (ping-pong by phase), cluster barrier, every thread reads all HM_CL slots.
+template <int MAX>
+__device__ __forceinline__ float hm_cluster_reduce(float v, float* slots, int& cphase) {
+  float* slot = slots + cphase;
+  cphase ^= 1;
+  if (threadIdx.x == 0) *slot = v;
+  hm_cluster_sync();
+  float r = MAX ? HM_NEG_INF : 0.f;
+#pragma unroll
+  for (int i = 0; i < HM_CL; ++i) {
+    const float o = hm_cluster_ld(slot, (unsigned int)i);
+    r = MAX ? fmaxf(r, o) : r + o;
+  }
+  return r;
+}
+
+template <int K, typename F>
+__device__ __forceinline__ void hm_each_range(const uint4 (&raw)[K], int v0, int v1, int g, int t, F f) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int v = v0 + i * g + t;
+    if (v < v1) f(v, raw[i]);
+  }
+}
+
+template <typename T, int OP>
+__device__ __forceinline__ void hm_row_cluster(const T* __restrict__ x, const T* __restrict__ w,
+                                               const T* __restrict__ b, T* __restrict__ y, int rows, int cols,
+                                               float eps) {
+  constexpr int NV = HmVec<T>::N;
+  constexpr int K = 4;
+  __shared__ float part[2][32];
+  __shared__ float slots[2];
+  int phase = 0, cphase = 0;
+  const int nvec = cols / NV;
+  const int chunk = (nvec + HM_CL - 1) / HM_CL;
+  const int rank = (int)hm_cluster_rank();
+  const int v0 = rank * chunk, v1 = min(nvec, v0 + chunk);
+  const int t = threadIdx.x, g = blockDim.x;
+  for (int r = blockIdx.x / HM_CL; r < rows; r += gridDim.x / HM_CL) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)r * cols);
+    uint4* yr = reinterpret_cast<uint4*>(y + (size_t)r * cols);
+    uint4 raw[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int v = v0 + i * g + t;
+      if (v < v1) raw[i] = __ldg(xr + v);
+    }
+    if (OP == HM_OP_SOFTMAX) {
+      float m = HM_NEG_INF;
+      hm_each_range<K>(raw, v0, v1, g, t, [&](int, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) m = fmaxf(m, f[j]);
+      });
+      m = hm_cluster_reduce<1>(hm_group_reduce<1>(m, 0, part, phase), slots, cphase);
+      const float L2E = 1.4426950408889634f, ms = m * L2E;
+      float sum = 0.f;
+      hm_each_range<K>(raw, v0, v1, g, t, [&](int, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) sum += sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms));
+      });
+      sum = hm_cluster_reduce<0>(hm_group_reduce<0>(sum, 0, part, phase), slots, cphase);
+      const float inv = 1.f / sum;
+      hm_each_range<K>(raw, v0, v1, g, t, [&](int v, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) f[j] = (sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms))) * inv;
+        yr[v] = hm_pack<T>(f);
+      });
+    } else {
+      float mean = 0.f;
+      if (OP == HM_OP_LAYER_NORM) {
+        float sum = 0.f;
+        hm_each_range<K>(raw, v0, v1, g, t, [&](int, const uint4& q) {
+          float f[NV];
+          hm_unpack<T>(q, f);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) sum += f[j];
+        });
+        mean = hm_cluster_reduce<0>(hm_group_reduce<0>(sum, 0, part, phase), slots, cphase) / (float)cols;
+      }
+      float ss = 0.f;
+      hm_each_range<K>(raw, v0, v1, g, t, [&](int, const uint4& q) {
+        float f[NV];
+        hm_unpack<T>(q, f);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) { const float d = f[j] - mean; ss = fmaf(d, d, ss); }
+      });
+      const float rstd =
+          rsqrtf(hm_cluster_reduce<0>(hm_group_reduce<0>(ss, 0, part, phase), slots, cphase) / (float)cols + eps);
+      const uint4* wr = reinterpret_cast<const uint4*>(w);
+      const uint4* br = reinterpret_cast<const uint4*>(b);
+      hm_each_range<K>(raw, v0, v1, g, t, [&](int v, const uint4& q) {
+        float f[NV], wv[NV], bv[NV];
+        hm_unpack<T>(q, f);
+        if (w) hm_unpack<T>(__ldg(wr + v), wv);
+        if (b) hm_unpack<T>(__ldg(br + v), bv);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+          float o = (f[j] - mean) * rstd;
+          if (w) o *= wv[j];
+          if (b) o += bv[j];
+          f[j] = o;
+        }
+        yr[v] = hm_pack<T>(f);
+      });
+    }
+  }
+  hm_cluster_sync();  // no block leaves while others may still read its slots
+}
+
+#endif  // sm_90+
+
+// The entry points exist for every architecture (the registry's kernels all compile everywhere);
+// below sm_90 they trap: the wrapper launches them only on sm_90+ devices.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define HM_CL_ATTR __cluster_dims__(HM_CL, 1, 1) __launch_bounds__(1024, 1)
+#define HM_CL_BODY(...) __VA_ARGS__
+#else
+#define HM_CL_ATTR __launch_bounds__(1024, 1)
+#define HM_CL_BODY(...) __trap()
+#endif
+#define HM_ROW_CLUSTER(SUFFIX, T)                                                                              \
+  extern "C" __global__ void HM_CL_ATTR softmax_cl_##SUFFIX(const T* x, T* y, int rows, int cols) {            \
+    HM_CL_BODY(hm_row_cluster<T, HM_OP_SOFTMAX>(x, (const T*)0, (const T*)0, y, rows, cols, 0.f));             \
+  }                                                                                                            \
+  extern "C" __global__ void HM_CL_ATTR layer_norm_cl_##SUFFIX(const T* x, const T* w, const T* b, T* y,       \
+                                                              int rows, int cols, float eps) {                 \
+    HM_CL_BODY(hm_row_cluster<T, HM_OP_LAYER_NORM>(x, w, b, y, rows, cols, eps));                              \
+  }                                                                                                            \
+  extern "C" __global__ void HM_CL_ATTR rms_norm_cl_##SUFFIX(const T* x, const T* w, T* y, int rows, int cols, \
+                                                            float eps) {                                       \
+    HM_CL_BODY(hm_row_cluster<T, HM_OP_RMS_NORM>(x, w, (const T*)0, y, rows, cols, eps));                      \
+  }
+HM_ROW_CLUSTER(f32, float)
+HM_ROW_CLUSTER(f16, __half)
+HM_ROW_CLUSTER(bf16, __nv_bfloat16)
+
 #define HM_ROWWISE(SUFFIX, T)                                                                             \
   extern "C" __global__ void softmax_##SUFFIX(const T* x, T* y, int rows, int cols, int vec) {            \
     hm_softmax<T>(x, y, rows, cols, vec);                                                                 \

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hookmagic.kernels import registry, runtime
+from hookmagic.kernels.build import arch_number
 from hookmagic.kernels.errors import KernelArgumentError
 from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
 
@@ -41,6 +42,11 @@ for _op, _desc in [("softmax", "softmax with the row held in registers: read onc
                         (1024, 1, 1), (1, 1), min_arch=70,
                         description=_desc.replace("in registers", "in registers and shared memory")
                         + " (4 vectors a thread in registers, the rest in dynamic shared memory)"))
+    register(KernelSpec(_op, "cluster", "rowwise", {d: f"{_op}_cl_{s}" for d, s in _SUFFIX.items()},
+                        (1024, 1, 1), (1, 1), min_arch=90,
+                        description=_desc.replace("with the row held in registers",
+                                                  "with the row spread over a cluster of 8 blocks' registers")
+                        + " (sm_90+: partial results through distributed shared memory)"))
 register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for d, s in _SUFFIX.items()},
                     (256, 1, 1), (4, 1), min_arch=70,
                     description="y = gelu(x + bias), 16-byte vectors, a column's bias loaded once for 4 rows"))
@@ -49,7 +55,8 @@ register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for 
 #: they apply, rows too long for registers held in registers + shared memory, the multi-pass
 #: kernels beyond), "rs" (as auto, but rows over 2,048 vectors in registers + shared memory with
 #: 512-thread blocks, two blocks an SM), "k8" (block-per-row rows with 8 vectors a thread where 4
-#: would do: half the threads) or "multipass" (always the multi-pass kernels). The
+#: would do: half the threads), "cluster" (sm_90+, rows of >= 2,048 vectors: a cluster of 8 blocks
+#: a row) or "multipass" (always the multi-pass kernels). The
 #: benchmark compares them in one process. Set from $HOOKMAGIC_ROWWISE at import.
 IMPL = os.environ.get("HOOKMAGIC_ROWWISE", "auto")
 #: rows per block in warp mode, and the block size of bias+GELU
@@ -104,7 +111,12 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     spec = registry.SPECS[(op, "rowwise")]
     nv, vec = _vec(cols, xi.dtype, xi, yi, *params)
     ptrs = [p.ptr if p is not None else 0 for p in params]
-    plan = _fast_plan(op, rows, cols, nv, _smem_limit(xi.device)) if vec and IMPL != "multipass" else None
+    plan = None
+    if vec and IMPL == "cluster" and op != "bias_gelu" and cols // nv >= 2048 \
+            and arch_number(runtime.device_arch(xi.device)) >= 90:
+        plan = _cluster_plan(op, rows, cols // nv)
+    if plan is None and vec and IMPL != "multipass":
+        plan = _fast_plan(op, rows, cols, nv, _smem_limit(xi.device))
     smem = 0
     if plan is not None:
         name, grid, threads, warp_mode, smem = plan
@@ -112,7 +124,7 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
         kern = runtime.get_kernel(spec.family, name, xi.device)
         if smem:
             runtime.set_dynamic_smem(kern, smem, xi.device)
-        if op == "bias_gelu":
+        if op == "bias_gelu" or "_cl_" in name:
             args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra)
         else:
             args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(warp_mode))
@@ -163,6 +175,15 @@ def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 10
     if s * 1024 * 16 <= smem_limit:
         return f"{op}_rs", grid, 1024, s, s * 1024 * 16
     return None
+
+
+def _cluster_plan(op: str, rows: int, nvec: int) -> tuple[str, int, int, int, int] | None:
+    """The cluster kernels' launch (sm_90+): 8 blocks a row, 4 vectors a thread in each."""
+    chunk = -(-nvec // 8)
+    threads = -(-chunk // 4)
+    if threads > 1024:
+        return None
+    return f"{op}_cl", min(rows, _MAX_GRID // 8) * 8, max(32, -(-threads // 32) * 32), 0, 0
 
 
 #: most dynamic shared memory the ``rs`` kernels ask for: one block an SM (the device's opt-in
