@@ -181,7 +181,8 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
         torch.cuda.empty_cache()
     Path(out).write_text(json.dumps(rows))
     try:
-        rows += memory_bound(mem_timer) if "memory" in sections else []
+        if "memory" in sections:
+            memory_bound(mem_timer, rows)
     except Exception as exc:  # keep the GEMM rows
         print("  memory-bound section FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
@@ -189,7 +190,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
         if "memory" in sections:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from bench_memory_cases import memory_cases
-            rows += memory_cases(mem_timer, lambda: _HOST["last"] if timer == "device" else None)
+            memory_cases(mem_timer, lambda: _HOST["last"] if timer == "device" else None, rows)
     except Exception as exc:  # keep the other rows
         print("  memory-bound cases FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
@@ -207,15 +208,16 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
 MEMORY_SHAPES = [(4096, 4096), (256, 65536)]
 
 
-def memory_bound(timer) -> list[dict]:
+def memory_bound(timer, rows: list | None = None) -> list[dict]:
     """softmax / LayerNorm / RMSNorm / bias+GELU against torch eager and a device-to-device copy
-    of the same bytes (read + write), FP16 and FP32."""
+    of the same bytes (read + write), FP16 and FP32; appended to ``rows`` as they are measured
+    (what was measured survives a failure later on)."""
     import torch
     F = torch.nn.functional
 
     import hookmagic.kernels as hk
 
-    rows = []
+    rows = [] if rows is None else rows
     for r, c in MEMORY_SHAPES:
         for dtype in (torch.float16, torch.float32):
             x = torch.randn(r, c, device="cuda", dtype=dtype)
@@ -245,9 +247,6 @@ def memory_bound(timer) -> list[dict]:
                 extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
                 if extra and c > 16384 and op != "bias_gelu":
                     extra.append(("hookmagic regs+smem, 2 blocks/SM", "rs"))
-                if extra and c * x.element_size() >= 32768 and op != "bias_gelu" \
-                        and torch.cuda.get_device_capability() >= (9, 0):
-                    extra.append(("hookmagic cluster of 8 blocks a row", "cluster"))
                 if extra and c <= 16384 and op != "bias_gelu":
                     extra.append(("hookmagic 8 vectors a thread", "k8"))
                 for variant, impl in extra:   # the other designs, same process
@@ -259,6 +258,8 @@ def memory_bound(timer) -> list[dict]:
                         rows.append({"shape": label, "kind": op, "variant": variant,
                                      "seconds": timer(ours) if okm else float("nan"), "bytes": opb, "ok": bool(okm),
                                      "max_err": errm, "host_s": _HOST["last"]})
+                    except Exception as exc:   # report, keep measuring
+                        print(f"  {label} {op} {variant} FAILED: {exc!r}", flush=True)
                     finally:
                         rw.IMPL = "auto"
                 print(f"  {label:18s} {op:10s} ok={ok}", flush=True)

@@ -53,15 +53,17 @@ def _tile(fn: Callable) -> Callable:
     return run
 
 
-def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: None) -> list[dict]:
-    """Rows for preprocess (RGB, letterbox, NV12), NCHW->NHWC and 2-D transposes, row_sum/row_max.
-    ``timer(fn)`` returns seconds per call; ``host()`` the host launch time of its last measurement."""
+def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: None,
+                 rows: list | None = None) -> list[dict]:
+    """Rows for preprocess (RGB, letterbox, NV12), NCHW->NHWC and 2-D transposes, row_sum/row_max,
+    appended to ``rows`` as they are measured. ``timer(fn)`` returns seconds per call; ``host()``
+    the host launch time of its last measurement."""
     import torch
     F = torch.nn.functional
 
     import hookmagic.kernels as hk
 
-    rows: list[dict] = []
+    rows = [] if rows is None else rows
     multipass = bool(os.environ.get("HOOKMAGIC_BENCH_MULTIPASS"))
 
     copied: set[str] = set()

@@ -41,6 +41,10 @@ HOOKMAGIC_BENCH_MULTIPASS= timeout 25 python3 benchmarks/bench_kernels.py --sect
   --processes 1 --out "$OUT/bench_call" >"$OUT/bench_call.txt" 2>&1 || { echo "FAILED: benchmark (call timer)"; fail=1; }
 grep -E "^\|" "$OUT/bench_call.txt" | tail -60
 
+step "65k-element rows: default vs regs+smem vs cluster of 8 blocks vs multi-pass (own process)"
+timeout 30 python3 benchmarks/gpu/rowfast_cluster.py >"$OUT/cluster.txt" 2>&1 || { echo "FAILED: cluster comparison"; fail=1; }
+cat "$OUT/cluster.txt" | head -40
+
 step "host cost of one call, by step (benchmarks/gpu/rowfast_profile.py)"
 timeout 20 python3 benchmarks/gpu/rowfast_profile.py >"$OUT/profile.txt" 2>&1 || { echo "FAILED: profile"; fail=1; }
 head -60 "$OUT/profile.txt"
