@@ -3,10 +3,12 @@
 # bias+GELU), row reductions, transpose and fused preprocessing. Run by benchmarks/gpu/run_all.sh
 # (after gpu_setup.sh, $OUT set): NVRTC check for sm_90, the GPU correctness tests of these
 # kernels, then the memory-bound benchmark sections in 3 fresh processes, timed two ways:
-#   --timer device : calls queued behind a sleep kernel (kernel time, the bandwidth figure)
-#   --timer call   : events around one call (includes the host's launch cost)
-# with HOOKMAGIC_BENCH_MULTIPASS=1 adding the previous kernels (multi-pass row-wise, one pixel a
-# thread preprocessing) in the same processes. Target <= 150 s.
+#   --timer device : calls queued behind a sleep kernel (kernel time, the bandwidth figure) and the
+#                    host's time per call as its own column
+# with HOOKMAGIC_BENCH_MULTIPASS=1 adding the other designs (multi-pass row-wise, 8 vectors a thread,
+# regs+smem, one pixel a thread preprocessing, 32x32-tile transposes) in the same processes; then
+# the 65k-row designs incl. the sm_90 cluster kernels in their own process, and where the host
+# time of a call goes. Target <= 150 s.
 set -u
 OUT=${OUT:-/tmp/hookmagic-out}
 mkdir -p "$OUT"
@@ -35,11 +37,6 @@ step "benchmark, device timer: memory-bound sections, 3 fresh processes"
 timeout 70 python3 benchmarks/bench_kernels.py --sections memory --timer device --processes 3 \
   --out "$OUT/bench_device" >"$OUT/bench_device.txt" 2>&1 || { echo "FAILED: benchmark (device timer)"; fail=1; }
 grep -E "^\|" "$OUT/bench_device.txt" | tail -80
-
-step "benchmark, per-call timer (host launch included): 1 process"
-HOOKMAGIC_BENCH_MULTIPASS= timeout 25 python3 benchmarks/bench_kernels.py --sections memory --timer call \
-  --processes 1 --out "$OUT/bench_call" >"$OUT/bench_call.txt" 2>&1 || { echo "FAILED: benchmark (call timer)"; fail=1; }
-grep -E "^\|" "$OUT/bench_call.txt" | tail -60
 
 step "65k-element rows: default vs regs+smem vs cluster of 8 blocks vs multi-pass (own process)"
 timeout 30 python3 benchmarks/gpu/rowfast_cluster.py >"$OUT/cluster.txt" 2>&1 || { echo "FAILED: cluster comparison"; fail=1; }
