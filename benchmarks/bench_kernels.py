@@ -243,7 +243,7 @@ def memory_bound(timer, rows: list | None = None) -> list[dict]:
                 rows.append({"shape": label, "kind": op, "variant": "torch eager", "seconds": timer(theirs),
                              "bytes": opb, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
                 rows.append({"shape": label, "kind": op, "variant": "hookmagic", "seconds": timer(ours) if ok else float("nan"),
-                             "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"]})
+                             "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"] if ok else None})
                 extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
                 if extra and c > 16384 and op != "bias_gelu":
                     extra.append(("hookmagic regs+smem, 2 blocks/SM", "rs"))
@@ -257,7 +257,7 @@ def memory_bound(timer, rows: list | None = None) -> list[dict]:
                         okm = errm <= tol
                         rows.append({"shape": label, "kind": op, "variant": variant,
                                      "seconds": timer(ours) if okm else float("nan"), "bytes": opb, "ok": bool(okm),
-                                     "max_err": errm, "host_s": _HOST["last"]})
+                                     "max_err": errm, "host_s": _HOST["last"] if okm else None})
                     except Exception as exc:   # report, keep measuring
                         print(f"  {label} {op} {variant} FAILED: {exc!r}", flush=True)
                     finally:

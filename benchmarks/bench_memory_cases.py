@@ -75,7 +75,8 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
         for variant, fn in impls.items():
             mine = variant.startswith("hookmagic")
             secs = timer(fn) if (ok or not mine) else float("nan")
-            rows.append(_row(shape, kind, variant, secs, nbytes, ok if mine else True, err if mine else 0.0, host()))
+            rows.append(_row(shape, kind, variant, secs, nbytes, ok if mine else True, err if mine else 0.0,
+                             host() if (ok or not mine) else None))
         print(f"  {shape:34s} {kind:10s} ok={ok}", flush=True)
 
     # --- preprocess: 1080p frames, batch 8 -> 640 x 640 FP16 NCHW ---------------------------------
