@@ -111,12 +111,20 @@ def device(ordinal: int) -> Any:
     return dev
 
 
+_archs: dict[tuple[int, bool], str] = {}
+
+
 def device_arch(ordinal: int, needs_arch_specific: bool = False) -> str:
-    """``'sm_90'`` for the device (``'sm_90a'`` when a family needs wgmma/TMA on Hopper)."""
+    """``'sm_90'`` for the device (``'sm_90a'`` when a family needs wgmma/TMA on Hopper); cached
+    per device (every launch asks, through :func:`get_kernel`)."""
+    arch = _archs.get((ordinal, needs_arch_specific))
+    if arch is not None:
+        return arch
     cc = device(ordinal).compute_capability
     arch = f"sm_{cc.major}{cc.minor}"
     if needs_arch_specific and cc.major in (9, 10, 12):
         arch += "a"
+    _archs[(ordinal, needs_arch_specific)] = arch
     return arch
 
 
