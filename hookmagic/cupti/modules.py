@@ -102,8 +102,8 @@ def install(native: Any = None) -> Callable[[], None] | None:
                 RECORDER.records.append(record)
 
     def _hook_backward(module: Any, output: Any, label: str) -> None:
-        if next(iter(module.children()), None) is not None or not torch.is_grad_enabled():
-            return  # leaf modules only: their output node starts their backward
+        if not torch.is_grad_enabled() or next(iter(module.children()), None) is not None:
+            return  # leaf modules only: their output node starts their backward (no_grad: none)
         node = getattr(output, "grad_fn", None)
         if node is None and isinstance(output, (tuple, list)):
             node = next((getattr(o, "grad_fn", None) for o in output
@@ -165,47 +165,58 @@ def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
             chains[p] = known
         return chains.get(rid, ())
 
-    sids = kernels["stack_id"].to_numpy()
-    rids = kernels["range_id"].to_numpy()
-    frames = _frames_of(stacks, np.unique(sids[(sids >= 0) & (rids >= 0)]))
+    sids = kernels["stack_id"].to_numpy().astype(np.int64)
+    rids = kernels["range_id"].to_numpy().astype(np.int64)
+    # Each kernel's module path (or the module whose backward it ran in), as a small integer.
+    paths: dict[tuple, int] = {}
+    unique_rids, rid_index = np.unique(rids, return_inverse=True)
+    path_of_rid = np.full(len(unique_rids), -1, dtype=np.int64)
+    for j, rid in enumerate(unique_rids.tolist()):
+        if rid < 0 or rid not in parent:
+            continue
+        if source[rid] == "module_backward":
+            key: tuple = (None, label[rid])  # None is never a module label
+        else:
+            key = chain_of(rid)
+            if not key:
+                continue
+        path_of_rid[j] = paths.setdefault(key, len(paths))
+    path_ids = path_of_rid[rid_index.reshape(-1)] if len(rids) else rids
+    keys = list(paths)
+    width = max(len(keys), 1)
+    combo = np.where((sids >= 0) & (path_ids >= 0), sids * width + path_ids, -1)
+    frames = _frames_of(stacks, np.unique(sids[combo >= 0]))
     calls = {sid: sum(f[1] in _CALL for f in rows) for sid, rows in frames.items()}
     next_id = int(stacks["stack_id"].max()) + 1
-    rewritten: dict[tuple, int] = {}  # (raw stack, module path or backward label) -> stack id
     new_frames: list[tuple[int, int, str, str, int]] = []
 
-    def rewrite(sid: int, rid: int) -> int:
+    def rewrite(sid: int, key: tuple) -> int:
+        """The stack id for raw stack ``sid`` under module path ``key`` (made once)."""
         nonlocal next_id
-        if sid < 0 or rid < 0 or sid not in frames:
+        if sid not in frames:
             return sid
-        if source.get(rid) == "module_backward":  # the caller of backward(), then the module's
-            key: tuple = (sid, "backward", label[rid])
-            rows = frames[sid] + [(MODULE_FILE, label[rid], 0)]
+        if key[0] is None:  # the caller of backward(), then the module's backward
+            rows = frames[sid] + [(MODULE_FILE, key[1], 0)]
+        elif calls[sid] != len(key):
+            return sid  # frames and modules do not line up: leave the raw stack
         else:
-            chain = chain_of(rid)
-            if not chain or calls[sid] != len(chain):
-                return sid
-            key = (sid, chain)
-            rows = None
-        if key in rewritten:
-            return rewritten[key]
-        if rows is None:
             rows, k = [], 0
             for f in frames[sid]:
                 if f[1] in _PLUMBING:
                     continue
                 if f[1] in _CALL:
-                    rows.append((MODULE_FILE, chain[k], 0))
+                    rows.append((MODULE_FILE, key[k], 0))
                     k += 1
                 else:
                     rows.append(f)
         new_frames.extend((next_id, depth, f[0], f[1], int(f[2])) for depth, f in enumerate(rows))
-        rewritten[key] = next_id
         next_id += 1
-        return rewritten[key]
+        return next_id - 1
 
-    pairs, inverse = np.unique(np.stack([sids, rids], axis=1), axis=0, return_inverse=True)
-    mapped = np.array([rewrite(int(s), int(r)) for s, r in pairs], dtype=np.int64)
-    ids = mapped[inverse.reshape(-1)] if len(pairs) else sids.astype(np.int64)
+    unique_combos, combo_index = np.unique(combo, return_inverse=True)
+    mapped = np.array([rewrite(c // width, keys[c % width]) if c >= 0 else -1
+                       for c in unique_combos.tolist()], dtype=np.int64)
+    ids = np.where(combo >= 0, mapped[combo_index.reshape(-1)], sids) if len(sids) else sids
     changed = int((ids != sids).sum())
     if new_frames:
         added = pd.DataFrame(new_frames, columns=["stack_id", "depth", "filename", "function", "line"])

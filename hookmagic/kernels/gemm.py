@@ -97,7 +97,7 @@ register(KernelSpec("gemm", "mma", "gemm_mma",
                     family_by_dtype={"int8": "gemm_int8"}, smem_by_dtype={"int8": 3 * _I8_STAGE_BYTES},
                     description="mma.sync m16n8k16 (INT8: m16n8k32) with ldmatrix, 128x128x32 tiles, "
                                 "3-stage cp.async pipeline"))
-GEMM_VARIANTS = ("wmma", "mma")
+GEMM_VARIANTS = ("wmma", "mma", "wgmma")   # "wgmma" runs on sm_90 (H100/H200) only
 
 
 def _check_vector(x: Any, name: str, ref: runtime.ArrayInfo, shape: tuple[int, ...]) -> runtime.ArrayInfo:
@@ -120,9 +120,11 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     - INT8 ``a`` and ``b`` accumulate in INT32 and return int32 (like ``torch._int_mm``); no
       epilogue. ``b`` is fastest column-major (``b = bt.t()`` of a contiguous N x K ``bt``);
       a row-major ``b`` is transposed by a copy first.
-    Variants: ``'mma'`` (mma.sync + ldmatrix + 3-stage cp.async, all dtypes) and ``'wmma'``
-    (FP16/BF16). Operands of any size; non-contiguous ones are copied first. Runs on the
-    caller's current stream; returns a new array of the operands' kind.
+    Variants: ``'mma'`` (mma.sync + ldmatrix + 3-stage cp.async, all dtypes), ``'wmma'``
+    (FP16/BF16) and ``'wgmma'`` (FP16/BF16 on sm_90 only: wgmma + TMA, see
+    :mod:`hookmagic.kernels.gemm_wgmma`; a column-major ``b`` is read without a copy). Operands of
+    any size; non-contiguous ones are copied first. Runs on the caller's current stream; returns
+    a new array of the operands' kind.
     """
     if variant not in GEMM_VARIANTS:
         raise KernelArgumentError(f"gemm: unknown variant {variant!r}; one of {', '.join(GEMM_VARIANTS)}")
@@ -136,6 +138,13 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     if int8 and (bias is not None or residual is not None or ACTIVATIONS[activation]):
         raise KernelArgumentError("gemm: INT8 GEMM has no epilogue (bias, activation, residual); apply them to the int32 result")
     ai = runtime.contiguous(ai)
+    if variant == "wgmma" and k == 0:   # no TMA map of an empty operand: the epilogue of a zero product
+        spec = registry.SPECS[("gemm", "mma")]
+    elif variant == "wgmma":
+        from hookmagic.kernels.gemm_wgmma import gemm_wgmma
+        return gemm_wgmma(ai, bi, _check_vector(bias, "bias", ai, (n,)) if bias is not None else None,
+                          _check_vector(residual, "residual", ai, (m, n)) if residual is not None else None,
+                          ACTIVATIONS[activation])
     if int8:
         # the kernel reads B transposed (N x K, K-contiguous): a column-major b is used as it is
         bt = b.t() if ai.kind == "torch" else b.T

@@ -1,0 +1,139 @@
+"""The Hopper GEMM (``gemm(..., variant="wgmma")``): wgmma.mma_async + TMA on sm_90a.
+
+Source: ``kernels/gemm_wgmma.cu``. Block tile 128 x 256 x 64, 384 threads (one producer
+warpgroup issuing TMA loads into a 4-stage mbarrier ring, two consumer warpgroups issuing wgmma
+m64n256k16), FP32 accumulate, FP16/BF16 out with the fused bias / activation / residual epilogue.
+
+Operand layouts: ``a`` row-major (a transposed/strided ``a`` is copied to row-major first);
+``b`` row-major (K x N, read N-major with wgmma's transpose flag) or column-major (``b =
+bt.t()`` of a contiguous N x K ``bt``, read K-major as it is, no copy). TMA needs 16-byte aligned
+rows: an operand whose contiguous dimension is not a multiple of 8 elements (or whose address is
+not 16-byte aligned) is copied into a zero-padded buffer first. Edge tiles are zero-filled by TMA
+and the stores are guarded, so any M, N, K works.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from hookmagic.kernels import registry, runtime, tma
+from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
+from hookmagic.kernels.registry import KernelSpec, register
+
+BM, BN, BK, STAGES, THREADS = 128, 256, 64, 4, 384
+#: dynamic shared memory: 1 KiB alignment slack + 4 stages of A (16 KiB) and B (32 KiB) + 8 mbarriers
+SMEM_BYTES = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * STAGES * 8
+
+SPEC = register(KernelSpec(
+    "gemm", "wgmma", "gemm_wgmma", {"float16": "gemm_wgmma_f16", "bfloat16": "gemm_wgmma_bf16"},
+    (THREADS, 1, 1), (BM, BN), smem=SMEM_BYTES, arch_specific=True, min_arch=90,
+    description="Hopper (sm_90a only): wgmma m64n256k16 from shared memory, TMA loads with 128B swizzle, "
+                "4-stage mbarrier pipeline, producer + 2 consumer warpgroups, 128x256x64 tiles "
+                "(column-major b: gemm_wgmma_<dtype>_bt)"))
+
+
+#: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
+#: "persistent": one block per SM walking the tiles, the producer loading the next tile while the
+#: consumers store this one (epilogue straight from registers); "cluster2": like "tiles", launched
+#: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
+#: (TMA .multicast::cluster). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
+#: benchmarks/gpu/gemm_candidates.py measures both.
+SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
+_sm_count: dict[int, int] = {}
+
+
+def _sms(ordinal: int) -> int:
+    n = _sm_count.get(ordinal)
+    if n is None:
+        n = _sm_count[ordinal] = int(runtime.device(ordinal).properties.multiprocessor_count)
+    return n
+
+
+def _transposed(info: runtime.ArrayInfo) -> runtime.ArrayInfo:
+    return runtime.inspect_array(info.obj.t() if info.kind == "torch" else info.obj.T, info.name)
+
+
+def _tma_ready(info: runtime.ArrayInfo) -> runtime.ArrayInfo:
+    """``info`` itself when TMA can read it (row-major, rows a multiple of 16 bytes, 16-byte aligned
+    address), else a row-major copy zero-padded to a multiple of 8 columns."""
+    rows, cols = info.shape
+    if info.contiguous and cols % 8 == 0 and info.ptr % 16 == 0:
+        return info
+    padded = -(-cols // 8) * 8
+    if info.kind == "torch":
+        out = info.obj.new_zeros((rows, padded))
+    else:
+        import cupy
+        with cupy.cuda.Device(info.device):
+            out = cupy.zeros((rows, padded), dtype=info.obj.dtype)
+    out[:, :cols] = info.obj
+    return runtime.inspect_array(out, info.name)
+
+
+def check_device(ordinal: int) -> str:
+    """``'sm_90a'`` for an sm_90 device (H100/H200); :class:`KernelsUnavailable` elsewhere."""
+    arch = runtime.device_arch(ordinal)
+    if arch != "sm_90":
+        raise KernelsUnavailable(
+            f"gemm(variant='wgmma') needs an sm_90 GPU (H100/H200: wgmma and TMA exist on sm_90a only); "
+            f"cuda:{ordinal} is {arch}. Use variant='mma' (sm_80+) or 'wmma' there.")
+    return "sm_90a"
+
+
+def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.ArrayInfo | None,
+               res_i: runtime.ArrayInfo | None, act: int) -> Any:
+    """``act(a @ b + bias) + residual`` with the wgmma kernel; operands already checked by
+    :func:`hookmagic.kernels.gemm` (2-D, same FP16/BF16 dtype and device; bias (N,), residual M x N;
+    K > 0: the caller runs K == 0 elsewhere, since TMA cannot map an empty operand)."""
+    m, k = ai.shape
+    n = bi.shape[1]
+    check_device(ai.device)
+    c = runtime.empty_like_kind(ai, (m, n), ai.dtype)
+    if m == 0 or n == 0:
+        return c
+    ci = runtime.inspect_array(c, "out")
+    a_t = _tma_ready(ai)
+    kpad = a_t.shape[1]
+    # b: column-major (K-major) is read as it is; anything else as row-major (N-major)
+    bt = _transposed(bi)
+    k_major = not bi.contiguous and bt.contiguous
+    if k_major:
+        b_t = _tma_ready(bt)                                    # N x K(pad) row-major
+        name = SPEC.entries[ai.dtype] + "_bt"
+        box_n = BN // 2 if SCHEDULE == "cluster2" else BN       # a cluster's CTAs load half each
+        map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], n, b_t.shape[1] * 2, (BK, box_n))
+    else:
+        b_t = _tma_ready(runtime.contiguous(bi))                # K x N(pad) row-major
+        name = SPEC.entries[ai.dtype]
+        map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], k, b_t.shape[1] * 2, (64, BK))
+    map_a = tma.encode_2d(a_t.ptr, ai.dtype, kpad, m, kpad * 2, (BK, BM))
+    tiles = -(-m // BM) * -(-n // BN)
+    if SCHEDULE == "persistent":
+        name += "_p"
+        grid = (min(tiles, _sms(ai.device)), 1, 1)
+    elif SCHEDULE == "cluster2":
+        name += "_c2"
+        grid = (2 * -(-m // (2 * BM)) * -(-n // BN), 1, 1)
+    elif SCHEDULE == "tiles":
+        grid = (tiles, 1, 1)
+    else:
+        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent' or 'cluster2'")
+    kern = runtime.get_kernel(SPEC.family, name, ai.device, arch_specific=True)
+    runtime.set_dynamic_smem(kern, SMEM_BYTES, ai.device)
+    vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
+    args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
+            ctypes.c_void_p(res_i.ptr if res_i else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+            ctypes.c_int(act), ctypes.c_int(vec))
+    runtime.device(ai.device)   # the device's context current for the launch
+    tma.launch(kern, ai.device, runtime.current_stream_handle(ai), grid, SPEC.block, SMEM_BYTES, args)
+    item = registry.ITEMSIZE[ai.dtype]
+    extra = (n if bias_i else 0) * item + (m * n if res_i else 0) * item
+    w = registry.gemm_work(m, n, k, ai.dtype, ai.dtype, extra)
+    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
+    # keep padded copies alive until the kernel has read them: the caller's stream orders the
+    # allocator's reuse for torch; CuPy's pool is stream-ordered the same way
+    return c
+
+
+__all__ = ["gemm_wgmma", "check_device", "SPEC", "SMEM_BYTES"]

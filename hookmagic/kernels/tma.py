@@ -1,0 +1,123 @@
+"""Host side of the Hopper kernels: TMA tensor maps and launches that pass them by value.
+
+A TMA (cp.async.bulk.tensor) load reads through a ``CUtensorMap``: a 128-byte descriptor of a
+global tensor (address, sizes, byte strides), the box one load copies and its shared-memory
+swizzle. It is built on the host with the driver's ``cuTensorMapEncodeTiled`` (cuda-bindings)
+and passed to the kernel as a ``const __grid_constant__`` parameter, so the launch goes through
+``cuLaunchKernel`` with a hand-built parameter array (each entry points at the argument's bytes).
+
+Encoded maps are cached by everything they encode (address, dtype, sizes, strides, box), so a
+GEMM called again on the same tensors does not encode again.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
+
+_lock = threading.Lock()
+_maps: OrderedDict[tuple, Any] = OrderedDict()
+_MAX_MAPS = 256
+_functions: dict[tuple[int, int], Any] = {}
+_smem_allowed: dict[tuple[int, int], int] = {}
+
+
+def _driver() -> Any:
+    try:
+        from cuda.bindings import driver
+    except Exception as exc:  # ImportError or a broken wheel
+        raise KernelsUnavailable(f"cuda-bindings could not be imported ({exc}); "
+                                 "pip install 'hookmagic[kernels]'") from exc
+    return driver
+
+
+def _check(err: Any, what: str) -> None:
+    if int(err) != 0:
+        name = getattr(err, "name", str(err))
+        raise KernelsUnavailable(f"{what} failed: {name} ({int(err)})")
+
+
+def encode_2d(ptr: int, dtype: str, inner: int, outer: int, row_bytes: int, box: tuple[int, int]) -> Any:
+    """A ``CUtensorMap`` for a row-major 2-D tensor at ``ptr``: ``outer`` rows of ``inner`` elements,
+    rows ``row_bytes`` apart; loads copy ``box`` = (inner, outer) elements with the 128-byte swizzle
+    and zero-fill whatever lies outside the tensor. ``ptr`` and ``row_bytes`` must be multiples of 16."""
+    if ptr % 16 or row_bytes % 16:
+        raise KernelArgumentError(f"TMA needs a 16-byte aligned address and row stride (address {ptr:#x}, "
+                                  f"row stride {row_bytes} bytes)")
+    key = (ptr, dtype, inner, outer, row_bytes, box)
+    with _lock:
+        m = _maps.get(key)
+        if m is not None:
+            _maps.move_to_end(key)
+            return m
+    driver = _driver()
+    dt = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+          "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    try:
+        err, m = driver.cuTensorMapEncodeTiled(
+            dt, 2, ptr, [u64(inner), u64(outer)], [u64(row_bytes)], [u32(box[0]), u32(box[1])], [u32(1), u32(1)],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    except Exception as exc:  # no driver library, or a binding that takes other argument types
+        raise KernelsUnavailable(f"cuTensorMapEncodeTiled could not be called ({type(exc).__name__}: {exc}); "
+                                 "TMA kernels need the NVIDIA driver and cuda-bindings >= 12.0") from exc
+    _check(err, f"cuTensorMapEncodeTiled({dtype}, {inner} x {outer}, box {box[0]} x {box[1]})")
+    with _lock:
+        _maps[key] = m
+        while len(_maps) > _MAX_MAPS:
+            _maps.popitem(last=False)
+    return m
+
+
+def _function(kernel: Any, ordinal: int) -> Any:
+    """The ``CUfunction`` of a cuda-core kernel in the current context (cuda-core loads cubins as
+    libraries, whose kernels are ``CUkernel`` handles)."""
+    key = (id(kernel), ordinal)
+    f = _functions.get(key)
+    if f is None:
+        driver = _driver()
+        h = kernel.handle
+        if isinstance(h, driver.CUfunction):
+            f = h
+        else:
+            kh = h if isinstance(h, driver.CUkernel) else driver.CUkernel(int(h))
+            err, f = driver.cuKernelGetFunction(kh)
+            if int(err) != 0:   # cuLaunchKernel takes a CUkernel too (CUDA >= 12)
+                f = kh
+        _functions[key] = f
+    return f
+
+
+def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+           smem: int, args: Sequence[Any]) -> None:
+    """``cuLaunchKernel`` with ``args`` given as ``CUtensorMap`` objects (passed by value, 128 bytes)
+    or ctypes scalars (``ctypes.c_void_p`` for pointers, ``ctypes.c_int`` for ints), in order."""
+    driver = _driver()
+    addrs = []
+    for a in args:
+        if isinstance(a, driver.CUtensorMap):
+            addrs.append(int(a.getPtr()))
+        elif isinstance(a, ctypes._SimpleCData):
+            addrs.append(ctypes.addressof(a))
+        else:
+            raise TypeError(f"kernel argument {a!r}: pass a CUtensorMap or a ctypes scalar")
+    params = (ctypes.c_void_p * len(addrs))(*addrs)
+    f = _function(kernel, ordinal)
+    if smem > 48 * 1024 and _smem_allowed.get((id(kernel), ordinal), 0) < smem and isinstance(f, driver.CUfunction):
+        # the CUkernel's attribute (runtime.set_dynamic_smem) should carry over; set it on the function too
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = driver.cuFuncSetAttribute(f, attr, smem)
+        _check(err, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem})")
+        _smem_allowed[(id(kernel), ordinal)] = smem
+    (err,) = driver.cuLaunchKernel(f, *grid, *block, smem, driver.CUstream(stream),
+                                   ctypes.addressof(params), 0)
+    _check(err, f"cuLaunchKernel(grid={grid}, block={block}, smem={smem})")
+
+
+__all__ = ["encode_2d", "launch"]
