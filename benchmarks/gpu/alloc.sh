@@ -2,7 +2,8 @@
 # Issue 18 item 4 on the GPU machine: the PyTorch allocator model's peak AND device-allocation
 # sequence (count, bytes, exact sizes) against three workloads, default and
 # expandable_segments:True, each setting in a fresh process; every recording is kept (.hmtrace
-# and the frameless snapshot .json.gz) so the model and the conversion can be checked offline.
+# and the snapshot .json.gz, innermost frames only) so the model and the conversion can be
+# checked offline.
 # Run from the repo root after `source benchmarks/gpu_setup.sh` (benchmarks/gpu/run_all.sh does
 # both):  OUT=/tmp/out bash benchmarks/gpu/alloc.sh
 # About 40 s on an H100 (36 s on 2026-11-26); give it 60 s. ALLOC_SECOND_RUN=1 adds a second
