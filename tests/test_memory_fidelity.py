@@ -252,3 +252,20 @@ def test_expandable_snapshot_counts_each_mapped_byte_once():
     assert not acts.isin(["segment_unmap", "segment_alloc"]).any()
     assert int(ev.loc[acts == "segment_map", "size"].sum()) == meta["measured_max_reserved"]
     assert peak_reserved(ev) == meta["measured_max_reserved"]
+
+
+def test_saved_snapshot_keeps_what_the_conversion_and_the_seeding_read_synthetic():
+    """The benchmark saves each snapshot without most of its stack frames; converted, it must
+    give the same events and the same start state as the full snapshot (the history's events
+    keep a stack, which is how the start state is told apart)."""
+    from benchmarks.memory_model_fidelity import bare_snapshot
+    full = gap_below_snapshot()
+    for e in full["device_traces"][0]:
+        e["frames"] = e["frames"] * 3                       # deeper stacks than kept
+    ev_full, _ = events_from_snapshot(full)
+    ev_bare, _ = events_from_snapshot(bare_snapshot(full))
+    cols = ["time_ns", "action", "address", "size", "requested_size", "segment", "pool"]
+    pd.testing.assert_frame_equal(ev_full[cols], ev_bare[cols])
+    assert ((ev_full["stack_id"] >= 0) == (ev_bare["stack_id"] >= 0)).all()
+    conf = TorchConfig(expandable_segments=True)
+    assert model_fidelity(ev_bare, conf).row() == model_fidelity(ev_full, conf).row()
