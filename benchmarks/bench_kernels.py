@@ -42,15 +42,29 @@ def _plan(shapes: str = "", cases: str = "") -> list:
     """PLAN, restricted to the shape labels in ``shapes`` and the ``kind:variant`` pairs in
     ``cases`` (comma-separated; empty: all)."""
     want_shapes = {x.strip() for x in shapes.split(",") if x.strip()}
-    want_cases = {tuple(x.strip().split(":", 1)) for x in cases.split(",") if x.strip()}
+    want_cases = [tuple(x.strip().split(":", 1)) for x in cases.split(",") if x.strip()]
     plan = []
     for label, shape, cs in PLAN:
         if want_shapes and label not in want_shapes:
             continue
-        cs = [c for c in cs if not want_cases or c in want_cases]
+        cs = want_cases or cs       # named cases run as given (e.g. "f16:wgmma@persistent", a schedule)
         if cs:
             plan.append((label, shape, cs))
     return plan
+
+
+def _tensor_core(a, b, variant: str):
+    """``hk.gemm(a, b, variant=...)``; ``"wgmma@persistent"`` picks a schedule of the wgmma kernel."""
+    import hookmagic.kernels as hk
+    if "@" not in variant:
+        return hk.gemm(a, b, variant=variant)
+    from hookmagic.kernels import gemm_wgmma
+    variant, schedule = variant.split("@", 1)
+    old, gemm_wgmma.SCHEDULE = gemm_wgmma.SCHEDULE, schedule
+    try:
+        return hk.gemm(a, b, variant=variant)
+    finally:
+        gemm_wgmma.SCHEDULE = old
 REFERENCE = {"sgemm": "cuBLAS FP32 (torch.matmul, TF32 off)", "f16": "cuBLAS FP16 (torch.matmul)",
              "bf16": "cuBLAS BF16 (torch.matmul)", "int8": "cuBLAS INT8 (torch._int_mm)"}
 
@@ -146,7 +160,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     rows = []
     sm90 = torch.cuda.get_device_capability() == (9, 0)
     for label, (m, n, k), cases in (_plan(shapes, cases) if "gemm" in sections else []):
-        cases = [c for c in cases if sm90 or c[1] not in NEEDS_SM90]
+        cases = [c for c in cases if sm90 or c[1].split("@")[0] not in NEEDS_SM90]
         data = {}
         for kind in {c[0] for c in cases}:
             if kind == "int8":
@@ -161,7 +175,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
                 b = torch.randn(k, n, device="cuda", dtype=dtype)
                 ref_fn = lambda a=a, b=b: a @ b                                         # noqa: E731
                 run = ((lambda v, a=a, b=b: hk.sgemm(a, b, variant=v)) if kind == "sgemm"
-                       else (lambda v, a=a, b=b: hk.gemm(a, b, variant=v)))
+                       else (lambda v, a=a, b=b: _tensor_core(a, b, v)))
                 exact = a.double() @ b.double() if kind == "sgemm" else a.float() @ b.float()
             ref_s = _time(ref_fn) if ref_fn else float("nan")
             ref_err = (ref_fn().double() - exact.double()).abs().max().item() if ref_fn else 0.0
@@ -304,7 +318,8 @@ def main() -> None:
     ap.add_argument("--sections", default="gemm,memory,infer",
                     help="comma-separated: gemm (vs cuBLAS), memory (row-wise kernels), infer (issue 12's kernels)")
     ap.add_argument("--shapes", default="", help="gemm section: only these shape labels, e.g. '4096,8192'")
-    ap.add_argument("--cases", default="", help="gemm section: only these kind:variant pairs, e.g. 'f16:wgmma,f16:mma'")
+    ap.add_argument("--cases", default="", help="gemm section: only these kind:variant pairs, e.g. "
+                    "'f16:wgmma,f16:mma,f16:wgmma@persistent' (variant@schedule: a wgmma schedule)")
     args = ap.parse_args()
     sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
     if args.worker:

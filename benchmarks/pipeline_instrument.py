@@ -252,8 +252,9 @@ def main() -> int:
              f"`python benchmarks/pipeline_instrument.py --config {args.config} "
              f"--processes {args.processes}`.", "",
              "| config | frames × pairs | fps on | fps off | change per process (fps) | "
-             "change per process (wall clock) | process CPU µs / frame, on / off |",
-             "|---|---|---:|---:|---|---|---|"]
+             "change per process (wall clock) | process CPU µs / frame, on / off | "
+             "added µs per frame (1/fps_on − 1/fps_off) |",
+             "|---|---|---:|---:|---|---|---|---|"]
     for c in configs:
         d = df[df["config"] == c]
         per = ", ".join(f"{100 * v:+.1f}" for v in d["change"])
@@ -262,7 +263,8 @@ def main() -> int:
                      f"{mm(list(d['fps_off']), '{:.0f}')} | "
                      f"{mm(list(100 * d['change']), '{:+.1f}')} % ({per}) | "
                      f"{mm(list(100 * d['wall_change']), '{:+.1f}')} % | "
-                     f"{mm(list(d['cpu_us_on']), '{:.1f}')} / {mm(list(d['cpu_us_off']), '{:.1f}')} |")
+                     f"{mm(list(d['cpu_us_on']), '{:.1f}')} / {mm(list(d['cpu_us_off']), '{:.1f}')} | "
+                     f"{mm(list(1e6 / d['fps_on'] - 1e6 / d['fps_off']), '{:+.1f}')} |")
     for c in configs:
         d = df[df["config"] == c]
         if "first_batch_ms" in d and d["first_batch_ms"].notna().any():
