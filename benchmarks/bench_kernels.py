@@ -87,39 +87,48 @@ def _time(fn, budget_s: float = 0.1, min_reps: int = 3, max_reps: int = 50) -> f
     return times[len(times) // 2]
 
 
-def _time_device(fn, reps: int = 20, rounds: int = 5) -> float:
-    """Median device seconds of one call of ``fn`` with the host's launch cost hidden: a sleep
-    kernel holds the stream while ``reps`` calls are queued behind it, so the events time the
-    calls' kernels back to back (what a bandwidth figure needs; ``_time`` includes the host's
-    time to launch one call, which for a 20 µs kernel can be most of what it measures)."""
+def _time_device(fn, reps: int = 15) -> float:
+    """Median device seconds of one call of ``fn`` from a cold L2, with the host's launch cost
+    hidden: a sleep kernel holds the stream while ``reps`` rounds of (read a 256 MiB buffer:
+    evicts the L2 with clean lines; event; call; event) are queued behind it, so each event pair
+    times one call's kernels alone (what a bandwidth figure needs: ``_time`` includes the host's
+    time to launch one call, which for a 20 µs kernel can be most of what it measures; back-to-back
+    calls on the same buffers would be served partly from the 50 MB L2). The host's time per call
+    is kept in ``_HOST['last']``."""
     import time
 
     import torch
 
     fn()
     torch.cuda.synchronize()
+    flush = _FLUSH.get("buf")
+    if flush is None:
+        flush = _FLUSH["buf"] = torch.empty(256 * 2 ** 20 // 4, dtype=torch.float32, device="cuda").fill_(1.0)
     t0 = time.perf_counter()
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     per_call = (time.perf_counter() - t0) / 3
-    cycles = int(min(0.2, 2.0 * per_call * reps + 1e-3) * 2.0e9)   # >= the queueing time at <= 2 GHz
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times, hosts = [], []
-    for _ in range(rounds):
-        torch.cuda._sleep(cycles)
-        s.record()
+    cycles = int(min(0.2, 2.0 * (per_call + 50e-6) * reps + 2e-3) * 2.0e9)   # >= the queueing time at <= 2 GHz
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    hosts = []
+    torch.cuda._sleep(cycles)
+    for i in range(reps):
+        flush.amax()
+        starts[i].record()
         h0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        hosts.append((time.perf_counter() - h0) / reps)   # the stream is held: pure host cost per call
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3 / reps)
-    times.sort()
+        fn()
+        hosts.append(time.perf_counter() - h0)   # the stream is held: pure host cost of the call
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends))
     hosts.sort()
     _HOST["last"] = hosts[len(hosts) // 2]
     return times[len(times) // 2]
+
+
+_FLUSH: dict = {}
 
 
 #: host seconds per call (Python + launch) of the last ``_time_device`` measurement
@@ -260,11 +269,11 @@ def memory_bound(timer, rows: list | None = None) -> list[dict]:
                              "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"] if ok else None})
                 extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
                 if extra and c > 16384 and op != "bias_gelu":
-                    extra.append(("hookmagic regs+smem, 2 blocks/SM", "rs"))
+                    extra.append(("hookmagic one 1024-thread block/SM", "reg"))
                 if extra and c <= 16384 and op != "bias_gelu":
                     extra.append(("hookmagic 8 vectors a thread", "k8"))
                 for variant, impl in extra:   # the other designs, same process
-                    import hookmagic.kernels.rowwise as rw
+                    rw = sys.modules["hookmagic.kernels.rowwise"]
                     rw.IMPL = impl
                     try:
                         errm = (ours().float() - t.float()).abs().max().item()
@@ -401,8 +410,9 @@ def summarise(frames, machine: dict, out: Path) -> None:
             us_min=("dev_us", "min"), us_max=("dev_us", "max"), host_min=("host_us", "min"),
             host_max=("host_us", "max")).reset_index()
         mt.to_csv(out / "kernels_bandwidth.csv", index=False)
-        how = ("kernel time: each figure is the median over rounds of 20 calls queued behind a sleep kernel "
-               "(the host's launch cost hidden); 'host µs' is the host's time to make one call (Python + launch)"
+        how = ("kernel time from a cold L2: the median of 15 calls, each timed alone by CUDA events after a 256 MiB "
+               "read that evicts the L2, all queued behind a sleep kernel (the host's launch cost hidden); 'host µs' "
+               "is the host's time to make one call (Python + launch)"
                if machine.get("timer") == "device" else
                "time per call: CUDA events around one call, the host's launch cost included")
         lines += ["", "## Memory-bound kernels (bytes = compulsory traffic: read input and parameters, write output)", "",
