@@ -436,7 +436,7 @@ def store_compact(run_dir: Path, dst: Path) -> None:
             raise SystemExit(f"compact copy of {run_dir}/{name} differs from it")
 
 
-def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
+def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = True) -> None:
     """Recompute one process's sim-vs-real table from what it stored: the latency tables and
     calibration.json (or, with ``refit``, the fit redone on its saved calibration runs), the
     scenarios rebuilt from the tables (their arrivals must equal the stored real ones), the
@@ -446,7 +446,8 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
     if refit:
         if info.get("format", 1) < 2:
             raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
-        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"])
+        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"],
+                            by_size=by_size)
     sim_specs = sim_specs_from(info, idle)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -456,7 +457,9 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
-    note = (f"Replayed offline from {run_dir} ({'refitted on its calibration runs' if refit else 'its calibration.json'}); "
+    how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
+           if refit else "its calibration.json")
+    note = (f"Replayed offline from {run_dir} ({how}); "
             "real runs as stored.")
     write_tables(out, rows, info, engines=names, seconds=seconds,
                  graphs=info.get("cuda_graphs", True), max_batch=info["max_batch"], note=note)
@@ -506,6 +509,9 @@ def main() -> None:
     ap.add_argument("--store-compact", action="store_true",
                     help="with --replay: write compact copies of the stored real runs into OUTDIR "
                          "(checked to give back the same tables) instead of replaying")
+    ap.add_argument("--count-only", action="store_true",
+                    help="with --refit: sharing by the number of other streams only (the model "
+                         "before share_by_size), for comparison")
     ap.add_argument("--refit", action="store_true",
                     help="with --replay: redo the calibration fit on the stored calibration runs")
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -529,12 +535,12 @@ def main() -> None:
             print(f"compact copies of {len(subs) or 1} run(s) in {out}")
             return
         if not subs:
-            replay_run(src, out, args.refit)
+            replay_run(src, out, args.refit, not args.count_only)
             print((out / "fidelity.md").read_text())
             return
         done = []
         for sub in subs:
-            replay_run(sub, out / sub.name, args.refit)
+            replay_run(sub, out / sub.name, args.refit, not args.count_only)
             done.append(out / sub.name)
         print(summarize_runs(out, done))
         return

@@ -143,7 +143,8 @@ def run_calibration(engines: Mapping[str, Any], idle: Mapping[str, ModelSpec], m
     return out
 
 
-def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) -> dict[str, dict]:
+def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
+        by_size: bool = True) -> dict[str, dict]:
     """Fit the simulator's per-model parameters on the calibration runs (nothing else).
 
     Per model, from ``alone:<model>`` (all but the stream's first, cold, batch): ``service_ms``
@@ -159,6 +160,9 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
     :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
     [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
     run of the simulator is fitted back to its parameters.
+
+    ``by_size=False``: sharing by the number of others only (no ``share_by_size``), as
+    fitted before 2026-11-26 02:00 UTC.
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
     "share_slowdown": [a1, a2], ...counts}}``.
@@ -203,7 +207,7 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
         out[name]["same_model_extra_ms"] = base
 
     shared = fit_sharing([res for key, res in runs.items() if key.startswith("share")],
-                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle})
+                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle}, by_size)
     for name in idle:
         out[name].update(shared[name])
     return out
