@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+from notebook_writer import write_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NB = ROOT / "notebooks" / "06_pipeline.ipynb"
@@ -347,20 +346,8 @@ print(summary.read_text() if summary.exists() else "no summary table recorded")"
 CELLS = PART1 + PART2
 
 
-def build() -> nbformat.NotebookNode:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for kind, src in CELLS:
-        nb.cells.append(nbformat.v4.new_markdown_cell(src) if kind == "md" else nbformat.v4.new_code_cell(src))
-    return nb
-
-
 def main() -> None:
-    nb = build()
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(NB.parent)}}).execute()
-    nbformat.write(nb, NB)
-    print("wrote", NB)
+    write_notebook(CELLS, NB, timeout=600)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+from notebook_writer import write_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "notebooks" / "07_multirank.ipynb"
@@ -134,16 +133,7 @@ or `with hookmagic.capture(dir="/tmp/run"):` in code, or on Ray workers
 
 
 def build() -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
-                                 "name": "python3"}
-    for kind, text in CELLS:
-        nb.cells.append(nbformat.v4.new_markdown_cell(text) if kind == "md"
-                        else nbformat.v4.new_code_cell(text))
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(NB.parent)}}).execute()
-    nbformat.write(nb, NB)
-    print(f"wrote {NB}")
+    write_notebook(CELLS, NB, timeout=300)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ same process, so with that process's clocks); the launch time (previous batch's 
 one's start when it was ready: the driver noticing, choosing and recording) and host time (to
 the launch call's return: one host thread launches for every stream); the mean extra cost
 after another model (``switch_ms``); and how much slower each model computes beside one and
-beside two other streams (``share_slowdown``, applied only while batches' GPU parts overlap).
+beside two other streams (``share_slowdown``, applied only while batches' GPU parts overlap),
+and how much more the bigger those other batches are (``share_by_size``, since 2026-11-26).
 The fourth scenario (three streams, five models, cameras and bursts) is held out: it was never
 used to choose the model or the calibration.
 
@@ -113,13 +114,25 @@ def rate_for(spec, load, batch):
     return load * batch / (spec.latency(batch) / 1e3)
 
 
-def scenarios(specs, names, seconds):
+#: scenarios drawn by this version (1: before 2026-11-26 02:30 UTC, bursts drawn so that their
+#: timing depended on the rates, i.e. on each process's latency tables: the processes of one
+#: run served different workloads; 2: ``Bursty(steady_periods=True)``, the same bursts in every
+#: process and on every GPU, arrivals scaled by the rates)
+SCENARIO_VERSION = 2
+
+
+def scenarios(specs, names, seconds, version: int = SCENARIO_VERSION):
     """Three calibration-free scenarios sized from the measured tables, plus a held-out one.
 
     Nothing here is tuned to the real runs; the held-out scenario (three streams, five models,
     cameras plus bursts) was added after the model changes and is never used to choose them.
+    ``version`` 1 rebuilds the scenarios of folders stored before SCENARIO_VERSION 2.
     """
     n = names
+
+    def Bursty(*a, **k):  # noqa: N802 (the source, drawn as this version draws it)
+        return S.Bursty(*a, steady_periods=version >= 2, **k)
+
     out = {}
     # 1. mixed priorities, up to 3 models on one stream, strict priority, dynamic batching
     m3 = n[:3]
@@ -128,7 +141,7 @@ def scenarios(specs, names, seconds):
     if len(m3) > 1:
         src.append(S.Poisson(m3[1], rate_for(specs[m3[1]], 0.2, 4), slo_ms=slo[m3[1]], priority=1))
     if len(m3) > 2:
-        src.append(S.Bursty(m3[2], rate_for(specs[m3[2]], 0.9, 8), on_s=0.15, off_s=0.6,
+        src.append(Bursty(m3[2], rate_for(specs[m3[2]], 0.9, 8), on_s=0.15, off_s=0.6,
                             slo_ms=slo[m3[2]], priority=2))
     out["mixed_priorities"] = (src, S.Policy(order="priority", batching={
         m: S.Batching(8, 2.0) for m in m3}))
@@ -137,7 +150,7 @@ def scenarios(specs, names, seconds):
     cams_fps = 30.0
     n_cams = int(max(2, min(16, 0.35 * specs[det].throughput(8) / cams_fps)))
     src2 = [S.Cameras(det, n=n_cams, fps=cams_fps, jitter_ms=2.0, slo_ms=3 * specs[det].latency(8) + 15),
-            S.Bursty(other, rate_for(specs[other], 1.0, 8), on_s=0.1, off_s=0.5,
+            Bursty(other, rate_for(specs[other], 1.0, 8), on_s=0.1, off_s=0.5,
                      slo_ms=4 * specs[other].latency(8) + 5, priority=1)]
     out["cameras_bursty_edf"] = (src2, S.Policy(order="edf", fairness=S.CameraFairness(),
                                                 batching={det: S.Batching(8, 3.0),
@@ -152,13 +165,13 @@ def scenarios(specs, names, seconds):
         cams = int(max(2, min(12, 0.2 * specs[n[0]].throughput(8) / cams_fps)))
         src4 = [S.Cameras(n[0], n=cams, fps=cams_fps, jitter_ms=2.0,
                           slo_ms=3 * specs[n[0]].latency(8) + 15, priority=0),
-                S.Bursty(n[1], rate_for(specs[n[1]], 0.8, 8), on_s=0.12, off_s=0.5,
+                Bursty(n[1], rate_for(specs[n[1]], 0.8, 8), on_s=0.12, off_s=0.5,
                          slo_ms=4 * specs[n[1]].latency(8) + 5, priority=1),
                 S.Poisson(n[2], rate_for(specs[n[2]], 0.15, 4),
                           slo_ms=4 * specs[n[2]].latency(8) + 5, priority=1),
                 S.Poisson(n[3], rate_for(specs[n[3]], 0.15, 4),
                           slo_ms=4 * specs[n[3]].latency(8) + 5, priority=2),
-                S.Bursty(n[4], rate_for(specs[n[4]], 0.6, 8), on_s=0.2, off_s=0.8,
+                Bursty(n[4], rate_for(specs[n[4]], 0.6, 8), on_s=0.2, off_s=0.8,
                          slo_ms=4 * specs[n[4]].latency(8) + 5, priority=2)]
         out["held_out_three_streams"] = (src4, S.Policy(order="priority", streams=3,
                                                         batching=S.Batching(8, 1.5)))
@@ -182,14 +195,33 @@ def _calibrate(engines, make_backend, idle, max_batch, out: Path):
 
 
 def load_calibration_runs(run_dir: Path, names) -> dict:
-    """The raw calibration runs a format-2 process saved (for ``--replay --refit``)."""
+    """The raw calibration runs a format-2 process saved (for ``--replay --refit``), in full or
+    as compact copies (``<key>.fate.parquet``; the arrivals rebuilt from the latency tables and
+    checked against the stored policy)."""
     from hookmagic.sched.result import load_result
     d = run_dir / "calibration"
-    runs = {f"alone:{n}": load_result(d / f"alone_{n}") for n in names}
-    runs["switch"] = load_result(d / "switch")
-    for p in sorted(d.glob("share*.requests.parquet")):
-        key = p.name.split(".")[0]
-        runs[key] = load_result(d / key)
+    if not (d / "switch.fate.parquet").exists():
+        runs = {f"alone:{n}": load_result(d / f"alone_{n}") for n in names}
+        runs["switch"] = load_result(d / "switch")
+        for p in sorted(d.glob("share*.requests.parquet")):
+            key = p.name.split(".")[0]
+            runs[key] = load_result(d / key)
+        return runs
+    info = json.loads((run_dir / "calibration.json").read_text())
+    tab = pd.read_csv(run_dir / "latency_tables.csv")
+    idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
+    runs = {}
+    for key, (wl, pol) in C.calibration_workloads(idle, info["max_batch"]).items():
+        f = key.replace(":", "_")
+        if not (d / f"{f}.fate.parquet").exists():
+            continue
+        use = [key.split(":", 1)[1]] if key.startswith("alone:") else list(names)
+        res = _from_compact(d / f"{f}.fate.parquet", d / f"{f}.batches.parquet", wl, use, key)
+        if repr(pol) != res.meta.get("policy") or not np.allclose(
+                wl.requests["arrival_s"].to_numpy(), res.requests["arrival_s"].to_numpy()):
+            raise SystemExit(f"{run_dir}: calibration run {key} rebuilt from the stored tables "
+                             "differs from the stored one")
+        runs[key] = res
     return runs
 
 
@@ -204,14 +236,15 @@ def one_process(args) -> None:
     idle = {n: e.spec for n, e in engines.items()}
     fit = _calibrate(engines, make_backend, idle, args.max_batch, args.out)
     info = make_backend().describe()
-    info.update(format=CALIBRATION_FORMAT, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
+    info.update(format=CALIBRATION_FORMAT, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     for n, c in fit.items():
         print(f"  {n:20s} service b=1 {c['service_ms'][0]:.3f} ms (idle {idle[n].latency(1):.3f})"
               f"  launch {c['launch_ms']:.3f}  host {c['host_ms']:.3f}  switch "
-              f"{c['switch_ms']:.3f} ms  share {', '.join(f'{a:.3f}' for a in c['share_slowdown'])}",
+              f"{c['switch_ms']:.3f} ms  share {', '.join(f'{a:.3f}' for a in c['share_slowdown'])}"
+              f" by size {', '.join(f'{e:.4f}' for e in c.get('share_by_size', []))}",
               flush=True)
 
     # The simulator's view of a batch: calibrated GPU time, launch and host time, model-switch
@@ -221,6 +254,7 @@ def one_process(args) -> None:
         engines[spec.name].spec = spec
     rows = []
     for name, (wl, pol) in scenarios(idle, list(engines), args.seconds).items():
+        print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
         real = S.run(engines, wl, pol, backend=make_backend())
         sim = S.simulate(sim_specs, wl, pol, seed=1)
@@ -255,7 +289,8 @@ def write_tables(out: Path, rows, info, *, engines, seconds, graphs, max_batch, 
     table = pd.concat(rows, ignore_index=True)
     table.to_csv(out / "fidelity.csv", index=False)
     how = ("per model: GPU time per batch size under the driver, launch and host time, "
-           "model-switch cost, sharing slowdown beside one and two other streams"
+           "model-switch cost, sharing slowdown beside one and two other streams (and per "
+           "size of the batches beside, where calibration.json has share_by_size)"
            if info.get("format", 1) >= 2 else
            "(format 1) per model: idle table plus one mean excess per batch, model-switch cost, "
            "one sharing slowdown f per other stream")
@@ -286,6 +321,30 @@ def write_tables(out: Path, rows, info, *, engines, seconds, graphs, max_batch, 
     return text
 
 
+def _from_compact(fate_path: Path, batches_path: Path, wl, names, what: str):
+    """A RunResult rebuilt from a compact copy (each request's batch, status and drop time; the
+    batches) and the workload it served (the arrivals)."""
+    from hookmagic.sched.dispatcher import STATUS_NAMES
+    from hookmagic.sched.result import RunResult, assemble
+    from hookmagic.common import files
+    t = files.read_parquet(fate_path, f"compact real run {what}")
+    meta = json.loads(t.schema.metadata[b"hookmagic.sched"])
+    fate = t.to_pandas()
+    bat = files.read_parquet(batches_path, f"real batches {what}").to_pandas()
+    if len(fate) != len(wl):
+        raise SystemExit(f"{fate_path}: {len(fate)} stored requests, the rebuilt workload has "
+                         f"{len(wl)}")
+    served = np.flatnonzero(fate["batch"].to_numpy() >= 0)
+    served = served[np.argsort(fate["batch"].to_numpy()[served], kind="stable")]
+    codes = np.array([STATUS_NAMES.index(str(x)) for x in fate["status"]], dtype=np.int8)
+    req, b2 = assemble(wl.requests, names, codes, fate["drop_s"].to_numpy(float),
+                       np.array([names.index(str(m)) for m in bat["model"]]),
+                       bat["stream"].to_numpy(), bat["start_s"].to_numpy(),
+                       bat["end_s"].to_numpy(), bat["size"].to_numpy(), served)
+    b2["dispatch_s"] = bat["dispatch_s"].to_numpy()
+    return RunResult(req, b2, meta)
+
+
 def stored_run(run_dir: Path):
     """What one process stored: (calibration.json as a dict, idle specs rebuilt from its
     latency tables, {scenario: (workload, policy)} rebuilt from them, {scenario: real result}).
@@ -294,8 +353,7 @@ def stored_run(run_dir: Path):
     (``<scenario>.real.fate.parquet``: each request's batch and status, and the batches; the
     arrivals come from the rebuilt scenario). Either way the rebuilt scenario must give the
     stored arrivals and policy, else this code is not the code that ran."""
-    from hookmagic.sched.dispatcher import STATUS_NAMES
-    from hookmagic.sched.result import RunResult, assemble, load_result
+    from hookmagic.sched.result import load_result
     from hookmagic.common import files
     info = json.loads((run_dir / "calibration.json").read_text())
     tab = pd.read_csv(run_dir / "latency_tables.csv")
@@ -312,29 +370,14 @@ def stored_run(run_dir: Path):
         else:
             t = files.read_parquet(next(iter(compact.values())), "compact real run")
             seconds = json.loads(t.schema.metadata[b"hookmagic.sched"])["duration_s"]
-    built = scenarios(idle, names, seconds)
+    built = scenarios(idle, names, seconds, version=info.get("scenario_version", 1))
     real = {}
     for name, (wl, pol) in built.items():
         if name in full:
             res = load_result(run_dir / f"{name}.real")
         elif name in compact:
-            t = files.read_parquet(compact[name], f"compact real run {name}")
-            meta = json.loads(t.schema.metadata[b"hookmagic.sched"])
-            fate = t.to_pandas()
-            bat = files.read_parquet(run_dir / f"{name}.real.batches.parquet",
-                                     f"real batches {name}").to_pandas()
-            if len(fate) != len(wl):
-                raise SystemExit(f"{run_dir}: {name}: {len(fate)} stored requests, "
-                                 f"the rebuilt scenario has {len(wl)}")
-            served = np.flatnonzero(fate["batch"].to_numpy() >= 0)
-            served = served[np.argsort(fate["batch"].to_numpy()[served], kind="stable")]
-            codes = np.array([STATUS_NAMES.index(str(x)) for x in fate["status"]], dtype=np.int8)
-            req, b2 = assemble(wl.requests, names, codes, fate["drop_s"].to_numpy(float),
-                               np.array([names.index(str(m)) for m in bat["model"]]),
-                               bat["stream"].to_numpy(), bat["start_s"].to_numpy(),
-                               bat["end_s"].to_numpy(), bat["size"].to_numpy(), served)
-            b2["dispatch_s"] = bat["dispatch_s"].to_numpy()
-            res = RunResult(req, b2, meta)
+            res = _from_compact(compact[name], run_dir / f"{name}.real.batches.parquet", wl,
+                                names, name)
         else:
             continue
         same = (len(wl) == len(res.requests) and np.allclose(
@@ -355,10 +398,16 @@ def store_compact(run_dir: Path, dst: Path) -> None:
     from hookmagic.common import files
     info, idle, built, real = stored_run(run_dir)
     dst.mkdir(parents=True, exist_ok=True)
+    cal = {}
+    if info.get("format", 1) >= 2 and (run_dir / "calibration").is_dir():
+        cal = load_calibration_runs(run_dir, list(idle))
     for f in ("calibration.json", "latency_tables.csv", "fidelity.csv", "calibration_check.csv"):
         if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
             (dst / f).write_bytes((run_dir / f).read_bytes())
-    for name, res in real.items():
+    targets = [(res, dst / f"{name}.real") for name, res in real.items()]
+    targets += [(res, dst / "calibration" / key.replace(":", "_")) for key, res in cal.items()]
+    for res, stem in targets:
+        stem.parent.mkdir(parents=True, exist_ok=True)
         r, b = res.requests, res.batches
         fate = pa.Table.from_pandas(pd.DataFrame({
             "batch": r["batch"].to_numpy().astype(np.int32),
@@ -370,12 +419,15 @@ def store_compact(run_dir: Path, dst: Path) -> None:
             "size": b["size"].astype(np.int16), "start_s": b["start_s"], "end_s": b["end_s"],
             "dispatch_s": b["dispatch_s"]}), preserve_index=False)
         for table, suffix in ((fate, "fate"), (bat, "batches")):
-            path = dst / f"{name}.real.{suffix}.parquet"
+            path = stem.parent / f"{stem.name}.{suffix}.parquet"
             files.atomic_write(path, lambda fh, t=table: pq.write_table(t, fh, compression="zstd",
                                                                           compression_level=19),
                                "a compact real run")
-    check = stored_run(dst)[3]
-    for name, res in real.items():  # the copy must give back the same tables
+    check = dict(stored_run(dst)[3])
+    if cal:
+        check.update({("cal", k): v for k, v in load_calibration_runs(dst, list(idle)).items()})
+    for name, res in list(real.items()) + [(("cal", k), v) for k, v in cal.items()]:
+        # the copy must give back the same tables
         a, c = res.requests, check[name].requests
         same = (np.allclose(a["latency_ms"], c["latency_ms"], rtol=0, atol=1e-9, equal_nan=True)
                 and all((a[k].astype(str).to_numpy() == c[k].astype(str).to_numpy()).all()
@@ -384,7 +436,7 @@ def store_compact(run_dir: Path, dst: Path) -> None:
             raise SystemExit(f"compact copy of {run_dir}/{name} differs from it")
 
 
-def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
+def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = True) -> None:
     """Recompute one process's sim-vs-real table from what it stored: the latency tables and
     calibration.json (or, with ``refit``, the fit redone on its saved calibration runs), the
     scenarios rebuilt from the tables (their arrivals must equal the stored real ones), the
@@ -394,7 +446,8 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
     if refit:
         if info.get("format", 1) < 2:
             raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
-        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"])
+        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"],
+                            by_size=by_size)
     sim_specs = sim_specs_from(info, idle)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -404,7 +457,9 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False) -> None:
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
-    note = (f"Replayed offline from {run_dir} ({'refitted on its calibration runs' if refit else 'its calibration.json'}); "
+    how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
+           if refit else "its calibration.json")
+    note = (f"Replayed offline from {run_dir} ({how}); "
             "real runs as stored.")
     write_tables(out, rows, info, engines=names, seconds=seconds,
                  graphs=info.get("cuda_graphs", True), max_batch=info["max_batch"], note=note)
@@ -454,6 +509,9 @@ def main() -> None:
     ap.add_argument("--store-compact", action="store_true",
                     help="with --replay: write compact copies of the stored real runs into OUTDIR "
                          "(checked to give back the same tables) instead of replaying")
+    ap.add_argument("--count-only", action="store_true",
+                    help="with --refit: sharing by the number of other streams only (the model "
+                         "before share_by_size), for comparison")
     ap.add_argument("--refit", action="store_true",
                     help="with --replay: redo the calibration fit on the stored calibration runs")
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -477,12 +535,12 @@ def main() -> None:
             print(f"compact copies of {len(subs) or 1} run(s) in {out}")
             return
         if not subs:
-            replay_run(src, out, args.refit)
+            replay_run(src, out, args.refit, not args.count_only)
             print((out / "fidelity.md").read_text())
             return
         done = []
         for sub in subs:
-            replay_run(sub, out / sub.name, args.refit)
+            replay_run(sub, out / sub.name, args.refit, not args.count_only)
             done.append(out / sub.name)
         print(summarize_runs(out, done))
         return

@@ -79,6 +79,83 @@ def table(runs, make_specs, scen=None):
     return out, int((out["pass in all"] == "yes").sum()), len(out)
 
 
+def workloads(runs):
+    """Requests per scenario and model in each process's real run (the same workload should
+    give the same counts up to the rates' few-% spread between processes' latency tables)."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        for name, res in real.items():
+            for m, n in res.requests.groupby(res.requests["model"].astype(str)).size().items():
+                rows.append({"scenario": name, "model": m, "run": k, "requests": int(n)})
+    t = pd.DataFrame(rows).pivot_table(index=["scenario", "model"], columns="run",
+                                       values="requests", sort=False)
+    t.columns = [f"run{c}" for c in t.columns]
+    t = t.round().astype("Int64")
+    t["max / min"] = (t.max(axis=1) / t.min(axis=1)).map(lambda x: f"{x:.2f}")
+    return t.reset_index(), int(next(iter(runs))[0].get("scenario_version", 1))
+
+
+def refit_specs(run_dirs):
+    """make_specs for :func:`table` (which goes through the runs in order): the calibration
+    fitted again by this code on each process's stored calibration runs, nothing else."""
+    it = iter(run_dirs)
+
+    def make(info, idle, real):
+        d = next(it)
+        return C.specs_from_fit(C.fit(SF.load_calibration_runs(d, list(idle)), idle,
+                                      info["max_batch"]), idle)
+    return make
+
+
+def _occupancy(b: pd.DataFrame, t0: float, t1: float) -> np.ndarray:
+    """Share of [t0, t1) during which 0, 1, 2 and 3+ batches ran on the GPU."""
+    ev = sorted([(t, 1) for t in b["start_s"]] + [(t, -1) for t in b["end_s"]])
+    n, last, occ = 0, t0, np.zeros(4)
+    for t, k in ev:
+        tt = min(max(t, t0), t1)
+        if tt > last:
+            occ[min(n, 3)] += tt - last
+            last = tt
+        n += k
+    occ[min(n, 3)] += max(0.0, t1 - last)
+    return occ / (t1 - t0)
+
+
+def busiest_window(runs, make_specs_list, scen="held_out_three_streams", width=0.5):
+    """Per run: the ``width``-second window of the real run with most time on three streams at
+    once; there, per model, mean GPU time per batch, real and as simulated by each
+    ``(label, make_specs)``, and the longest queue of each lowest-priority model."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        if scen not in real:
+            continue
+        res = real[scen]
+        b = res.batches
+        grid = np.arange(SF.WARMUP_S, float(info.get("seconds", 3.0)) - width + 1e-9, 0.05)
+        if not len(grid):
+            continue
+        t0 = max(grid, key=lambda t: _occupancy(b, t, t + width)[3])
+        sides = [("real", res)] + [(lab, S.simulate(mk(info, idle, real), *sc[scen], seed=1))
+                                   for lab, mk in make_specs_list]
+        pr = res.requests["priority"]
+        lows = sorted(set(res.requests.loc[pr == pr.max(), "model"].astype(str)))
+        for lab, r in sides:
+            rb = r.batches
+            w = rb[(rb["start_s"] >= t0) & (rb["end_s"] <= t0 + width)]
+            row = {"run": k, "window s": f"{t0:.2f}–{t0 + width:.2f}", "side": lab,
+                   "3 streams busy": f"{_occupancy(rb, t0, t0 + width)[3]:.3f}"}
+            for low in lows:
+                q = r.requests[r.requests["model"].astype(str) == low]
+                row[f"{low} longest queue"] = max(
+                    int(((q["arrival_s"] < t) & ~(q["start_s"] <= t)).sum())
+                    for t in np.linspace(t0, t0 + width, 26))
+            per = (w["end_s"] - w["start_s"]).groupby(w["model"].astype(str)).mean() * 1e3
+            for m in idle:
+                row[f"{m} ms/batch"] = f"{per.get(m, float('nan')):.3f}"
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def md(df: pd.DataFrame, floatfmt="{:.3f}") -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
@@ -185,7 +262,10 @@ def starved_sensitivity(runs):
     for k, (info, idle, real, sc) in enumerate(runs, 1):
         res = real["mixed_priorities"]
         costs = _measured_costs(res, idle, info["max_batch"])
-        p_real = res.metrics(by="model", warmup_s=SF.WARMUP_S).loc["mobilenet_v3_large", "p50_ms"]
+        mr = res.metrics(by="model", warmup_s=SF.WARMUP_S)
+        if "mobilenet_v3_large" not in mr.index:  # e.g. a short synthetic run: none served
+            continue
+        p_real = mr.loc["mobilenet_v3_large", "p50_ms"]
         row = {"run": k, "real p50 ms": f"{p_real:.1f}"}
         for e in (-0.05, -0.02, 0.0, 0.02, 0.05):
             specs = [s.with_(latency_ms=tuple((x + costs[n][1]) * (1 + e) for x in costs[n][0]),
@@ -205,7 +285,8 @@ def starved_sensitivity(runs):
 def main() -> None:
     src = Path(sys.argv[1])
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else None
-    runs = [load(d) for d in sorted(src.glob("run*")) if (d / "calibration.json").exists()]
+    dirs = [d for d in sorted(src.glob("run*")) if (d / "calibration.json").exists()]
+    runs = [load(d) for d in dirs]
     info0 = runs[0][0]
     parts = [f"# Scheduler fidelity, offline: why the simulator missed ({info0.get('gpu', info0.get('label'))}, "
              f"driver {info0.get('driver', 'n/a')}, {info0['date']})", "",
@@ -249,6 +330,35 @@ def main() -> None:
     parts += [f"## A. As run ({'format-1 calibration, old model' if v1 else 'as calibrated'})", "",
               f"Passing groups: {ok} of {n} (`sched_fidelity.py --replay` gives the same).", "",
               md(t), ""]
+
+    wt, version = workloads(runs)
+    parts += ["## W. The workloads the processes served", "",
+              f"Scenario version {version} (sched_fidelity.SCENARIO_VERSION). Requests per "
+              "scenario and model in each process's real run; the rates follow each process's "
+              "latency tables (a few %). " + ("Version 1 drew bursts whose timing followed those "
+              "rates, so the processes served different workloads wherever a ratio below is far "
+              "from 1; version 2 draws the same bursts in every process." if version < 2 else
+              "Version 2: the same bursts in every process."), "", md(wt), ""]
+    can_refit = all((d / "calibration").is_dir() for d in dirs) and _v2(info0)
+    if can_refit:
+        t, ok, n = table(runs, refit_specs(dirs))
+        parts += ["## R. Refitted by this code on the stored calibration runs", "",
+                  "The same real runs; the simulator's parameters fitted again, by the code "
+                  "that generated this page, on each process's own calibration runs (nothing "
+                  "of the compared runs; `sched_fidelity.py --replay DIR --refit` gives the "
+                  f"same). Passing groups: {ok} of {n}.", "", md(t), ""]
+
+    makers = [("sim as calibrated", lambda info, idle, real: SF.sim_specs_from(info, idle))]
+    if can_refit:
+        makers.append(("sim refitted (R)", refit_specs(dirs)))
+    bw = busiest_window(runs, makers)
+    if len(bw):
+        parts += ["## H. The held-out scenario's busiest half second", "",
+                  "Per process, the 0.5 s of the real run with most time on all three streams at "
+                  "once: the share of that time, the longest queue of each lowest-priority model "
+                  "(requests arrived and not started) and each model's mean GPU time per batch, "
+                  "real and simulated. Near saturation a few % of per-batch cost decides how "
+                  "long that queue grows.", "", md(bw), ""]
 
     ev = sharing_evidence(runs)
     real_ev = ev[ev["side"] == "real"].drop(columns="side")

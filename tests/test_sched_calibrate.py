@@ -102,3 +102,31 @@ def test_fit_sharing_refines_a_spec_from_any_multi_stream_run():
     got = C.fit_sharing([res], truth)
     for n, spec in truth.items():
         assert got[n]["share_slowdown"] == pytest.approx(list(spec.share_slowdown), rel=1e-6)
+
+
+def test_fit_recovers_sharing_that_grows_with_the_size_beside():
+    # the simulator's size term (ModelSpec.share_by_size) is fitted back from the calibration
+    # runs, beside the count-only slowdowns
+    truth = {n: s.with_(share_by_size=e) for (n, s), e in
+             zip(_synthetic_truth(cv=0.0).items(), [(0.03, 0.035), (0.05, 0.04), (0.015, 0.03)])}
+    runs, idle, names = _simulated_driver(truth)
+    got = C.fit(runs, idle, MAX_BATCH)
+    for n, spec in truth.items():
+        assert got[n]["share_slowdown"] == pytest.approx(list(spec.share_slowdown), rel=1e-6)
+        assert got[n]["share_by_size"] == pytest.approx(list(spec.share_by_size), rel=1e-6)
+    specs = C.specs_from_fit(got, idle)
+    for s, t in zip(specs, truth.values()):
+        assert s.share_by_size == pytest.approx(t.share_by_size, rel=1e-6)
+
+
+def test_fit_without_size_variety_keeps_the_count_alone():
+    truth = _synthetic_truth(cv=0.0)
+    runs, idle, names = _simulated_driver(truth)
+    got = C.fit(runs, idle, MAX_BATCH)
+    assert all(got[n]["share_by_size"] == [] for n in truth)  # none in the truth: none fitted
+    res = runs["share3"]
+    one = res.batches.assign(size=1)  # every batch of one request: the term cannot be told apart
+    ov, w = C.overlap_and_weight(one, 2)
+    assert np.allclose(w, ov * [1, 2])  # one request beside one, two beside two: proportional
+    only = C.fit_sharing([res.__class__(res.requests, one, res.meta)], truth)
+    assert all(only[n]["share_by_size"] == [] for n in truth)

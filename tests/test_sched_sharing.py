@@ -201,3 +201,44 @@ def test_fast_and_general_agree_with_sharing(order, streams, seed):
     assert (a.batches["end_s"] - a.batches["start_s"] > 1e-4).all()
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
     pd.testing.assert_frame_equal(a.batches, b.batches, check_exact=True)
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_slowdown_grows_with_the_size_of_the_batches_beside(engine):
+    # a (1 ms, one request) beside b's batch of 4 (1 ms, no slowdown of its own): a stands still
+    # 1 - 1/1.25 = 0.2 of the time for the count, plus 0.1 * sqrt(4): 0.4 in all, a slowdown of
+    # 1/0.6. When b ends at 1 ms, a has done 0.6 ms of work; alone it ends at 1.4 ms.
+    # Beside a batch of 1 instead: 0.3 -> slowdown 1/0.7, 0.7 ms done by 1 ms, end at 1.3 ms.
+    specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=(0.25,), share_by_size=(0.1,)),
+             S.ModelSpec.constant("b", 1.0, max_batch=4)]
+    pol = S.Policy(streams=2, batching=S.Batching(4, 0.0))
+    four = _workload([(0.0, "a")] + [(0.0, "b")] * 4)
+    assert _batches(S.simulate(specs, four, pol, engine=engine)) == [("a", 0.0, 1.4), ("b", 0.0, 1.0)]
+    one = _workload([(0.0, "a"), (0.0, "b")])
+    assert _batches(S.simulate(specs, one, pol, engine=engine)) == [("a", 0.0, 1.3), ("b", 0.0, 1.0)]
+    assert specs[0].shared_slowdown(1, [4]) == pytest.approx(1 / 0.6)
+    # beside two: the count's step extends (1 + 0.5), 1/3 standing still, plus 0.1 * (1 + 1)
+    assert specs[0].shared_slowdown(2, [1, 1]) == pytest.approx(1 / (1 - (1 / 3 + 0.2)))
+    assert specs[0].shared_slowdown(1, []) == pytest.approx(1.25)
+    assert specs[0].by_size(3) == 0.1 and specs[1].by_size(1) == 0.0
+
+
+@pytest.mark.parametrize("order,streams,seed", [("fifo", 2, 1), ("priority", 3, 2)])
+def test_fast_and_general_agree_with_sharing_by_size(order, streams, seed):
+    specs = [S.ModelSpec.linear("det", 1.0, 0.1, 8, service_cv=0.1, switch_ms=0.05, launch_ms=0.05,
+                                host_ms=0.15, share_slowdown=(0.3, 0.5), share_by_size=(0.03, 0.035)),
+             S.ModelSpec.linear("cls", 0.4, 0.03, 8, service_cv=0.05, launch_ms=0.04, host_ms=0.12,
+                                share_slowdown=(0.25, 0.4), share_by_size=(0.05, 0.05)),
+             S.ModelSpec.linear("seg", 1.5, 0.2, 8, switch_ms=0.02, launch_ms=0.06, host_ms=0.1,
+                                share_by_size=(0.5,))]  # extreme: hits the 0.9 cap
+    wl = S.make_workload([S.Poisson("det", 1500, slo_ms=30), S.Bursty("cls", 9000, 0.05, 0.2,
+                                                                       slo_ms=10, priority=1),
+                          S.Poisson("seg", 500, slo_ms=40, priority=2)], 3, seed=seed)
+    pol = S.Policy(order=order, streams=streams, batching=S.Batching(8, 1.0))
+    a = S.simulate(specs, wl, pol, seed=seed, engine="general")
+    b = S.simulate(specs, wl, pol, seed=seed, engine="fast")
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.batches, b.batches, check_exact=True)
+    plain = S.simulate([s.with_(share_by_size=()) for s in specs], wl, pol, seed=seed)
+    # the size term only adds to the sharing: requests wait longer
+    assert a.requests["latency_ms"].mean() > plain.requests["latency_ms"].mean()

@@ -69,6 +69,25 @@ def _int2(v: Any, name: str, op: str, allowed: tuple[int, ...] | None = None) ->
     return iv
 
 
+
+def _geometry(op: str, xi: Any, wi: Any, filt: tuple[int, int], stride: Any, padding: Any,
+              activation: str | None) -> tuple[int, int, int, int]:
+    """The checks both convolutions share: activation, stride, padding, the filter fitting the
+    input, and x and w on one device. Returns ``stride, padding, OH, OW``."""
+    if activation not in _ACT:
+        raise KernelArgumentError(f"{op}: activation must be one of {[a for a in _ACT if a]}, got {activation!r}")
+    st = _int2(stride, "stride", op, (1, 2))
+    pad = _int2(padding, "padding", op)
+    (r, s), (h, wd) = filt, xi.shape[1:3]
+    oh, ow = (h + 2 * pad - r) // st + 1, (wd + 2 * pad - s) // st + 1
+    if oh < 1 or ow < 1:
+        raise KernelArgumentError(f"{op}: the {r}x{s} filter does not fit x {xi.where()} with padding {pad}")
+    for i in (xi, wi):
+        if i.device < 0 or i.kind != xi.kind or i.device != xi.device:
+            raise KernelArgumentError(f"{op}: x and w must be the same kind of array on one CUDA device; "
+                                      f"x is {xi.where()}, w is {wi.where()}")
+    return st, pad, oh, ow
+
 def _param(p: Any, name: str, shape: tuple[int, ...], xi: runtime.ArrayInfo, op: str) -> runtime.ArrayInfo | None:
     if p is None:
         return None
@@ -113,17 +132,7 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     if c % 8 or k % 8:
         raise KernelArgumentError(f"{op}: input and output channels must be multiples of 8 (16-byte chunks); "
                                   f"x is {xi.where()}, w is {wi.where()}")
-    if activation not in _ACT:
-        raise KernelArgumentError(f"{op}: activation must be one of {[a for a in _ACT if a]}, got {activation!r}")
-    st = _int2(stride, "stride", op, (1, 2))
-    pad = _int2(padding, "padding", op)
-    oh, ow = (h + 2 * pad - r) // st + 1, (wd + 2 * pad - s) // st + 1
-    if oh < 1 or ow < 1:
-        raise KernelArgumentError(f"{op}: the {r}x{s} filter does not fit x {xi.where()} with padding {pad}")
-    for i in (xi, wi):
-        if i.device < 0 or i.kind != xi.kind or i.device != xi.device:
-            raise KernelArgumentError(f"{op}: x and w must be the same kind of array on one CUDA device; "
-                                      f"x is {xi.where()}, w is {wi.where()}")
+    st, pad, oh, ow = _geometry(op, xi, wi, (r, s), stride, padding, activation)
     bi = _param(bias, "bias", (k,), xi, op)
     ri = _param(residual, "residual", (n, oh, ow, k), xi, op)
     xi = runtime.contiguous(xi)
@@ -164,21 +173,15 @@ def depthwise_conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding:
     if tuple(wi.shape) != (c, 1, 3, 3) or wi.dtype != xi.dtype:
         raise KernelArgumentError(f"{op}: w must be {xi.dtype}[{c}, 1, 3, 3] (one 3x3 filter per channel of x); "
                                   f"w is {wi.where()}, x is {xi.where()}")
-    if activation not in _ACT:
-        raise KernelArgumentError(f"{op}: activation must be one of {[a for a in _ACT if a]}, got {activation!r}")
-    st = _int2(stride, "stride", op, (1, 2))
-    pad = _int2(padding, "padding", op)
-    oh, ow = (h + 2 * pad - 3) // st + 1, (wd + 2 * pad - 3) // st + 1
-    if oh < 1 or ow < 1:
-        raise KernelArgumentError(f"{op}: the 3x3 filter does not fit x {xi.where()} with padding {pad}")
-    for i in (xi, wi):
-        if i.device < 0 or i.kind != xi.kind or i.device != xi.device:
-            raise KernelArgumentError(f"{op}: x and w must be the same kind of array on one CUDA device; "
-                                      f"x is {xi.where()}, w is {wi.where()}")
+    st, pad, oh, ow = _geometry(op, xi, wi, (3, 3), stride, padding, activation)
     bi = _param(bias, "bias", (c,), xi, op)
     xi = runtime.contiguous(xi)
-    wp = w.reshape(c, 9).t().contiguous() if wi.kind == "torch" else __import__("cupy").ascontiguousarray(
-        w.reshape(c, 9).T)
+    if wi.kind == "torch":
+        wp = w.reshape(c, 9).t().contiguous()
+    else:
+        import cupy
+
+        wp = cupy.ascontiguousarray(w.reshape(c, 9).T)
     wpi = runtime.inspect_array(wp, "w")
     y = runtime.empty_like_kind(xi, (n, oh, ow, c), xi.dtype)
     total = n * oh * ow * c

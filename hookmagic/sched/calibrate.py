@@ -4,7 +4,9 @@ The simulator's model of one batch (:mod:`.simulator`): the driver decides, spen
 before the batch starts on the GPU and ``host_ms`` before its one host thread can launch
 another; the GPU part takes ``latency_ms`` at that size (plus ``switch_ms`` after another
 model), and while ``k`` other streams' GPU parts run it progresses at ``1 / (1 + a_k)`` of its
-speed (``share_slowdown = (a_1, a_2)``). This module measures exactly those numbers on runs of
+speed (``share_slowdown = (a_1, a_2)``), slower still the bigger those other batches are
+(``share_by_size = (e_1, e_2)``: the share of time it stands still grows by ``e_k`` times the
+sum of the square roots of their sizes). This module measures exactly those numbers on runs of
 its own and fits them — never on the workloads later compared:
 
 1. :func:`calibration_workloads` — the runs: per model one stream with no batching delay at a
@@ -28,7 +30,7 @@ from .models import ModelSpec
 from .policies import Batching, Policy
 from .workloads import Poisson, Workload, make_workload
 
-__all__ = ["after_previous", "overlap_by_count", "calibration_workloads", "run_calibration",
+__all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -59,24 +61,38 @@ def after_previous(res: Any) -> pd.DataFrame:
 def overlap_by_count(batches: pd.DataFrame, most: int = 2) -> np.ndarray:
     """Per batch (in ``batches``' order): seconds it ran beside exactly ``k`` other batches,
     ``k = 1..most`` (more than ``most`` others count as ``most``); shape ``(n, most)``."""
+    return overlap_and_weight(batches, most)[0]
+
+
+def overlap_and_weight(batches: pd.DataFrame, most: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch (in ``batches``' order), for ``k = 1..most`` other batches running beside it
+    (more than ``most`` count as ``most``): the seconds it ran so, and the integral over that
+    time of the other batches' weight, the square root of their size (``share_by_size``);
+    two arrays ``(n, most)``."""
     start = batches["start_s"].to_numpy(dtype=float)
     end = batches["end_s"].to_numpy(dtype=float)
+    size = (np.sqrt(batches["size"].to_numpy(dtype=float)) if "size" in batches.columns
+            else np.ones(len(start)))
     events = sorted([(t, 1, i) for i, t in enumerate(start)]
                     + [(t, -1, i) for i, t in enumerate(end)])
     running: set[int] = set()
     last = None
     ov = np.zeros((len(start), most + 1))
+    items = np.zeros((len(start), most + 1))
     for t, kind, i in events:
         if last is not None and len(running) > 1:
             k = min(len(running) - 1, most)
+            dt = t - last
+            total = sum(size[j] for j in running)
             for j in running:
-                ov[j, k] += t - last
+                ov[j, k] += dt
+                items[j, k] += dt * (total - size[j])
         last = t
         if kind == 1:
             running.add(i)
         else:
             running.discard(i)
-    return ov[:, 1:]
+    return ov[:, 1:], items[:, 1:]
 
 
 def _mixed_rate(spec: ModelSpec, load: float) -> float:
@@ -127,7 +143,8 @@ def run_calibration(engines: Mapping[str, Any], idle: Mapping[str, ModelSpec], m
     return out
 
 
-def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) -> dict[str, dict]:
+def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
+        by_size: bool = True) -> dict[str, dict]:
     """Fit the simulator's per-model parameters on the calibration runs (nothing else).
 
     Per model, from ``alone:<model>`` (all but the stream's first, cold, batch): ``service_ms``
@@ -143,6 +160,9 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
     :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
     [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
     run of the simulator is fitted back to its parameters.
+
+    ``by_size=False``: sharing by the number of others only (no ``share_by_size``), as
+    fitted before 2026-11-26 02:00 UTC.
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
     "share_slowdown": [a1, a2], ...counts}}``.
@@ -187,25 +207,30 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) 
         out[name]["same_model_extra_ms"] = base
 
     shared = fit_sharing([res for key, res in runs.items() if key.startswith("share")],
-                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle})
+                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle}, by_size)
     for name in idle:
         out[name].update(shared[name])
     return out
 
 
-def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any]) -> dict[str, dict]:
+def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
+                by_size: bool = True) -> dict[str, dict]:
     """Sharing slowdowns per model from any runs with several streams (calibration runs, or a
     real run of your own traffic, to refine a spec).
 
     ``costs``: per model ``(service_ms by size 1.., switch_ms)`` or a :class:`ModelSpec`
     (its ``latency`` and ``switch_ms``). Per batch, its GPU time beyond service and switch
     cost is regressed without intercept on the time it ran beside exactly one and exactly two
-    other batches: ``extra = ov1 c1 + ov2 c2``, ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
-    [0, 0.9]; ``a`` non-decreasing; a model never seen beside two others gets ``a2 = a1``).
-    Batches whose launch call held the host over :data:`STALL_S` are left out (they took longer
-    for that, not for sharing) but still count as neighbours. Returns
-    ``{model: {"share_slowdown": [a1, a2], "overlap_ms": [ov1, ov2]}}`` (empty lists where a
-    model never ran beside another).
+    other batches and (``by_size``) on the integral of those others' weight, the square root of
+    their size (:func:`overlap_and_weight`): ``extra = ov1 c1 + ov2 c2 + w1 e1 + w2 e2``, the
+    simulator's own model (``ModelSpec.share_by_size``); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
+    [0, 0.9]; ``a`` non-decreasing; a model never seen beside two others gets ``a2 = a1``,
+    ``e2 = e1``; a negative ``e_k``, or sizes that never vary so that ``w_k`` is a multiple of
+    ``ov_k``, leave the size term out). Batches whose launch call held the host over
+    :data:`STALL_S` are left out (they took longer for that, not for sharing) but still count
+    as neighbours. Returns ``{model: {"share_slowdown": [a1, a2], "share_by_size": [e1, e2]
+    (or [] when left out), "overlap_ms": [ov1, ov2]}}`` (empty lists where a model never ran
+    beside another).
     """
     def cost(m: str, size: int, switched: bool) -> float:
         c = costs[m]
@@ -220,29 +245,50 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any]) -> dict[str, d
         # a stream's first batch pays the switch too, as in the simulator
         base = np.array([cost(m, int(z), p != m) for m, z, p in zip(b["model"], b["size"], b["prev"])])
         y = 1e3 * b["dur"].to_numpy() - base
-        x = 1e3 * overlap_by_count(b, 2)  # over every batch, stalled or not
+        ov, it = overlap_and_weight(b, 2)  # over every batch, stalled or not
+        x = 1e3 * np.hstack([ov, it])
         keep = ((b["dispatch_s"] - b["start_s"]).to_numpy() <= STALL_S
                 if "dispatch_s" in b.columns else np.ones(len(b), dtype=bool))
         ys.append(y[keep])
         xs.append(x[keep])
         ms.append(b["model"].to_numpy()[keep])
-    out = {name: {"share_slowdown": [], "overlap_ms": [0.0, 0.0]} for name in costs}
+    out = {name: {"share_slowdown": [], "share_by_size": [], "overlap_ms": [0.0, 0.0]}
+           for name in costs}
     if not xs:
         return out
     x, y, mm = np.concatenate(xs), np.concatenate(ys), np.concatenate(ms)
     for name in costs:
         sel = mm == name
-        keep = x[sel].sum(axis=0) > 0
-        if not keep.any():
+        xm, ym = x[sel], y[sel]
+        seen = xm[:, :2].sum(axis=0) > 0
+        if not seen.any():
             continue
-        c = np.zeros(2)
-        c[keep] = np.linalg.lstsq(x[sel][:, keep], y[sel], rcond=None)[0]
-        if not keep.all():  # never seen beside two: as beside one
-            c[~keep] = c[keep][-1]
+        cols = [k for k in range(2) if seen[k]]
+        coef = np.zeros(4)
+        if by_size:
+            cols += [2 + k for k in range(2) if seen[k]]
+        while True:
+            xa = xm[:, cols]
+            norm = np.linalg.norm(xa, axis=0)
+            if len(cols) > len([k for k in cols if k < 2]) and (
+                    np.linalg.matrix_rank(xa / np.where(norm > 0, norm, 1.0), tol=1e-9) < len(cols)):
+                cols = [k for k in cols if k < 2]  # sizes never vary: the count alone
+                continue
+            coef[:] = 0.0
+            coef[cols] = np.linalg.lstsq(xa, ym, rcond=None)[0]
+            neg = [k for k in cols if k >= 2 and coef[k] < 0]
+            if not neg:
+                break
+            cols = [k for k in cols if k not in neg]
+        c, e = coef[:2], np.where(coef[2:] > 1e-9, coef[2:], 0.0)  # round-off is no term
+        if not seen.all():  # never seen beside two: as beside one
+            c[~seen] = c[seen][-1]
+            e[~seen] = e[seen][-1]
         c = np.clip(c, 0.0, 0.9)  # 0.9: a tenfold slowdown; beyond it the fit is noise
         a = np.maximum.accumulate(c / (1.0 - c))  # more sharers never help
         out[name] = {"share_slowdown": [float(v) for v in a],
-                     "overlap_ms": [float(v) for v in x[sel].sum(axis=0)]}
+                     "share_by_size": [float(v) for v in e] if (e > 0).any() else [],
+                     "overlap_ms": [float(v) for v in xm[:, :2].sum(axis=0)]}
     return out
 
 
@@ -256,7 +302,8 @@ def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec]) ->
                                 latency_ms=tuple(c["service_ms"]), service_cv=c["service_cv"],
                                 launch_ms=c["launch_ms"], host_ms=c["host_ms"],
                                 switch_ms=c["switch_ms"],
-                                share_slowdown=tuple(c["share_slowdown"])))
+                                share_slowdown=tuple(c["share_slowdown"]),
+                                share_by_size=tuple(c.get("share_by_size", ()))))
     return specs
 
 

@@ -3,7 +3,8 @@
 Handles fifo and strict-priority order across models, dynamic batching per model (max batch,
 max queue delay from the oldest request, preferred sizes), model-switch, launch and host times
 (``ModelSpec.switch_ms``, ``launch_ms``, ``host_ms``) and any number of plain streams, sharing
-the GPU with the general engine's slowdown model (``ModelSpec.share_slowdown``). It
+the GPU with the general engine's slowdown model (``ModelSpec.share_slowdown`` and
+``share_by_size``). It
 follows the decision epochs of :mod:`.simulator` step for step, so on the same workload and seed
 it yields the same per-request results as the general engine (the tests hold them to that).
 
@@ -12,12 +13,13 @@ queue is a window ``[head, tail)`` into that queue's precomputed id list.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numba
 import numpy as np
 
-from .models import ModelSpec
+from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 
 __all__ = ["supports", "run_fast"]
@@ -36,7 +38,8 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 
 @numba.njit(cache=True, nogil=True)
 def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
-            preferred, n_pref, n_levels, stream_order, order_code, slow, sharing):
+            preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, by_size, sized,
+            max_share):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -67,6 +70,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
     s_launch = np.zeros(S, np.bool_)
     s_rec = np.zeros(S, np.int64)
     s_model = np.zeros(S, np.int64)
+    s_size = np.zeros(S)  # sqrt of the requests in each stream's running batch (share_by_size)
     while True:
         t_done = inf
         for s in range(S):
@@ -207,6 +211,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                 b_start[nb] = start
                 b_end[nb] = start + dur
                 b_size[nb] = best_size
+                s_size[s] = math.sqrt(best_size)
                 nb += 1
                 busy[s] = True
                 s_end[s] = end
@@ -221,12 +226,22 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                     break
         if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
             others = -1
+            weight = 0.0
             for s in range(S):
                 if busy[s] and not s_launch[s]:
                     others += 1
+                    weight += s_size[s]
             for s in range(S):
                 if busy[s] and not s_launch[s]:
-                    s_slow[s] = slow[s_model[s], others]
+                    sl = slow[s_model[s], others]
+                    if sized and others > 0:
+                        e = by_size[s_model[s], others]
+                        if e > 0.0:  # as ModelSpec.shared_slowdown
+                            c = 1.0 - 1.0 / sl + e * (weight - s_size[s])
+                            if c > max_share:
+                                c = max_share
+                            sl = 1.0 / (1.0 - c)
+                    s_slow[s] = sl
                     s_end[s] = t + s_work[s] * s_slow[s]
                     b_end[s_rec[s]] = s_end[s]
     return b_model[:nb], b_stream[:nb], b_start[:nb], b_end[:nb], b_size[:nb], served[:ns]
@@ -266,10 +281,14 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
     S = len(streams)
     slow = np.array([[sp.slowdown(k, interference) for k in range(max(1, S))] for sp in specs],
                     dtype=float).reshape(M, max(1, S))
-    sharing = bool(S > 1 and (slow > 1.0).any())
+    by_size = np.array([[sp.by_size(k) for k in range(max(1, S))] for sp in specs],
+                       dtype=float).reshape(M, max(1, S))
+    sized = bool(S > 1 and (by_size > 0.0).any())
+    sharing = sized or bool(S > 1 and (slow > 1.0).any())
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
                   np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
-                  preferred, n_pref, L, stream_order, order_code, slow, sharing)
+                  preferred, n_pref, L, stream_order, order_code, slow, sharing, by_size, sized,
+                  MAX_SHARE)
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
     drop_s = np.full(n, np.nan)

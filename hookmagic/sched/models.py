@@ -8,8 +8,9 @@ hookmagic ``Trace`` (:meth:`ModelSpec.from_trace`) or from a ``LayerProfile``
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -58,6 +59,18 @@ class ModelSpec:
         its decision (launching a CUDA graph, recording events), milliseconds; at least
         ``launch_ms``. No stream is offered a batch until the host is free again, so with
         several streams a freed stream may wait for another stream's launch. 0: never waits.
+    share_by_size : how much more the sharing costs the bigger the other streams' running
+        batches are, ``(e1, e2, ...)`` for one, two, ... other streams (the last continuing
+        beyond). With ``k`` others running batches of ``b_j`` requests, the share of time this
+        model does not progress is ``c = (1 - 1 / slowdown(k)) + e_k * sum_j sqrt(b_j)`` (at
+        most 0.9), its slowdown ``1 / (1 - c)``: a batch beside a batch of 8 is slowed more than
+        beside a batch of 1. ``()``: the slowdown depends on the number of others only. On an
+        H100 (2026-11-26), with the count alone the fitted model was 2.8-3.8 % too fast in
+        heavily loaded three-stream calibration runs and 3.8-6.5 % too slow in lightly loaded
+        ones; with the others' sizes, within 1 % in both. The square root (sharing grows less
+        than in proportion to the neighbours' requests) fitted those runs as well as a linear
+        term and without its growing error beside the largest batches
+        (``hookmagic.sched.calibrate.fit_sharing``; ``benchmarks/results/sched_fidelity.md``).
 
     Latency for a size that was not measured is interpolated linearly between neighbours and
     extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
@@ -75,6 +88,7 @@ class ModelSpec:
     share_slowdown: float | tuple[float, ...] = ()
     launch_ms: float = 0.0
     host_ms: float = 0.0
+    share_by_size: float | tuple[float, ...] = ()
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -108,7 +122,11 @@ class ModelSpec:
         object.__setattr__(self, "max_batch", max_batch if max_batch > 0 else sizes[-1])
         share = self.share_slowdown
         share = tuple(float(x) for x in (share if isinstance(share, (tuple, list)) else (share,)))
+        by_size = self.share_by_size
+        by_size = tuple(float(x) for x in (by_size if isinstance(by_size, (tuple, list))
+                                            else (by_size,)))
         for what, values in (("switch_ms", (float(self.switch_ms),)), ("share_slowdown", share),
+                             ("share_by_size", by_size),
                              ("launch_ms", (float(self.launch_ms),)),
                              ("host_ms", (float(self.host_ms),))):
             if any(not np.isfinite(v) or v < 0 for v in values):
@@ -118,6 +136,7 @@ class ModelSpec:
         object.__setattr__(self, "launch_ms", float(self.launch_ms))
         object.__setattr__(self, "host_ms", float(self.host_ms))
         object.__setattr__(self, "share_slowdown", share if any(share) else ())
+        object.__setattr__(self, "share_by_size", by_size if any(by_size) else ())
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -233,6 +252,22 @@ class ModelSpec:
         step = a[-1] - a[-2] if len(a) >= 2 else a[-1]
         return 1.0 + a[-1] + step * (others - len(a))
 
+    def by_size(self, others: int) -> float:
+        """``share_by_size`` with ``others`` other streams computing (0 if none is set)."""
+        e = self.share_by_size
+        if others <= 0 or not e:
+            return 0.0
+        return e[min(others, len(e)) - 1]
+
+    def shared_slowdown(self, others: int, sizes: Sequence[int] = (), default: float = 0.0) -> float:
+        """The slowdown beside ``others`` other computing batches of ``sizes`` requests (see
+        ``share_by_size``); :meth:`slowdown` where no ``share_by_size`` is set."""
+        base = self.slowdown(others, default)
+        e = self.by_size(others)
+        if e <= 0.0:
+            return base
+        return _shared(base, e, sum(math.sqrt(b) for b in sizes))
+
     def throughput(self, batch_size: int) -> float:
         """Items per second one stream sustains at ``batch_size``."""
         return batch_size / (self.latency(batch_size) / 1e3)
@@ -246,6 +281,19 @@ class ModelSpec:
         return pd.DataFrame({"model": self.name, "precision": self.precision,
                              "batch_size": list(self.batch_sizes),
                              "latency_ms": list(self.latency_ms)})
+
+
+#: the largest share of time a shared batch may stand still (a tenfold slowdown)
+MAX_SHARE = 0.9
+
+
+def _shared(base: float, e: float, weight: float) -> float:
+    """Slowdown from the count-only slowdown ``base``, ``e`` and the others' ``weight``
+    (sum of the square roots of their sizes); the engines compute exactly this."""
+    c = 1.0 - 1.0 / base + e * weight
+    if c > MAX_SHARE:
+        c = MAX_SHARE
+    return 1.0 / (1.0 - c)
 
 
 def specs_from_sweep(table: pd.DataFrame, names: Iterable[str] | None = None,

@@ -19,13 +19,15 @@ driver's host time to notice, choose and launch), keeping its stream meanwhile.
 
 Streams share one GPU: while ``k`` other streams compute, a batch of model ``m`` progresses at
 ``1 / slowdown_m(k)`` of its own speed (``ModelSpec.share_slowdown``; specs without one use
-``1 + interference * k``). Its end moves whenever another batch starts
+``1 + interference * k``), or more the bigger those others' batches (``share_by_size``:
+see :meth:`ModelSpec.shared_slowdown`). Its end moves whenever another batch starts
 or ends, so the slowdown follows how long batches really overlap, not only what ran when it
 started. Only GPU work shares: a batch still in its launch neither slows the others nor is
 slowed. With every ``f_m`` zero, streams are independent servers.
 """
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_right
 from typing import Literal, Mapping, Sequence
@@ -36,7 +38,7 @@ from hookmagic.common import checks
 from hookmagic.common.errors import InvalidArgument
 
 from .dispatcher import Dispatcher
-from .models import ModelSpec
+from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 from .result import SimResult, assemble
 from .workloads import Workload, make_workload
@@ -173,8 +175,11 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     streams = policy.streams
     S = len(streams)
     slow_by_model = share_slowdowns(specs, S, interference)
+    by_size = [[spec.by_size(k) for k in range(max(1, S))] for spec in specs]
+    sized = S > 1 and any(e > 0.0 for row in by_size for e in row)  # share_by_size in use
     # Overlap-aware sharing only where it can matter: several streams and some slowdown.
-    sharing = any(x > 1.0 for row in slow_by_model for x in row)
+    sharing = sized or any(x > 1.0 for row in slow_by_model for x in row)
+    s_size = [0.0] * S  # sqrt of the requests in each stream's running batch (share_by_size)
     s_work = [0.0] * S  # alone-seconds of GPU work left as of s_mark (sharing only)
     s_mark = [0.0] * S
     s_slow = [1.0] * S
@@ -270,6 +275,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                     changed = True
                 record([m, s, start, start + dur, size])
                 extend(ids)
+                s_size[s] = math.sqrt(size)
                 s_end[s] = end
                 s_model[s] = m
                 s_start[s] = start
@@ -283,12 +289,20 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                     break
         if sharing and changed:  # who computes beside whom changed: new slowdowns and ends
             others = -1
+            weight = 0.0
             for s in range(S):
                 if s_end[s] != _INF and not s_launch[s]:
                     others += 1
+                    weight += s_size[s]
             for s in range(S):
                 if s_end[s] != _INF and not s_launch[s]:
-                    s_slow[s] = slow_by_model[s_model[s]][others]
+                    slow = slow_by_model[s_model[s]][others]
+                    if sized and others > 0:
+                        e = by_size[s_model[s]][others]
+                        if e > 0.0:  # as ModelSpec.shared_slowdown
+                            c = 1.0 - 1.0 / slow + e * (weight - s_size[s])
+                            slow = 1.0 / (1.0 - (c if c < MAX_SHARE else MAX_SHARE))
+                    s_slow[s] = slow
                     s_end[s] = t + s_work[s] * s_slow[s]
                     records[s_rec[s]][3] = s_end[s]
     rec = np.array(records, dtype=float).reshape(-1, 5)
