@@ -7,7 +7,6 @@ cuda-core (:mod:`cuda.core`), which shares the device's primary context with tor
 """
 from __future__ import annotations
 
-import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -33,15 +32,13 @@ class ArrayInfo:
     ptr: int
     obj: Any
 
-    @functools.cached_property
+    @property
     def contiguous(self) -> bool:
-        """Row-major without gaps (strides of size-1 dimensions do not matter); computed once."""
-        s = 1
-        for n, st in zip(reversed(self.shape), reversed(self.strides)):
-            if n > 1 and st != s:
-                return False
+        expected, s = [], 1
+        for n in reversed(self.shape):
+            expected.append(s)
             s *= n
-        return True
+        return all(st == e for st, e, n in zip(self.strides, reversed(expected), self.shape) if n > 1)
 
     def where(self) -> str:
         return f"{self.kind} {self.dtype}{list(self.shape)} on " + ("cpu" if self.device < 0 else f"cuda:{self.device}")
