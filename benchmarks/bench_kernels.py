@@ -42,15 +42,29 @@ def _plan(shapes: str = "", cases: str = "") -> list:
     """PLAN, restricted to the shape labels in ``shapes`` and the ``kind:variant`` pairs in
     ``cases`` (comma-separated; empty: all)."""
     want_shapes = {x.strip() for x in shapes.split(",") if x.strip()}
-    want_cases = {tuple(x.strip().split(":", 1)) for x in cases.split(",") if x.strip()}
+    want_cases = [tuple(x.strip().split(":", 1)) for x in cases.split(",") if x.strip()]
     plan = []
     for label, shape, cs in PLAN:
         if want_shapes and label not in want_shapes:
             continue
-        cs = [c for c in cs if not want_cases or c in want_cases]
+        cs = want_cases or cs       # named cases run as given (e.g. "f16:wgmma@persistent", a schedule)
         if cs:
             plan.append((label, shape, cs))
     return plan
+
+
+def _tensor_core(a, b, variant: str):
+    """``hk.gemm(a, b, variant=...)``; ``"wgmma@persistent"`` picks a schedule of the wgmma kernel."""
+    import hookmagic.kernels as hk
+    if "@" not in variant:
+        return hk.gemm(a, b, variant=variant)
+    from hookmagic.kernels import gemm_wgmma
+    variant, schedule = variant.split("@", 1)
+    old, gemm_wgmma.SCHEDULE = gemm_wgmma.SCHEDULE, schedule
+    try:
+        return hk.gemm(a, b, variant=variant)
+    finally:
+        gemm_wgmma.SCHEDULE = old
 REFERENCE = {"sgemm": "cuBLAS FP32 (torch.matmul, TF32 off)", "f16": "cuBLAS FP16 (torch.matmul)",
              "bf16": "cuBLAS BF16 (torch.matmul)", "int8": "cuBLAS INT8 (torch._int_mm)"}
 
@@ -73,6 +87,54 @@ def _time(fn, budget_s: float = 0.1, min_reps: int = 3, max_reps: int = 50) -> f
     return times[len(times) // 2]
 
 
+def _time_device(fn, reps: int = 15) -> float:
+    """Median device seconds of one call of ``fn`` from a cold L2, with the host's launch cost
+    hidden: a sleep kernel holds the stream while ``reps`` rounds of (read a 256 MiB buffer:
+    evicts the L2 with clean lines; event; call; event) are queued behind it, so each event pair
+    times one call's kernels alone (what a bandwidth figure needs: ``_time`` includes the host's
+    time to launch one call, which for a 20 µs kernel can be most of what it measures; back-to-back
+    calls on the same buffers would be served partly from the 50 MB L2). The host's time per call
+    is kept in ``_HOST['last']``."""
+    import time
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    flush = _FLUSH.get("buf")
+    if flush is None:
+        flush = _FLUSH["buf"] = torch.empty(256 * 2 ** 20 // 4, dtype=torch.float32, device="cuda").fill_(1.0)
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    per_call = (time.perf_counter() - t0) / 3
+    cycles = int(min(0.2, 2.0 * (per_call + 50e-6) * reps + 2e-3) * 2.0e9)   # >= the queueing time at <= 2 GHz
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    hosts = []
+    torch.cuda._sleep(cycles)
+    for i in range(reps):
+        flush.amax()
+        starts[i].record()
+        h0 = time.perf_counter()
+        fn()
+        hosts.append(time.perf_counter() - h0)   # the stream is held: pure host cost of the call
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends))
+    hosts.sort()
+    _HOST["last"] = hosts[len(hosts) // 2]
+    return times[len(times) // 2]
+
+
+_FLUSH: dict = {}
+
+
+#: host seconds per call (Python + launch) of the last ``_time_device`` measurement
+_HOST: dict[str, float | None] = {"last": None}
+
+
 def _int_mm_reference(a, b):
     """torch._int_mm on (a, b), or on a row-major copy of b if this torch wants that; None if neither runs."""
     import torch
@@ -85,8 +147,11 @@ def _int_mm_reference(a, b):
     return None
 
 
-def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), shapes: str = "", cases: str = "") -> None:
+def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), shapes: str = "", cases: str = "",
+           timer: str = "call") -> None:
     import torch
+
+    mem_timer = _time_device if timer == "device" else _time
 
     import hookmagic.kernels as hk
 
@@ -95,7 +160,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     rows = []
     sm90 = torch.cuda.get_device_capability() == (9, 0)
     for label, (m, n, k), cases in (_plan(shapes, cases) if "gemm" in sections else []):
-        cases = [c for c in cases if sm90 or c[1] not in NEEDS_SM90]
+        cases = [c for c in cases if sm90 or c[1].split("@")[0] not in NEEDS_SM90]
         data = {}
         for kind in {c[0] for c in cases}:
             if kind == "int8":
@@ -110,7 +175,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
                 b = torch.randn(k, n, device="cuda", dtype=dtype)
                 ref_fn = lambda a=a, b=b: a @ b                                         # noqa: E731
                 run = ((lambda v, a=a, b=b: hk.sgemm(a, b, variant=v)) if kind == "sgemm"
-                       else (lambda v, a=a, b=b: hk.gemm(a, b, variant=v)))
+                       else (lambda v, a=a, b=b: _tensor_core(a, b, v)))
                 exact = a.double() @ b.double() if kind == "sgemm" else a.float() @ b.float()
             ref_s = _time(ref_fn) if ref_fn else float("nan")
             ref_err = (ref_fn().double() - exact.double()).abs().max().item() if ref_fn else 0.0
@@ -139,15 +204,24 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
         torch.cuda.empty_cache()
     Path(out).write_text(json.dumps(rows))
     try:
-        rows += memory_bound(_time) if "memory" in sections else []
+        if "memory" in sections:
+            memory_bound(mem_timer, rows)
     except Exception as exc:  # keep the GEMM rows
         print("  memory-bound section FAILED:", repr(exc), flush=True)
+    Path(out).write_text(json.dumps(rows))
+    try:   # preprocess, transposes, row reductions (benchmarks/bench_memory_cases.py)
+        if "memory" in sections:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_memory_cases import memory_cases
+            memory_cases(mem_timer, lambda: _HOST["last"] if timer == "device" else None, rows)
+    except Exception as exc:  # keep the other rows
+        print("  memory-bound cases FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
     if "infer" in sections:  # issue 12's inference kernels (benchmarks/bench_infer_cases.py)
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from bench_infer_cases import infer_rows
-            rows += infer_rows(_time)
+            rows += infer_rows(mem_timer if timer == "device" else _time)
         except Exception as exc:  # keep the other rows
             print("  inference section FAILED:", repr(exc), flush=True)
         Path(out).write_text(json.dumps(rows))
@@ -157,15 +231,16 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
 MEMORY_SHAPES = [(4096, 4096), (256, 65536)]
 
 
-def memory_bound(timer) -> list[dict]:
+def memory_bound(timer, rows: list | None = None) -> list[dict]:
     """softmax / LayerNorm / RMSNorm / bias+GELU against torch eager and a device-to-device copy
-    of the same bytes (read + write), FP16 and FP32."""
+    of the same bytes (read + write), FP16 and FP32; appended to ``rows`` as they are measured
+    (what was measured survives a failure later on)."""
     import torch
     F = torch.nn.functional
 
     import hookmagic.kernels as hk
 
-    rows = []
+    rows = [] if rows is None else rows
     for r, c in MEMORY_SHAPES:
         for dtype in (torch.float16, torch.float32):
             x = torch.randn(r, c, device="cuda", dtype=dtype)
@@ -176,7 +251,7 @@ def memory_bound(timer) -> list[dict]:
             nbytes = 2 * x.numel() * x.element_size()
             copy_s = timer(lambda: y.copy_(x))
             rows.append({"shape": label, "kind": "copy", "variant": "torch copy_", "seconds": copy_s,
-                         "bytes": nbytes, "ok": True, "max_err": 0.0})
+                         "bytes": nbytes, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
             cases = {"softmax": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1), 0),
                      "layer_norm": (lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (c,), w, b), 2),
                      "rms_norm": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (c,), w, 1e-6), 1),
@@ -189,9 +264,27 @@ def memory_bound(timer) -> list[dict]:
                 ok = err <= tol
                 opb = nbytes + nparams * c * x.element_size()
                 rows.append({"shape": label, "kind": op, "variant": "torch eager", "seconds": timer(theirs),
-                             "bytes": opb, "ok": True, "max_err": 0.0})
+                             "bytes": opb, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
                 rows.append({"shape": label, "kind": op, "variant": "hookmagic", "seconds": timer(ours) if ok else float("nan"),
-                             "bytes": opb, "ok": bool(ok), "max_err": err})
+                             "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"] if ok else None})
+                extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
+                if extra and c > 16384 and op != "bias_gelu":
+                    extra.append(("hookmagic one 1024-thread block/SM", "reg"))
+                if extra and c <= 16384 and op != "bias_gelu":
+                    extra.append(("hookmagic 8 vectors a thread", "k8"))
+                for variant, impl in extra:   # the other designs, same process
+                    rw = sys.modules["hookmagic.kernels.rowwise"]
+                    rw.IMPL = impl
+                    try:
+                        errm = (ours().float() - t.float()).abs().max().item()
+                        okm = errm <= tol
+                        rows.append({"shape": label, "kind": op, "variant": variant,
+                                     "seconds": timer(ours) if okm else float("nan"), "bytes": opb, "ok": bool(okm),
+                                     "max_err": errm, "host_s": _HOST["last"] if okm else None})
+                    except Exception as exc:   # report, keep measuring
+                        print(f"  {label} {op} {variant} FAILED: {exc!r}", flush=True)
+                    finally:
+                        rw.IMPL = "auto"
                 print(f"  {label:18s} {op:10s} ok={ok}", flush=True)
             del x, w, b, y
             torch.cuda.empty_cache()
@@ -219,14 +312,18 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--worker", metavar="JSON")
+    ap.add_argument("--timer", choices=("call", "device"), default="call",
+                    help="memory-bound and infer sections: 'call' (events around one call, host launch cost "
+                         "included) or 'device' (calls queued behind a sleep kernel: kernel time only)")
     ap.add_argument("--sections", default="gemm,memory,infer",
                     help="comma-separated: gemm (vs cuBLAS), memory (row-wise kernels), infer (issue 12's kernels)")
     ap.add_argument("--shapes", default="", help="gemm section: only these shape labels, e.g. '4096,8192'")
-    ap.add_argument("--cases", default="", help="gemm section: only these kind:variant pairs, e.g. 'f16:wgmma,f16:mma'")
+    ap.add_argument("--cases", default="", help="gemm section: only these kind:variant pairs, e.g. "
+                    "'f16:wgmma,f16:mma,f16:wgmma@persistent' (variant@schedule: a wgmma schedule)")
     args = ap.parse_args()
     sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
     if args.worker:
-        worker(args.worker, sections, args.shapes, args.cases)
+        worker(args.worker, sections, args.shapes, args.cases, args.timer)
         return
     import pandas as pd
 
@@ -234,11 +331,13 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     frames = []
     machine = _machine()
+    machine["timer"] = args.timer
     for i in range(args.processes):
         path = out / f"kernels_run{i}.json"
         print(f"process {i + 1}/{args.processes}", flush=True)
         subprocess.run([sys.executable, __file__, "--worker", str(path), "--sections", ",".join(sections),
-                        "--shapes", args.shapes, "--cases", args.cases], check=True, env=os.environ.copy())
+                        "--shapes", args.shapes, "--cases", args.cases, "--timer", args.timer], check=True,
+                       env=os.environ.copy())
         f = pd.DataFrame(json.loads(path.read_text()))
         f["run"] = i
         frames.append(f)
@@ -265,6 +364,9 @@ def summarise(frames, machine: dict, out: Path) -> None:
         return
     mem = raw[raw["bytes"].notna()].copy() if "bytes" in raw else raw.iloc[0:0]
     raw = raw[raw["bytes"].isna()].copy() if "bytes" in raw else raw
+    for col in ("m", "n", "k"):   # --sections memory alone: no GEMM rows
+        if col not in raw:
+            raw[col] = pd.Series(dtype=float)
     raw["rate"] = 2 * raw.m * raw.n * raw.k / raw.seconds / 1e12
     ref = raw[raw.variant == "cuBLAS"][["run", "shape", "kind", "rate"]].rename(columns={"rate": "ref_rate"})
     raw = raw.merge(ref, on=["run", "shape", "kind"])
@@ -300,17 +402,29 @@ def summarise(frames, machine: dict, out: Path) -> None:
         mem = mem.merge(te, on=["run", "shape", "kind"], how="left")
         mem["of_copy"] = mem["gbps"] / mem["copy_gbps"]
         mem["vs_torch"] = mem["torch_s"] / mem["seconds"]
+        mem["host_us"] = (mem["host_s"] if "host_s" in mem else pd.Series(float("nan"), index=mem.index)) * 1e6
+        mem["dev_us"] = mem["seconds"] * 1e6
         mt = mem.groupby(["shape", "kind", "variant"], sort=False).agg(
             gbps_min=("gbps", "min"), gbps_max=("gbps", "max"), copy_min=("of_copy", "min"), copy_max=("of_copy", "max"),
-            vt_min=("vs_torch", "min"), vt_max=("vs_torch", "max"), ok=("ok", "all"), max_err=("max_err", "max")).reset_index()
+            vt_min=("vs_torch", "min"), vt_max=("vs_torch", "max"), ok=("ok", "all"), max_err=("max_err", "max"),
+            us_min=("dev_us", "min"), us_max=("dev_us", "max"), host_min=("host_us", "min"),
+            host_max=("host_us", "max")).reset_index()
         mt.to_csv(out / "kernels_bandwidth.csv", index=False)
+        how = ("kernel time from a cold L2: the median of 15 calls, each timed alone by CUDA events after a 256 MiB "
+               "read that evicts the L2, all queued behind a sleep kernel (the host's launch cost hidden); 'host µs' "
+               "is the host's time to make one call (Python + launch)"
+               if machine.get("timer") == "device" else
+               "time per call: CUDA events around one call, the host's launch cost included")
         lines += ["", "## Memory-bound kernels (bytes = compulsory traffic: read input and parameters, write output)", "",
-                  "| rows x cols dtype | op | implementation | GB/s | of copy bandwidth | speed-up vs torch eager | correct |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"Timer: {how}. Min–max over {nproc} fresh processes; ratios are same-process.", "",
+                  "| shape | op | implementation | GB/s | of copy bandwidth | speed-up vs torch eager | µs | host µs "
+                  "| correct |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in mt.itertuples():
             lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.gbps_min, r.gbps_max, '{:.0f}')} | "
                          f"{rng(r.copy_min, r.copy_max, '{:.0%}')} | "
-                         f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant == 'hookmagic' else '—'} | "
+                         f"{rng(r.vt_min, r.vt_max, '{:.2f}x') if r.variant.startswith('hookmagic') else '—'} | "
+                         f"{rng(r.us_min, r.us_max, '{:.1f}')} | {rng(r.host_min, r.host_max, '{:.1f}')} | "
                          f"{'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
     if len(infer):
         from bench_infer_cases import summarise_infer

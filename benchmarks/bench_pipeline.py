@@ -7,9 +7,10 @@ tables give min–max over the processes.
 
 - Overhead: N frames through S no-op stages (``lambda x: x``) with ``Pipeline.run`` vs a bare
   Python loop calling the same functions; overhead per frame per stage = (pipeline − loop) /
-  (N × S), host time, with ``instrument=True`` (a ``hookmagic.range`` per stage execution) and
-  ``False``. This is the framework's cost per hand-over (queue put/get, thread switch, the
-  records), the figure the issue bounds at 30 µs.
+  (N × S), host time, with ``instrument=True`` (a ``hookmagic.range`` per stage execution
+  while a capture records ranges, none outside one) and ``False``. This is the framework's
+  cost per hand-over (queue put/get, thread switch, the records), the figure the issue bounds
+  at 30 µs.
 - What-if: a pipeline of sleeping stages (2, 8, 3 ms) is measured, ``what_if("infer", 4)``
   predicts fps and p50; then the pipeline is run with infer really 4× faster (2 ms). Error =
   predicted / measured − 1.
@@ -118,7 +119,7 @@ def main() -> int:
         "|---|---:|---:|---:|",
         f"| off (`instrument=False`) | {mm('pipeline_off_s', '{:.3f}')} | {mm('loop_s', '{:.4f}')}"
         f" | {mm('overhead_off_us')} |",
-        f"| on (a `hookmagic.range` per stage execution) | {mm('pipeline_on_s', '{:.3f}')} | "
+        f"| on (`instrument=True`; no capture running, so no ranges) | {mm('pipeline_on_s', '{:.3f}')} | "
         f"{mm('loop_s', '{:.4f}')} | {mm('overhead_on_us')} |", "",
         "What-if: sleeping stages 2 / 8 / 3 ms, `what_if('infer', 4)` vs the pipeline run with "
         "infer at 2 ms (150 frames each):", "",

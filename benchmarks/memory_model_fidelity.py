@@ -12,8 +12,8 @@ The random-size churn workload's recording (which fragments) is saved for the no
 Writes OUT_DIR/fidelity.md, fidelity.csv and fragmenting_churn.hmtrace (a saved Trace with the
 allocator events, stacks and meta: open it with ``hookmagic.load``), and every workload's
 recording under each setting in OUT_DIR/recordings/: WORKLOAD.SETTING.hmtrace and the snapshot it
-came from, WORKLOAD.SETTING.snapshot.json.gz (no stack frames; ``load_snapshot`` reads it after
-gunzip), so the model and the conversion can be checked offline. Needs torch with
+came from, WORKLOAD.SETTING.snapshot.json.gz (innermost stack frame only; ``load_snapshot``
+reads it after gunzip), so the model and the conversion can be checked offline. Needs torch with
 CUDA (torchvision optional: without it the CNN workload is a small hand-made CNN); no plotly.
 Takes about 1-2 minutes on an H100.
 """
@@ -104,12 +104,19 @@ WORKLOADS = {"cnn_inference": cnn_inference, "transformer_training": transformer
 # -- measuring -------------------------------------------------------------------------------------
 def bare_snapshot(snap: dict) -> dict:
     """The parts of a ``torch.cuda.memory._snapshot()`` that
-    :func:`~hookmagic.memory.torch_history.events_from_snapshot` reads, without stack frames:
-    small enough to keep, JSON, and loadable with ``load_snapshot`` (no pickle)."""
+    :func:`~hookmagic.memory.torch_history.events_from_snapshot` reads, each trace entry with its
+    innermost stack frame only: small enough to keep, JSON, and loadable with ``load_snapshot``
+    (no pickle). The frame matters beyond the line it names: the history's own events carry a
+    stack, the state that predates the history does not, and that is how
+    :func:`~hookmagic.memory.fidelity.seed_recorded_state` tells them apart."""
     keep_e = ("action", "addr", "size", "stream", "time_us", "device_free")
     keep_s = ("device", "address", "total_size", "stream", "segment_type", "is_expandable")
     keep_b = ("address", "size", "requested_size", "state")
-    return {"device_traces": [[{k: e[k] for k in keep_e if k in e} for e in trace]
+    keep_f = ("filename", "name", "line")
+    return {"device_traces": [[{**{k: e[k] for k in keep_e if k in e},
+                                "frames": [{k: f[k] for k in keep_f if k in f}
+                                           for f in (e.get("frames") or [])[:1]]}
+                               for e in trace]
                               for trace in snap.get("device_traces", [])],
             "segments": [{**{k: s[k] for k in keep_s if k in s},
                           "blocks": [{k: b[k] for k in keep_b if k in b}
@@ -208,7 +215,7 @@ def run_child(out: Path, quick: bool, tag: str) -> list[dict]:
                 "workload": f"{name} (memory_model_fidelity.py)", "setting": row["setting"],
                 "measured_max_reserved": row["measured_max_reserved"],
                 "device_total_memory": row["device_total_memory"], "synthetic": False}
-        # every recording, and the snapshot it came from (no stack frames, JSON): the model and
+        # every recording, and the snapshot it came from (JSON, innermost frames): the model and
         # the conversion can then be checked offline against exactly what the GPU did
         Trace({"allocator_events": events, "stacks": stacks}, meta).save(
             rec / f"{name}.{tag}.hmtrace")

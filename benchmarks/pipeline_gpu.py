@@ -11,15 +11,15 @@ row of results per config in ``OUTDIR/results_p<process>.json``:
   fp16) → ResNet-50 FP16 channels-last, batch 16 → top-5 postprocess.
 - ``resnet50_fp16_cpupre``: the same with torchvision transforms v2 on the CPU (2 workers).
 - ``detector_fp16_gpupre``: SSDlite320-MobileNetV3 (FP16 autocast), batch 8, GPU preprocess.
-- ``nvdec_resnet50_fp16``: torchcodec's CUDA decoder (NVDEC) when installed, else recorded as
-  unavailable with the reason.
+- ``nvdec_resnet50_fp16``: NVDEC decode (``nvdec_video``: PyNvVideoCodec, else torchcodec's
+  CUDA decoder) when installed, else recorded as unavailable with the reason.
 - Three constructed pipelines whose bottleneck is known: ``bound_decode`` (1-thread decode of
   the clip, fast GPU stages), ``bound_preprocess`` (pre-decoded frames, CPU antialiased resize
   on 1 worker), ``bound_infer`` (pre-decoded frames, GPU preprocess, ResNet-50 FP32 batch 16),
   and ``bound_infer_fp16`` (the same in FP16): ``what_if("infer", k)`` on the FP32 run, with k
   the measured ratio of the infer stage's mean time, is checked against the FP16 run.
 - ``instrument_on``/``instrument_off``: the infer-bound FP16 pipeline with and without
-  ``hookmagic.range`` and CUDA events (3 alternations each).
+  ``hookmagic.range`` and CUDA events (both warmed up, then 3 pairs in ABBA order).
 - Standalone throughput of each stage of ``resnet50_fp16_gpupre`` (decode alone, preprocess
   alone, infer alone at batch 16, postprocess alone) to compare the pipeline with its slowest
   stage.
@@ -120,12 +120,15 @@ def summarize(out: Path) -> str:
               f"{rng([100 * r['error'] for r in wi], '{:+.1f}')} %"]
     ratios = []
     for d in docs:
-        on = [r["fps"] for r in d["results"] if r["config"] == "instrument_on"]
-        off = [r["fps"] for r in d["results"] if r["config"] == "instrument_off"]
-        if on and off:
-            ratios.append(100 * (np.median(on) / np.median(off) - 1))
-    lines.append(f"- instrumentation on vs off (hookmagic.range + CUDA events), infer-bound FP16, "
-                 f"median of 3 alternations per process: fps change {rng(ratios, '{:+.1f}')} %")
+        on = {r["rep"]: r["fps"] for r in d["results"] if r["config"] == "instrument_on"}
+        off = {r["rep"]: r["fps"] for r in d["results"] if r["config"] == "instrument_off"}
+        pairs = [on[k] / off[k] - 1 for k in on if k in off]
+        if pairs:
+            ratios.append(100 * float(np.median(pairs)))
+    if ratios:
+        lines.append(f"- instrumentation on vs off (hookmagic.range + CUDA events), infer-bound FP16, "
+                     f"median over 3 ABBA pairs per process: fps change {rng(ratios, '{:+.1f}')} % "
+                     f"(per process: {', '.join(f'{r:+.1f}' for r in ratios)})")
     sa = [r for r in rows if r["config"] == "standalone"]
     if sa:
         lines.append(f"- resnet50_fp16_gpupre vs its slowest stage alone ({sa[0]['slowest']}): "
@@ -147,7 +150,9 @@ def summarize(out: Path) -> str:
     if nv and "unavailable" in nv[0]:
         lines.append(f"- NVDEC: not run on this machine: {nv[0]['unavailable']}")
     elif nv:
-        lines.append(f"- NVDEC (torchcodec) → ResNet-50 FP16: {rng([r['fps'] for r in nv])} fps")
+        lines.append(f"- NVDEC (hookmagic.pipeline.nvdec_video) → GPU preprocess → ResNet-50 FP16: "
+                     f"{rng([r['fps'] for r in nv])} fps, p99 {rng([r['p99_ms'] for r in nv])} ms, "
+                     f"bottleneck {', '.join(str(r['bottleneck']) for r in nv)}")
     text = "\n".join(lines) + "\n"
     (out / "pipeline.md").write_text(text)
     return text
@@ -402,26 +407,25 @@ def main() -> int:
     log(f"what-if: infer ×{k:.2f} predicted {pred:.1f} fps, measured {meas:.1f} fps "
         f"({pred / meas - 1:+.1%})")
 
-    # NVDEC through torchcodec, where installed
+    # NVDEC (hookmagic.pipeline.nvdec_video: PyNvVideoCodec, else torchcodec), where installed
     try:
-        from torchcodec.decoders import VideoDecoder  # type: ignore[import-not-found]
-        nvdec = None if smoke or not info["av"] else VideoDecoder(str(clip), device="cuda")
+        from hookmagic.pipeline import nvdec_video
+        src = None if smoke or not info["av"] else nvdec_video(clip, name="nvdec")
     except Exception as err:  # noqa: BLE001 - recorded, not fatal
-        nvdec, why = None, f"{type(err).__name__}: {err}"
+        src, why = None, f"{type(err).__name__}: {err}"
     else:
-        why = "CPU smoke run or no clip" if nvdec is None else ""
-    if nvdec is not None:
-        def nv_frames():
-            for i in range(len(nvdec)):
-                yield nvdec[i].permute(1, 2, 0)
-        src = frames_source(nv_frames(), name="nvdec")
-        src.stage = "decode"
+        why = "CPU smoke run or no clip (PyAV encodes it)" if src is None else ""
+    if src is not None:
         def pre_nv(f):
             x = torch.nn.functional.interpolate(f.permute(2, 0, 1).float()[None],
                                                 size=(224, 224), mode="bilinear")[0]
             return ((x - mean) / std).to(half)
-        run = Pipeline(stages(pre_nv, gdev, 1, resnet_h, half), queue_size=32,
-                       name="nvdec_resnet50_fp16").run(src)
+        try:
+            run = Pipeline(stages(pre_nv, gdev, 1, resnet_h, half), queue_size=32,
+                           name="nvdec_resnet50_fp16").run(src)
+        except Exception as err:  # noqa: BLE001 - recorded; the rest of the benchmark goes on
+            src, why = None, f"run failed: {type(err).__name__}: {err}"
+    if src is not None:
         thr = run.throughput()
         results.append({"config": "nvdec_resnet50_fp16", "process": args.process,
                         "fps": thr["fps"], "p99_ms": thr["p99_ms"],
@@ -429,8 +433,9 @@ def main() -> int:
         if args.process == 0:
             run.meta.update(recorded_on={"gpu": info["gpu"], "driver": info["driver"],
                                          "date": info["date"]},
-                            description="NVDEC (torchcodec CUDA) → GPU preprocess → ResNet-50 FP16",
-                            machine=info, decode="torchcodec NVDEC")
+                            description=f"NVDEC ({src.meta['decoder']}) → GPU preprocess → "
+                                        "ResNet-50 FP16",
+                            machine=info, decode=src.meta["decoder"])
             run.save(out / "nvdec_resnet50_fp16.hmpipe")
         log(f"nvdec: {thr['fps']:.1f} fps")
     else:
@@ -438,11 +443,16 @@ def main() -> int:
                         "unavailable": why})
         log(f"nvdec: unavailable ({why})")
 
-    # instrumentation on vs off (infer-bound FP16, alternating)
+    # instrumentation on vs off (infer-bound FP16): both pipelines warmed up, then ABBA order
+    # (on, off, off, on, on, off) over the same frames; the summary takes, per process, the
+    # median over pairs of fps_on / fps_off - 1 (benchmarks/pipeline_instrument.py does more)
+    inst_pipes = {inst: Pipeline(configs["bound_infer_fp16"][0](), queue_size=32,
+                                 instrument=inst) for inst in (True, False)}
+    for inst in (True, False):
+        inst_pipes[inst].run(small_source())
     for rep in range(3):
-        for inst in (True, False):
-            run = Pipeline(configs["bound_infer_fp16"][0](), queue_size=32,
-                           instrument=inst).run(small_source())
+        for inst in ((True, False) if rep % 2 == 0 else (False, True)):
+            run = inst_pipes[inst].run(small_source())
             results.append({"config": "instrument_on" if inst else "instrument_off",
                             "process": args.process, "rep": rep,
                             "fps": run.throughput()["fps"]})

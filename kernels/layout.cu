@@ -36,6 +36,72 @@ __device__ __forceinline__ void hm_transpose(const T* __restrict__ in, T* __rest
                                                                                    int R, int C) {     \
     hm_transpose<T>(in, out, R, C);                                                                    \
   }
+// 2-byte elements, R and C even (4-byte aligned rows): a 64 x 64 tile, each thread moving pairs
+// of elements with 4-byte loads and stores (a warp reads / writes 128 contiguous bytes), 8 pairs
+// per thread per side. Shared tile of 64 rows x 66 elements (33 words: conflict-free reads of
+// pairs, two-way conflicts on the transposed side).
+#define TR2_TILE 64
+template <int DUMMY = 0>
+__device__ __forceinline__ void hm_transpose2(const unsigned short* __restrict__ in, unsigned short* __restrict__ out,
+                                              int R, int C) {
+  __shared__ unsigned int tile[TR2_TILE][TR2_TILE / 2 + 1];   // word (j, p): elements (j, 2p), (j, 2p+1)
+  const size_t plane = (size_t)R * C;
+  in += blockIdx.z * plane;
+  out += blockIdx.z * plane;
+  const int r0 = blockIdx.x * TR2_TILE, c0 = blockIdx.y * TR2_TILE;
+  const int tx = threadIdx.x, ty = threadIdx.y;   // 32 x 8
+  unsigned int v[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int r = r0 + ty + 8 * k, c = c0 + 2 * tx;
+    v[k] = (r < R && c < C) ? __ldg(reinterpret_cast<const unsigned int*>(in + (size_t)r * C + c)) : 0u;
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) tile[ty + 8 * k][tx] = v[k];
+  __syncthreads();
+  // output row c (= input column c0 + j), elements r0 + 2 tx, r0 + 2 tx + 1
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = ty + 8 * k, c = c0 + j, r = r0 + 2 * tx;
+    const unsigned int w0 = tile[2 * tx][j >> 1], w1 = tile[2 * tx + 1][j >> 1];
+    const unsigned int sel = (j & 1) ? 0x7632u : 0x5410u;   // high or low halves of both words
+    if (c < C && r < R) *reinterpret_cast<unsigned int*>(out + (size_t)c * R + r) = __byte_perm(w0, w1, sel);
+  }
+}
+extern "C" __global__ void __launch_bounds__(256) transpose2_b2(const unsigned short* in, unsigned short* out, int R,
+                                                                int C) {
+  hm_transpose2<0>(in, out, R, C);
+}
+// 4-byte elements, R and C even (8-byte aligned rows): a 64 x 64 tile, each thread moving pairs
+// of elements with 8-byte loads and stores (a warp reads / writes 256 contiguous bytes), 8 pairs
+// per thread per side; shared tile of 64 x 65 words (two-way bank conflicts on both sides).
+extern "C" __global__ void __launch_bounds__(256) transpose2_b4(const unsigned int* __restrict__ in,
+                                                                unsigned int* __restrict__ out, int R, int C) {
+  __shared__ unsigned int tile[TR2_TILE][TR2_TILE + 1];
+  const size_t plane = (size_t)R * C;
+  in += blockIdx.z * plane;
+  out += blockIdx.z * plane;
+  const int r0 = blockIdx.x * TR2_TILE, c0 = blockIdx.y * TR2_TILE;
+  const int tx = threadIdx.x, ty = threadIdx.y;   // 32 x 8
+  uint2 v[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int r = r0 + ty + 8 * k, c = c0 + 2 * tx;
+    v[k] = (r < R && c < C) ? __ldg(reinterpret_cast<const uint2*>(in + (size_t)r * C + c)) : make_uint2(0u, 0u);
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    tile[ty + 8 * k][2 * tx] = v[k].x;
+    tile[ty + 8 * k][2 * tx + 1] = v[k].y;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = ty + 8 * k, c = c0 + j, r = r0 + 2 * tx;
+    if (c < C && r < R)
+      *reinterpret_cast<uint2*>(out + (size_t)c * R + r) = make_uint2(tile[2 * tx][j], tile[2 * tx + 1][j]);
+  }
+}
 HM_TRANSPOSE(b1, unsigned char)
 HM_TRANSPOSE(b2, unsigned short)
 HM_TRANSPOSE(b4, unsigned int)
@@ -62,25 +128,43 @@ __device__ __forceinline__ float rd_warp(float v) {
   return v;
 }
 
-// Reduce `cols` elements of row `xr` over `n` threads numbered `t` (strided by n).
+// Reduce `cols` elements of row `xr` over `n` threads numbered `t` (strided by n). Vector path:
+// four independent 16-byte loads in flight per thread (read-only path), four accumulators.
 template <typename T, int MAX>
 __device__ __forceinline__ float rd_partial(const T* __restrict__ xr, int cols, int t, int n, int vec) {
-  float acc = MAX ? __int_as_float(0xff800000) : 0.f;
+  const float init = MAX ? __int_as_float(0xff800000) : 0.f;
+  float acc = init;
   if (vec) {
     constexpr int NV = 16 / sizeof(T);
-    for (int c0 = t * NV; c0 < cols; c0 += n * NV) {
-      uint4 raw = *reinterpret_cast<const uint4*>(xr + c0);
+    const int nvec = cols / NV;
+    const uint4* xv = reinterpret_cast<const uint4*>(xr);
+    float a4[4] = {init, init, init, init};
+    int v = t;
+    for (; v + 3 * n < nvec; v += 4 * n) {
+      uint4 raw[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) raw[k] = __ldg(xv + v + k * n);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const T* e = reinterpret_cast<const T*>(&raw[k]);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) a4[k] = rd_op<MAX>(rd_ld(e + i), a4[k]);
+      }
+    }
+    for (; v < nvec; v += n) {
+      uint4 raw = __ldg(xv + v);
       const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-      for (int i = 0; i < NV; ++i) acc = rd_op<MAX>(rd_ld(e + i), acc);
+      for (int i = 0; i < NV; ++i) a4[0] = rd_op<MAX>(rd_ld(e + i), a4[0]);
     }
+    acc = rd_op<MAX>(rd_op<MAX>(a4[0], a4[1]), rd_op<MAX>(a4[2], a4[3]));
   } else {
     for (int c = t; c < cols; c += n) acc = rd_op<MAX>(rd_ld(xr + c), acc);
   }
   return acc;
 }
 
-// block = 256 threads; warp_rows: each warp reduces one row (8 rows per block), else the block
+// warp_rows: each warp reduces one row (blockDim.x / 32 rows per block), else the block
 // reduces one row. Grid-stride over rows.
 template <typename T, int MAX>
 __device__ __forceinline__ void hm_row_reduce(const T* __restrict__ x, T* __restrict__ y, int rows, int cols,
@@ -108,11 +192,11 @@ __device__ __forceinline__ void hm_row_reduce(const T* __restrict__ x, T* __rest
 }
 
 #define HM_REDUCE(SUFFIX, T)                                                                               \
-  extern "C" __global__ void __launch_bounds__(256) row_sum_##SUFFIX(const T* x, T* y, int rows, int cols,  \
+  extern "C" __global__ void __launch_bounds__(1024, 1) row_sum_##SUFFIX(const T* x, T* y, int rows, int cols,  \
                                                                    int vec, int warp_rows) {               \
     hm_row_reduce<T, 0>(x, y, rows, cols, vec, warp_rows);                                                 \
   }                                                                                                        \
-  extern "C" __global__ void __launch_bounds__(256) row_max_##SUFFIX(const T* x, T* y, int rows, int cols,  \
+  extern "C" __global__ void __launch_bounds__(1024, 1) row_max_##SUFFIX(const T* x, T* y, int rows, int cols,  \
                                                                    int vec, int warp_rows) {               \
     hm_row_reduce<T, 1>(x, y, rows, cols, vec, warp_rows);                                                 \
   }

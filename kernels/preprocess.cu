@@ -94,6 +94,120 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
   }
 }
 
+// ---- PX (1 or 4) output pixels per thread, lane-interleaved ----
+// Thread (lane l of a 32-wide block row) computes pixels ox = 32 * PX * blockIdx.x + 32 * i + l,
+// i < PX: the vertical taps (rows, weights, row pointers) are computed once and shared by its 4
+// pixels, and every load or store instruction of a warp still covers 32 consecutive output pixels
+// (a narrow span of source bytes: few L1 wavefronts per gather). RGB/BGR taps: the two horizontal
+// neighbours (6 bytes) come from three aligned 4-byte loads and funnel shifts instead of six byte
+// loads, away from the row's ends; NV12: the shared chroma pair as one 2-byte load. The same
+// arithmetic as hm_preprocess, pixel for pixel.
+__device__ __forceinline__ void pp_pair(const unsigned char* __restrict__ f, int pitch, int in_h, int in_w, int x0,
+                                        int x1, int y, int fmt, const PPColor& col, float* va, float* vb) {
+  if (fmt != PP_NV12 && x1 == x0 + 1 && x0 >= 1 && x0 <= in_w - 4) {
+    const unsigned char* p = f + (size_t)y * pitch + 3 * x0;
+    const unsigned int o = (unsigned int)((size_t)p & 3u);
+    const unsigned int* w = reinterpret_cast<const unsigned int*>(p - o);
+    const unsigned int w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+    const unsigned int lo = __funnelshift_r(w0, w1, 8 * o), hi = __funnelshift_r(w1, w2, 8 * o);
+    va[0] = (float)(lo & 0xffu);
+    va[1] = (float)((lo >> 8) & 0xffu);
+    va[2] = (float)((lo >> 16) & 0xffu);
+    vb[0] = (float)(lo >> 24);
+    vb[1] = (float)(hi & 0xffu);
+    vb[2] = (float)((hi >> 8) & 0xffu);
+    return;
+  }
+  if (fmt == PP_NV12) {
+    const unsigned char* yr = f + (size_t)y * pitch;
+    const unsigned char* uvr = f + (size_t)(in_h + (y >> 1)) * pitch;
+    const float Ya = (float)__ldg(yr + x0), Yb = (float)__ldg(yr + x1);
+    float Ua, Va, Ub, Vb;
+    const unsigned char* uva = uvr + (x0 & ~1);
+    const unsigned char* uvb = uvr + (x1 & ~1);
+    if (((size_t)uva & 1u) == 0) {
+      const unsigned short qa = __ldg(reinterpret_cast<const unsigned short*>(uva));
+      const unsigned short qb = uvb == uva ? qa : __ldg(reinterpret_cast<const unsigned short*>(uvb));
+      Ua = (float)(qa & 0xffu) - 128.f; Va = (float)(qa >> 8) - 128.f;
+      Ub = (float)(qb & 0xffu) - 128.f; Vb = (float)(qb >> 8) - 128.f;
+    } else {
+      Ua = (float)__ldg(uva) - 128.f; Va = (float)__ldg(uva + 1) - 128.f;
+      Ub = (float)__ldg(uvb) - 128.f; Vb = (float)__ldg(uvb + 1) - 128.f;
+    }
+    const float la = col.cy * (Ya - col.y0), lb = col.cy * (Yb - col.y0);
+    va[0] = fminf(fmaxf(la + col.crv * Va, 0.f), 255.f);
+    va[1] = fminf(fmaxf(la + col.cgu * Ua + col.cgv * Va, 0.f), 255.f);
+    va[2] = fminf(fmaxf(la + col.cbu * Ua, 0.f), 255.f);
+    vb[0] = fminf(fmaxf(lb + col.crv * Vb, 0.f), 255.f);
+    vb[1] = fminf(fmaxf(lb + col.cgu * Ub + col.cgv * Vb, 0.f), 255.f);
+    vb[2] = fminf(fmaxf(lb + col.cbu * Ub, 0.f), 255.f);
+    return;
+  }
+  pp_pixel(f, pitch, in_h, x0, y, fmt, col, va);
+  pp_pixel(f, pitch, in_h, x1, y, fmt, col, vb);
+}
+
+template <typename T, int PX>
+__device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__ base,
+                                               const unsigned long long* __restrict__ ptrs, long long frame_stride,
+                                               int pitch, int in_h, int in_w, int fmt, T* __restrict__ out, int out_h,
+                                               int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,
+                                               float scale_x, float scale_y, float a0, float a1, float a2, float b0,
+                                               float b1, float b2, float p0, float p1, float p2, int swap,
+                                               PPColor col) {
+  const int oxb = blockIdx.x * blockDim.x * PX + threadIdx.x;
+  const int oy = blockIdx.y * blockDim.y + threadIdx.y;
+  const int b = blockIdx.z;
+  if (oxb >= out_w || oy >= out_h) return;
+  const unsigned char* f = ptrs ? reinterpret_cast<const unsigned char*>(__ldg(ptrs + b)) : base + (long long)b * frame_stride;
+  const int by = oy - box_y;
+  const bool row_in = by >= 0 && by < box_h;
+  int y0 = 0, y1 = 0;
+  float ly0 = 0.f, ly1 = 0.f;
+  if (row_in) {
+    float sy = fmaf(scale_y, (float)by + 0.5f, -0.5f);
+    sy = sy < 0.f ? 0.f : sy;
+    y0 = (int)sy;
+    y1 = y0 + (y0 < in_h - 1 ? 1 : 0);
+    ly1 = sy - (float)y0;
+    ly0 = 1.f - ly1;
+  }
+  const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
+  const size_t plane = (size_t)out_h * out_w;
+#pragma unroll
+  for (int i = 0; i < PX; ++i) {
+    const int ox = oxb + 32 * i;
+    if (ox >= out_w) break;
+    float r[3];
+    const int bx = ox - box_x;
+    if (!row_in || bx < 0 || bx >= box_w) {
+      r[0] = p0; r[1] = p1; r[2] = p2;
+    } else {
+      float sx = fmaf(scale_x, (float)bx + 0.5f, -0.5f);
+      sx = sx < 0.f ? 0.f : sx;
+      const int x0 = (int)sx;
+      const int x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
+      const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
+      float v00[3], v01[3], v10[3], v11[3];
+      pp_pair(f, pitch, in_h, in_w, x0, x1, y0, fmt, col, v00, v01);
+      pp_pair(f, pitch, in_h, in_w, x0, x1, y1, fmt, col, v10, v11);
+#pragma unroll
+      for (int c = 0; c < 3; ++c) {
+        const int s = swap ? 2 - c : c;
+        const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
+        r[c] = v * a[c] + bb[c];
+      }
+    }
+    if (nhwc) {
+      T* o = out + (((size_t)b * out_h + oy) * out_w + ox) * 3;
+      pp_st(o, r[0]); pp_st(o + 1, r[1]); pp_st(o + 2, r[2]);
+    } else {
+      T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox;
+      pp_st(o, r[0]); pp_st(o + plane, r[1]); pp_st(o + 2 * plane, r[2]);
+    }
+  }
+}
+
 #define HM_PREPROCESS(SUFFIX, T)                                                                               \
   extern "C" __global__ void __launch_bounds__(256) preprocess_##SUFFIX(                                       \
       const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
@@ -103,6 +217,24 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
     PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
     hm_preprocess<T>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y,  \
                      box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);           \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) preprocess4_##SUFFIX(                                      \
+      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
+      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
+      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
+      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
+    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
+    hm_preprocess4<T, 4>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x,     \
+                         box_y, box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);   \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) preprocess1w_##SUFFIX(                                     \
+      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
+      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
+      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
+      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
+    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
+    hm_preprocess4<T, 1>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x,     \
+                         box_y, box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);   \
   }
 
 HM_PREPROCESS(f32, float)

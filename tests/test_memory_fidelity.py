@@ -18,6 +18,9 @@ MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "notebooks" / "recordings" / "fragmenting_churn.hmtrace"
 RESULTS = ROOT / "benchmarks" / "results" / "memory_fidelity.csv"
+#: the fidelity benchmark's own recordings (H100, 2026-11-26), one per workload and setting
+RUN = ROOT / "benchmarks" / "results" / "memory_fidelity_recordings"
+RUN_RECORDINGS = sorted(RUN.glob("*.hmtrace"))
 
 
 @pytest.mark.parametrize("empty_cache_at_end", [False, True])
@@ -204,3 +207,65 @@ def test_round_trip_through_a_snapshot_loses_nothing_synthetic(seed, expandable)
     assert fid.start == "recorded"
     assert (device_allocations(fid.result.events) == device_allocations(ev)).all()
     assert fid.error_pct == 0.0 and fid.recorded_peak_reserved == fid.predicted_peak_reserved
+
+
+@pytest.mark.skipif(not RUN_RECORDINGS, reason="the benchmark's H100 recordings are not here")
+@pytest.mark.parametrize("path", RUN_RECORDINGS, ids=lambda p: p.stem)
+def test_benchmark_recordings_replay_to_the_committed_table(path):
+    """The committed table (benchmarks/results/memory_fidelity.md/.csv) recomputed from the
+    recordings it was measured on: started from the recorded state the model makes exactly the
+    recorded device allocations; started empty it stays within the issue's bounds."""
+    trace = hookmagic.load(path)
+    meta = trace.meta
+    check = dict(capacity=meta["device_total_memory"],
+                 measured_max_reserved=meta["measured_max_reserved"])
+    conf = config_of(meta["setting"])
+    fid = model_fidelity(trace.allocator_events, conf, **check)
+    empty = model_fidelity(trace.allocator_events, conf, from_recorded_state=False, **check)
+    row = pd.read_csv(RESULTS).set_index(["workload", "setting"]).loc[
+        (meta["workload"].split()[0], fid.setting)]
+    assert fid.start == "recorded"
+    assert (fid.error_pct, fid.device_allocs_err_pct, fid.device_bytes_err_pct) == (0, 0, 0)
+    assert fid.sizes_matched_pct == 100.0
+    # the recording's own count after the start state is PyTorch's num_device_alloc counter
+    assert fid.measured_device_allocs == row["stats_num_device_alloc"]
+    assert empty.passes(peak_pct=5.0, sequence_pct=10.0), empty.row()
+    for f, prefix in [(fid, ""), (empty, "empty_")]:
+        assert f.predicted_peak_reserved == row[prefix + "predicted_peak_reserved"]
+        assert f.model_device_allocs == row[prefix + "model_device_allocs"]
+        assert f.measured_device_allocs == row[prefix + "measured_device_allocs"]
+        assert f.device_bytes_err_pct == pytest.approx(row[prefix + "device_bytes_err_pct"])
+
+
+@pytest.mark.skipif(not (RUN / "random_churn.expandable.snapshot.json.gz").exists(),
+                    reason="the benchmark's H100 snapshot is not here")
+def test_expandable_snapshot_counts_each_mapped_byte_once():
+    """The H100 snapshot behind the old 'bytes error -51%': converted, the ranges mapped before
+    the history plus the history's maps add up to the peak torch.cuda.max_memory_reserved()
+    reported (nothing was unmapped during it), not to the peak plus the final mapped size."""
+    import gzip
+    import json
+    doc = json.load(gzip.open(RUN / "random_churn.expandable.snapshot.json.gz", "rt"))
+    meta = doc.pop("meta")
+    ev, _ = events_from_snapshot(doc)
+    acts = ev["action"].astype(str)
+    assert not acts.isin(["segment_unmap", "segment_alloc"]).any()
+    assert int(ev.loc[acts == "segment_map", "size"].sum()) == meta["measured_max_reserved"]
+    assert peak_reserved(ev) == meta["measured_max_reserved"]
+
+
+def test_saved_snapshot_keeps_what_the_conversion_and_the_seeding_read_synthetic():
+    """The benchmark saves each snapshot without most of its stack frames; converted, it must
+    give the same events and the same start state as the full snapshot (the history's events
+    keep a stack, which is how the start state is told apart)."""
+    from benchmarks.memory_model_fidelity import bare_snapshot
+    full = gap_below_snapshot()
+    for e in full["device_traces"][0]:
+        e["frames"] = e["frames"] * 3                       # deeper stacks than kept
+    ev_full, _ = events_from_snapshot(full)
+    ev_bare, _ = events_from_snapshot(bare_snapshot(full))
+    cols = ["time_ns", "action", "address", "size", "requested_size", "segment", "pool"]
+    pd.testing.assert_frame_equal(ev_full[cols], ev_bare[cols])
+    assert ((ev_full["stack_id"] >= 0) == (ev_bare["stack_id"] >= 0)).all()
+    conf = TorchConfig(expandable_segments=True)
+    assert model_fidelity(ev_bare, conf).row() == model_fidelity(ev_full, conf).row()

@@ -166,10 +166,14 @@ def test_retired_allocator_recording_loads_as_a_trace():
     assert {k: trace.meta[k] for k in old} == old          # every old key kept
     assert trace.meta["recorded_on"] == f"{old['gpu']}, driver {old['driver']}, {old['date']}"
     assert trace.meta["description"] == old["workload"]
-    # the converted copy notebook 02 ships holds the same events
+    # notebook 02 ships a later recording of the same workload (the fidelity benchmark's run of
+    # 2026-11-26): the program asked for exactly the same blocks in the same order
+    from hookmagic.memory.replay import requests_from_events
     shipped = hookmagic.load(Path(__file__).parents[1] / "notebooks" / "recordings"
                              / "fragmenting_churn.hmtrace")
-    pd.testing.assert_frame_equal(shipped.allocator_events, trace.allocator_events)
+    cols = ["op", "handle", "size"]
+    pd.testing.assert_frame_equal(requests_from_events(shipped.allocator_events)[cols],
+                                  requests_from_events(trace.allocator_events)[cols])
 
 
 def test_retired_format_without_its_events_table_is_reported_damaged(tmp_path):

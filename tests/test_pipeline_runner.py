@@ -207,3 +207,31 @@ def test_observers_hear_every_stage_execution_and_frame():
                    ).run(range(9), observers=[tally])
     assert tally.stage == {"read": 9, "a": 9, "b": 8}
     assert tally.frames == run.outcomes.to_dict() == {"done": 8, "dropped": 1}
+
+
+def test_a_stage_runs_inside_its_range_only_while_a_capture_records_ranges():
+    from hookmagic.cupti.ranges import RECORDER
+
+    seen: list[int] = []
+
+    def probe(x):  # how many ranges are open on this worker thread while the stage runs
+        seen.append(len(getattr(RECORDER.local, "stack", None) or []))
+        return x
+
+    def depths(pipe, recording):
+        seen.clear()
+        if recording:
+            RECORDER.start()  # what hookmagic.capture() does when it starts
+        try:
+            run = pipe.run(range(5))
+        finally:
+            if recording:
+                RECORDER.stop()
+        assert run.outcomes.to_dict() == {"done": 5}
+        return list(seen)
+
+    on = Pipeline([Stage("probe", probe)])
+    off = Pipeline([Stage("probe", probe)], instrument=False)
+    assert depths(on, recording=True) == [1] * 5
+    assert depths(on, recording=False) == [0] * 5  # nothing would record it: no range
+    assert depths(off, recording=True) == [0] * 5

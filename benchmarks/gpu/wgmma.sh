@@ -5,8 +5,7 @@
 #   1. NVRTC check for sm_90a (registers, spills) - fills the cubin cache
 #   2. probe: single launches with structured inputs that show where a wrong element came from
 #   3. correctness tests (tests/gpu/test_wgmma_gpu.py) against torch, odd shapes included
-#   4. candidates, one process: the wgmma schedules (tiles/persistent/cluster2) x b layouts, and mma.sync
-#      configurations (kernels/gemm_mma_tuned.cu) vs cuBLAS, to pick defaults for the next round
+#   4. candidates, one process: the wgmma schedules x b layouts vs cuBLAS and mma
 #   5. wgmma (default schedule) vs mma vs cuBLAS at 4096^3 and 8192^3, FP16 and BF16, 3 fresh processes
 #      (without the wgmma cases when the probe found it wrong, so the mma baseline still comes back)
 set -u
@@ -45,7 +44,7 @@ echo "pytest -k \"$kexpr\" (HOOKMAGIC_WGMMA_SCHEDULE=${first:-none})"
   --junitxml="$OUT/pytest_wgmma.xml" >"$OUT/pytest_wgmma.txt" 2>&1 || { echo "FAILED: pytest"; fail=1; }
 grep -E "passed|failed|skipped|rror|wrong|C\[|blocks|mod 64" "$OUT/pytest_wgmma.txt" | head -60
 
-step "candidates: wgmma schedules x b layouts, mma.sync configurations (kernels/gemm_mma_tuned.cu) vs cuBLAS, FP16, one process"
+step "candidates: wgmma schedules x b layouts vs cuBLAS and mma, FP16, one process"
 timeout 35 python3 benchmarks/gpu/gemm_candidates.py --shapes 4096,8192 --dtypes f16 --schedules "${good}" >"$OUT/candidates.txt" 2>&1 || { echo "FAILED: candidates"; fail=1; }
 cat "$OUT/candidates.txt" | tail -30
 

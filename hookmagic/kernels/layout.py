@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,13 @@ _RED_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 register(KernelSpec("transpose", "tiled", "layout", {f"{n}-byte": f"transpose_{s}" for n, s in _BY_SIZE.items()},
                     (32, 8, 1), (32, 32), min_arch=70,
                     description="batched 2-D transpose through a padded 32x33 shared tile (NCHW<->NHWC)"))
+register(KernelSpec("transpose", "pairs", "layout", {"2-byte": "transpose2_b2", "4-byte": "transpose2_b4"},
+                    (32, 8, 1), (64, 64), min_arch=70,
+                    description="2/4-byte transpose moving element pairs with 4/8-byte accesses through a 64x64 "
+                                "tile (even R and C)"))
+#: "auto": the pair kernels where they apply (2/4-byte elements, even sizes); "tile": always the
+#: 32x32 one-element kernels (for comparisons). From $HOOKMAGIC_TRANSPOSE.
+IMPL = os.environ.get("HOOKMAGIC_TRANSPOSE", "auto")
 for _op in ("row_sum", "row_max"):
     register(KernelSpec(_op, "rowwise", "layout", {d: f"{_op}_{s}" for d, s in _RED_SUFFIX.items()}, (256, 1, 1),
                         (1, 1), min_arch=70, description=f"{_op.replace('row_', '')} over the last dimension, FP32 "
@@ -69,13 +77,20 @@ def transpose(x: Any, layout: str | None = None) -> Any:
     y = runtime.empty_like_kind(xi, out_shape, xi.dtype)
     if b * r * c == 0:
         return y
+    size = _SIZE[xi.dtype]
+    yi = runtime.inspect_array(y, "y")
+    if IMPL != "tile" and size in (2, 4) and r % 2 == 0 and c % 2 == 0 and xi.ptr % (2 * size) == 0 \
+            and yi.ptr % (2 * size) == 0 and -(-c // 64) <= 65535 and b <= 65535:
+        name = f"transpose2_b{size}"
+        kern = runtime.get_kernel("layout", name, xi.device)
+        runtime.launch(kern, xi, (-(-r // 64), -(-c // 64), b), (32, 8, 1), (xi.ptr, yi.ptr, np.int32(r), np.int32(c)))
+        registry.record(name, 0, 2 * b * r * c * size, batch=b, rows=r, cols=c, dtype=xi.dtype)
+        return y
     gx, gy = -(-r // 32), -(-c // 32)
     if gy > 65535 or b > 65535 or r > 2**31 - 1 or c > 2**31 - 1:
         raise KernelArgumentError(f"transpose: at most 65535 tiles of 32 columns and 65535 batches, got {xi.where()}")
-    size = _SIZE[xi.dtype]
     name = f"transpose_{_BY_SIZE[size]}"
     kern = runtime.get_kernel("layout", name, xi.device)
-    yi = runtime.inspect_array(y, "y")
     runtime.launch(kern, xi, (gx, gy, b), (32, 8, 1), (xi.ptr, yi.ptr, np.int32(r), np.int32(c)))
     registry.record(name, 0, 2 * b * r * c * size, batch=b, rows=r, cols=c, dtype=xi.dtype)
     return y
@@ -99,12 +114,14 @@ def _reduce(x: Any, op: str) -> Any:
     yi = runtime.inspect_array(y, "y")
     nv = 16 // registry.ITEMSIZE[xi.dtype]
     vec = int(cols % nv == 0 and xi.ptr % 16 == 0)
-    warp_rows = int(cols <= 2048)
+    nvec = -(-cols // nv)
+    warp_rows = int(nvec <= 1024 if vec else cols <= 2048)   # a warp per row: up to 32 vectors a lane
     per_block = 8 if warp_rows else 1
+    threads = 256 if warp_rows else int(min(1024, max(256, -(-nvec // 8 // 32) * 32)))
     grid = min(-(-rows // per_block), 1 << 20)
     name = f"{op}_{_RED_SUFFIX[xi.dtype]}"
     kern = runtime.get_kernel("layout", name, xi.device)
-    runtime.launch(kern, xi, (grid, 1, 1), (256, 1, 1),
+    runtime.launch(kern, xi, (grid, 1, 1), (threads, 1, 1),
                    (xi.ptr, yi.ptr, np.int32(rows), np.int32(cols), np.int32(vec), np.int32(warp_rows)))
     item = registry.ITEMSIZE[xi.dtype]
     registry.record(name, rows * cols, rows * cols * item + rows * item, rows=rows, cols=cols, dtype=xi.dtype)

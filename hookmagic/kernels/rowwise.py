@@ -6,11 +6,14 @@ FP32 whatever the storage. Non-contiguous inputs are copied to row-major first.
 """
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import numpy as np
 
 from hookmagic.kernels import registry, runtime
+from hookmagic.kernels.build import arch_number
 from hookmagic.kernels.errors import KernelArgumentError
 from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
 
@@ -29,9 +32,40 @@ for _op, _desc in [("softmax", "online softmax: max and sum in one pass, then no
 
 _MAX_GRID = 1 << 20
 
+for _op, _desc in [("softmax", "softmax with the row held in registers: read once, max and sum reduced, written"),
+                   ("layer_norm", "LayerNorm with the row held in registers: exact two-pass mean/variance, one read"),
+                   ("rms_norm", "RMSNorm with the row held in registers: one read, one write")]:
+    for _k in (4, 8):
+        register(KernelSpec(_op, f"reg{_k}", "rowwise", {d: f"{_op}_reg{_k}_{s}" for d, s in _SUFFIX.items()},
+                            (1024, 1, 1), (1, 1), min_arch=70, description=_desc + f" ({_k} vectors a thread)"))
+    register(KernelSpec(_op, "rs", "rowwise", {d: f"{_op}_rs_{s}" for d, s in _SUFFIX.items()},
+                        (1024, 1, 1), (1, 1), min_arch=70,
+                        description=_desc.replace("in registers", "in registers and shared memory")
+                        + " (4 vectors a thread in registers, the rest in dynamic shared memory)"))
+    register(KernelSpec(_op, "cluster", "rowwise", {d: f"{_op}_cl_{s}" for d, s in _SUFFIX.items()},
+                        (1024, 1, 1), (1, 1), min_arch=90,
+                        description=_desc.replace("with the row held in registers",
+                                                  "with the row spread over a cluster of 8 blocks' registers")
+                        + " (sm_90+: partial results through distributed shared memory)"))
+register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for d, s in _SUFFIX.items()},
+                    (256, 1, 1), (4, 1), min_arch=70,
+                    description="y = gelu(x + bias), 16-byte vectors, a column's bias loaded once for 4 rows"))
 
-def _check(x: Any, op: str) -> runtime.ArrayInfo:
-    xi = runtime.inspect_array(x, "x")
+#: which kernels the wrappers pick: "auto" (register-resident rows / vectorised bias+GELU where
+#: they apply; rows over 2,048 vectors in registers + shared memory with 512-thread blocks, two
+#: an SM, where that fits; rows too long for that with 1024-thread blocks; the multi-pass kernels
+#: beyond), "reg" (as auto but without the two-blocks-an-SM step: registers alone up to 1024 x 8
+#: vectors), "k8" (block-per-row rows with 8 vectors a thread where 4
+#: would do: half the threads), "cluster" (sm_90+, rows of >= 2,048 vectors: a cluster of 8 blocks
+#: a row) or "multipass" (always the multi-pass kernels). The
+#: benchmark compares them in one process. Set from $HOOKMAGIC_ROWWISE at import.
+IMPL = os.environ.get("HOOKMAGIC_ROWWISE", "auto")
+#: rows per block in warp mode, and the block size of bias+GELU
+_WARP_BLOCK = 256
+
+
+def _check(x: Any, op: str, xi: runtime.ArrayInfo | None = None) -> runtime.ArrayInfo:
+    xi = runtime.inspect_array(x, "x") if xi is None else xi
     if xi.dtype not in _DTYPES:
         raise KernelArgumentError(f"{op}: x must be float32, float16 or bfloat16, got {xi.where()}")
     if xi.device < 0:
@@ -63,32 +97,133 @@ def _vec(cols: int, dtype: str, *infos: runtime.ArrayInfo | None) -> tuple[int, 
     return nv, int(ok)
 
 
+_plans: dict[tuple, tuple] = {}
+
+
 def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple, out_name: str = "y") -> Any:
-    y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
-    n = int(np.prod(xi.shape))
+    if xi.kind == "torch":   # the cheap path: same shape, dtype and device, row-major
+        import torch
+        y = torch.empty_like(xi.obj, memory_format=torch.contiguous_format)
+        yptr = int(y.data_ptr())
+    else:
+        y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
+        yptr = runtime.inspect_array(y, out_name).ptr
+    n = math.prod(xi.shape)
     if n == 0:
         return y
-    yi = runtime.inspect_array(y, out_name)
     cols = xi.shape[-1]
+    nv = 16 // ITEMSIZE[xi.dtype]
+    ptrs = [p.ptr if p is not None else 0 for p in params]
+    vec = int(cols % nv == 0 and xi.ptr % 16 == 0 and yptr % 16 == 0 and all(q % 16 == 0 for q in ptrs))
+    key = (op, xi.shape, xi.dtype, xi.device, vec, IMPL, tuple(p is None for p in params), extra)
+    plan = _plans.get(key)   # the launch of this shape/dtype/alignment, worked out once
+    if plan is None:
+        if len(_plans) > 4096:   # many shapes: start over rather than grow without bound
+            _plans.clear()
+        plan = _plans[key] = _plan(op, xi, params, extra, n, cols, nv, vec)
+    kern, grid, block, smem, name, tail, flops, nbytes, rows = plan
+    runtime.launch(kern, xi, grid, block, (xi.ptr, *ptrs, yptr, *tail), smem)
+    registry.record(name, flops, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
+    return y
+
+
+def _plan(op: str, xi: runtime.ArrayInfo, params: list, extra: tuple, n: int, cols: int, nv: int, vec: int) -> tuple:
+    """(kernel, grid, block, dynamic smem, name, scalar arguments after the pointers, flops, bytes,
+    rows) of one launch."""
     rows = n // cols
     spec = registry.SPECS[(op, "rowwise")]
-    name = spec.entries[xi.dtype]
-    kern = runtime.get_kernel(spec.family, name, xi.device)
-    nv, vec = _vec(cols, xi.dtype, xi, yi, *params)
-    ptrs = [p.ptr if p is not None else 0 for p in params]
-    if op == "bias_gelu":
+    plan = None
+    if vec and IMPL == "cluster" and op != "bias_gelu" and cols // nv >= 2048 \
+            and arch_number(runtime.device_arch(xi.device)) >= 90:
+        plan = _cluster_plan(op, rows, cols // nv)
+    if plan is None and vec and IMPL != "multipass":
+        plan = _fast_plan(op, rows, cols, nv, _smem_limit(xi.device))
+    smem = 0
+    if plan is not None:
+        name, grid, threads, warp_mode, smem = plan
+        name = f"{name}_{_SUFFIX[xi.dtype]}"
+        kern = runtime.get_kernel(spec.family, name, xi.device)
+        if smem:
+            runtime.set_dynamic_smem(kern, smem, xi.device)
+        if op == "bias_gelu" or "_cl_" in name:
+            tail = (np.int32(rows), np.int32(cols), *extra)
+        else:
+            tail = (np.int32(rows), np.int32(cols), *extra, np.int32(warp_mode))
+    elif op == "bias_gelu":
+        name = spec.entries[xi.dtype]
+        kern = runtime.get_kernel(spec.family, name, xi.device)
         threads = 256
         units = -(-n // nv) if vec else n
         grid = min(-(-units // threads), _MAX_GRID)
-        args = (xi.ptr, *ptrs, yi.ptr, np.int64(n), np.int32(cols), *extra, np.int32(vec))
+        tail = (np.int64(n), np.int32(cols), *extra, np.int32(vec))
     else:
+        name = spec.entries[xi.dtype]
+        kern = runtime.get_kernel(spec.family, name, xi.device)
         threads = _threads(cols, nv)
         grid = min(rows, _MAX_GRID)
-        args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(vec))
-    runtime.launch(kern, xi, (grid, 1, 1), (threads, 1, 1), args)
+        tail = (np.int32(rows), np.int32(cols), *extra, np.int32(vec))
     nbytes = 2 * n * ITEMSIZE[xi.dtype] + sum(cols * ITEMSIZE[xi.dtype] for p in params if p is not None)
-    registry.record(name, _OPS_PER_ELEMENT[op] * n, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
-    return y
+    return (kern, (grid, 1, 1), (threads, 1, 1), smem, name, tail, _OPS_PER_ELEMENT[op] * n, nbytes, rows)
+
+
+def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 1024
+               ) -> tuple[str, int, int, int, int] | None:
+    """(kernel name without dtype suffix, grid, threads, last int argument, dynamic shared memory
+    bytes) of the register-resident / vectorised kernels for an aligned row of ``cols`` elements
+    (``nv`` per 16-byte vector), or None where only the multi-pass kernels apply. The last int
+    argument is warp_mode for the ``reg`` kernels and the shared-memory vectors per thread for
+    the ``rs`` kernels."""
+    nvec = cols // nv
+    if op == "bias_gelu":
+        tasks = -(-rows // 4) * nvec
+        return "bias_gelu_vec", max(1, min(-(-tasks // _WARP_BLOCK), _MAX_GRID)), _WARP_BLOCK, 0, 0
+    grid = min(rows, _MAX_GRID)
+    if IMPL in ("auto", "rs") and nvec > 2048:   # long rows: two 512-thread blocks an SM, 4 vectors a thread
+        # in registers and the rest in shared memory (H100: 80% of copy for 65k fp16 softmax vs 76% for
+        # one 1024-thread block an SM, benchmarks/results/rowfast/round1_rows65k.md)
+        s = -(-nvec // 512) - 4
+        if s * 512 * 16 <= _RS_SMEM_2:
+            return f"{op}_rs", grid, 512, s, s * 512 * 16
+    if nvec <= 32 * 8:                       # a warp per row, several rows per block
+        k = 4 if nvec <= 32 * 4 else 8
+        rpb = _WARP_BLOCK // 32
+        return f"{op}_reg{k}", max(1, min(-(-rows // rpb), _MAX_GRID)), _WARP_BLOCK, 1, 0
+    for k in ((8, 4) if IMPL == "k8" else (4, 8)):   # a block per row, <= 1024 threads (LayerNorm at K=8: 512)
+        threads = -(-nvec // k)
+        if threads <= (512 if (op == "layer_norm" and k == 8) else 1024):
+            return f"{op}_reg{k}", grid, -(-threads // 32) * 32, 0, 0
+    s = -(-nvec // 1024) - 4                 # registers + shared memory, 1024 threads
+    if s * 1024 * 16 <= smem_limit:
+        return f"{op}_rs", grid, 1024, s, s * 1024 * 16
+    return None
+
+
+def _cluster_plan(op: str, rows: int, nvec: int) -> tuple[str, int, int, int, int] | None:
+    """The cluster kernels' launch (sm_90+): 8 blocks a row, 4 vectors a thread in each."""
+    chunk = -(-nvec // 8)
+    threads = -(-chunk // 4)
+    if threads > 1024:
+        return None
+    return f"{op}_cl", min(rows, _MAX_GRID // 8) * 8, max(32, -(-threads // 32) * 32), 0, 0
+
+
+#: most dynamic shared memory the ``rs`` kernels ask for: one block an SM (the device's opt-in
+#: limit less 1 KiB of static shared memory: 226 KiB on an H100, 162 KiB on an A100), two blocks an
+#: SM (``IMPL='rs'``)
+_RS_SMEM_2 = 100 * 1024
+_optin: dict[int, int] = {}
+
+
+def _smem_limit(ordinal: int) -> int:
+    """The device's per-block opt-in shared memory less 1 KiB (static use), cached; 99 KiB if unknown."""
+    v = _optin.get(ordinal)
+    if v is None:
+        try:
+            v = int(runtime.device(ordinal).properties.max_shared_memory_per_block_optin) - 1024
+        except Exception:
+            v = 99 * 1024
+        _optin[ordinal] = v
+    return v
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
@@ -104,7 +239,7 @@ def softmax(x: Any, dim: int = -1) -> Any:
         moved = x.movedim(dim, -1) if xi.kind == "torch" else __import__("cupy").moveaxis(x, dim, -1)
         y = softmax(moved, -1)
         return y.movedim(-1, dim) if xi.kind == "torch" else __import__("cupy").moveaxis(y, -1, dim)
-    xi = _check(x, "softmax")
+    xi = _check(x, "softmax", xi)
     return _run("softmax", xi, [], ())
 
 

@@ -17,11 +17,11 @@ from hookmagic.pipeline import analysis as _analysis
 from hookmagic.pipeline import model as _model
 from hookmagic.pipeline.run import PipelineRun, load_run
 from hookmagic.pipeline.runner import Pipeline, Stage
-from hookmagic.pipeline.sources import (Source, frames, image_folder, probe_video,
+from hookmagic.pipeline.sources import (Source, frames, image_folder, nvdec_video, probe_video,
                                         synthetic_cameras, video_file, write_synthetic_video)
 
 __all__ = ["Pipeline", "Stage", "PipelineRun", "load_run", "Source", "frames", "image_folder",
-           "probe_video", "synthetic_cameras", "video_file", "write_synthetic_video"]
+           "probe_video", "synthetic_cameras", "video_file", "write_synthetic_video", "nvdec_video"]
 
 
 def _attach() -> None:

@@ -5,8 +5,14 @@ of every frame at every stage.
 reads the source on one thread per stream (its reads are the first stage, ``decode``/``read``),
 hands frames through bounded FIFO queues (back-pressure, or drop-oldest at the source queue),
 runs each stage's ``fn`` on ``workers`` threads inside a ``hookmagic.range`` named after the
-stage (so ``%%cudahook`` around a run groups each stage's kernels), and times GPU stages with
-CUDA events on each worker's own stream. The result is a :class:`PipelineRun`.
+stage while a capture records ranges (so ``%%cudahook`` around a run groups each stage's
+kernels; outside a capture no range is opened, it would record nothing), and times GPU stages
+with CUDA events on each worker's own stream. The result is a :class:`PipelineRun`.
+
+What instrumentation costs per stage execution: host timestamps and one row appended to the
+thread's own list (always); for GPU stages two ``cudaEventRecord`` calls on events reused from
+the pipeline's pool, resolved to times once after the run (``instrument=True``); a range only
+under a capture. See benchmarks/pipeline_instrument.py.
 
 On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
 every thread is joined, the partial run is kept as ``Pipeline.last_run`` (and on the exception
@@ -14,6 +20,7 @@ as ``err.pipeline_run``), and the error is re-raised once.
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -26,6 +33,7 @@ from hookmagic.pipeline.sources import Source, as_source
 
 _END = object()  # end-of-stream marker, one per worker of the receiving stage
 _POLL_S = 0.05   # how often blocked threads look at the stop flag
+_RESOLVE_EVERY = 512  # GPU batches a worker keeps as CUDA events before turning them into times
 
 
 @dataclass(frozen=True)
@@ -71,14 +79,27 @@ class _Frame:
 
 
 class _Recorder:
-    """Rows appended by all threads (list.append is atomic); tables built once at the end."""
+    """What the threads record, built into tables once at the end.
+
+    Each thread appends its event rows (one per frame per stage) to its *own* list, so the hot
+    path takes no lock; GPU stages keep, per batch, the index of its first row and the CUDA-event
+    pair around it, resolved to times in chunks of :data:`_RESOLVE_EVERY` (events already
+    complete: no wait) and at the end, so a long run holds a bounded number of events."""
 
     def __init__(self) -> None:
-        self.events: list[tuple] = []   # one per frame per stage
+        # per thread: its rows, its GPU batches waiting to be resolved (first row index, rows,
+        # start event, end event) and those resolved (first row index, rows, start ns, end ns)
+        self.threads: list[tuple[list[tuple], list[tuple], list[tuple]]] = []
         self.frames: list[list] = []    # fid -> [source, index, created_ns, outcome, reason, error, stage]
         self.lock = threading.Lock()
-        self.batch_ids = iter(range(1 << 62))
-        self.gpu: list[tuple] = []      # (event row index, start event, end event)
+        self.batch_ids = itertools.count()
+
+    def thread_lists(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """A new thread's own (rows, pending GPU batches, resolved GPU batches) lists."""
+        lists: tuple[list[tuple], list[tuple], list[tuple]] = ([], [], [])
+        with self.lock:
+            self.threads.append(lists)
+        return lists
 
     def new_frame(self, source: str, index: int, created_ns: int) -> int:
         with self.lock:
@@ -99,7 +120,8 @@ class Pipeline:
     way to the source; ``"drop_oldest"`` makes a source that finds its queue full drop the oldest
     queued frame instead (for live cameras). ``on_error="continue"`` records a failing frame and
     goes on; ``"stop"`` stops the run and re-raises. ``instrument=False`` skips the
-    ``hookmagic.range`` and the CUDA events (host timestamps are always taken).
+    ``hookmagic.range`` (opened only while a capture records ranges) and the CUDA events
+    (host timestamps are always taken; GPU stages then wait on their stream instead).
     """
 
     def __init__(self, stages: Sequence[Stage], queue_size: int = 8, overflow: str = "block",
@@ -127,6 +149,7 @@ class Pipeline:
         self.instrument = instrument
         self.name = name
         self.last_run: PipelineRun | None = None
+        self._event_pool: list[tuple[Any, Any]] = []  # timing CUDA-event pairs, reused
 
     def __repr__(self) -> str:
         parts = " → ".join(f"{s.name}" + (f"×{s.workers}" if s.workers > 1 else "")
@@ -195,6 +218,7 @@ class _Run:
     # -- threads -------------------------------------------------------------------------
     def _read(self, stream: Any, sidx: int, t0: float) -> None:
         rec, stage, pipe = self.rec, self.src.stage, self.pipe
+        rows, _, _ = rec.thread_lists()
         try:
             it = stream.open()
             i = 0
@@ -236,10 +260,10 @@ class _Run:
                 else:
                     ok = self._put(0, item)
                 put = time.perf_counter_ns()
-                with rec.lock:
-                    rec.events.append((fid, stage, -1, sidx, -1, 1, created, start, end, put, -1,
-                                       -1, "ok", ""))
-                self._notify_stage(stage, (end - start) / 1e9, 1)
+                rows.append((fid, stage, -1, sidx, -1, 1, created, start, end, put, -1, -1, "ok",
+                             ""))
+                if self.observers:
+                    self._notify_stage(stage, (end - start) / 1e9, 1)
                 if not ok:
                     rec.finish(fid, "cancelled", "run stopped", stage=stage)
                     break
@@ -255,13 +279,32 @@ class _Run:
 
     def _work(self, k: int, worker: int) -> None:
         st, rec, pipe = self.pipe.stages[k], self.rec, self.pipe
+        rows_out, gpu_out, gpu_done = rec.thread_lists()
+        append = rows_out.append
+        name, fn, batched, observers = st.name, st.fn, bool(st.batch), self.observers
         gpu = st.device == "cuda"
+        last = k == len(pipe.stages) - 1
         stream = None
+        timed = gpu and pipe.instrument
         if gpu:
             import torch
             stream = torch.cuda.Stream()
-        rng = None
+            # this thread is the pipeline's: its current stream stays the worker's own stream
+            # (what `with torch.cuda.stream(...)` around each call would do, without its cost)
+            torch.cuda.set_stream(stream)
+            pool = pipe._event_pool
+
+            def event_pair() -> tuple[Any, Any]:
+                try:
+                    return pool.pop()   # reused across runs: created once per pipeline
+                except IndexError:
+                    return (torch.cuda.Event(enable_timing=True),
+                            torch.cuda.Event(enable_timing=True))
+        rng = recorder = None
         if pipe.instrument:
+            # a range per stage execution while a capture records ranges; outside a capture
+            # it would record nothing, so none is opened
+            from hookmagic.cupti.ranges import RECORDER as recorder
             from hookmagic.cupti.ranges import range as rng
         want = st.batch or 1
         ended = False
@@ -271,7 +314,7 @@ class _Run:
                 if first is _END:
                     break
                 items = [first]
-                if st.batch:
+                if batched:
                     deadline = time.perf_counter() + st.batch_wait_ms / 1e3
                     while len(items) < want:
                         try:
@@ -284,66 +327,65 @@ class _Run:
                             ended = True
                             break
                         items.append(nxt)
-                batch_id = next(rec.batch_ids) if st.batch else -1
-                ev0 = ev1 = None
+                batch_id = next(rec.batch_ids) if batched else -1
+                pair = timed_pair = None
                 start = time.perf_counter_ns()
-                status, error, out = "ok", "", None
+                status, error, outs = "ok", "", None
                 try:
-                    arg = [it.payload for it in items] if st.batch else first.payload
-                    if gpu:
-                        import torch
-                        with torch.cuda.stream(stream):
-                            if pipe.instrument:
-                                ev0 = torch.cuda.Event(enable_timing=True)
-                                ev1 = torch.cuda.Event(enable_timing=True)
-                                ev0.record(stream)
-                                with rng(st.name):
-                                    out = st.fn(arg)
-                                ev1.record(stream)
-                                ev1.synchronize()
-                            else:
-                                out = st.fn(arg)
-                                stream.synchronize()
-                    elif rng is not None:
-                        with rng(st.name):
-                            out = st.fn(arg)
+                    arg = [it.payload for it in items] if batched else first.payload
+                    if timed:
+                        pair = event_pair()
+                        pair[0].record(stream)
+                    if rng is not None and recorder.active:
+                        with rng(name):
+                            out = fn(arg)
                     else:
-                        out = st.fn(arg)
-                    outs = self._split(st, out, len(items))
+                        out = fn(arg)
+                    if timed:
+                        pair[1].record(stream)
+                        pair[1].synchronize()
+                        timed_pair = pair
+                    elif gpu:
+                        stream.synchronize()
+                    outs = self._split(st, out, len(items)) if batched else [out]
                 except Exception as err:  # noqa: BLE001 - recorded per frame
                     status, error, outs = "failed", f"{type(err).__name__}: {err}", None
                     if pipe.on_error == "stop":
                         self._fail(err)
                 end = time.perf_counter_ns()
-                self._notify_stage(st.name, (end - start) / 1e9, len(items))
-                rows = []
+                n = len(items)
+                if observers:
+                    self._notify_stage(name, (end - start) / 1e9, n)
+                if timed_pair is not None:
+                    gpu_out.append((len(rows_out), n, timed_pair[0], timed_pair[1]))
+                    if len(gpu_out) >= _RESOLVE_EVERY:
+                        self._resolve(gpu_out, gpu_done)
                 for j, it in enumerate(items):
                     res = outs[j] if outs is not None else None
-                    s = status if status != "ok" or res is not None else "none"
-                    rows.append([it.fid, st.name, k, worker, batch_id, len(items), 0, start,
-                                 end, end, -1, -1, s, error])
                     it.payload = res
-                last = k == len(pipe.stages) - 1
-                for j, it in enumerate(items):
-                    row = rows[j]
-                    if row[12] == "failed":
-                        rec.finish(it.fid, "failed", "exception", error, st.name)
-                        self._notify_frame(it.fid)
-                    elif row[12] == "none":
-                        rec.finish(it.fid, "dropped", f"{st.name} returned None", stage=st.name)
-                        self._notify_frame(it.fid)
-                    elif last:
-                        rec.finish(it.fid, "done", stage=st.name)
-                        self._notify_frame(it.fid)
+                    put = end
+                    if status == "failed":
+                        s = status
+                        rec.finish(it.fid, "failed", "exception", error, name)
+                        if observers:
+                            self._notify_frame(it.fid)
+                    elif res is None:
+                        s = "none"
+                        rec.finish(it.fid, "dropped", f"{name} returned None", stage=name)
+                        if observers:
+                            self._notify_frame(it.fid)
                     else:
-                        if not self._put(k + 1, it):
-                            rec.finish(it.fid, "cancelled", "run stopped", stage=st.name)
-                        row[9] = time.perf_counter_ns()
-                # a batch's events are appended together, so one GPU record covers them
-                with rec.lock:
-                    if ev0 is not None:
-                        rec.gpu.append((len(rec.events), len(rows), ev0, ev1))
-                    rec.events.extend(tuple(r) for r in rows)
+                        s = status
+                        if last:
+                            rec.finish(it.fid, "done", stage=name)
+                            if observers:
+                                self._notify_frame(it.fid)
+                        else:
+                            if not self._put(k + 1, it):
+                                rec.finish(it.fid, "cancelled", "run stopped", stage=name)
+                            put = time.perf_counter_ns()
+                    append((it.fid, name, k, worker, batch_id, n, 0, start, end, put, -1, -1, s,
+                            error))
         except BaseException as err:  # noqa: BLE001 - e.g. KeyboardInterrupt in a stage
             self._fail(err)
         finally:
@@ -352,6 +394,17 @@ class _Run:
                 last_worker = self.alive[k] == 0
             if last_worker:
                 self._end_of(k + 1)
+
+    def _resolve(self, pending: list[tuple], done: list[tuple]) -> None:
+        """Turn completed CUDA-event pairs into host-clock ns (via the run's reference event)
+        and give the pairs back to the pipeline's pool."""
+        ref, ref_ns = self.gpu_ref  # type: ignore[misc]
+        pool = self.pipe._event_pool
+        for first, n, ev0, ev1 in pending:
+            done.append((first, n, ref_ns + int(ref.elapsed_time(ev0) * 1e6),
+                         ref_ns + int(ref.elapsed_time(ev1) * 1e6)))
+            pool.append((ev0, ev1))
+        pending.clear()
 
     @staticmethod
     def _split(st: Stage, out: Any, n: int) -> list[Any] | None:
@@ -452,20 +505,27 @@ class _Run:
         names = ["frame", "stage", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
                  "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error"]
         # column by column (pandas' row-wise constructor costs ~5 µs per row)
-        columns = list(zip(*rec.events)) if rec.events else [()] * len(names)
+        if self.gpu_ref is not None and any(pending for _, pending, _ in rec.threads):
+            import torch
+            torch.cuda.synchronize()
+            for _, pending, done in rec.threads:
+                self._resolve(pending, done)
+        rows: list[tuple] = []
+        gpu: list[tuple] = []
+        for trows, _, tdone in rec.threads:
+            offset = len(rows)
+            rows.extend(trows)
+            gpu.extend((offset + first, n, a, b) for first, n, a, b in tdone)
+        # column by column (pandas' row-wise constructor costs ~5 µs per row)
+        columns = list(zip(*rows)) if rows else [()] * len(names)
         events = pd.DataFrame({
             n: (np.fromiter(c, dtype=np.int64, count=len(c)) if n not in ("stage", "status", "error")
                 else pd.array(c, dtype=object)) for n, c in zip(names, columns)})
         for n in ("stage", "status", "error"):
             events[n] = events[n].astype(str)
-        if rec.gpu and self.gpu_ref is not None:
-            import torch
-            torch.cuda.synchronize()
-            ref, ref_ns = self.gpu_ref
+        if gpu:
             gs, ge = events["gpu_start_ns"].to_numpy().copy(), events["gpu_end_ns"].to_numpy().copy()
-            for first, n, ev0, ev1 in rec.gpu:
-                a = ref_ns + int(ref.elapsed_time(ev0) * 1e6)
-                b = ref_ns + int(ref.elapsed_time(ev1) * 1e6)
+            for first, n, a, b in gpu:
                 gs[first:first + n], ge[first:first + n] = a, b
             events["gpu_start_ns"], events["gpu_end_ns"] = gs, ge
         fnames = ["source", "index", "created_ns", "outcome", "reason", "error", "stage"]

@@ -1,5 +1,6 @@
-"""Where frames come from: any iterable, a video file decoded on the CPU (PyAV), an image
-folder, or N synthetic cameras paced in real time.
+"""Where frames come from: any iterable, a video file decoded on the CPU (PyAV) or on the GPU's
+NVDEC (PyNvVideoCodec or torchcodec), an image folder, or N synthetic cameras paced in real
+time.
 
 A source is a list of *streams*; each stream is read by its own thread of the pipeline and its
 reads are timed as the pipeline's first stage (``decode`` for video, ``read`` otherwise), so a
@@ -122,6 +123,206 @@ def _decode(av: Any, path: Path, fmt: str, threads: int) -> Iterator[np.ndarray]
             raise InputFileError(f"{path}: decoding failed in PyAV/FFmpeg: {err}") from err
     finally:
         container.close()
+
+
+def _import_nvdec() -> tuple[str, Any]:
+    """The GPU decoder library to use: PyNvVideoCodec, else torchcodec with CUDA; one
+    Unavailable naming both reasons when neither imports."""
+    why = []
+    try:
+        import PyNvVideoCodec as nvc  # type: ignore[import-not-found]
+        return "PyNvVideoCodec", nvc
+    except Exception as err:  # noqa: BLE001 - its import also fails on missing driver libraries
+        why.append(f"PyNvVideoCodec: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+    try:
+        from torchcodec.decoders import VideoDecoder  # type: ignore[import-not-found]
+        return "torchcodec", VideoDecoder
+    except Exception as err:  # noqa: BLE001 - torchcodec raises RuntimeError without FFmpeg
+        why.append(f"torchcodec: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+    raise Unavailable(
+        "NVDEC decoding needs PyNvVideoCodec (pip install pynvvideocodec; it brings its own "
+        "FFmpeg demuxer and needs the NVIDIA driver's video libraries libnvcuvid.so and "
+        "libnvidia-encode.so, in containers NVIDIA_DRIVER_CAPABILITIES must include 'video') "
+        "or torchcodec built with CUDA (needs FFmpeg's shared libraries); here: "
+        + "; ".join(why))
+
+
+def _primary_context(gpu: int) -> int:
+    """The handle of the GPU's primary CUDA context (the one torch uses), retained once."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), gpu)),
+                       ("cuDevicePrimaryCtxRetain", (ctypes.byref(ctx), dev))):
+        rc = getattr(cuda, call)(*args)
+        if rc != 0:
+            raise Unavailable(f"NVDEC: {call} failed with CUDA error {rc}")
+    return int(ctx.value or 0)
+
+
+class _CudaBytes:
+    """A device buffer by address, for torch.as_tensor (CUDA array interface)."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
+def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
+                name: str | None = None) -> Source:
+    """A video file decoded on the GPU's hardware decoder (NVDEC).
+
+    Each frame is a CUDA tensor on GPU ``gpu``: ``fmt="rgb"`` an ``H×W×3`` uint8 tensor (the
+    layout :func:`video_file` gives on the CPU), ``fmt="nv12"`` the decoder's native
+    ``(H·3/2)×W`` uint8 NV12 surface (luma rows, then interleaved U/V rows). Frames are copies
+    the decoder no longer touches, complete on the GPU when the next stage gets them.
+
+    Uses PyNvVideoCodec (NVIDIA's bindings, with their own FFmpeg demuxer: MP4, MKV, raw H.264 /
+    HEVC streams ...) or, without it, torchcodec's CUDA decoder (``fmt="rgb"`` only). Neither
+    importable → :class:`~hookmagic.common.errors.Unavailable` naming what is missing. A missing
+    or undecodable file → one InputFileError naming the file and the decoder's message.
+    """
+    if fmt not in ("rgb", "nv12"):
+        raise InvalidArgument(f"fmt must be 'rgb' or 'nv12', got {fmt!r}")
+    if not isinstance(gpu, int) or gpu < 0:
+        raise InvalidArgument(f"gpu must be a device index >= 0, got {gpu!r}")
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{path}: no such video file")
+    backend, lib = _import_nvdec()
+    if backend == "torchcodec" and fmt != "rgb":
+        raise Unavailable("fmt='nv12' needs PyNvVideoCodec (torchcodec returns RGB only)")
+    if backend == "PyNvVideoCodec":
+        try:
+            dmx = lib.CreateDemuxer(str(path))
+            info = {"file": path.name, "codec": str(dmx.GetNvCodecId()),
+                    "width": int(dmx.Width()), "height": int(dmx.Height()),
+                    "rate": float(dmx.FrameRate()) or None}
+            del dmx
+        except Exception as err:  # noqa: BLE001 - PyNvVideoCodec raises its own types
+            raise InputFileError(f"{path}: cannot be demuxed by PyNvVideoCodec: {err}") from err
+        open_ = _pynvc_frames(lib, path, gpu, fmt, info)
+    else:
+        try:
+            dec = lib(str(path), device=f"cuda:{gpu}")
+            md = dec.metadata
+            info = {"file": path.name, "codec": str(md.codec), "width": int(md.width),
+                    "height": int(md.height), "frames": int(md.num_frames or 0),
+                    "rate": float(md.average_fps or 0) or None}
+            del dec
+        except Exception as err:  # noqa: BLE001 - torchcodec raises RuntimeError/ValueError
+            raise InputFileError(f"{path}: cannot be decoded by torchcodec: {err}") from err
+        open_ = _torchcodec_frames(lib, path, gpu)
+    info["decoder"] = f"{backend} NVDEC"
+    return Source([Stream(name or path.stem, open_, None, f"{path.name} ({backend} NVDEC)")],
+                  "decode", f"{path.name}: {info['codec']} {info['width']}x{info['height']}, "
+                  f"{backend} NVDEC decode on GPU {gpu} ({fmt})", meta=info)
+
+
+def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
+                  info: dict) -> Callable[[], Iterator[Any]]:
+    def open_() -> Iterator[Any]:
+        import torch
+
+        dev = torch.device("cuda", gpu)
+        stream = torch.cuda.Stream(device=dev)
+        h, w = info["height"], info["width"]
+        color = nvc.OutputColorType.RGB if fmt == "rgb" else nvc.OutputColorType.NATIVE
+        convert = False  # NV12 → RGB here, if this PyNvVideoCodec cannot convert itself
+        try:
+            dmx = nvc.CreateDemuxer(str(path))
+            kw = dict(gpuid=gpu, codec=dmx.GetNvCodecId(), cudacontext=_primary_context(gpu),
+                      cudastream=stream.cuda_stream, usedevicememory=True)
+            try:
+                dec = nvc.CreateDecoder(**kw, outputColorType=color)
+            except TypeError:  # a build without outputColorType: native NV12 only
+                dec = nvc.CreateDecoder(**kw)
+                convert = fmt == "rgb"
+        except Unavailable:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise InputFileError(f"{path}: PyNvVideoCodec cannot decode it: {err}") from err
+
+        def take(frame: Any) -> Any:
+            try:
+                t = torch.from_dlpack(frame)
+            except Exception:  # noqa: BLE001 - older builds: the CUDA array interface instead
+                n = int(frame.framesize())
+                t = torch.as_tensor(_CudaBytes(int(frame.GetPtrToPlane(0)), n), device=dev)
+            t = _frame_layout(t, h, w, "nv12" if convert else fmt)
+            if t is None:
+                raise InputFileError(f"{path}: NVDEC frame of shape {tuple(t_shape(frame))} "
+                                     f"does not fit {w}x{h} ({fmt})")
+            return (_nv12_to_rgb(t, h, w) if convert
+                    else t.clone(memory_format=torch.contiguous_format))
+
+        def t_shape(frame: Any) -> Any:
+            try:
+                return torch.from_dlpack(frame).shape
+            except Exception:  # noqa: BLE001
+                return (int(frame.framesize()),)
+
+        try:
+            for packet in dmx:
+                with torch.cuda.device(dev), torch.cuda.stream(stream):
+                    try:
+                        out = [take(f) for f in dec.Decode(packet)]
+                    except InputFileError:
+                        raise
+                    except Exception as err:  # noqa: BLE001
+                        raise InputFileError(f"{path}: NVDEC decoding failed: {err}") from err
+                    stream.synchronize()  # complete before another stream reads them
+                yield from out
+        finally:
+            del dec, dmx
+    return open_
+
+
+def _frame_layout(t: Any, h: int, w: int, fmt: str) -> Any:
+    """A decoded frame as ``h×w×3`` (rgb) or ``(h·3/2)×w`` (nv12), from what the decoder
+    exported: the exact shape, a padded surface (rows or pitch beyond the picture), planar RGB,
+    or flat bytes. None if it fits none of them."""
+    if fmt == "rgb":
+        if t.dim() == 3 and t.shape[-1] == 3 and t.shape[0] >= h and t.shape[1] >= w:
+            return t[:h, :w]
+        if t.dim() == 3 and t.shape[0] == 3 and t.shape[1] >= h and t.shape[2] >= w:
+            return t[:, :h, :w].permute(1, 2, 0)
+        return t.reshape(h, w, 3) if t.numel() == h * w * 3 else None
+    if t.dim() == 2 and t.shape[1] >= w and t.shape[0] * 2 % 3 == 0 and t.shape[0] * 2 // 3 >= h:
+        rows = t.shape[0] * 2 // 3  # the surface's luma rows (>= h when padded)
+        if rows == h:
+            return t[:, :w]
+        import torch
+        return torch.cat([t[:h, :w], t[rows:rows + h // 2, :w]])
+    return t.reshape(h * 3 // 2, w) if t.numel() == h * w * 3 // 2 else None
+
+
+def _nv12_to_rgb(t: Any, h: int, w: int) -> Any:
+    """NV12 (BT.601, limited range) → ``h×w×3`` uint8 RGB on the GPU, chroma repeated 2×2."""
+    import torch
+    y = (t[:h].float() - 16) * (255 / 219)
+    uv = t[h:].reshape(h // 2, w // 2, 2).float().sub(128).mul(255 / 224)
+    uv = uv.repeat_interleave(2, 0).repeat_interleave(2, 1)
+    u, v = uv[..., 0], uv[..., 1]
+    rgb = torch.stack([y + 1.402 * v, y - 0.344136 * u - 0.714136 * v, y + 1.772 * u], -1)
+    return rgb.round().clamp(0, 255).to(torch.uint8)
+
+
+def _torchcodec_frames(decoder_cls: Any, path: Path, gpu: int) -> Callable[[], Iterator[Any]]:
+    def open_() -> Iterator[Any]:
+        import torch
+
+        dec = decoder_cls(str(path), device=f"cuda:{gpu}")
+        for i in range(len(dec)):
+            try:
+                t = dec[i]
+            except Exception as err:  # noqa: BLE001
+                raise InputFileError(f"{path}: torchcodec NVDEC decoding failed: {err}") from err
+            out = t.permute(1, 2, 0).contiguous()
+            torch.cuda.current_stream(out.device).synchronize()
+            yield out
+    return open_
 
 
 def image_folder(path: str | os.PathLike, pattern: str = "*.png") -> Source:

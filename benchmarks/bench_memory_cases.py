@@ -1,0 +1,158 @@
+"""More memory-bound cases for ``benchmarks/bench_kernels.py --sections memory``: fused frame
+preprocessing, transposes and row reductions, in the rows format of the memory-bound table
+(``shape``, ``kind``, ``variant``, ``seconds``, ``bytes``): each case has its torch reference
+(``variant='torch eager'``) and a device-to-device copy of the same number of bytes
+(``kind='copy'``) measured in the same process, so the table gives each kernel's fraction of copy
+bandwidth and its speed-up over torch. Bytes are compulsory traffic: every input byte read
+once, every output byte written once.
+
+``$HOOKMAGIC_BENCH_MULTIPASS`` set: the previous kernels are timed too (one pixel a thread
+preprocessing: ``'hookmagic 1 px a thread, byte loads'``, ``'hookmagic 4 px a thread'``; 32x32-tile transposes: ``'hookmagic 32x32 tile'``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Callable
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _row(shape: str, kind: str, variant: str, seconds: float, nbytes: int, ok: bool = True, err: float = 0.0,
+         host_s: float | None = None) -> dict:
+    return {"shape": shape, "kind": kind, "variant": variant, "seconds": seconds, "bytes": nbytes, "ok": bool(ok),
+            "max_err": err, "host_s": host_s}
+
+
+def _copy(nbytes: int) -> Callable:
+    import torch
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def _pixel(fn: Callable, impl: str = "pixel") -> Callable:
+    def run():
+        pp = sys.modules["hookmagic.kernels.preprocess"]   # (hookmagic.kernels.preprocess is also a function)
+        saved, pp.IMPL = pp.IMPL, impl
+        try:
+            return fn()
+        finally:
+            pp.IMPL = saved
+    return run
+
+
+def _tile(fn: Callable) -> Callable:
+    def run():
+        lay = sys.modules["hookmagic.kernels.layout"]
+        lay.IMPL = "tile"
+        try:
+            return fn()
+        finally:
+            lay.IMPL = "auto"
+    return run
+
+
+def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: None,
+                 rows: list | None = None) -> list[dict]:
+    """Rows for preprocess (RGB, letterbox, NV12), NCHW->NHWC and 2-D transposes, row_sum/row_max,
+    appended to ``rows`` as they are measured. ``timer(fn)`` returns seconds per call; ``host()``
+    the host launch time of its last measurement."""
+    import torch
+    F = torch.nn.functional
+
+    import hookmagic.kernels as hk
+
+    rows = [] if rows is None else rows
+    multipass = bool(os.environ.get("HOOKMAGIC_BENCH_MULTIPASS"))
+
+    copied: set[str] = set()
+
+    def case(shape: str, kind: str, nbytes: int, impls: dict, ok: bool, err: float) -> None:
+        if shape not in copied:   # one copy reference per shape (row_sum and row_max share theirs)
+            copied.add(shape)
+            rows.append(_row(shape, "copy", "torch copy_", timer(_copy(nbytes)), nbytes, host_s=host()))
+        for variant, fn in impls.items():
+            mine = variant.startswith("hookmagic")
+            secs = timer(fn) if (ok or not mine) else float("nan")
+            rows.append(_row(shape, kind, variant, secs, nbytes, ok if mine else True, err if mine else 0.0,
+                             host() if (ok or not mine) else None))
+        print(f"  {shape:34s} {kind:10s} ok={ok}", flush=True)
+
+    # --- preprocess: 1080p frames, batch 8 -> 640 x 640 FP16 NCHW ---------------------------------
+    mean = torch.tensor(MEAN, device="cuda")[:, None, None]
+    std = torch.tensor(STD, device="cuda")[:, None, None]
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
+
+    def chain():
+        x = frames.permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(640, 640), mode="bilinear", align_corners=False, antialias=False)
+        return ((x / 255 - mean) / std).half()
+
+    def chain_letterbox():
+        x = frames.permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(360, 640), mode="bilinear", align_corners=False, antialias=False)
+        x = F.pad(x, (0, 0, 140, 140), value=114.0)
+        return ((x / 255 - mean) / std).half()
+
+    nbytes = frames.numel() + 8 * 3 * 640 * 640 * 2
+    for shape, mine, ref in (("8x1080p RGB -> 640x640 fp16", lambda: hk.preprocess(frames, (640, 640), MEAN, STD),
+                              chain),
+                             ("8x1080p RGB -> 640x640 letterbox",
+                              lambda: hk.preprocess(frames, (640, 640), MEAN, STD, letterbox=True), chain_letterbox)):
+        err = (mine().float() - ref().float()).abs().max().item()
+        impls = {"hookmagic": mine, "torch eager": ref}
+        if multipass:
+            impls["hookmagic 1 px a thread, byte loads"] = _pixel(mine)
+            impls["hookmagic 4 px a thread"] = _pixel(mine, "w4")
+        case(shape, "preprocess", nbytes, impls, err <= 0.02, err)
+    del frames
+    nv12 = torch.randint(0, 256, (8, 1620, 1920), dtype=torch.uint8, device="cuda")
+    nb12 = nv12.numel() + 8 * 3 * 640 * 640 * 2
+    mine = lambda: hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12")   # noqa: E731
+    px = _pixel(mine)
+    err = (mine().float() - px().float()).abs().max().item()   # the two kernels: same arithmetic (FMA contraction aside)
+    impls = {"hookmagic": mine}
+    if multipass:
+        impls["hookmagic 1 px a thread, byte loads"] = px
+        impls["hookmagic 4 px a thread"] = _pixel(mine, "w4")
+    case("8x1080p NV12 -> 640x640 fp16", "preprocess", nb12, impls, err <= 0.02, err)
+    del nv12
+
+    # --- transposes -----------------------------------------------------------------------------------
+    for shape, size, dtype, layout in (("NCHW->NHWC 32x64x112x112 fp16", (32, 64, 112, 112), torch.float16,
+                                        "NCHW->NHWC"),
+                                       ("NHWC->NCHW 32x112x112x64 fp16", (32, 112, 112, 64), torch.float16,
+                                        "NHWC->NCHW"),
+                                       ("8192x8192 fp32", (8192, 8192), torch.float32, None)):
+        x = torch.randn(size, device="cuda", dtype=dtype)
+        if layout == "NCHW->NHWC":
+            ref = lambda x=x: x.permute(0, 2, 3, 1).contiguous()   # noqa: E731
+        elif layout == "NHWC->NCHW":
+            ref = lambda x=x: x.permute(0, 3, 1, 2).contiguous()   # noqa: E731
+        else:
+            ref = lambda x=x: x.t().contiguous()                   # noqa: E731
+        ok = torch.equal(hk.transpose(x, layout), ref())
+        impls = {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay), "torch eager": ref}
+        if multipass:
+            impls["hookmagic 32x32 tile"] = _tile(impls["hookmagic"])
+            ok = ok and torch.equal(impls["hookmagic 32x32 tile"](), ref())
+        case(shape, "transpose", 2 * x.numel() * x.element_size(), impls, ok, 0.0)
+        del x
+
+    # --- row reductions -------------------------------------------------------------------------------
+    for r, c, dtype in ((4096, 4096, torch.float16), (256, 65536, torch.float32), (65536, 256, torch.float16)):
+        x = torch.randn(r, c, device="cuda", dtype=dtype)
+        nb = x.numel() * x.element_size() + r * x.element_size()
+        d = str(dtype).removeprefix("torch.")
+        err = (hk.row_sum(x).float() - x.sum(-1).float()).abs().max().item()
+        tol = 1e-2 * math.sqrt(c) if dtype == torch.float16 else 1e-4 * math.sqrt(c)
+        case(f"{r}x{c} {d}", "row_sum", nb, {"hookmagic": lambda x=x: hk.row_sum(x),
+                                              "torch eager": lambda x=x: x.sum(-1)}, err <= tol, err)
+        ok = torch.equal(hk.row_max(x), x.amax(-1))
+        case(f"{r}x{c} {d}", "row_max", nb, {"hookmagic": lambda x=x: hk.row_max(x),
+                                              "torch eager": lambda x=x: x.amax(-1)}, ok, 0.0)
+        del x
+    torch.cuda.empty_cache()
+    return rows

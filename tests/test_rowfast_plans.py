@@ -1,0 +1,104 @@
+"""Launch plans of the memory-bound kernels (no GPU needed): every plan the row-wise wrappers can
+pick covers the whole row exactly once with the resources its kernel is compiled for, and the
+benchmark's memory table (synthetic rows) carries kernel time, host time and the ratios."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hookmagic.kernels.rowwise as rw
+from hookmagic.kernels import build, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+#: launch-bound thread limits of the compiled entry points (kernels/rowwise.cu)
+_MAX_THREADS = {"reg4": 1024, "reg8": 1024, "rs": 1024, "cl": 1024, "vec": 256}
+
+
+def _k(name: str) -> tuple[str, int]:
+    """(kind, vectors a thread in registers) of a plan's kernel name."""
+    for kind, k in (("reg4", 4), ("reg8", 8), ("rs", 4), ("cl", 4), ("vec", 4)):
+        if name.endswith("_" + kind):
+            return kind, k
+    raise AssertionError(name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(op=st.sampled_from(["softmax", "layer_norm", "rms_norm"]), rows=st.integers(1, 100_000),
+       nvec=st.integers(1, 40_000), nv=st.sampled_from([4, 8]),
+       impl=st.sampled_from(["auto", "rs", "k8"]), smem_limit=st.sampled_from([99 * 1024, 162 * 1024, 226 * 1024]))
+def test_row_plans_cover_every_vector_once(op, rows, nvec, nv, impl, smem_limit):
+    saved, rw.IMPL = rw.IMPL, impl
+    try:
+        plan = rw._fast_plan(op, rows, nvec * nv, nv, smem_limit)
+    finally:
+        rw.IMPL = saved
+    if plan is None:   # only rows too long for registers + shared memory go multi-pass
+        assert (-(-nvec // 1024) - 4) * 1024 * 16 > smem_limit
+        return
+    name, grid, threads, last, smem = plan
+    kind, k = _k(name)
+    assert threads % 32 == 0 and 32 <= threads <= _MAX_THREADS[kind]
+    if name == "layer_norm_reg8":
+        assert threads <= 512                               # its launch bound
+    assert 1 <= grid <= rw._MAX_GRID
+    if kind in ("reg4", "reg8") and last == 1:              # warp per row
+        assert nvec <= 32 * k and grid * (threads // 32) >= min(rows, rw._MAX_GRID)
+    elif kind in ("reg4", "reg8"):                          # block per row
+        assert nvec <= threads * k and smem == 0
+    else:                                                   # registers + shared memory
+        assert nvec <= threads * (k + last) and smem == last * threads * 16 and smem <= smem_limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(op=st.sampled_from(["softmax", "layer_norm", "rms_norm"]), rows=st.integers(1, 100_000),
+       nvec=st.integers(2048, 40_000))
+def test_cluster_plan_splits_rows_over_eight_blocks(op, rows, nvec):
+    plan = rw._cluster_plan(op, rows, nvec)
+    if plan is None:
+        assert -(-nvec // 8) > 4 * 1024
+        return
+    name, grid, threads, _, smem = plan
+    assert name == f"{op}_cl" and grid % 8 == 0 and grid // 8 <= rows and smem == 0
+    assert 8 * 4 * threads >= nvec and threads <= 1024
+
+
+def test_every_plan_kernel_is_registered():
+    entries = {e for s in registry.SPECS.values() for e in s.entries.values()}
+    for name in ("softmax_reg4", "softmax_reg8", "softmax_rs", "softmax_cl", "layer_norm_reg8", "rms_norm_rs",
+                 "bias_gelu_vec"):
+        for suffix in ("f32", "f16", "bf16"):
+            assert f"{name}_{suffix}" in entries
+    assert {"transpose2_b2", "transpose2_b4", "preprocess4_f16"} <= entries
+
+
+def test_plan_kernels_compile_without_spills():
+    info = build.compile_family("rowwise", "sm_90").kernels
+    for name, k in info.items():
+        if "_reg" in name or "_rs_" in name or "_cl_" in name or "_vec_" in name:
+            assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, name
+
+
+def test_memory_table_has_kernel_time_host_time_and_ratios(tmp_path):
+    """Synthetic rows (not measurements) through bench_kernels.summarise."""
+    pd = pytest.importorskip("pandas")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_kernels
+    rows = []
+    for variant, kind, secs in (("torch copy_", "copy", 20e-6), ("torch eager", "softmax", 40e-6),
+                                ("hookmagic", "softmax", 25e-6)):
+        rows.append({"shape": "synthetic 4096x4096", "kind": kind, "variant": variant, "seconds": secs,
+                     "bytes": 64e6, "ok": True, "max_err": 0.0, "host_s": 10e-6})
+    frames = [pd.DataFrame(rows).assign(run=i) for i in range(2)]
+    machine = {"gpu": "synthetic", "driver": "-", "torch": "-", "cuda": "-", "nvrtc": "-", "date": "-",
+               "timer": "device"}
+    bench_kernels.summarise(frames, machine, tmp_path)
+    md = (tmp_path / "kernels.md").read_text()
+    line = next(ln for ln in md.splitlines() if "| softmax | hookmagic |" in ln)
+    assert "| 2560 | 80% | 1.60x | 25.0 | 10.0 | yes |" in line
+    assert "sleep kernel" in md
+    json.loads((tmp_path / "kernels.json").read_text())
