@@ -70,7 +70,8 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
     copied: set[str] = set()
 
     def case(shape: str, kind: str, nbytes: int, impls: dict, ok: bool, err: float) -> None:
-        if shape not in copied:   # one copy reference per shape (row_sum and row_max share theirs)
+        if shape not in copied:   # one copy reference per shape label (row_sum and row_max share theirs;
+            # the labels differ from the row-wise section's, whose copies move other byte counts)
             copied.add(shape)
             rows.append(_row(shape, "copy", "torch copy_", timer(_copy(nbytes)), nbytes, host_s=host()))
         for variant, fn in impls.items():
@@ -148,10 +149,10 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
         d = str(dtype).removeprefix("torch.")
         err = (hk.row_sum(x).float() - x.sum(-1).float()).abs().max().item()
         tol = 1e-2 * math.sqrt(c) if dtype == torch.float16 else 1e-4 * math.sqrt(c)
-        case(f"{r}x{c} {d}", "row_sum", nb, {"hookmagic": lambda x=x: hk.row_sum(x),
+        case(f"{r}x{c} {d} (reduction)", "row_sum", nb, {"hookmagic": lambda x=x: hk.row_sum(x),
                                               "torch eager": lambda x=x: x.sum(-1)}, err <= tol, err)
         ok = torch.equal(hk.row_max(x), x.amax(-1))
-        case(f"{r}x{c} {d}", "row_max", nb, {"hookmagic": lambda x=x: hk.row_max(x),
+        case(f"{r}x{c} {d} (reduction)", "row_max", nb, {"hookmagic": lambda x=x: hk.row_max(x),
                                               "torch eager": lambda x=x: x.amax(-1)}, ok, 0.0)
         del x
     torch.cuda.empty_cache()
