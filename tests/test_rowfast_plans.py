@@ -102,3 +102,4 @@ def test_memory_table_has_kernel_time_host_time_and_ratios(tmp_path):
     assert "| 2560 | 80% | 1.60x | 25.0 | 10.0 | yes |" in line
     assert "sleep kernel" in md
     json.loads((tmp_path / "kernels.json").read_text())
+

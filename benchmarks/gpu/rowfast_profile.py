@@ -35,6 +35,7 @@ def main() -> None:
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     w = torch.randn(4096, device="cuda", dtype=torch.float16)
     y = torch.empty_like(x)
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
     xi = runtime.inspect_array(x, "x")
     spec = registry.SPECS[("softmax", "rowwise")]
     kern = runtime.get_kernel(spec.family, "softmax_reg4_f16", 0)
@@ -45,6 +46,8 @@ def main() -> None:
         "hk.rms_norm": lambda: hk.rms_norm(x, w),
         "hk.row_sum": lambda: hk.row_sum(x),
         "hk.transpose NCHW->NHWC": lambda: hk.transpose(x.view(1, 16, 256, 4096), "NCHW->NHWC"),
+        "hk.preprocess 8x1080p": lambda: hk.preprocess(frames, (640, 640), (0.485, 0.456, 0.406),
+                                                        (0.229, 0.224, 0.225)),
         "runtime.inspect_array": lambda: runtime.inspect_array(x, "x"),
         "runtime.empty_like_kind": lambda: runtime.empty_like_kind(xi, xi.shape, xi.dtype),
         "runtime.device(0)": lambda: runtime.device(0),

@@ -45,13 +45,8 @@ register(KernelSpec("preprocess", "fused4", "preprocess", {d: f"preprocess4_{s}"
                     description="as 'fused', four output pixels a thread (lane-interleaved: each warp "
                                 "instruction covers 32 consecutive pixels), vertical taps shared, RGB tap pairs from "
                                 "aligned 4-byte loads, NV12 chroma pairs as 2-byte loads"))
-register(KernelSpec("preprocess", "fused1w", "preprocess", {d: f"preprocess1w_{s}" for d, s in _SUFFIX.items()},
-                    _BLOCK, (8, 32), min_arch=70,
-                    description="as 'fused', one output pixel a thread, RGB tap pairs from aligned 4-byte loads, "
-                                "NV12 chroma pairs as 2-byte loads"))
-#: "auto" (= "w1"): one pixel a thread with word-wide tap loads; "w4": four pixels a thread
-#: (lane-interleaved) with word-wide tap loads; "pixel": one pixel a thread with byte loads (the
-#: first kernel). The benchmark compares them in one process. From $HOOKMAGIC_PREPROCESS.
+#: "auto": the 4-pixels-a-thread kernel; "pixel": one pixel a thread (the first kernel, for
+#: comparisons). From $HOOKMAGIC_PREPROCESS.
 IMPL = os.environ.get("HOOKMAGIC_PREPROCESS", "auto")
 
 
@@ -304,11 +299,11 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
     b = [np.float32(-m[c] / s[c]) for c in range(3)]
     p = [np.float32((pad[c] / 255.0 - m[c]) / s[c]) for c in range(3)]
     swap = int((fmt == "BGR") != (chans == "BGR"))
-    variant, px = {"pixel": ("fused", 1), "w4": ("fused4", 4)}.get(IMPL, ("fused1w", 1))
-    spec = registry.SPECS[("preprocess", variant)]
+    four = IMPL != "pixel"
+    spec = registry.SPECS[("preprocess", "fused4" if four else "fused")]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)
-    grid = (-(-ow // (_BLOCK[0] * px)), -(-oh // _BLOCK[1]), fr.batch)
+    grid = (-(-ow // (_BLOCK[0] * (4 if four else 1))), -(-oh // _BLOCK[1]), fr.batch)
     args = (fr.base, _table_ptr(fr.table), np.int64(fr.frame_stride), np.int32(fr.pitch), np.int32(fr.height),
             np.int32(fr.width), np.int32(FORMATS.index(fmt)), oi.ptr, np.int32(oh), np.int32(ow),
             np.int32(lay == "NHWC"), *(np.int32(v) for v in box),
