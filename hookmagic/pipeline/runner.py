@@ -33,7 +33,7 @@ from hookmagic.pipeline.sources import Source, as_source
 
 _END = object()  # end-of-stream marker, one per worker of the receiving stage
 _POLL_S = 0.05   # how often blocked threads look at the stop flag
-_RESOLVE_EVERY = 512  # GPU batches a worker keeps as CUDA events before turning them into times
+_RESOLVE_EVERY = 4096  # GPU batches a worker keeps as CUDA events before turning them into times
 
 
 @dataclass(frozen=True)
