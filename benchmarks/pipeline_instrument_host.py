@@ -11,6 +11,9 @@ resolution) with every CUDA call costing nothing but its Python call. Two varian
 - ``stub``: the stand-ins do nothing: what hookmagic's own Python bookkeeping costs.
 - ``stub-end``: as ``stub``, with the event pairs resolved only after the run (no chunk of
   ``_RESOLVE_EVERY`` resolved inside it): what the in-run resolution costs.
+- ``stub+gil-sync-only``: as ``stub+gil``, but the two ``record`` stand-ins spend their ~2 µs
+  with the GIL held (as a native helper recording the events without releasing it could):
+  one GIL hand-over per execution, as without instrumentation.
 - ``stub+gil``: each stand-in spends ~2 µs outside the GIL (hashing 4 KiB, which releases
   it) and re-takes it, as torch's
   ``Event.record``, ``Event.synchronize`` and ``Stream.synchronize`` do around the driver call:
@@ -40,13 +43,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _stub_cuda(release_gil: bool) -> None:
+def _stub_cuda(release_gil: bool, record_holds_gil: bool = False) -> None:
     import torch
 
     # hashlib hashes a buffer of >= 2 KiB with the GIL released: a ~2 µs call outside the GIL,
     # like a short driver call (time.sleep(0) would also yield the CPU to the OS scheduler)
-    buf = bytes(4096)
+    buf, small = bytes(4096), bytes(1536)
     yield_gil = (lambda: hashlib.sha256(buf)) if release_gil else (lambda: None)
+    # ~2 µs of work with the GIL held (hashlib keeps it for < 2 KiB): a record call that does not
+    # release the GIL, as a native helper could do it
+    record_cost = (lambda: [hashlib.sha256(small) for _ in range(2)]) if record_holds_gil \
+        else yield_gil
 
     class Stream:
         cuda_stream = 0
@@ -59,7 +66,7 @@ def _stub_cuda(release_gil: bool) -> None:
             self.t = 0
 
         def record(self, stream=None) -> None:
-            yield_gil()
+            record_cost()
             self.t = time.perf_counter_ns()
 
         def synchronize(self) -> None:
@@ -118,7 +125,8 @@ def _body_us(n: int) -> dict:
 
 
 def worker(variant: str, frames: int, pairs: int) -> dict:
-    _stub_cuda(release_gil=variant == "stub+gil")
+    _stub_cuda(release_gil=variant in ("stub+gil", "stub+gil-sync-only"),
+               record_holds_gil=variant == "stub+gil-sync-only")
     from hookmagic.pipeline import Pipeline, Stage
     if variant == "stub-end":  # no resolution inside the run: all at its end
         import hookmagic.pipeline.runner as runner
@@ -165,6 +173,7 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=20000)
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--variants", default="stub,stub-end,stub+gil,stub+gil-sync-only")
     ap.add_argument("--worker", default="")
     args = ap.parse_args()
     if args.worker:
@@ -172,7 +181,7 @@ def main() -> int:
         return 0
     rows = []
     for proc in range(args.processes):
-        for variant in ("stub", "stub-end", "stub+gil"):
+        for variant in args.variants.split(","):
             res = subprocess.run([sys.executable, __file__, "--worker", variant, "--frames",
                                   str(args.frames), "--pairs", str(args.pairs)],
                                  capture_output=True, text=True)
@@ -203,8 +212,12 @@ def main() -> int:
              "|---|---|---|---|---|"]
     for variant, label in (("stub", "do nothing"),
                            ("stub-end", "do nothing; events resolved only after the run"),
-                           ("stub+gil", "release + re-take the GIL, like torch's calls")):
+                           ("stub+gil", "release + re-take the GIL, like torch's calls"),
+                           ("stub+gil-sync-only", "as above, but the two record calls keep "
+                            "the GIL (~2 µs each)")):
         d = [r for r in rows if r["variant"] == variant]
+        if not d:
+            continue
         per = ", ".join(f"{100 * r['change']:+.1f}" for r in d)
         added = [(1e6 / r["fps_on"] - 1e6 / r["fps_off"]) / 3 for r in d]
         lines.append(f"| {label} | {mm([100 * r['change'] for r in d], '{:+.1f}')} % "
