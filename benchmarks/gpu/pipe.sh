@@ -32,11 +32,12 @@ fi
 try:
     import PyNvVideoCodec as nvc
     print("PyNvVideoCodec", nvc.__version__, "imports")
+    fmt = nvc.cudaVideoChromaFormat
+    c420 = next((getattr(fmt, m) for m in dir(fmt) if "420" in m), None)
     print("H.264 decoder caps:", nvc.GetDecoderCaps(gpuid=0, codec=nvc.cudaVideoCodec.H264,
-                                                  chromaformat=nvc.cudaVideoChromaFormat.YUV420,
-                                                  bitdepth=8))
+                                                  chromaformat=c420, bitdepth=8))
 except Exception as e:
-    print("PyNvVideoCodec does not import:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    print("PyNvVideoCodec import or caps query failed:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 try:
     import av
     print("PyAV", av.__version__)
