@@ -31,18 +31,13 @@ def _copy(nbytes: int):
     return lambda: dst.copy_(src)
 
 
-def infer_rows(timer: Callable) -> list[dict]:
+def torch_preprocess_chains(frames) -> tuple[Callable, Callable]:
+    """The torch eager chains that hookmagic.kernels.preprocess replaces, for 8 uint8 NHWC
+    1080p frames -> 640 x 640 FP16 NCHW: plain resize, and letterboxed (360 x 640 padded)."""
     import torch
     F = torch.nn.functional
-
-    import hookmagic.kernels as hk
-
-    rows: list[dict] = []
     mean = torch.tensor(MEAN, device="cuda")[:, None, None]
     std = torch.tensor(STD, device="cuda")[:, None, None]
-
-    # --- preprocess: 1080p frames, batch 8 -> 640 x 640 FP16 NCHW ---------------------------------
-    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
 
     def chain():
         x = frames.permute(0, 3, 1, 2).float()
@@ -54,6 +49,21 @@ def infer_rows(timer: Callable) -> list[dict]:
         x = F.interpolate(x, size=(360, 640), mode="bilinear", align_corners=False, antialias=False)
         x = F.pad(x, (0, 0, 140, 140), value=114.0)
         return ((x / 255 - mean) / std).half()
+
+    return chain, chain_letterbox
+
+
+def infer_rows(timer: Callable) -> list[dict]:
+    import torch
+    F = torch.nn.functional
+
+    import hookmagic.kernels as hk
+
+    rows: list[dict] = []
+
+    # --- preprocess: 1080p frames, batch 8 -> 640 x 640 FP16 NCHW ---------------------------------
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
+    chain, chain_letterbox = torch_preprocess_chains(frames)
 
     ours = lambda: hk.preprocess(frames, (640, 640), MEAN, STD)                          # noqa: E731
     ours_lb = lambda: hk.preprocess(frames, (640, 640), MEAN, STD, letterbox=True)        # noqa: E731

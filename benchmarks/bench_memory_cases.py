@@ -16,20 +16,13 @@ import os
 import sys
 from typing import Callable
 
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+from bench_infer_cases import MEAN, STD, _copy, torch_preprocess_chains
 
 
 def _row(shape: str, kind: str, variant: str, seconds: float, nbytes: int, ok: bool = True, err: float = 0.0,
          host_s: float | None = None) -> dict:
     return {"shape": shape, "kind": kind, "variant": variant, "seconds": seconds, "bytes": nbytes, "ok": bool(ok),
             "max_err": err, "host_s": host_s}
-
-
-def _copy(nbytes: int) -> Callable:
-    import torch
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
 
 
 def _pixel(fn: Callable, impl: str = "pixel") -> Callable:
@@ -60,7 +53,6 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
     appended to ``rows`` as they are measured. ``timer(fn)`` returns seconds per call; ``host()``
     the host launch time of its last measurement."""
     import torch
-    F = torch.nn.functional
 
     import hookmagic.kernels as hk
 
@@ -82,20 +74,8 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
         print(f"  {shape:34s} {kind:10s} ok={ok}", flush=True)
 
     # --- preprocess: 1080p frames, batch 8 -> 640 x 640 FP16 NCHW ---------------------------------
-    mean = torch.tensor(MEAN, device="cuda")[:, None, None]
-    std = torch.tensor(STD, device="cuda")[:, None, None]
     frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
-
-    def chain():
-        x = frames.permute(0, 3, 1, 2).float()
-        x = F.interpolate(x, size=(640, 640), mode="bilinear", align_corners=False, antialias=False)
-        return ((x / 255 - mean) / std).half()
-
-    def chain_letterbox():
-        x = frames.permute(0, 3, 1, 2).float()
-        x = F.interpolate(x, size=(360, 640), mode="bilinear", align_corners=False, antialias=False)
-        x = F.pad(x, (0, 0, 140, 140), value=114.0)
-        return ((x / 255 - mean) / std).half()
+    chain, chain_letterbox = torch_preprocess_chains(frames)
 
     nbytes = frames.numel() + 8 * 3 * 640 * 640 * 2
     for shape, mine, ref in (("8x1080p RGB -> 640x640 fp16", lambda: hk.preprocess(frames, (640, 640), MEAN, STD),

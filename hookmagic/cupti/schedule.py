@@ -26,7 +26,7 @@ boundary counts as the window's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from hookmagic.cupti.errors import ScheduleError
@@ -184,9 +184,7 @@ class ScheduledCapture:
         info = {"window": self._windows, "first_step": self._first_active,
                 "steps": len(steps), "warmup_steps": self._warmup_steps,
                 "complete": complete and len(steps) == self.schedule.active,
-                "schedule": {"wait": self.schedule.wait, "warmup": self.schedule.warmup,
-                             "active": self.schedule.active, "repeat": self.schedule.repeat,
-                             "skip_first": self.schedule.skip_first},
+                "schedule": asdict(self.schedule),
                 "how": "CUPTI on from the first warm-up step; rows kept from the first active "
                        "step's start (CUPTI clock)"}
         if trace.status != "unavailable":

@@ -40,9 +40,9 @@ inline bool wants_subscription(const CaptureOptions& o) {
     return false;
 }
 
-// The activity kinds to enable; `sync_by_callbacks`: the session holds a subscriber with the
-// synchronising callbacks on, so CUPTI's SYNCHRONIZATION records (~0.28x on launch-bound code)
-// are not needed.
+// The activity kinds to enable; `subscribed`: the session holds CUPTI's callback API, so with
+// sync_from_callbacks the synchronising callbacks replace CUPTI's SYNCHRONIZATION records
+// (~0.28x on launch-bound code).
 inline std::vector<CUpti_ActivityKind> activity_kinds_for(const CaptureOptions& o,
                                                           bool subscribed) {
     std::vector<CUpti_ActivityKind> kinds = {CUPTI_ACTIVITY_KIND_MEMCPY,
