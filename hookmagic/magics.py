@@ -206,7 +206,9 @@ class CudaHookMagics(Magics, Configurable):
         try:
             with _unavailable_shown_by_summary(enabled=not quiet):
                 # Stacks start at the cell: this frame (and IPython's above it) is left out.
-                manager = hookmagic.capture(**options, _boundary_frame=sys._getframe())
+                # Module names are looked up among the notebook's variables.
+                manager = hookmagic.capture(**options, _boundary_frame=sys._getframe(),
+                                            _namespaces=[ns])
                 trace = manager.__enter__()
         except Exception as err:  # the capture must never stop the cell from running
             manager, trace = None, Trace.empty(f"the capture could not start ({err!r})",

@@ -61,6 +61,7 @@ PYBIND11_MODULE(hookmagic_decoder_testing, m) {
         out["filename"] = rows.filename;
         out["function"] = rows.function;
         out["line"] = rows.line;
+        out["module_stack_id"] = rows.module_stack_id;
         out["module_depth"] = rows.module_depth;
         out["module"] = rows.module;
         out["module_type"] = rows.module_type;
@@ -68,7 +69,8 @@ PYBIND11_MODULE(hookmagic_decoder_testing, m) {
     }, py::arg("code") = py::none(), py::arg("slot") = 0, py::arg("boundary") = py::none(),
        py::arg("max_depth") = 64,
        "The calling thread's stack as one capture's interner records it (stack_id, depth, "
-       "filename, function, line; module_depth/module/module_type for frames running `code`, "
+       "filename, function, line; module_stack_id/module_depth/module/module_type for frames "
+       "running `code`, "
        "whose module is read from fast-local `slot`), walked with the GIL released.");
     m.def("decode", [](py::buffer data, std::vector<uint64_t> offsets,
                        std::vector<std::string> names) {
