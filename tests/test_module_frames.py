@@ -152,7 +152,7 @@ def test_a_model_held_by_a_closure_or_an_attribute_is_found():
         labels = module_labels(stack_modules, [ns], gc_budget_s=0)
         if "step" in ns:
             continue  # a bound method of an unrelated object: nothing to find, nothing raised
-        assert "1.0.probe (Probe)" in labels.values(), ns
+        assert "1.0.probe (Probe)" in labels.label.tolist(), ns
 
 
 def test_unresolvable_modules_are_named_by_class():
@@ -161,10 +161,10 @@ def test_unresolvable_modules_are_named_by_class():
     sample = model[1][0].probe.samples[0]
     _, stack_modules = _tables_of(sample)
     labels = module_labels(stack_modules, [], gc_budget_s=0)  # nowhere to look
-    assert sorted(set(labels.values())) == ["Block", "Probe", "Sequential"]
+    assert sorted(set(labels.label)) == ["Block", "Probe", "Sequential"]
     # found through gc.get_objects() when the namespaces do not hold it
     labels = module_labels(stack_modules, [], gc_budget_s=5)
-    assert "1.0.probe (Probe)" in labels.values()
+    assert "1.0.probe (Probe)" in labels.label.tolist()
 
 
 def test_a_freed_module_is_named_by_class_even_if_its_address_is_reused():
@@ -175,11 +175,11 @@ def test_a_freed_module_is_named_by_class_even_if_its_address_is_reused():
     del model
     gc.collect()
     labels = module_labels(stack_modules, [], gc_budget_s=5)
-    assert sorted(set(labels.values())) == ["Block", "Probe", "Sequential"]
+    assert sorted(set(labels.label)) == ["Block", "Probe", "Sequential"]
     # an address now held by a live module of another class: its class name decides
     other = nn.ReLU()
     fake = dict(stack_modules, module=[id(other)] * len(stack_modules["module"]))
-    assert "ReLU" not in "".join(module_labels(fake, [{"other": other}], gc_budget_s=0).values())
+    assert "ReLU" not in "".join(module_labels(fake, [{"other": other}], gc_budget_s=0).label)
 
 
 def test_the_fast_path_is_kept_and_the_slow_path_still_read():

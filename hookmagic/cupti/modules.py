@@ -38,7 +38,7 @@ MODULE_FILE = "<module>"  # filename of the frames that name modules
 # and by co_name on 3.10 ("_call_impl"); both spellings are matched.
 _PLUMBING = frozenset({"_wrapped_call_impl", "Module._wrapped_call_impl",
                        "Module._call_impl.<locals>.inner"})
-_TORCH_MODULE_FILE = ("torch/nn/modules/module.py", "torch\\nn\\modules\\module.py")
+_TORCH_MODULE_FILE = "torch/nn/modules/module.py"
 _CALL = frozenset({"_call_impl", "Module._call_impl"})
 #: Longest time spent looking through ``gc.get_objects()`` for modules the namespaces did not
 #: hold (about 60 ms for 340,000 objects with torch and torchvision imported, on 2 cores).
@@ -87,38 +87,40 @@ def module_stacks(tables: dict[str, pd.DataFrame], stack_modules: Mapping[str, A
 
 
 def module_labels(stack_modules: Mapping[str, Any], namespaces: Iterable[Mapping[str, Any]] = (),
-                  *, gc_budget_s: float = GC_SCAN_BUDGET_S) -> dict[tuple[int, int], str]:
-    """``{(stack_id, depth): label}`` for the module frames the native walker recorded.
+                  *, gc_budget_s: float = GC_SCAN_BUDGET_S) -> pd.DataFrame:
+    """The label of each module frame the native walker recorded: columns stack_id, depth,
+    label.
 
     Each stack's outermost module is found among live modules by ``id()`` (never by reading
     the address) and its class name must match the one recorded; the others are named by their
     qualified name in it (``layer1.0.conv1 (Conv2d)``), the outermost by its class (``ResNet``).
     A module not found (freed, or in no namespace and beyond the gc budget) is named by its
     class only."""
-    sids = np.asarray(stack_modules["stack_id"], dtype=np.int64)
-    depths = np.asarray(stack_modules["depth"], dtype=np.int64)
-    addrs = np.asarray(stack_modules["module"], dtype=np.uint64)
-    types_ = [_short(t) for t in stack_modules["module_type"]]
-    order = np.lexsort((depths, sids))
-    per_stack: dict[int, list[tuple[int, int, str]]] = {}
-    for i in order.tolist():
-        per_stack.setdefault(int(sids[i]), []).append((int(depths[i]), int(addrs[i]), types_[i]))
-    roots = {rows[0][1]: rows[0][2] for rows in per_stack.values()}
+    rows = pd.DataFrame({"stack_id": np.asarray(stack_modules["stack_id"], dtype=np.int64),
+                         "depth": np.asarray(stack_modules["depth"], dtype=np.int64),
+                         "module": np.asarray(stack_modules["module"], dtype=np.uint64),
+                         "module_type": [_short(t) for t in stack_modules["module_type"]]})
+    if not len(rows):
+        return pd.DataFrame({"stack_id": [], "depth": [], "label": []})
+    rows = rows.sort_values(["stack_id", "depth"], kind="stable")
+    first = rows.groupby("stack_id", sort=False)["module"].transform("first")
+    rows["root"] = first.to_numpy()
+    rows["outermost"] = ~rows["stack_id"].duplicated()
+    # One label per distinct (outermost module, module, class): twenty iterations of a model
+    # share them, and a stack per call site only repeats them.
+    combos = rows[["root", "module", "module_type", "outermost"]].drop_duplicates()
+    roots = dict(zip(combos.loc[combos["outermost"], "root"].tolist(),
+                     combos.loc[combos["outermost"], "module_type"].tolist()))
     found = find_modules(roots, namespaces, gc_budget_s=gc_budget_s)
-    qualnames: dict[int, dict[int, tuple[str, str]]] = {}
-    labels: dict[tuple[int, int], str] = {}
-    for sid, rows in per_stack.items():
-        root = found.get(rows[0][1])
-        names = qualnames.get(rows[0][1])
-        if names is None and root is not None:
-            names = qualnames[rows[0][1]] = _qualnames(root)
-        for k, (depth, addr, type_name) in enumerate(rows):
-            known = names.get(addr) if names is not None and k else None
-            if known is not None and known[1] == type_name and known[0]:
-                labels[(sid, depth)] = f"{known[0]} ({type_name})"
-            else:
-                labels[(sid, depth)] = type_name
-    return labels
+    qualnames = {addr: _qualnames(module) for addr, module in found.items()}
+    text = []
+    for root, addr, type_name, outermost in combos.itertuples(index=False, name=None):
+        known = None if outermost else qualnames.get(root, {}).get(addr)
+        text.append(f"{known[0]} ({type_name})" if known and known[0] and known[1] == type_name
+                    else type_name)
+    combos = combos.assign(label=text)
+    labelled = rows.merge(combos, on=["root", "module", "module_type", "outermost"], how="left")
+    return labelled[["stack_id", "depth", "label"]]
 
 
 def find_modules(wanted: Mapping[int, str], namespaces: Iterable[Mapping[str, Any]] = (), *,
@@ -227,33 +229,30 @@ def _short(type_name: str) -> str:
     return type_name.rsplit(".", 1)[-1]
 
 
-def _name_module_frames(stacks: pd.DataFrame, labels: dict[tuple[int, int], str]
-                        ) -> tuple[pd.DataFrame, set[int]]:
+def _name_module_frames(stacks: pd.DataFrame, labels: pd.DataFrame) -> tuple[pd.DataFrame, set[int]]:
     """The stacks table with each labelled ``_call_impl`` frame renamed and the plumbing frames
     of those stacks dropped, depths renumbered; and the ids of the stacks that changed."""
-    if not labels:
+    if not len(labels):
         return stacks, set()
-    named = {sid for sid, _ in labels}
-    sid_col = stacks["stack_id"].to_numpy()
-    depth_col = stacks["depth"].to_numpy()
-    functions = stacks["function"].to_numpy(dtype=object)
-    in_named = np.isin(sid_col, np.fromiter(named, dtype=np.int64, count=len(named)))
-    idx = np.flatnonzero(in_named)
-    keep = np.ones(len(stacks), dtype=bool)
-    filenames = stacks["filename"].to_numpy(dtype=object).copy()
-    functions = functions.copy()
-    lines = stacks["line"].to_numpy().copy()
-    for i in idx.tolist():
-        fn = functions[i]
-        if fn in _CALL:
-            label = labels.get((int(sid_col[i]), int(depth_col[i])))
-            if label is not None:
-                filenames[i], functions[i], lines[i] = MODULE_FILE, label, 0
-        elif fn in _PLUMBING or (fn == "inner" and str(filenames[i]).endswith(_TORCH_MODULE_FILE)):
-            keep[i] = False  # "inner": _call_impl's nested function as 3.10 names it
-    out = stacks.assign(filename=filenames, function=functions, line=lines)[keep]
-    out = out.sort_values(["stack_id", "depth"], kind="stable")
-    out = out.assign(depth=out.groupby("stack_id", sort=False).cumcount().astype(stacks["depth"].dtype))
+    named = set(labels["stack_id"].tolist())
+    keys = {"stack_id": np.int64, "depth": np.int64}
+    merged = stacks.astype(keys).merge(labels.astype(keys), how="left", on=["stack_id", "depth"])
+    functions = merged["function"]
+    in_named = merged["stack_id"].isin(named).to_numpy()
+    labelled = merged["label"].notna().to_numpy() & functions.isin(_CALL).to_numpy()
+    inner = (functions == "inner").to_numpy()  # 3.10's name for _call_impl's nested function
+    if inner.any():
+        inner = inner & merged["filename"].astype(str).str.replace("\\", "/").str.endswith(
+            _TORCH_MODULE_FILE).to_numpy()
+    plumbing = in_named & (functions.isin(_PLUMBING).to_numpy() | inner)
+    mask = pd.Series(labelled, index=merged.index)
+    out = merged.assign(filename=merged["filename"].mask(mask, MODULE_FILE),
+                        function=functions.mask(mask, merged["label"]),
+                        line=merged["line"].mask(mask, 0))[list(stacks.columns)][~plumbing]
+    sid, depth = out["stack_id"].to_numpy(), out["depth"].to_numpy()
+    if len(out) > 1 and not ((np.diff(sid) > 0) | ((np.diff(sid) == 0) & (np.diff(depth) > 0))).all():
+        out = out.sort_values(["stack_id", "depth"], kind="stable")
+    out = out.assign(depth=out.groupby("stack_id", sort=False).cumcount())
     return out.reset_index(drop=True).astype(stacks.dtypes.to_dict()), named
 
 
