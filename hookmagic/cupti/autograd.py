@@ -32,15 +32,15 @@ MAX_NODES = 50_000
 _BACKWARD_SUFFIX = re.compile(r"(.+?)Backward\d*")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
-# "backward of <module>" ranges open on engine threads: thread id -> (range id, label, start).
+# "backward of <op>" ranges open on engine threads: thread id -> (range id, label, start).
 _open: dict[int, tuple[int, str, int]] = {}
 _open_lock = threading.Lock()
 _backward_range = [-1]  # the innermost "backward" range of the current backward() call
 
 
 def enter_module_backward(native: Any, label: str) -> None:
-    """On an engine thread, as the backward of the module ``label`` begins (a hook on its
-    output's node): close this thread's previous module range, open one for ``label``."""
+    """On an engine thread, as the backward of ``label`` begins (a pre-hook on its autograd
+    node): close this thread's previous "backward of" range, open one for ``label``."""
     from hookmagic.cupti.ranges import RECORDER, RangeRecord
 
     thread = threading.get_native_id()

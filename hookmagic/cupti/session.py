@@ -337,8 +337,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         merge_into(tables, allocator_parts)
         from hookmagic.cupti.modules import module_stacks
 
+        t3 = time.perf_counter()
         module_kernels = module_stacks(tables, raw.get("stack_modules"), self._take_namespaces())
         build_s = time.perf_counter() - t2
+        module_names_s = time.perf_counter() - t3  # part of build_s
         counters = raw["counters"]
         status = "complete"
         reason = ""
@@ -349,7 +351,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta.update(status=status, reason=reason)
         meta["overhead"] = {"start_s": self._start_s, "stop_s": stop_s,
                             "decode_s": counters["decode_s"], "take_s": take_s,
-                            "build_s": build_s, "callbacks": counters["callbacks"],
+                            "build_s": build_s, "module_names_s": module_names_s,
+                            "callbacks": counters["callbacks"],
                             **{k: counters[k] for k in ("subscribe_s", "callbacks_s", "enable_s",
                                                         "flush_s", "detach_s")},
                             "stacks_sampled": counters["stacks_sampled"]}
