@@ -11,11 +11,14 @@ caller's attribution applies to both.
 
 With ``label_nodes`` (module names on), each call also walks the autograd graph from its roots
 (``grad_fn``, ``next_functions``; at most :data:`MAX_NODES` nodes) and puts a pre-hook on every
-node; as a node's backward begins on an engine thread, the hook opens a "backward of <op>"
-range there (:func:`enter_module_backward`), which the node's kernels fall in. ``<op>`` is the
-forward op the node differentiates, from its name: ``AddmmBackward0`` -> ``addmm``,
-``NativeLayerNormBackward0`` -> ``native_layer_norm`` (:func:`op_label`). The hooks are removed
-when the call returns. Nothing runs in the forward.
+node; as a node's backward begins on an engine thread, the hook opens a "backward of ..."
+range there (:func:`enter_module_backward`), which the node's kernels fall in. A node that
+differentiates a module's parameter (its AccumulateGrad, or an op taking the parameter, e.g.
+the ``addmm`` of a Linear) is named by that module as forward stacks name it,
+``backward of linear1 (Linear)`` (:func:`parameter_owner`; modules found as for forward names,
+in the capture's namespaces); any other node by the forward op it differentiates, from its
+name: ``ReluBackward0`` -> ``backward of relu`` (:func:`op_label`). The hooks are removed when
+the call returns. Nothing runs in the forward.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import functools
 import re
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 _NAMES = ("backward", "grad")
 #: Most autograd nodes labelled per backward() call (a ResNet-50 training step has ~500;
@@ -32,7 +35,7 @@ MAX_NODES = 50_000
 _BACKWARD_SUFFIX = re.compile(r"(.+?)Backward\d*")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
-# "backward of <op>" ranges open on engine threads: thread id -> (range id, label, start).
+# "backward of <module/op>" ranges open on engine threads: thread id -> (range id, label, start).
 _open: dict[int, tuple[int, str, int]] = {}
 _open_lock = threading.Lock()
 _backward_range = [-1]  # the innermost "backward" range of the current backward() call
@@ -116,8 +119,32 @@ def graph_nodes(roots: Any, max_nodes: int = MAX_NODES) -> Iterator[Any]:
                 pending.append(nxt)
 
 
-def _label_graph(native: Any, roots: Any) -> list[Any]:
-    """A "backward of <op>" pre-hook on every node reachable from ``roots``; their handles."""
+def parameter_owner(node: Any, owners: Mapping[int, str]) -> str | None:
+    """The module whose parameter ``node`` differentiates: ``node`` is that parameter's
+    AccumulateGrad, or takes it as an input directly or through one single-input node (a
+    transpose, view or cast: ``addmm(bias, x, weight.t())``). ``owners``: ``id(parameter) ->
+    module label`` (:func:`hookmagic.cupti.modules.parameter_owners`). None if none."""
+    if not owners:
+        return None
+    variable = getattr(node, "variable", None)  # an AccumulateGrad node's leaf tensor
+    if variable is not None:
+        return owners.get(id(variable))
+    for nxt, _ in getattr(node, "next_functions", ()):
+        if nxt is None:
+            continue
+        variable = getattr(nxt, "variable", None)
+        if variable is None:
+            inputs = [n for n, _ in getattr(nxt, "next_functions", ()) if n is not None]
+            variable = getattr(inputs[0], "variable", None) if len(inputs) == 1 else None
+        owner = owners.get(id(variable)) if variable is not None else None
+        if owner is not None:
+            return owner
+    return None
+
+
+def _label_graph(native: Any, roots: Any, owners: Mapping[int, str]) -> list[Any]:
+    """A "backward of <module/op>" pre-hook on every node reachable from ``roots``; their
+    handles."""
     handles = []
     hooks: dict[str, Callable[..., None]] = {}
 
@@ -131,7 +158,7 @@ def _label_graph(native: Any, roots: Any) -> list[Any]:
 
     try:
         for node in graph_nodes(roots):
-            label = op_label(node)
+            label = parameter_owner(node, owners) or op_label(node)
             hook = hooks.get(label)
             if hook is None:
                 hook = hooks[label] = hook_for(label)
@@ -144,11 +171,14 @@ def _label_graph(native: Any, roots: Any) -> list[Any]:
     return handles
 
 
-def install(native: Any, label_nodes: bool = True) -> Callable[[], None] | None:
+def install(native: Any, label_nodes: bool = True,
+            namespaces: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+            ) -> Callable[[], None] | None:
     """Wrap torch.autograd's entry points for one capture; returns the undo, or None.
 
-    ``label_nodes``: also open a "backward of <op>" range as each autograd node's backward
-    begins (see the module docstring)."""
+    ``label_nodes``: also open a "backward of <module/op>" range as each autograd node's
+    backward begins (see the module docstring); ``namespaces`` gives, at the first backward,
+    where to find the modules whose parameters name nodes."""
     torch = sys.modules.get("torch")
     autograd = getattr(torch, "autograd", None) if torch is not None else None
     if autograd is None or not all(callable(getattr(autograd, n, None)) for n in _NAMES):
@@ -156,6 +186,17 @@ def install(native: Any, label_nodes: bool = True) -> Callable[[], None] | None:
     from hookmagic.cupti.ranges import range as hm_range
 
     originals = {name: getattr(autograd, name) for name in _NAMES}
+    owners: list[dict[int, str]] = []  # id(parameter) -> module label, made at the first call
+
+    def parameter_labels() -> dict[int, str]:
+        if not owners:
+            from hookmagic.cupti.modules import parameter_owners
+
+            try:
+                owners.append(parameter_owners(namespaces() if namespaces is not None else ()))
+            except Exception:
+                owners.append({})
+        return owners[0]
 
     def wrap(name: str, original: Callable) -> Callable:
         root_arg = "tensors" if name == "backward" else "outputs"
@@ -165,7 +206,8 @@ def install(native: Any, label_nodes: bool = True) -> Callable[[], None] | None:
             with hm_range("backward") as outer:
                 handles = []
                 if label_nodes:
-                    handles = _label_graph(native, args[0] if args else kwargs.get(root_arg))
+                    handles = _label_graph(native, args[0] if args else kwargs.get(root_arg),
+                                           parameter_labels())
                 native.set_fallback(1)  # the caller's stack, without this frame
                 _backward_range[0] = outer._id
                 try:

@@ -19,7 +19,7 @@ plumbing frames go. Torch's fast call path is kept: no global module hook is ins
 
 ``CaptureOptions.module_names=False`` keeps the raw frames. Backward kernels (launched on
 autograd's engine threads, attributed to the caller of ``backward()``) get one more frame,
-``backward of <op>``, from the autograd node whose backward launched them
+``backward of <module/op>``, from the autograd node whose backward launched them
 (:mod:`hookmagic.cupti.autograd`).
 """
 from __future__ import annotations
@@ -157,6 +157,27 @@ def find_modules(wanted: Mapping[int, str], namespaces: Iterable[Mapping[str, An
         finally:
             del everything
     return found
+
+
+def parameter_owners(namespaces: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """``{id(parameter): "qualname (Class)"}`` for the parameters of the modules the namespaces
+    hold (found as :func:`find_modules` finds them), each named in the outermost of those
+    modules, the outermost itself by its class: the labels forward stacks give the same
+    modules. Empty if torch is not imported."""
+    module_cls = getattr(getattr(sys.modules.get("torch"), "nn", None), "Module", None)
+    if module_cls is None:
+        return {}
+    candidates = list(_namespace_modules(namespaces, module_cls))
+    inside = {id(sub) for c in candidates for sub in c.modules() if sub is not c}
+    owners: dict[int, str] = {}
+    for root in candidates:
+        if id(root) in inside:
+            continue
+        for qualname, sub in root.named_modules():
+            label = f"{qualname} ({type(sub).__name__})" if qualname else type(sub).__name__
+            for parameter in sub.parameters(recurse=False):
+                owners.setdefault(id(parameter), label)
+    return owners
 
 
 def _namespace_modules(namespaces: Iterable[Mapping[str, Any]], module_cls: type) -> Iterator[Any]:

@@ -236,7 +236,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if o.stacks and self._callbacks_active:
             from hookmagic.cupti import autograd
 
-            self._autograd_undo = autograd.install(native, label_nodes=o.module_names)
+            self._autograd_undo = autograd.install(native, label_nodes=o.module_names,
+                                                   namespaces=self._namespace_mappings)
         self._start_ns = native.timestamp()
         self._allocators = None
         if o.memory and o.allocator_history:
@@ -389,14 +390,20 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             "options": dict(self.options),
         }
 
-    def _take_namespaces(self) -> list:
-        """The mappings module names are looked up in (the frame reference is dropped)."""
-        where, self._namespaces = self._namespaces, None
+    def _namespace_mappings(self) -> list:
+        """The mappings module names are looked up in."""
+        where = self._namespaces
         if where is None:
             return []
         if isinstance(where, types.FrameType):
             return [where.f_locals, where.f_globals]
         return list(where)
+
+    def _take_namespaces(self) -> list:
+        """:meth:`_namespace_mappings`, then the frame reference is dropped."""
+        mappings = self._namespace_mappings()
+        self._namespaces = None
+        return mappings
 
     def _fill_unavailable(self, reason: str) -> None:
         from hookmagic.trace import Trace
