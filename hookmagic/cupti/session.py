@@ -214,7 +214,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
         # Module frames: read by the stack walk itself, nothing per module call (no hooks).
         probe = modules.module_probe() if o.stacks and o.module_names else None
-        native.set_module_probe(*(probe or (None, 0)))
+        native.set_module_probe(*(probe or (None, 0, [])))
         holder = cupti_holder()
         try:
             # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns the
@@ -330,18 +330,23 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         stop_s = time.perf_counter() - t0
         allocator_parts = self._allocators.stop() if self._allocators else []
         ranges = pd.DataFrame([r.__dict__ for r in RECORDER.stop()])
+        t3 = time.perf_counter()
+        from hookmagic.cupti.modules import combo_labels, module_stacks
+
+        combos = native.module_combos()  # modules the stack walks saw, named before take()
+        if len(combos["module"]):
+            native.set_module_labels(combo_labels(combos, self._take_namespaces()))
+        module_names_s = time.perf_counter() - t3
         t1 = time.perf_counter()
         raw = native.take()
         take_s = time.perf_counter() - t1
         t2 = time.perf_counter()
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
         merge_into(tables, allocator_parts)
-        from hookmagic.cupti.modules import module_stacks
-
-        t3 = time.perf_counter()
-        module_kernels = module_stacks(tables, raw.get("stack_modules"), self._take_namespaces())
+        t4 = time.perf_counter()
+        module_kernels = module_stacks(tables)  # backward frames; kernels naming a module
         build_s = time.perf_counter() - t2
-        module_names_s = time.perf_counter() - t3  # part of build_s
+        module_names_s += time.perf_counter() - t4  # naming before take() + backward frames
         counters = raw["counters"]
         status = "complete"
         reason = ""

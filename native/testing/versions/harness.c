@@ -6,7 +6,7 @@ static PyObject* walk(PyObject* self, PyObject* args) {
     PyObject* code; int slot;
     if (!PyArg_ParseTuple(args, "Oi", &code, &slot)) return NULL;
     if (!hm_module_probe_check(code, slot)) { PyErr_SetString(PyExc_ValueError, "bad slot"); return NULL; }
-    hm_module_probe probe = {code, slot};
+    hm_module_probe probe = {code, slot, {NULL}, 0};
     hm_frame frames[128];
     int n;
     Py_BEGIN_ALLOW_THREADS
