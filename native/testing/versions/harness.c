@@ -3,10 +3,12 @@
 #include "python_frames.h"
 
 static PyObject* walk(PyObject* self, PyObject* args) {
-    PyObject* code; int slot;
-    if (!PyArg_ParseTuple(args, "Oi", &code, &slot)) return NULL;
+    PyObject* code; int slot; PyObject* skip = NULL;
+    if (!PyArg_ParseTuple(args, "Oi|O!", &code, &slot, &PyTuple_Type, &skip)) return NULL;
     if (!hm_module_probe_check(code, slot)) { PyErr_SetString(PyExc_ValueError, "bad slot"); return NULL; }
     hm_module_probe probe = {code, slot, {NULL}, 0};
+    for (Py_ssize_t i = 0; skip && i < PyTuple_GET_SIZE(skip) && i < HM_MAX_SKIP; ++i)
+        probe.skip[probe.n_skip++] = PyTuple_GET_ITEM(skip, i);
     hm_frame frames[128];
     int n;
     Py_BEGIN_ALLOW_THREADS
