@@ -7,6 +7,7 @@ cuda-core (:mod:`cuda.core`), which shares the device's primary context with tor
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -32,13 +33,15 @@ class ArrayInfo:
     ptr: int
     obj: Any
 
-    @property
+    @functools.cached_property
     def contiguous(self) -> bool:
-        expected, s = [], 1
-        for n in reversed(self.shape):
-            expected.append(s)
+        """Row-major without gaps (strides of size-1 dimensions do not matter); computed once."""
+        s = 1
+        for n, st in zip(reversed(self.shape), reversed(self.strides)):
+            if n > 1 and st != s:
+                return False
             s *= n
-        return all(st == e for st, e, n in zip(self.strides, reversed(expected), self.shape) if n > 1)
+        return True
 
     def where(self) -> str:
         return f"{self.kind} {self.dtype}{list(self.shape)} on " + ("cpu" if self.device < 0 else f"cuda:{self.device}")
