@@ -174,8 +174,15 @@ def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int,
     """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers) and numpy scalars."""
     from cuda.core import LaunchConfig, launch as _launch
     dev = device(ref.device)
-    _launch(_stream(dev, current_stream_handle(ref)), LaunchConfig(grid=grid, block=block, shmem_size=smem),
-            kernel, *args)
+    cfg = _configs.get((grid, block, smem))   # one LaunchConfig per launch shape
+    if cfg is None:
+        if len(_configs) > 4096:
+            _configs.clear()
+        cfg = _configs[(grid, block, smem)] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+    _launch(_stream(dev, current_stream_handle(ref)), cfg, kernel, *args)
+
+
+_configs: dict[tuple, Any] = {}
 
 
 _streams: dict[int, Any] = {}
