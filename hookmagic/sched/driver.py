@@ -297,6 +297,25 @@ def usable_drift(fit: Mapping[str, float]) -> bool:
                 and fit["uncertainty"] * 1e6 <= MAX_DRIFT_PPM / 3)
 
 
+def with_clock_corrected(res: RunResult, ref_s: float, drift: float) -> RunResult:
+    """A copy of a real run whose GPU times (``start_s``/``end_s`` of batches and requests)
+    are put on the host clock with :func:`clock_corrected`, and everything derived from them
+    (queue, compute and total latency, SLO met) recomputed; for runs stored before the driver
+    corrected its times (``meta["clock_corrected"]`` absent), given a drift estimated some
+    other way. Host stamps (``dispatch_s``, ...) are on the host clock already."""
+    req, bat = res.requests.copy(), res.batches.copy()
+    for frame in (req, bat):
+        for col in ("start_s", "end_s"):
+            frame[col] = clock_corrected(frame[col].to_numpy(float), ref_s, drift)
+    req["queue_ms"] = (req["start_s"] - req["arrival_s"]) * 1e3
+    req["compute_ms"] = (req["end_s"] - req["start_s"]) * 1e3
+    req["latency_ms"] = (req["end_s"] - req["arrival_s"]) * 1e3
+    req["met_slo"] = (req["batch"] >= 0) & (req["end_s"] <= req["deadline_s"])
+    bat["compute_ms"] = (bat["end_s"] - bat["start_s"]) * 1e3
+    meta = dict(res.meta, clock_drift_ppm=1e6 * drift, clock_corrected="afterwards")
+    return RunResult(req, bat, meta)
+
+
 def clock_corrected(t: np.ndarray, ref_s: float, drift: float) -> np.ndarray:
     """GPU event times ``t`` (seconds, mapped onto the host clock through one reference event
     taken at ``ref_s``, same origin as ``t``) on the host clock, given the clocks' relative
