@@ -163,3 +163,24 @@ def test_refine_host_recovers_the_host_times_a_run_paid(streams):
     specs, _ = C.refine_host(list(truth.values()), res, pol)
     for s in specs:
         assert s.host_ms - s.launch_ms == pytest.approx(truth[s.name].host_ms - truth[s.name].launch_ms)
+
+
+def test_batches_whose_launch_stalled_the_host_are_not_the_models_cost():
+    """A stalled launch call (the host held over STALL_S) leaves the GPU waiting inside the
+    batch: on the simulated driver, every 20th alone batch made 0.4 ms longer with its launch
+    call 0.7 ms long must not move the fitted GPU times (skip_stalls); fitted as before
+    2026-11-26 04:00 it does. (Only GPU times: lengthening a batch in place, as here, would
+    also shorten the next batch's launch gap, which a real stall does not.)"""
+    truth = _synthetic_truth(cv=0.0)
+    runs, idle, names = _simulated_driver(truth)
+    for key, res in runs.items():
+        if key.startswith("alone:"):
+            b = res.batches
+            hit = np.arange(len(b)) % 20 == 7
+            b.loc[hit, "end_s"] += 4e-4
+            b.loc[hit, "dispatch_s"] = b.loc[hit, "start_s"] + 7e-4
+    got = C.fit(runs, idle, MAX_BATCH)
+    old = C.fit(runs, idle, MAX_BATCH, skip_stalls=False)
+    for n, spec in truth.items():
+        assert got[n]["service_ms"] == pytest.approx([spec.latency(z) for z in range(1, MAX_BATCH + 1)], rel=1e-6)
+        assert np.mean(old[n]["service_ms"]) > np.mean(got[n]["service_ms"]) + 0.01
