@@ -497,18 +497,63 @@ def save_compact(res, stem: Path) -> None:
                            "a compact real run")
 
 
-def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = True) -> None:
+#: the driver's default ``lead_s``: its clock reference is taken that long before run time 0
+LEAD_S = 0.05
+
+
+def estimate_drift(res) -> float:
+    """The GPU-vs-host clock drift of a run stored before the driver measured it, from its own
+    records (a heuristic, for old runs only): a launch call takes about as long throughout a
+    run, so the growth of ``dispatch_s - start_s`` (host clock minus GPU time mapped through one
+    reference) over the run is the drift. Per 0.25 s, the 10th percentile (stalls are long,
+    never short); the slope of a line through them. NaN with fewer than three such windows."""
+    b = res.batches
+    if "dispatch_s" not in b.columns or len(b) < 60:
+        return float("nan")
+    call = (b["dispatch_s"] - b["start_s"]).to_numpy()
+    t = b["start_s"].to_numpy()
+    xs, ys = [], []
+    for lo in np.arange(0.0, t.max(), 0.25):
+        sel = (t >= lo) & (t < lo + 0.25)
+        if sel.sum() >= 20:
+            xs.append(float(np.median(t[sel])))
+            ys.append(float(np.percentile(call[sel], 10)))
+    return float(np.polyfit(xs, ys, 1)[0]) if len(xs) >= 3 else float("nan")
+
+
+def corrected_clock(results: dict, drift: float) -> dict:
+    """``results`` (name -> real run) with GPU times put on the host clock given ``drift``
+    (``driver.with_clock_corrected``), where the driver did not do it itself."""
+    from hookmagic.sched.driver import with_clock_corrected
+    return {k: (v if v.meta.get("clock_corrected") is True
+                else with_clock_corrected(v, -LEAD_S, drift)) for k, v in results.items()}
+
+
+def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = True,
+               clock: bool = False) -> None:
     """Recompute one process's sim-vs-real table from what it stored: the latency tables and
     calibration.json (or, with ``refit``, the fit redone on its saved calibration runs), the
     scenarios rebuilt from the tables (their arrivals must equal the stored real ones), the
-    stored real results. No GPU needed."""
+    stored real results. No GPU needed. ``clock``: runs stored before the driver corrected
+    its GPU times for clock drift (2026-11-26 04:00 UTC) get corrected here, by the process's
+    median :func:`estimate_drift` over its real and calibration runs (diagnostic)."""
     info, idle, built, real = stored_run(run_dir)
     names = list(idle)
+    cal_runs = None
+    if clock:
+        cal_runs = (load_calibration_runs(run_dir, names)
+                    if info.get("format", 1) >= 2 and (run_dir / "calibration").is_dir() else {})
+        est = [estimate_drift(r) for r in list(real.values()) + list(cal_runs.values())]
+        drift = float(np.nanmedian(est))
+        real = corrected_clock(real, drift)
+        cal_runs = corrected_clock(cal_runs, drift)
+        info["clock_drift_estimated_ppm"] = 1e6 * drift
     if refit:
         if info.get("format", 1) < 2:
             raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
-        info["fit"] = C.fit(load_calibration_runs(run_dir, names), idle, info["max_batch"],
-                            by_size=by_size)
+        if cal_runs is None:
+            cal_runs = load_calibration_runs(run_dir, names)
+        info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
     sim_specs = sim_specs_from(info, idle)
     out.mkdir(parents=True, exist_ok=True)
     rows, refined, proc = [], [], []
@@ -524,8 +569,10 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
            if refit else "its calibration.json")
-    note = (f"Replayed offline from {run_dir} ({how}); "
-            "real runs as stored.")
+    note = (f"Replayed offline from {run_dir} ({how}); " + (
+        "real runs as stored." if not clock else
+        f"real and calibration runs put on the host clock afterwards (GPU-host clock drift "
+        f"estimated from their launch calls: {info['clock_drift_estimated_ppm']:+.1f} ppm)."))
     write_tables(out, rows, info, engines=names, seconds=seconds,
                  graphs=info.get("cuda_graphs", True), max_batch=info["max_batch"], note=note)
 
@@ -635,6 +682,10 @@ def main() -> None:
     ap.add_argument("--count-only", action="store_true",
                     help="with --refit: sharing by the number of other streams only (the model "
                          "before share_by_size), for comparison")
+    ap.add_argument("--clock-estimate", action="store_true",
+                    help="with --replay: correct runs stored before the driver measured the "
+                         "GPU-host clock drift (2026-11-26 04:00 UTC) by a drift estimated from "
+                         "their launch calls (diagnostic)")
     ap.add_argument("--refit", action="store_true",
                     help="with --replay: redo the calibration fit on the stored calibration runs")
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -662,12 +713,12 @@ def main() -> None:
             print(f"compact copies of {len(subs) or 1} run(s) in {out}")
             return
         if not subs:
-            replay_run(src, out, args.refit, not args.count_only)
+            replay_run(src, out, args.refit, not args.count_only, args.clock_estimate)
             print((out / "fidelity.md").read_text())
             return
         done = []
         for sub in subs:
-            replay_run(sub, out / sub.name, args.refit, not args.count_only)
+            replay_run(sub, out / sub.name, args.refit, not args.count_only, args.clock_estimate)
             done.append(out / sub.name)
         print(summarize_runs(out, done))
         return
