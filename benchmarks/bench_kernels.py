@@ -269,7 +269,7 @@ def memory_bound(timer, rows: list | None = None) -> list[dict]:
                              "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"] if ok else None})
                 extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
                 if extra and c > 16384 and op != "bias_gelu":
-                    extra.append(("hookmagic regs+smem, 2 blocks/SM", "rs"))
+                    extra.append(("hookmagic one 1024-thread block/SM", "reg"))
                 if extra and c <= 16384 and op != "bias_gelu":
                     extra.append(("hookmagic 8 vectors a thread", "k8"))
                 for variant, impl in extra:   # the other designs, same process

@@ -30,16 +30,10 @@ extern "C" __global__ void __launch_bounds__(TC_NT) gemm_mma_s8(const signed cha
   signed char* As = reinterpret_cast<signed char*>(hm_smem);
   signed char* Bs = As + TC_STAGES * I8_STAGE;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+  const int wm = TC_WARP_M(warp), wn = TC_WARP_N(warp);
   const int m0 = blockIdx.y * TC_BM, n0 = blockIdx.x * TC_BN;
   int acc[4][4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
-  const int ktiles = (K + I8_BK - 1) / I8_BK;
+  hm_zero_acc(acc);
   auto load = [&](int stage, int k0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {  // 128 rows x 4 chunks of 16 bytes, for A and for Bt
@@ -48,19 +42,9 @@ extern "C" __global__ void __launch_bounds__(TC_NT) gemm_mma_s8(const signed cha
       hm_chunk8(&Bs[stage * I8_STAGE + r * I8_LD + c], Bt, n0 + r, k0 + c, N, K, K, vec);
     }
   };
-#pragma unroll
-  for (int s = 0; s < TC_STAGES - 1; ++s) {
-    if (s < ktiles) load(s, s * I8_BK);
-    hm_cp_commit();
-  }
-  for (int kt = 0; kt < ktiles; ++kt) {
-    hm_cp_wait<TC_STAGES - 2>();
-    __syncthreads();
-    const int nt = kt + TC_STAGES - 1;
-    if (nt < ktiles) load(nt % TC_STAGES, nt * I8_BK);
-    hm_cp_commit();
-    const signed char* as = As + (kt % TC_STAGES) * I8_STAGE;
-    const signed char* bs = Bs + (kt % TC_STAGES) * I8_STAGE;
+  hm_cp_pipeline<I8_BK>((K + I8_BK - 1) / I8_BK, load, [&](int stage) {
+    const signed char* as = As + stage * I8_STAGE;
+    const signed char* bs = Bs + stage * I8_STAGE;
 #pragma unroll
     for (int kk = 0; kk < I8_BK; kk += 32) {
       unsigned fa[4][4], fb[4][2];
@@ -83,8 +67,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) gemm_mma_s8(const signed cha
                        : "+r"(acc[i][j][0]), "+r"(acc[i][j][1]), "+r"(acc[i][j][2]), "+r"(acc[i][j][3])
                        : "r"(fa[i][0]), "r"(fa[i][1]), "r"(fa[i][2]), "r"(fa[i][3]), "r"(fb[j][0]), "r"(fb[j][1]));
     }
-  }
-  hm_cp_wait<0>();
+  });
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < 4; ++i)

@@ -81,315 +81,45 @@ __device__ __forceinline__ unsigned long long hm_desc(unsigned addr, unsigned lb
          ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
-template <int TB>
-__device__ __forceinline__ void hm_wgmma_m64n256k16(float* d, unsigned long long da, unsigned long long db, __half) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, %131;\n}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(da), "l"(db), "r"(1), "n"(TB)
-      : "memory");
-}
-
-template <int TB>
-__device__ __forceinline__ void hm_wgmma_m64n256k16(float* d, unsigned long long da, unsigned long long db, __nv_bfloat16) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, %131;\n}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(da), "l"(db), "r"(1), "n"(TB)
-      : "memory");
-}
-
-template <typename T>
-__device__ __forceinline__ float hm_wg_epilogue(float x, int r, int c, int N, const T* __restrict__ bias,
-                                                const T* __restrict__ residual, int act) {
-  if (bias) x += hm_to_f(bias[c]);
-  x = hm_activate(x, act);
-  if (residual) x += hm_to_f(residual[(size_t)r * N + c]);
-  return x;
-}
-
-// B_KMAJOR = 0: B is K x N row-major (N contiguous); 1: B is given as N x K row-major.
-template <typename T, int B_KMAJOR>
-__device__ __forceinline__ void hm_gemm_wgmma(const HmTensorMap* tmA, const HmTensorMap* tmB, T* __restrict__ C,
-                                              const T* __restrict__ bias, const T* __restrict__ residual,
-                                              int M, int N, int K, int act, int vec) {
-  extern __shared__ unsigned char hm_wg_smem_raw[];
-  const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
-  const unsigned base = (raw + 1023u) & ~1023u;                 // 128B swizzle wants 1024-byte-aligned tiles
-  unsigned char* gbase = hm_wg_smem_raw + (base - raw);
-  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
-  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;       // full[s] at bars + 8s, empty[s] at bars + 8(S + s)
-
-  // grouped tile order: WG_GROUP_M tiles of M walk together across N
-  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
-  const int bid = blockIdx.x, per_group = WG_GROUP_M * tiles_n;
-  const int first_m = (bid / per_group) * WG_GROUP_M;
-  const int gsize = min(tiles_m - first_m, WG_GROUP_M);
-  const int tm = first_m + (bid % per_group) % gsize, tn = (bid % per_group) / gsize;
-  const int m0 = tm * WG_BM, n0 = tn * WG_BN;
-  const int ktiles = (K + WG_BK - 1) / WG_BK;
-
-  const int wg = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < WG_STAGES; ++s) {
-      hm_mbar_init(bars + 8 * s, 1);                       // the producer's arrive.expect_tx
-      hm_mbar_init(bars + 8 * (WG_STAGES + s), 2);         // one arrive per consumer warpgroup
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+// wgmma m64n256k16, FP32 accumulators d[128] += A (descriptor da) x B (descriptor db); TB: B is N-major.
+#define HM_WGMMA_M64N256K16(TYPE, PTX)                                                                                  \
+  template <int TB>                                                                                                     \
+  __device__ __forceinline__ void hm_wgmma_m64n256k16(float* d, unsigned long long da, unsigned long long db, TYPE) {   \
+    asm volatile(                                                                                                       \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                                     \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX "." PTX " "                                                    \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                         \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                                \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                                \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                                \
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "                    \
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "               \
+      "%128, %129, p, 1, 1, 0, %131;\n}\n"                                                                              \
+      :                                                                                                                 \
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                 \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),           \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),         \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),         \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),         \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),         \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),         \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),         \
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),         \
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),         \
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),         \
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),         \
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),     \
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])  \
+      : "l"(da), "l"(db), "r"(1), "n"(TB)                                                                               \
+      : "memory");                                                                                                      \
   }
-  __syncthreads();
+HM_WGMMA_M64N256K16(__half, "f16")
+HM_WGMMA_M64N256K16(__nv_bfloat16, "bf16")
 
-  if (wg == 0) {
-    // ---- producer warpgroup: gives back registers, one thread issues every TMA load ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
-      for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % WG_STAGES;
-        const unsigned phase = (unsigned)(kt / WG_STAGES) & 1u;
-        hm_mbar_wait(bars + 8 * (WG_STAGES + s), phase ^ 1u);    // the consumers freed this stage
-        const unsigned full = bars + 8 * s;
-        hm_mbar_expect_tx(full, WG_STAGE_BYTES);
-        hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
-        if (B_KMAJOR) {
-          hm_tma_load_2d(sB + s * WG_B_BYTES, tmB, kt * WG_BK, n0, full);
-        } else {
-#pragma unroll
-          for (int i = 0; i < WG_BN / 64; ++i)
-            hm_tma_load_2d(sB + s * WG_B_BYTES + i * (64 * WG_BK * 2), tmB, n0 + 64 * i, kt * WG_BK, full);
-        }
-      }
-    }
-    return;
-  }
-
-  // ---- consumer warpgroups 1 and 2: rows (wg - 1) * 64 ... + 63 of the tile ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int cw = wg - 1;
-  float d[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) d[i] = 0.f;
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int s = kt % WG_STAGES;
-    hm_mbar_wait(bars + 8 * s, (unsigned)(kt / WG_STAGES) & 1u);
-    const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
-    const unsigned b0 = sB + s * WG_B_BYTES;
-    hm_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < WG_BK / 16; ++kk) {
-      // A (K-major, 128-byte rows): the k-step is 32 bytes along the row; 8-row groups 1024 B apart.
-      const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
-      unsigned long long db;
-      if (B_KMAJOR) db = hm_desc(b0 + kk * 32, 16, 1024);
-      // B (N-major): 16 k-rows of 128 B per step; LBO = next 64-column box (8 KiB), SBO = next 8 k-rows.
-      else db = hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
-      hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
-    }
-    hm_wgmma_commit();
-    hm_wgmma_wait<1>();                                   // the previous stage's wgmmas have retired
-    if (kt > 0 && threadIdx.x % 128 == 0) hm_mbar_arrive(bars + 8 * (WG_STAGES + (kt - 1) % WG_STAGES));
-  }
-  hm_wgmma_wait<0>();
-
-  // ---- epilogue: accumulators -> shared memory (FP32) -> bias/activation/residual -> C ----
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");       // both consumers are done reading the stages
-  float* stage = reinterpret_cast<float*>(gbase);
-  {
-    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    const int r0 = cw * 64 + warp * 16 + lane / 4, c0 = 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < WG_BN / 8; ++j) {
-      *reinterpret_cast<float2*>(&stage[r0 * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j], d[4 * j + 1]);
-      *reinterpret_cast<float2*>(&stage[(r0 + 8) * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j + 2], d[4 * j + 3]);
-    }
-  }
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  const bool plain = !bias && !residual && act == 0;
-  const int ct = threadIdx.x - 128;
-#pragma unroll 1
-  for (int i = ct; i < WG_BM * (WG_BN / 8); i += 256) {
-    const int r = i / (WG_BN / 8), c = (i % (WG_BN / 8)) * 8;
-    const int gr = m0 + r, gc = n0 + c;
-    if (gr >= M || gc >= N) continue;
-    const float4 lo = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c]);
-    const float4 hi = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c + 4]);
-    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    if (!plain) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (gc + e < N) v[e] = hm_wg_epilogue(v[e], gr, gc + e, N, bias, residual, act);
-    }
-    T* out = C + (size_t)gr * N + gc;
-    if (vec && gc + 8 <= N) {
-      __align__(16) T h[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) h[e] = hm_from_f<T>(v[e]);
-      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(h);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (gc + e < N) out[e] = hm_from_f<T>(v[e]);
-    }
-  }
-}
-// Tile `tile` of the grouped order -> its first row and column.
-__device__ __forceinline__ void hm_wg_tile(int tile, int tiles_m, int tiles_n, int& m0, int& n0) {
-  const int per_group = WG_GROUP_M * tiles_n;
-  const int first_m = (tile / per_group) * WG_GROUP_M;
-  const int gsize = min(tiles_m - first_m, WG_GROUP_M);
-  m0 = (first_m + (tile % per_group) % gsize) * WG_BM;
-  n0 = ((tile % per_group) / gsize) * WG_BN;
-}
-
-// Persistent schedule: gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x.
-// The producer runs ahead into the next tile while the consumers store this one, so the epilogue
-// (straight from registers: the stages stay in use) overlaps the next tile's first loads.
-template <typename T, int B_KMAJOR>
-__device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA, const HmTensorMap* tmB,
-                                                         T* __restrict__ C, const T* __restrict__ bias,
-                                                         const T* __restrict__ residual, int M, int N, int K,
-                                                         int act, int vec) {
-  extern __shared__ unsigned char hm_wg_smem_raw[];
-  const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
-  const unsigned base = (raw + 1023u) & ~1023u;
-  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
-  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;
-  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
-  const int ktiles = (K + WG_BK - 1) / WG_BK;
-  const int wg = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < WG_STAGES; ++s) {
-      hm_mbar_init(bars + 8 * s, 1);
-      hm_mbar_init(bars + 8 * (WG_STAGES + s), 2);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
-      unsigned it = 0;
-      for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-        int m0, n0;
-        hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
-          const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1u;
-          hm_mbar_wait(bars + 8 * (WG_STAGES + s), phase ^ 1u);
-          const unsigned full = bars + 8 * s;
-          hm_mbar_expect_tx(full, WG_STAGE_BYTES);
-          hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
-          if (B_KMAJOR) {
-            hm_tma_load_2d(sB + s * WG_B_BYTES, tmB, kt * WG_BK, n0, full);
-          } else {
-#pragma unroll
-            for (int i = 0; i < WG_BN / 64; ++i)
-              hm_tma_load_2d(sB + s * WG_B_BYTES + i * (64 * WG_BK * 2), tmB, n0 + 64 * i, kt * WG_BK, full);
-          }
-        }
-      }
-    }
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int cw = wg - 1;
-  const bool leader = threadIdx.x % 128 == 0;
-  const bool plain = !bias && !residual && act == 0;
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  unsigned it = 0;
-  float d[128];
-  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-    int m0, n0;
-    hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const unsigned s = it % WG_STAGES;
-      hm_mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1u);
-      const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
-      const unsigned b0 = sB + s * WG_B_BYTES;
-      hm_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < WG_BK / 16; ++kk) {
-        const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
-        unsigned long long db;
-        if (B_KMAJOR) db = hm_desc(b0 + kk * 32, 16, 1024);
-        else db = hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
-        hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
-      }
-      hm_wgmma_commit();
-      hm_wgmma_wait<1>();
-      if (kt > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
-    }
-    hm_wgmma_wait<0>();
-    if (ktiles > 0 && leader) hm_mbar_arrive(bars + 8 * (WG_STAGES + (it - 1) % WG_STAGES));
-    // epilogue from registers: thread holds rows r0, r0 + 8 and column pairs c0 + 8j
-    const int r0 = m0 + cw * 64 + warp * 16 + lane / 4, c0 = n0 + 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < WG_BN / 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h, c = c0 + 8 * j;
-        if (r >= M || c >= N) continue;
-        float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-        if (!plain) {
-          v0 = hm_epilogue(v0, r, c, N, bias, residual, act);
-          if (c + 1 < N) v1 = hm_epilogue(v1, r, c + 1, N, bias, residual, act);
-        }
-        T* out = C + (size_t)r * N + c;
-        if (vec && c + 1 < N) {
-          __align__(4) T p[2] = {hm_from_f<T>(v0), hm_from_f<T>(v1)};
-          *reinterpret_cast<unsigned*>(out) = *reinterpret_cast<const unsigned*>(p);
-        } else {
-          out[0] = hm_from_f<T>(v0);
-          if (c + 1 < N) out[1] = hm_from_f<T>(v1);
-        }
-      }
-    }
-  }
-}
 // ---- cluster of 2 CTAs along M sharing B: each CTA loads half of the B tile and multicasts it ----
 __device__ __forceinline__ unsigned hm_cluster_rank() {
   unsigned r;
@@ -420,23 +150,358 @@ __device__ __forceinline__ void hm_tma_load_2d_mc(unsigned dst, const HmTensorMa
                : "memory");
 }
 
-// Like hm_gemm_wgmma (one tile per CTA, staged epilogue), launched as clusters of 2 CTAs holding
-// tiles (2p, n) and (2p + 1, n): B's 256 x 64 tile per stage is loaded half by each CTA and
-// multicast to both, halving B's L2 traffic. A stage is refilled only when the consumers of both
-// CTAs have released it (empty barriers count 4 arrivals: 2 local, 2 remote). For K-major B the
-// tensor map's box is 64 x 128 (half a tile), for N-major B each CTA loads two of the four 64-column boxes.
+// ================================ pieces shared by the schedules ================================
+#define WG_PSTAGES 3
+#define WG_OUT_LD (WG_BN + 8)                          // halves per row of persistent's output tile
+#define WG_P4_STAGE_HALVES (64 * 128)                  // persistent4: per-warpgroup staging tile
+
+// Tile `tile` of the grouped order -> its first row and column.
+__device__ __forceinline__ void hm_wg_tile(int tile, int tiles_m, int tiles_n, int& m0, int& n0) {
+  const int per_group = WG_GROUP_M * tiles_n;
+  const int first_m = (tile / per_group) * WG_GROUP_M;
+  const int gsize = min(tiles_m - first_m, WG_GROUP_M);
+  m0 = (first_m + (tile % per_group) % gsize) * WG_BM;
+  n0 = ((tile % per_group) / gsize) * WG_BN;
+}
+
+// Shared memory of a schedule: 1024-aligned base, STAGES x (A | B) stages, `extra` bytes (an output
+// staging area), then full[s] and empty[s] mbarriers. Thread 0 initialises the barriers.
+template <int STAGES>
+struct HmWgSmem {
+  unsigned sA, sB, extra, bars;
+  unsigned char* extra_ptr;
+  __device__ __forceinline__ HmWgSmem(unsigned char* raw_ptr, unsigned extra_bytes) {
+    const unsigned raw = hm_smem_addr(raw_ptr);
+    const unsigned base = (raw + 1023u) & ~1023u;   // 128B swizzle wants 1024-byte-aligned tiles
+    sA = base;
+    sB = base + STAGES * WG_A_BYTES;
+    extra = base + STAGES * WG_STAGE_BYTES;
+    extra_ptr = raw_ptr + (extra - raw);
+    bars = extra + extra_bytes;
+  }
+  __device__ __forceinline__ unsigned full(unsigned s) const { return bars + 8 * s; }
+  __device__ __forceinline__ unsigned empty(unsigned s) const { return bars + 8 * (STAGES + s); }
+  __device__ __forceinline__ void init(unsigned empty_arrivals) const {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        hm_mbar_init(full(s), 1);                    // the producer's arrive.expect_tx
+        hm_mbar_init(empty(s), empty_arrivals);      // one arrive per consumer warpgroup (per CTA)
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+  }
+};
+
+__device__ __forceinline__ void hm_wg_prefetch_maps(const HmTensorMap* tmA, const HmTensorMap* tmB) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
+}
+
+// Producer, one k-step: A's 64 x 128 box and B's tile (one 64 x 256 box K-major, four 64 x 64 boxes
+// N-major) into stage buffers a_dst / b_dst, completing on `full`.
+template <int B_KMAJOR>
+__device__ __forceinline__ void hm_wg_load_stage(const HmTensorMap* tmA, const HmTensorMap* tmB, unsigned a_dst,
+                                                 unsigned b_dst, int kt, int m0, int n0, unsigned full) {
+  hm_mbar_expect_tx(full, WG_STAGE_BYTES);
+  hm_tma_load_2d(a_dst, tmA, kt * WG_BK, m0, full);
+  if (B_KMAJOR) {
+    hm_tma_load_2d(b_dst, tmB, kt * WG_BK, n0, full);
+  } else {
+#pragma unroll
+    for (int i = 0; i < WG_BN / 64; ++i) hm_tma_load_2d(b_dst + i * (64 * WG_BK * 2), tmB, n0 + 64 * i, kt * WG_BK, full);
+  }
+}
+
+// Producer of the persistent schedules: every k-step of every tile of this block, `it` counting
+// k-steps across tiles (stage it % STAGES, phase (it / STAGES) & 1).
+template <int B_KMAJOR, int STAGES>
+__device__ __forceinline__ void hm_wg_produce_tiles(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                    const HmWgSmem<STAGES>& sm, int tiles_m, int tiles_n, int ktiles) {
+  hm_wg_prefetch_maps(tmA, tmB);
+  unsigned it = 0;
+  for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+    int m0, n0;
+    hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const unsigned s = it % STAGES;
+      hm_mbar_wait(sm.empty(s), ((it / STAGES) & 1u) ^ 1u);   // the consumers freed this stage
+      hm_wg_load_stage<B_KMAJOR>(tmA, tmB, sm.sA + s * WG_A_BYTES, sm.sB + s * WG_B_BYTES, kt, m0, n0, sm.full(s));
+    }
+  }
+}
+
+// Consumer warpgroup `cw` (rows cw * 64 ... + 63 of the tile), one tile's mainloop: k-steps it ...
+// it + ktiles - 1 of the ring, 4 wgmma m64n256k16 each into d; a stage is released (its empty barrier,
+// and the peer CTA's for a cluster) once the wgmmas reading it have retired.
+template <typename T, int B_KMAJOR, int STAGES, bool CLUSTER>
+__device__ __forceinline__ void hm_wg_mainloop(float* d, unsigned& it, const HmWgSmem<STAGES>& sm, int cw, int ktiles) {
+  const bool leader = threadIdx.x % 128 == 0;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.f;
+  for (int kt = 0; kt < ktiles; ++kt, ++it) {
+    const unsigned s = it % STAGES;
+    hm_mbar_wait(sm.full(s), (it / STAGES) & 1u);
+    const unsigned a0 = sm.sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
+    const unsigned b0 = sm.sB + s * WG_B_BYTES;
+    hm_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < WG_BK / 16; ++kk) {
+      // A (K-major, 128-byte rows): the k-step is 32 bytes along the row; 8-row groups 1024 B apart.
+      const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
+      // B K-major likewise; B N-major: 16 k-rows of 128 B per step, LBO = next 64-column box (8 KiB),
+      // SBO = next 8 k-rows.
+      const unsigned long long db = B_KMAJOR ? hm_desc(b0 + kk * 32, 16, 1024)
+                                             : hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
+      hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
+    }
+    hm_wgmma_commit();
+    hm_wgmma_wait<1>();                                  // the previous stage's wgmmas have retired
+    if (kt > 0 && leader) {
+      hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+      if (CLUSTER) hm_mbar_arrive_cluster(sm.empty((it - 1) % STAGES), hm_cluster_rank() ^ 1u);
+    }
+  }
+  hm_wgmma_wait<0>();
+  if (ktiles > 0 && leader) {
+    hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+    if (CLUSTER) hm_mbar_arrive_cluster(sm.empty((it - 1) % STAGES), hm_cluster_rank() ^ 1u);
+  }
+}
+
+// Epilogue through FP32 staging in the (now idle) stage buffers, by both consumer warpgroups (256
+// threads, named barrier 1): fragments -> shared memory -> bias / activation / residual -> C in
+// 16-byte coalesced stores. Used by the one-tile-per-block schedules.
+template <typename T>
+__device__ __forceinline__ void hm_wg_store_fp32_staged(const float* d, float* stage, int cw, int m0, int n0,
+                                                        T* __restrict__ C, const T* __restrict__ bias,
+                                                        const T* __restrict__ residual, int M, int N, int act, int vec) {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");       // both consumers are done reading the stages
+  {
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int r0 = cw * 64 + warp * 16 + lane / 4, c0 = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; ++j) {
+      *reinterpret_cast<float2*>(&stage[r0 * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j], d[4 * j + 1]);
+      *reinterpret_cast<float2*>(&stage[(r0 + 8) * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+    }
+  }
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  const bool plain = !bias && !residual && act == 0;
+#pragma unroll 1
+  for (int i = threadIdx.x - 128; i < WG_BM * (WG_BN / 8); i += 256) {
+    const int r = i / (WG_BN / 8), c = (i % (WG_BN / 8)) * 8;
+    const int gr = m0 + r, gc = n0 + c;
+    if (gr >= M || gc >= N) continue;
+    const float4 lo = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c]);
+    const float4 hi = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c + 4]);
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    if (!plain) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (gc + e < N) v[e] = hm_epilogue(v[e], gr, gc + e, N, bias, residual, act);
+    }
+    T* out = C + (size_t)gr * N + gc;
+    if (vec && gc + 8 <= N) {
+      __align__(16) T h[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) h[e] = hm_from_f<T>(v[e]);
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(h);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (gc + e < N) out[e] = hm_from_f<T>(v[e]);
+    }
+  }
+}
+
+// The accumulator pair (v0, v1) of row r, columns c and c + 1 of C, through the epilogue (if any).
+template <typename T>
+__device__ __forceinline__ unsigned hm_wg_pair(float v0, float v1, int r, int c, bool plain, const T* __restrict__ bias,
+                                               const T* __restrict__ residual, int M, int N, int act) {
+  if (!plain) {
+    if (r < M && c < N) v0 = hm_epilogue(v0, r, c, N, bias, residual, act);
+    if (r < M && c + 1 < N) v1 = hm_epilogue(v1, r, c + 1, N, bias, residual, act);
+  }
+  __align__(4) T p[2] = {hm_from_f<T>(v0), hm_from_f<T>(v1)};
+  return *reinterpret_cast<const unsigned*>(p);
+}
+
+// 16 bytes (8 halves) of row gr from column gc of C: one vector store when whole and aligned.
+template <typename T>
+__device__ __forceinline__ void hm_wg_store8(T* __restrict__ C, int gr, int gc, int N, int vec, uint4 v) {
+  T* out = C + (size_t)gr * N + gc;
+  if (vec && gc + 8 <= N) {
+    *reinterpret_cast<uint4*>(out) = v;
+  } else {
+    const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      if (gc + x < N) out[x] = e[x];
+  }
+}
+
+// ==================================== the schedules ====================================
+
+// "tiles": one block per 128 x 256 tile, 4-stage ring, FP32-staged epilogue.
+// B_KMAJOR = 0: B is K x N row-major (N contiguous); 1: B is given as N x K row-major.
+template <typename T, int B_KMAJOR>
+__device__ __forceinline__ void hm_gemm_wgmma(const HmTensorMap* tmA, const HmTensorMap* tmB, T* __restrict__ C,
+                                              const T* __restrict__ bias, const T* __restrict__ residual,
+                                              int M, int N, int K, int act, int vec) {
+  extern __shared__ unsigned char hm_wg_smem_raw[];
+  const HmWgSmem<WG_STAGES> sm(hm_wg_smem_raw, 0);
+  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+  int m0, n0;
+  hm_wg_tile(blockIdx.x, tiles_m, tiles_n, m0, n0);
+  const int ktiles = (K + WG_BK - 1) / WG_BK;
+  const int wg = threadIdx.x / 128;
+  sm.init(2);
+  __syncthreads();
+  if (wg == 0) {
+    // producer warpgroup: gives back registers, one thread issues every TMA load
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      hm_wg_prefetch_maps(tmA, tmB);
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % WG_STAGES;
+        hm_mbar_wait(sm.empty(s), ((unsigned)(kt / WG_STAGES) & 1u) ^ 1u);
+        hm_wg_load_stage<B_KMAJOR>(tmA, tmB, sm.sA + s * WG_A_BYTES, sm.sB + s * WG_B_BYTES, kt, m0, n0, sm.full(s));
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  float d[128];
+  unsigned it = 0;
+  hm_wg_mainloop<T, B_KMAJOR, WG_STAGES, false>(d, it, sm, wg - 1, ktiles);
+  hm_wg_store_fp32_staged<T>(d, reinterpret_cast<float*>(hm_wg_smem_raw + (sm.sA - hm_smem_addr(hm_wg_smem_raw))),
+                             wg - 1, m0, n0, C, bias, residual, M, N, act, vec);
+}
+
+// "persistent": gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x, with a
+// 3-stage ring and a separate 128 x 256 output tile in shared memory: the producer runs ahead into
+// the next tile while the consumers apply the epilogue in registers, write the tile as FP16/BF16
+// into shared memory and store it with 16-byte coalesced stores.
+template <typename T, int B_KMAJOR>
+__device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                         T* __restrict__ C, const T* __restrict__ bias,
+                                                         const T* __restrict__ residual, int M, int N, int K,
+                                                         int act, int vec) {
+  extern __shared__ unsigned char hm_wg_smem_raw[];
+  const HmWgSmem<WG_PSTAGES> sm(hm_wg_smem_raw, WG_BM * WG_OUT_LD * 2);
+  T* out_tile = reinterpret_cast<T*>(sm.extra_ptr);
+  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
+  const int ktiles = (K + WG_BK - 1) / WG_BK;
+  const int wg = threadIdx.x / 128;
+  sm.init(2);
+  __syncthreads();
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, WG_PSTAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1;
+  const bool plain = !bias && !residual && act == 0;
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  unsigned it = 0;
+  float d[128];
+  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    int m0, n0;
+    hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+    hm_wg_mainloop<T, B_KMAJOR, WG_PSTAGES, false>(d, it, sm, cw, ktiles);
+    // epilogue: registers (+ bias / activation / residual) -> output tile in shared memory -> C
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");   // the previous tile's stores have read the tile
+    const int rl = cw * 64 + warp * 16 + lane / 4, cl = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<unsigned*>(&out_tile[(rl + 8 * h) * WG_OUT_LD + cl + 8 * j]) = hm_wg_pair<T>(
+            d[4 * j + 2 * h], d[4 * j + 2 * h + 1], m0 + rl + 8 * h, n0 + cl + 8 * j, plain, bias, residual, M, N, act);
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#pragma unroll 1
+    for (int i = threadIdx.x - 128; i < WG_BM * (WG_BN / 8); i += 256) {
+      const int r = i / (WG_BN / 8), c = (i % (WG_BN / 8)) * 8;
+      if (m0 + r >= M || n0 + c >= N) continue;
+      hm_wg_store8<T>(C, m0 + r, n0 + c, N, vec, *reinterpret_cast<const uint4*>(&out_tile[r * WG_OUT_LD + c]));
+    }
+  }
+}
+
+// "persistent4": persistent with the full 4-stage ring; each consumer warpgroup stores its own 64
+// rows through a private 64 x 128 staging tile (two passes over the 256 columns, 16-byte chunks
+// XOR-swizzled by row so both the fragment writes and the row reads are free of bank conflicts),
+// synchronising only its own 128 threads (named barriers 2 and 3), so one warpgroup's epilogue
+// overlaps the other's mainloop and the producer's loads of the next tile.
+template <typename T, int B_KMAJOR>
+__device__ __forceinline__ void hm_gemm_wgmma_persistent4(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                          T* __restrict__ C, const T* __restrict__ bias,
+                                                          const T* __restrict__ residual, int M, int N, int K,
+                                                          int act, int vec) {
+  extern __shared__ unsigned char hm_wg_smem_raw[];
+  const HmWgSmem<WG_STAGES> sm(hm_wg_smem_raw, 2 * WG_P4_STAGE_HALVES * 2);
+  const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
+  const int ktiles = (K + WG_BK - 1) / WG_BK;
+  const int wg = threadIdx.x / 128;
+  sm.init(2);
+  __syncthreads();
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, WG_STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1;
+  const bool plain = !bias && !residual && act == 0;
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  T* stg = reinterpret_cast<T*>(sm.extra_ptr) + cw * WG_P4_STAGE_HALVES;   // this warpgroup's 64 x 128 tile
+  unsigned it = 0;
+  float d[128];
+  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    int m0, n0;
+    hm_wg_tile(tile, tiles_m, tiles_n, m0, n0);
+    hm_wg_mainloop<T, B_KMAJOR, WG_STAGES, false>(d, it, sm, cw, ktiles);
+    const int rl = warp * 16 + lane / 4, q = lane % 4;        // rows rl, rl + 8 of this warpgroup's 64
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");   // the previous pass has read the tile
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const int j = half * 16 + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = rl + 8 * h;
+          // chunk jj of the row (8 halves), swizzled by row % 8; the pair is word q of the chunk
+          *reinterpret_cast<unsigned*>(&stg[row * 128 + ((jj ^ (row % 8)) * 8) + 2 * q]) = hm_wg_pair<T>(
+              d[4 * j + 2 * h], d[4 * j + 2 * h + 1], m0 + cw * 64 + row, n0 + 8 * j + 2 * q, plain, bias, residual,
+              M, N, act);
+        }
+      }
+      asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+#pragma unroll 1
+      for (int i = t; i < 64 * 16; i += 128) {
+        const int row = i / 16, ch = i % 16;
+        const int gr = m0 + cw * 64 + row, gc = n0 + half * 128 + ch * 8;
+        if (gr >= M || gc >= N) continue;
+        hm_wg_store8<T>(C, gr, gc, N, vec, *reinterpret_cast<const uint4*>(&stg[row * 128 + ((ch ^ (row % 8)) * 8)]));
+      }
+    }
+  }
+}
+
+// "cluster2": like "tiles", launched as clusters of 2 CTAs holding tiles (2p, n) and (2p + 1, n):
+// B's 256 x 64 tile per stage is loaded half by each CTA and multicast to both, halving B's L2
+// traffic. A stage is refilled only when the consumers of both CTAs have released it (empty
+// barriers count 4 arrivals: 2 local, 2 remote). For K-major B the tensor map's box is 64 x 128
+// (half a tile), for N-major B each CTA loads two of the four 64-column boxes.
 template <typename T, int B_KMAJOR>
 __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const HmTensorMap* tmB, T* __restrict__ C,
                                                  const T* __restrict__ bias, const T* __restrict__ residual,
                                                  int M, int N, int K, int act, int vec) {
   extern __shared__ unsigned char hm_wg_smem_raw[];
-  const unsigned raw = hm_smem_addr(hm_wg_smem_raw);
-  const unsigned base = (raw + 1023u) & ~1023u;   // same offset in both CTAs (same kernel, same layout)
-  unsigned char* gbase = hm_wg_smem_raw + (base - raw);
-  const unsigned sA = base, sB = base + WG_STAGES * WG_A_BYTES;
-  const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;
-  const unsigned rank = hm_cluster_rank(), peer = rank ^ 1u;
-
+  const HmWgSmem<WG_STAGES> sm(hm_wg_smem_raw, 0);   // same offsets in both CTAs (same kernel, same layout)
+  const unsigned rank = hm_cluster_rank();
   const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
   const int pairs_m = (tiles_m + 1) / 2, group = WG_GROUP_M / 2;
   const int pid = blockIdx.x / 2, per_group = group * tiles_n;
@@ -445,111 +510,39 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
   const int tm = 2 * (first_p + (pid % per_group) % gsize) + (int)rank, tn = (pid % per_group) / gsize;
   const int m0 = tm * WG_BM, n0 = tn * WG_BN;   // m0 may be past M (odd tile count): loads zeros, stores nothing
   const int ktiles = (K + WG_BK - 1) / WG_BK;
-
   const int wg = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < WG_STAGES; ++s) {
-      hm_mbar_init(bars + 8 * s, 1);
-      hm_mbar_init(bars + 8 * (WG_STAGES + s), 4);   // 2 consumer warpgroups x 2 CTAs
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  sm.init(4);                                    // 2 consumer warpgroups x 2 CTAs
   __syncwarp();        // barrier.cluster is .aligned: converge the warp first
   hm_cluster_sync();   // both CTAs' barriers exist before any multicast or remote arrive
-
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmA)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmB)) : "memory");
+      hm_wg_prefetch_maps(tmA, tmB);
       for (int kt = 0; kt < ktiles; ++kt) {
         const int s = kt % WG_STAGES;
-        hm_mbar_wait_cluster(bars + 8 * (WG_STAGES + s), ((unsigned)(kt / WG_STAGES) & 1u) ^ 1u);
-        const unsigned full = bars + 8 * s;
+        hm_mbar_wait_cluster(sm.empty(s), ((unsigned)(kt / WG_STAGES) & 1u) ^ 1u);
+        const unsigned full = sm.full(s), b_dst = sm.sB + s * WG_B_BYTES;
         hm_mbar_expect_tx(full, WG_STAGE_BYTES);           // own A + both halves of B
-        hm_tma_load_2d(sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
+        hm_tma_load_2d(sm.sA + s * WG_A_BYTES, tmA, kt * WG_BK, m0, full);
         if (B_KMAJOR) {
-          hm_tma_load_2d_mc(sB + s * WG_B_BYTES + rank * (WG_B_BYTES / 2), tmB, kt * WG_BK, n0 + (int)rank * (WG_BN / 2),
-                            full, (unsigned short)3);
+          hm_tma_load_2d_mc(b_dst + rank * (WG_B_BYTES / 2), tmB, kt * WG_BK, n0 + (int)rank * (WG_BN / 2), full,
+                            (unsigned short)3);
         } else {
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int box = 2 * (int)rank + i;
-            hm_tma_load_2d_mc(sB + s * WG_B_BYTES + box * (64 * WG_BK * 2), tmB, n0 + 64 * box, kt * WG_BK, full,
-                              (unsigned short)3);
+            hm_tma_load_2d_mc(b_dst + box * (64 * WG_BK * 2), tmB, n0 + 64 * box, kt * WG_BK, full, (unsigned short)3);
           }
         }
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int cw = wg - 1;
-    const bool leader = threadIdx.x % 128 == 0;
     float d[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int s = kt % WG_STAGES;
-      hm_mbar_wait(bars + 8 * s, (unsigned)(kt / WG_STAGES) & 1u);
-      const unsigned a0 = sA + s * WG_A_BYTES + cw * (64 * WG_BK * 2);
-      const unsigned b0 = sB + s * WG_B_BYTES;
-      hm_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < WG_BK / 16; ++kk) {
-        const unsigned long long da = hm_desc(a0 + kk * 32, 16, 1024);
-        unsigned long long db;
-        if (B_KMAJOR) db = hm_desc(b0 + kk * 32, 16, 1024);
-        else db = hm_desc(b0 + kk * 16 * 128, 64 * WG_BK * 2, 1024);
-        hm_wgmma_m64n256k16<B_KMAJOR ? 0 : 1>(d, da, db, T());
-      }
-      hm_wgmma_commit();
-      hm_wgmma_wait<1>();
-      if (kt > 0 && leader) {
-        const unsigned e = bars + 8 * (WG_STAGES + (kt - 1) % WG_STAGES);
-        hm_mbar_arrive(e);
-        hm_mbar_arrive_cluster(e, peer);
-      }
-    }
-    hm_wgmma_wait<0>();
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    float* stage = reinterpret_cast<float*>(gbase);
-    {
-      const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-      const int r0 = cw * 64 + warp * 16 + lane / 4, c0 = 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < WG_BN / 8; ++j) {
-        *reinterpret_cast<float2*>(&stage[r0 * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j], d[4 * j + 1]);
-        *reinterpret_cast<float2*>(&stage[(r0 + 8) * WG_EPI_LD + j * 8 + c0]) = make_float2(d[4 * j + 2], d[4 * j + 3]);
-      }
-    }
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    const bool plain = !bias && !residual && act == 0;
-    const int ct = threadIdx.x - 128;
-#pragma unroll 1
-    for (int i = ct; i < WG_BM * (WG_BN / 8); i += 256) {
-      const int r = i / (WG_BN / 8), c = (i % (WG_BN / 8)) * 8;
-      const int gr = m0 + r, gc = n0 + c;
-      if (gr >= M || gc >= N) continue;
-      const float4 lo = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c]);
-      const float4 hi = *reinterpret_cast<const float4*>(&stage[r * WG_EPI_LD + c + 4]);
-      float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      if (!plain) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (gc + e < N) v[e] = hm_wg_epilogue(v[e], gr, gc + e, N, bias, residual, act);
-      }
-      T* out = C + (size_t)gr * N + gc;
-      if (vec && gc + 8 <= N) {
-        __align__(16) T h[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) h[e] = hm_from_f<T>(v[e]);
-        *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(h);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (gc + e < N) out[e] = hm_from_f<T>(v[e]);
-      }
-    }
+    unsigned it = 0;
+    hm_wg_mainloop<T, B_KMAJOR, WG_STAGES, true>(d, it, sm, wg - 1, ktiles);
+    hm_wg_store_fp32_staged<T>(d, reinterpret_cast<float*>(hm_wg_smem_raw + (sm.sA - hm_smem_addr(hm_wg_smem_raw))),
+                               wg - 1, m0, n0, C, bias, residual, M, N, act, vec);
   }
   __syncwarp();
   hm_cluster_sync();   // no CTA leaves while its peer may still arrive on its barriers
@@ -560,7 +553,9 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
 #define HM_WG_CALL(T, BK) hm_gemm_wgmma<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #define HM_WG_CALL_P(T, BK) hm_gemm_wgmma_persistent<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #define HM_WG_CALL_C2(T, BK) hm_gemm_wgmma_c2<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
+#define HM_WG_CALL_P4(T, BK) hm_gemm_wgmma_persistent4<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
 #else
+#define HM_WG_CALL_P4(T, BK) ((void)0)
 #define HM_WG_CALL_C2(T, BK) ((void)0)
 #define HM_WG_CALL(T, BK) ((void)0)
 #define HM_WG_CALL_P(T, BK) ((void)0)
@@ -616,3 +611,15 @@ HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_c2, __half, 0)
 HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_bt_c2, __half, 1)
 HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_c2, __nv_bfloat16, 0)
 HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_bt_c2, __nv_bfloat16, 1)
+
+// Persistent schedule with the 4-stage ring and per-warpgroup epilogues: _p4.
+#define HM_WG_P4_ENTRY(NAME, T, BK)                                                                           \
+  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
+      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
+      const T* residual, int M, int N, int K, int act, int vec) {                                             \
+    HM_WG_CALL_P4(T, BK);                                                                                      \
+  }
+HM_WG_P4_ENTRY(gemm_wgmma_f16_p4, __half, 0)
+HM_WG_P4_ENTRY(gemm_wgmma_f16_bt_p4, __half, 1)
+HM_WG_P4_ENTRY(gemm_wgmma_bf16_p4, __nv_bfloat16, 0)
+HM_WG_P4_ENTRY(gemm_wgmma_bf16_bt_p4, __nv_bfloat16, 1)

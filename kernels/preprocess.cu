@@ -94,9 +94,9 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
   }
 }
 
-// ---- 4 output pixels per thread, lane-interleaved ----
-// Thread (lane l of a 32-wide block row) computes pixels ox = 128 * blockIdx.x + 32 * i + l,
-// i < 4: the vertical taps (rows, weights, row pointers) are computed once and shared by its 4
+// ---- PX (1 or 4) output pixels per thread, lane-interleaved ----
+// Thread (lane l of a 32-wide block row) computes pixels ox = 32 * PX * blockIdx.x + 32 * i + l,
+// i < PX: the vertical taps (rows, weights, row pointers) are computed once and shared by its 4
 // pixels, and every load or store instruction of a warp still covers 32 consecutive output pixels
 // (a narrow span of source bytes: few L1 wavefronts per gather). RGB/BGR taps: the two horizontal
 // neighbours (6 bytes) come from three aligned 4-byte loads and funnel shifts instead of six byte
@@ -147,7 +147,7 @@ __device__ __forceinline__ void pp_pair(const unsigned char* __restrict__ f, int
   pp_pixel(f, pitch, in_h, x1, y, fmt, col, vb);
 }
 
-template <typename T>
+template <typename T, int PX>
 __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__ base,
                                                const unsigned long long* __restrict__ ptrs, long long frame_stride,
                                                int pitch, int in_h, int in_w, int fmt, T* __restrict__ out, int out_h,
@@ -155,7 +155,7 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
                                                float scale_x, float scale_y, float a0, float a1, float a2, float b0,
                                                float b1, float b2, float p0, float p1, float p2, int swap,
                                                PPColor col) {
-  const int oxb = blockIdx.x * blockDim.x * 4 + threadIdx.x;
+  const int oxb = blockIdx.x * blockDim.x * PX + threadIdx.x;
   const int oy = blockIdx.y * blockDim.y + threadIdx.y;
   const int b = blockIdx.z;
   if (oxb >= out_w || oy >= out_h) return;
@@ -175,7 +175,7 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
   const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
   const size_t plane = (size_t)out_h * out_w;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < PX; ++i) {
     const int ox = oxb + 32 * i;
     if (ox >= out_w) break;
     float r[3];
@@ -224,8 +224,17 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
       float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
       float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
     PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
-    hm_preprocess4<T>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y, \
-                      box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);          \
+    hm_preprocess4<T, 4>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x,     \
+                         box_y, box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);   \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) preprocess1w_##SUFFIX(                                     \
+      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
+      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
+      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
+      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
+    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
+    hm_preprocess4<T, 1>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x,     \
+                         box_y, box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);   \
   }
 
 HM_PREPROCESS(f32, float)

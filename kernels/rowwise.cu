@@ -313,6 +313,22 @@ __device__ __forceinline__ void hm_each(const uint4 (&raw)[K], const uint4* sm, 
   }
 }
 
+// As hm_each, with the vectors writable (the visitor may replace them).
+template <int K, bool SM, typename F>
+__device__ __forceinline__ void hm_each_mut(uint4 (&raw)[K], uint4* sm, int s, int g, int t, int nvec, F f) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int v = i * g + t;
+    if (v < nvec) f(v, raw[i]);
+  }
+  if (SM) {
+    for (int j = 0; j < s; ++j) {
+      const int v = (K + j) * g + t;
+      if (v < nvec) f(v, sm[j * g + t]);
+    }
+  }
+}
+
 // SM: the row also spills into dynamic shared memory, s vectors a thread (block mode only):
 // rows of up to (K + s) * blockDim.x vectors are still read from DRAM once.
 template <typename T, int OP, int K, bool SM = false>
@@ -356,19 +372,31 @@ __device__ __forceinline__ void hm_row_reg(const T* __restrict__ x, const T* __r
       // relative error ~2^-22, far below the output's rounding)
       const float L2E = 1.4426950408889634f, ms = m * L2E;
       float sum = 0.f;
-      hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, const uint4& q) {
-        float f[NV];
-        hm_unpack<T>(q, f);
+      if (sizeof(T) == 4) {  // FP32: exp twice (recomputed when writing) keeps full precision
+        hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, const uint4& q) {
+          float f[NV];
+          hm_unpack<T>(q, f);
 #pragma unroll
-        for (int j = 0; j < NV; ++j) sum += sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms));
-      });
+          for (int j = 0; j < NV; ++j) sum += expf(f[j] - m);
+        });
+      } else {  // 16-bit storage: exp once; the held row is replaced by exp(x - max) in the storage type
+        // (one more rounding of a value the output rounds to that type anyway: within one unit of
+        // the output's rounding), which halves the exp work of this MUFU-heavy kernel
+        hm_each_mut<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, uint4& q) {
+          float f[NV];
+          hm_unpack<T>(q, f);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) { f[j] = exp2f(fmaf(f[j], L2E, -ms)); sum += f[j]; }
+          q = hm_pack<T>(f);
+        });
+      }
       sum = hm_group_reduce<0>(sum, warp_mode, part, phase);
       const float inv = 1.f / sum;
       hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int v, const uint4& q) {
         float f[NV];
         hm_unpack<T>(q, f);
 #pragma unroll
-        for (int j = 0; j < NV; ++j) f[j] = (sizeof(T) == 4 ? expf(f[j] - m) : exp2f(fmaf(f[j], L2E, -ms))) * inv;
+        for (int j = 0; j < NV; ++j) f[j] = (sizeof(T) == 4 ? expf(f[j] - m) : f[j]) * inv;
         yr[v] = hm_pack<T>(f);
       });
     } else {

@@ -100,3 +100,84 @@ __device__ __forceinline__ void hm_mma16816(float* d, const unsigned* a, const u
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+
+// ---- pieces shared by the mma.sync kernels (gemm_mma.cu, gemm_int8.cu, conv.cu) ----
+// Block tile 128 x 128, 8 warps of 64 x 32: warp `warp` owns rows wm ... wm + 63, columns wn ... wn + 31.
+#define TC_WARP_M(warp) (((warp) / 4) * 64)
+#define TC_WARP_N(warp) (((warp) % 4) * 32)
+
+template <typename A>
+__device__ __forceinline__ void hm_zero_acc(A (&acc)[4][4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+}
+
+// The cp.async pipeline over `ktiles` k tiles of depth BK: TC_STAGES - 1 tiles in flight;
+// load(stage, k0) issues one tile's copies into a stage, compute(stage) consumes one.
+template <int BK, typename Load, typename Compute>
+__device__ __forceinline__ void hm_cp_pipeline(int ktiles, Load&& load, Compute&& compute) {
+#pragma unroll
+  for (int s = 0; s < TC_STAGES - 1; ++s) {
+    if (s < ktiles) load(s, s * BK);
+    hm_cp_commit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    hm_cp_wait<TC_STAGES - 2>();
+    __syncthreads();
+    const int nt = kt + TC_STAGES - 1;
+    if (nt < ktiles) load(nt % TC_STAGES, nt * BK);
+    hm_cp_commit();
+    compute(kt % TC_STAGES);
+  }
+  hm_cp_wait<0>();
+}
+
+// One TC_BK-deep k tile of a warp's 64 x 32 FP16/BF16 block: A row-major in shared memory (rows of
+// TC_ALD), B k-major rows (TC_BLD, read with ldmatrix .trans), 16 mma.sync m16n8k16 per 16 of k.
+template <typename T>
+__device__ __forceinline__ void hm_warp_mma_tile(float (&acc)[4][4][4], const T* as, const T* bs, int wm, int wn,
+                                                 int lane) {
+#pragma unroll
+  for (int kk = 0; kk < TC_BK; kk += 16) {
+    unsigned fa[4][4], fb[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      hm_ldmatrix_x4(fa[i], &as[(wm + i * 16 + (lane % 16)) * TC_ALD + kk + (lane / 16) * 8]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      unsigned r[4];
+      hm_ldmatrix_x4_trans(r, &bs[(kk + (lane % 16)) * TC_BLD + wn + j * 16 + (lane / 16) * 8]);
+      fb[2 * j][0] = r[0]; fb[2 * j][1] = r[1]; fb[2 * j + 1][0] = r[2]; fb[2 * j + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) hm_mma16816(acc[i][j], fa[i], fb[j], T());
+  }
+}
+
+// A warp's 64 x 32 accumulators (mma.sync C fragments) into row-major C (M x N, rows of N), through
+// the epilogue (bias, activation, residual) unless `plain`. r0, c0: the warp block's first row, column.
+template <typename T>
+__device__ __forceinline__ void hm_store_warp_tile(const float (&acc)[4][4][4], T* __restrict__ C, int r0, int c0,
+                                                   int M, int N, const T* __restrict__ bias,
+                                                   const T* __restrict__ residual, int act, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const bool plain = !bias && !residual && act == 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + i * 16 + g + h * 8, c = c0 + j * 8 + 2 * t;
+        if (r >= M) continue;
+        if (c < N) C[(size_t)r * N + c] = hm_from_f<T>(plain ? acc[i][j][2 * h] : hm_epilogue(acc[i][j][2 * h], r, c, N, bias, residual, act));
+        if (c + 1 < N)
+          C[(size_t)r * N + c + 1] = hm_from_f<T>(plain ? acc[i][j][2 * h + 1] : hm_epilogue(acc[i][j][2 * h + 1], r, c + 1, N, bias, residual, act));
+      }
+}

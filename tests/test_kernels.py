@@ -103,6 +103,12 @@ def test_cache_hit_key_and_corruption(cache):
     (meta_file,) = cache.glob("sgemm-sm_80-*.json")
     meta_file.write_text("{not json")
     assert not build.compile_family("sgemm", "sm_80").from_cache
+    # an entry whose metadata lost the resource lines (kernels: {}) is rebuilt too: `kernels
+    # check` would otherwise have nothing to report
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "kernels": {}}))
+    fresh = build.compile_family("sgemm", "sm_80")
+    assert not fresh.from_cache and set(fresh.kernels) == set(first.kernels)
 
 
 def _compile_in_child(cache_dir: str, q) -> None:

@@ -34,7 +34,7 @@ def _ptx(arch: str) -> str:
 
 def test_compiles_for_sm90a_without_spills(cache):
     c = build.compile_family("gemm_wgmma", "sm_90a")
-    names = {f"gemm_wgmma_{t}{b}{p}" for t in ("f16", "bf16") for b in ("", "_bt") for p in ("", "_p", "_c2")}
+    names = {f"gemm_wgmma_{t}{b}{p}" for t in ("f16", "bf16") for b in ("", "_bt") for p in ("", "_p", "_p4", "_c2")}
     assert set(c.kernels) == names
     for info in c.kernels.values():
         # 384 threads, one block per SM: at most 65536 / 384 = 170 registers (ptxas rounds to 168)
@@ -60,6 +60,8 @@ def test_available_lists_wgmma_with_its_shared_memory():
     # 4 stages of a 128x64 A tile and a 256x64 B tile (FP16), 8 mbarriers, 1 KiB alignment slack
     assert set(w.dynamic_smem) == {1024 + 4 * (128 * 64 + 256 * 64) * 2 + 64}
     assert gemm_wgmma.SMEM_BYTES <= 227 * 1024      # the H100's per-block limit
+    assert gemm_wgmma.SMEM_BYTES_PERSISTENT <= 227 * 1024
+    assert gemm_wgmma.SMEM_BYTES_PERSISTENT4 <= 227 * 1024
     assert "wgmma" in hk.GEMM_VARIANTS
 
 

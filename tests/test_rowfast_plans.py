@@ -103,3 +103,27 @@ def test_memory_table_has_kernel_time_host_time_and_ratios(tmp_path):
     assert "sleep kernel" in md
     json.loads((tmp_path / "kernels.json").read_text())
 
+
+def test_preprocess_scalar_arguments():
+    """The cached scalar arguments of the preprocess kernel, against the formulas they implement."""
+    import numpy as np
+
+    from hookmagic.kernels import preprocess as pp_mod   # noqa: F401  (the package exports a function too)
+    pp = sys.modules["hookmagic.kernels.preprocess"]
+    mean, std, pad = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), (114.0, 114.0, 114.0)
+    col = pp.yuv_coefficients("bt601", False)
+    head, tail = pp._scalars(1080, 1920, 5760, "BGR", "RGB", "NHWC", 640, 640, True, mean, std, pad, col)
+    assert [int(v) for v in head] == [5760, 1080, 1920, pp.FORMATS.index("BGR")]
+    oh, ow, nhwc, bx, by, bw, bh, sx, sy = tail[:9]
+    assert (int(oh), int(ow), int(nhwc)) == (640, 640, 1)
+    assert (int(bx), int(by), int(bw), int(bh)) == (0, 140, 640, 360)   # 1920x1080 into 640: 640x360, centred
+    assert float(sx) == 3.0 and float(sy) == 3.0
+    a, b, p = tail[9:12], tail[12:15], tail[15:18]
+    for c in range(3):
+        assert np.isclose(float(a[c]), 1 / (255 * std[c]), rtol=1e-6)
+        assert np.isclose(float(b[c]), -mean[c] / std[c], rtol=1e-6)
+        assert np.isclose(float(p[c]), (114 / 255 - mean[c]) / std[c], rtol=1e-6)
+    assert int(tail[18]) == 1                                           # BGR frames to RGB output: swap
+    assert [float(v) for v in tail[19:]] == [float(np.float32(v)) for v in col]
+    _, plain = pp._scalars(1080, 1920, 5760, "RGB", "RGB", "NCHW", 640, 640, False, mean, std, pad, col)
+    assert [int(v) for v in plain[3:7]] == [0, 0, 640, 640] and int(plain[18]) == 0 and int(plain[2]) == 0

@@ -130,3 +130,57 @@ def test_fit_without_size_variety_keeps_the_count_alone():
     assert np.allclose(w, ov * [1, 2])  # one request beside one, two beside two: proportional
     only = C.fit_sharing([res.__class__(res.requests, one, res.meta)], truth)
     assert all(only[n]["share_by_size"] == [] for n in truth)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_refine_host_recovers_the_host_times_a_run_paid(streams):
+    """``refine_host`` reads launch and host times off one run (the real driver's own
+    measurements): on a run of a simulated driver whose host is 1.8x slower than the specs it
+    is handed say, it must give back the slower host's times exactly (clean batches only:
+    waiting for the one host thread or for a batching timer is not launch time), and keep
+    everything else."""
+    truth = _synthetic_truth(0.0)
+    slow = {n: s.with_(launch_ms=1.8 * s.launch_ms, host_ms=1.8 * s.host_ms) for n, s in truth.items()}
+    srcs = [S.Poisson(n, 1.2 * s.throughput(4) / len(truth), slo_ms=50) for n, s in truth.items()]
+    wl = S.make_workload(srcs, 2.0, seed=5)
+    pol = S.Policy(order="fifo", streams=streams, batching=S.Batching(MAX_BATCH, 0.5))
+    res = S.simulate(list(slow.values()), wl, pol, seed=2)
+    b = res.batches
+    name = b["model"].astype(str)
+    b["dispatch_s"] = (b["start_s"] - name.map({n: s.launch_ms / 1e3 for n, s in slow.items()})
+                       + name.map({n: s.host_ms / 1e3 for n, s in slow.items()})).to_numpy()
+    res.meta["clock_corrected"] = True
+    specs, how = C.refine_host(list(truth.values()), res, pol)
+    assert how["clean"] > 100
+    assert how["host_speed"] == pytest.approx(1.8, rel=1e-6)
+    for s in specs:
+        assert s.launch_ms == pytest.approx(slow[s.name].launch_ms, rel=1e-6)
+        assert s.host_ms == pytest.approx(slow[s.name].host_ms, rel=1e-6)
+        assert s.latency_ms == truth[s.name].latency_ms
+        assert s.share_slowdown == truth[s.name].share_slowdown
+    # an uncorrected run's launch calls are not trusted: the calibrated call is kept
+    res.meta["clock_corrected"] = False
+    specs, _ = C.refine_host(list(truth.values()), res, pol)
+    for s in specs:
+        assert s.host_ms - s.launch_ms == pytest.approx(truth[s.name].host_ms - truth[s.name].launch_ms)
+
+
+def test_batches_whose_launch_stalled_the_host_are_not_the_models_cost():
+    """A stalled launch call (the host held over STALL_S) leaves the GPU waiting inside the
+    batch: on the simulated driver, every 20th alone batch made 0.4 ms longer with its launch
+    call 0.7 ms long must not move the fitted GPU times (skip_stalls); fitted as before
+    2026-11-26 04:00 it does. (Only GPU times: lengthening a batch in place, as here, would
+    also shorten the next batch's launch gap, which a real stall does not.)"""
+    truth = _synthetic_truth(cv=0.0)
+    runs, idle, names = _simulated_driver(truth)
+    for key, res in runs.items():
+        if key.startswith("alone:"):
+            b = res.batches
+            hit = np.arange(len(b)) % 20 == 7
+            b.loc[hit, "end_s"] += 4e-4
+            b.loc[hit, "dispatch_s"] = b.loc[hit, "start_s"] + 7e-4
+    got = C.fit(runs, idle, MAX_BATCH)
+    old = C.fit(runs, idle, MAX_BATCH, skip_stalls=False)
+    for n, spec in truth.items():
+        assert got[n]["service_ms"] == pytest.approx([spec.latency(z) for z in range(1, MAX_BATCH + 1)], rel=1e-6)
+        assert np.mean(old[n]["service_ms"]) > np.mean(got[n]["service_ms"]) + 0.01

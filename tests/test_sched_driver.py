@@ -38,6 +38,12 @@ def test_threads_run_keeps_the_simulators_books():
     assert sorted(req["id"]) == sorted(sim.requests["id"]) == list(range(len(w)))
     assert (req["start_s"] >= req["arrival_s"]).all()
     assert (req["latency_ms"] >= req["compute_ms"]).all()
+    # the loop's own host stamps per batch: pass began <= chosen <= launch call returned, and
+    # it was chosen after every request in it arrived
+    assert (bat["loop_s"] <= bat["decide_s"]).all() and (bat["decide_s"] <= bat["dispatch_s"]).all()
+    last = req[req["batch"] >= 0].groupby("batch")["arrival_s"].max()
+    assert (bat.set_index("batch")["decide_s"].loc[last.index] >= last).all()
+    assert real.meta["clock_corrected"] is False  # one clock on the thread backend
     # batches: within the policy's max batch, each request in exactly one, sizes add up
     assert bat["size"].between(1, 4).all() and bat["size"].sum() == len(w)
     assert (req.groupby("batch").size().sort_index().to_numpy()

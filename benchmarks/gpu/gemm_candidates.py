@@ -1,5 +1,5 @@
-"""Which schedule of the wgmma GEMM (tiles / persistent / cluster2, row- or column-major b) is
-fastest on this GPU?
+"""Which schedule of the wgmma GEMM (tiles / persistent / persistent4 / cluster2, row- or
+column-major b) is fastest on this GPU?
 
     python3 benchmarks/gpu/gemm_candidates.py [--shapes 4096,8192] [--dtypes f16,bf16]   # GPU machine
 
@@ -28,7 +28,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="4096,8192")
     ap.add_argument("--dtypes", default="f16,bf16")
-    ap.add_argument("--schedules", default="tiles,persistent,cluster2",
+    ap.add_argument("--schedules", default="tiles,persistent,persistent4,cluster2",
                     help="wgmma schedules to time (comma-separated; empty: none)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -1,6 +1,6 @@
 """The row-kernel designs for 65,536-element rows side by side, in their own process (a design
-that faults cannot take the main benchmark with it): default ('auto'), registers + shared memory
-with two 512-thread blocks an SM ('rs'), a cluster of 8 blocks a row ('cluster', sm_90+), the
+that faults cannot take the main benchmark with it): default ('auto': registers + shared memory,
+two 512-thread blocks an SM), one 1024-thread block an SM ('reg'), a cluster of 8 blocks a row ('cluster', sm_90+), the
 multi-pass kernels, torch eager and a copy of the same bytes. Kernel time by
 benchmarks/bench_kernels.py's device timer; correctness against torch first.
 
@@ -25,7 +25,7 @@ F = torch.nn.functional
 def main() -> None:
     print(f"{torch.cuda.get_device_name()}; 256 x 65536 rows; GB/s = (read + write [+ params]) / kernel time")
     print("| dtype | op | implementation | µs | GB/s | of copy | vs torch | max err |\n|---|---|---|---|---|---|---|---|")
-    impls = ["auto", "rs", "multipass"] + (["cluster"] if torch.cuda.get_device_capability() >= (9, 0) else [])
+    impls = ["auto", "reg", "multipass"] + (["cluster"] if torch.cuda.get_device_capability() >= (9, 0) else [])
     for dtype in (torch.float16, torch.float32):
         r, c = 256, 65536
         x = torch.randn(r, c, device="cuda", dtype=dtype) * 3

@@ -55,7 +55,7 @@ def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, float]:
     return c, s.elapsed_time(e)
 
 
-SCHEDULES = ("tiles", "persistent", "cluster2")
+SCHEDULES = ("tiles", "persistent", "persistent4", "cluster2")
 
 
 def main() -> int:

@@ -67,6 +67,11 @@ def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
     rows = []
     for fam in families():
         c = compile_family(fam, arch, use_cache=use_cache)
+        if not c.kernels:  # every family defines kernels: ptxas -v said nothing about them
+            raise KernelCompileError(
+                f"NVRTC compiled kernels/{fam}.cu for {arch} but its log has no ptxas resource lines "
+                f"(registers, shared memory, spills), so they cannot be checked; log: "
+                f"{c.log.strip()[:300] or '<empty>'}")
         for name, info in sorted(c.kernels.items()):
             spills = info["spill_store_bytes"] + info["spill_load_bytes"]
             rows.append({"arch": arch, "family": fam, "kernel": name, **info,

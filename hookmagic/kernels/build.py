@@ -261,8 +261,8 @@ def _read_entry(cubin_path: Path, meta_path: Path) -> tuple[dict, bytes] | None:
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("sha256") != hashlib.sha256(cubin).hexdigest() \
-            or not isinstance(meta.get("kernels"), dict):
-        return None  # corrupted or half-replaced entry: rebuild
+            or not isinstance(meta.get("kernels"), dict) or not meta["kernels"]:
+        return None  # corrupted or half-replaced entry, or one without resource lines: rebuild
     return meta, cubin
 
 

@@ -24,6 +24,10 @@ from hookmagic.kernels.registry import KernelSpec, register
 BM, BN, BK, STAGES, THREADS = 128, 256, 64, 4, 384
 #: dynamic shared memory: 1 KiB alignment slack + 4 stages of A (16 KiB) and B (32 KiB) + 8 mbarriers
 SMEM_BYTES = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * STAGES * 8
+#: the persistent schedule's: 3 stages + a 128 x (256 + 8) FP16/BF16 output tile + 6 mbarriers
+SMEM_BYTES_PERSISTENT = 1024 + 3 * (BM * BK + BN * BK) * 2 + BM * (BN + 8) * 2 + 2 * 3 * 8
+#: persistent4's: 4 stages + two 64 x 128 staging tiles (one per consumer warpgroup) + 8 mbarriers
+SMEM_BYTES_PERSISTENT4 = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * 64 * 128 * 2 + 2 * STAGES * 8
 
 SPEC = register(KernelSpec(
     "gemm", "wgmma", "gemm_wgmma", {"float16": "gemm_wgmma_f16", "bfloat16": "gemm_wgmma_bf16"},
@@ -34,10 +38,11 @@ SPEC = register(KernelSpec(
 
 
 #: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
-#: "persistent": one block per SM walking the tiles, the producer loading the next tile while the
-#: consumers store this one (epilogue straight from registers); "cluster2": like "tiles", launched
+#: "persistent": one block per SM walking the tiles (3-stage ring), the producer loading the next tile
+#: while the consumers store this one through a separate output tile in shared memory; "cluster2": like "tiles", launched
 #: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
-#: (TMA .multicast::cluster). Set from $HOOKMAGIC_WGMMA_SCHEDULE;
+#: (TMA .multicast::cluster); "persistent4": persistent with the 4-stage ring, each consumer warpgroup
+#: storing its rows through its own small staging tile. Set from $HOOKMAGIC_WGMMA_SCHEDULE;
 #: benchmarks/gpu/gemm_candidates.py measures both.
 SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
 _sm_count: dict[int, int] = {}
@@ -71,24 +76,51 @@ def _tma_ready(info: runtime.ArrayInfo) -> runtime.ArrayInfo:
     return runtime.inspect_array(out, info.name)
 
 
+_arch_ok: dict[int, str] = {}
+_kernels: dict[tuple[str, int], Any] = {}
+
+
 def check_device(ordinal: int) -> str:
     """``'sm_90a'`` for an sm_90 device (H100/H200); :class:`KernelsUnavailable` elsewhere."""
-    arch = runtime.device_arch(ordinal)
-    if arch != "sm_90":
-        raise KernelsUnavailable(
-            f"gemm(variant='wgmma') needs an sm_90 GPU (H100/H200: wgmma and TMA exist on sm_90a only); "
-            f"cuda:{ordinal} is {arch}. Use variant='mma' (sm_80+) or 'wmma' there.")
+    arch = _arch_ok.get(ordinal)
+    if arch is None:
+        arch = runtime.device_arch(ordinal)
+        if arch != "sm_90":
+            raise KernelsUnavailable(
+                f"gemm(variant='wgmma') needs an sm_90 GPU (H100/H200: wgmma and TMA exist on sm_90a only); "
+                f"cuda:{ordinal} is {arch}. Use variant='mma' (sm_80+) or 'wmma' there.")
+        _arch_ok[ordinal] = arch
     return "sm_90a"
+
+
+def _smem(name: str) -> int:
+    if name.endswith("_p"):
+        return SMEM_BYTES_PERSISTENT
+    return SMEM_BYTES_PERSISTENT4 if name.endswith("_p4") else SMEM_BYTES
+
+
+def _kernel(name: str, ordinal: int) -> Any:
+    """The loaded kernel, its dynamic shared memory allowed (cached: this is the per-call path)."""
+    kern = _kernels.get((name, ordinal))
+    if kern is None:
+        kern = runtime.get_kernel(SPEC.family, name, ordinal, arch_specific=True)
+        runtime.set_dynamic_smem(kern, _smem(name), ordinal)
+        _kernels[(name, ordinal)] = kern
+    return kern
 
 
 def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.ArrayInfo | None,
                res_i: runtime.ArrayInfo | None, act: int) -> Any:
     """``act(a @ b + bias) + residual`` with the wgmma kernel; operands already checked by
     :func:`hookmagic.kernels.gemm` (2-D, same FP16/BF16 dtype and device; bias (N,), residual M x N;
-    K > 0: the caller runs K == 0 elsewhere, since TMA cannot map an empty operand)."""
+    K > 0: the caller runs K == 0 elsewhere, since TMA cannot map an empty operand).
+
+    The path from here to the launch is kept short (cached device check, kernel, tensor maps,
+    CUfunction): at 4096^3 the kernel runs ~0.2 ms, so every 10 us of Python is 5%."""
     m, k = ai.shape
     n = bi.shape[1]
-    check_device(ai.device)
+    dev = ai.device
+    check_device(dev)
     c = runtime.empty_like_kind(ai, (m, n), ai.dtype)
     if m == 0 or n == 0:
         return c
@@ -96,8 +128,10 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     a_t = _tma_ready(ai)
     kpad = a_t.shape[1]
     # b: column-major (K-major) is read as it is; anything else as row-major (N-major)
-    bt = _transposed(bi)
-    k_major = not bi.contiguous and bt.contiguous
+    k_major = False
+    if not bi.contiguous:
+        bt = _transposed(bi)
+        k_major = bt.contiguous
     if k_major:
         b_t = _tma_ready(bt)                                    # N x K(pad) row-major
         name = SPEC.entries[ai.dtype] + "_bt"
@@ -109,30 +143,30 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
         map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], k, b_t.shape[1] * 2, (64, BK))
     map_a = tma.encode_2d(a_t.ptr, ai.dtype, kpad, m, kpad * 2, (BK, BM))
     tiles = -(-m // BM) * -(-n // BN)
-    if SCHEDULE == "persistent":
+    if SCHEDULE == "tiles":
+        grid = (tiles, 1, 1)
+    elif SCHEDULE == "persistent":
         name += "_p"
-        grid = (min(tiles, _sms(ai.device)), 1, 1)
+        grid = (min(tiles, _sms(dev)), 1, 1)
+    elif SCHEDULE == "persistent4":
+        name += "_p4"
+        grid = (min(tiles, _sms(dev)), 1, 1)
     elif SCHEDULE == "cluster2":
         name += "_c2"
         grid = (2 * -(-m // (2 * BM)) * -(-n // BN), 1, 1)
-    elif SCHEDULE == "tiles":
-        grid = (tiles, 1, 1)
     else:
-        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent' or 'cluster2'")
-    kern = runtime.get_kernel(SPEC.family, name, ai.device, arch_specific=True)
-    runtime.set_dynamic_smem(kern, SMEM_BYTES, ai.device)
+        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent', 'persistent4' or 'cluster2'")
+    kern = _kernel(name, dev)
     vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
     args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
             ctypes.c_void_p(res_i.ptr if res_i else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
             ctypes.c_int(act), ctypes.c_int(vec))
-    runtime.device(ai.device)   # the device's context current for the launch
-    tma.launch(kern, ai.device, runtime.current_stream_handle(ai), grid, SPEC.block, SMEM_BYTES, args)
+    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, SPEC.block, _smem(name), args)
     item = registry.ITEMSIZE[ai.dtype]
     extra = (n if bias_i else 0) * item + (m * n if res_i else 0) * item
-    w = registry.gemm_work(m, n, k, ai.dtype, ai.dtype, extra)
-    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
-    # keep padded copies alive until the kernel has read them: the caller's stream orders the
-    # allocator's reuse for torch; CuPy's pool is stream-ordered the same way
+    registry.record(name, 2 * m * n * k, (m * k + k * n + m * n) * item + extra, m=m, n=n, k=k, dtype=ai.dtype)
+    # padded copies may be freed now: the caller's stream orders the allocator's reuse (torch's
+    # caching allocator and CuPy's pool are stream-ordered)
     return c
 
 

@@ -14,6 +14,8 @@ rounds the resized pixels back to integers first; this kernel does not round in 
 """
 from __future__ import annotations
 
+import functools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -45,8 +47,14 @@ register(KernelSpec("preprocess", "fused4", "preprocess", {d: f"preprocess4_{s}"
                     description="as 'fused', four output pixels a thread (lane-interleaved: each warp "
                                 "instruction covers 32 consecutive pixels), vertical taps shared, RGB tap pairs from "
                                 "aligned 4-byte loads, NV12 chroma pairs as 2-byte loads"))
-#: "auto": the 4-pixels-a-thread kernel; "pixel": one pixel a thread (the first kernel, for
-#: comparisons). From $HOOKMAGIC_PREPROCESS.
+register(KernelSpec("preprocess", "fused1w", "preprocess", {d: f"preprocess1w_{s}" for d, s in _SUFFIX.items()},
+                    _BLOCK, (8, 32), min_arch=70,
+                    description="as 'fused', one output pixel a thread, RGB tap pairs from aligned 4-byte loads, "
+                                "NV12 chroma pairs as 2-byte loads"))
+#: "auto" (= "pixel"): one pixel a thread with byte loads; "w1": one pixel a thread with word-wide
+#: tap loads; "w4": four pixels a thread (lane-interleaved) with word-wide tap loads. The benchmark
+#: compares them in one process: on an H100 (2026-11-26 03:51) "pixel" was the fastest in all three
+#: cases (benchmarks/results/rowfast/README.md, round 2). From $HOOKMAGIC_PREPROCESS.
 IMPL = os.environ.get("HOOKMAGIC_PREPROCESS", "auto")
 
 
@@ -277,7 +285,7 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
         raise KernelArgumentError(f"preprocess: dtype must be one of {_OUT_DTYPES}, got {dt}")
     oh, ow = _size(size)
     m, s, pad = _triple(mean, "mean"), _triple(std, "std"), _triple(pad_value, "pad_value")
-    if any(v == 0 or not np.isfinite(v) for v in s):
+    if any(v == 0 or not math.isfinite(v) for v in s):
         raise KernelArgumentError(f"preprocess: std must be finite and non-zero, got {s}")
     col = yuv_coefficients(color_matrix, full_range)
     fr = _frames(frames, fmt)
@@ -287,34 +295,45 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
         return out
     if fr.height < 1 or fr.width < 1:
         raise KernelArgumentError(f"preprocess: frames must be at least 1x1, got {fr.height}x{fr.width}")
-    if letterbox:
-        lb = letterbox_params((fr.height, fr.width), (oh, ow))
-        box = (lb.pad_x, lb.pad_y, lb.width, lb.height)
-    else:
-        box = (0, 0, ow, oh)
     if fr.batch > 65535:
         raise KernelArgumentError(f"preprocess: at most 65535 frames per call, got {fr.batch}")
-    oi = runtime.inspect_array(out, "out")
-    a = [np.float32(1.0 / (255.0 * s[c])) for c in range(3)]
-    b = [np.float32(-m[c] / s[c]) for c in range(3)]
-    p = [np.float32((pad[c] / 255.0 - m[c]) / s[c]) for c in range(3)]
-    swap = int((fmt == "BGR") != (chans == "BGR"))
-    four = IMPL != "pixel"
-    spec = registry.SPECS[("preprocess", "fused4" if four else "fused")]
+    optr = int(out.data_ptr()) if fr.ref.kind == "torch" else runtime.inspect_array(out, "out").ptr
+    head, tail = _scalars(fr.height, fr.width, fr.pitch, fmt, chans, lay, oh, ow, bool(letterbox), m, s, pad, col)
+    variant, px = {"w1": ("fused1w", 1), "w4": ("fused4", 4)}.get(IMPL, ("fused", 1))
+    spec = registry.SPECS[("preprocess", variant)]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)
-    grid = (-(-ow // (_BLOCK[0] * (4 if four else 1))), -(-oh // _BLOCK[1]), fr.batch)
-    args = (fr.base, _table_ptr(fr.table), np.int64(fr.frame_stride), np.int32(fr.pitch), np.int32(fr.height),
-            np.int32(fr.width), np.int32(FORMATS.index(fmt)), oi.ptr, np.int32(oh), np.int32(ow),
-            np.int32(lay == "NHWC"), *(np.int32(v) for v in box),
-            np.float32(fr.width) / np.float32(box[2]), np.float32(fr.height) / np.float32(box[3]),
-            *a, *b, *p, np.int32(swap), *(np.float32(c) for c in col))
+    grid = (-(-ow // (_BLOCK[0] * px)), -(-oh // _BLOCK[1]), fr.batch)
+    args = (fr.base, _table_ptr(fr.table), np.int64(fr.frame_stride), *head, optr, *tail)
     runtime.launch(kern, fr.ref, grid, _BLOCK, args)
     n_out = fr.batch * 3 * oh * ow
     registry.record(name, _OPS_PER_ELEMENT * n_out, fr.batch * fr.nbytes + n_out * ITEMSIZE[dt],
                     batch=fr.batch, frame=(fr.height, fr.width), size=(oh, ow), format=fmt, layout=lay,
                     dtype=dt, letterbox=bool(letterbox))
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _scalars(h: int, w: int, pitch: int, fmt: str, chans: str, lay: str, oh: int, ow: int, letterbox: bool,
+             m: tuple, s: tuple, pad: tuple, col: tuple) -> tuple[tuple, tuple]:
+    """The kernel's scalar arguments around the output pointer — (pitch, in_h, in_w, fmt) and
+    (out_h, out_w, nhwc, box x/y/w/h, scale x/y, a[3], b[3], pad[3], swap, YUV coefficients[6]) —
+    worked out once per geometry and normalisation (a call then only reads its frames' pointers).
+    a = 1 / (255 std), b = -mean / std, pad normalised like a pixel, scale = input / box size."""
+    if letterbox:
+        lb = letterbox_params((h, w), (oh, ow))
+        box = (lb.pad_x, lb.pad_y, lb.width, lb.height)
+    else:
+        box = (0, 0, ow, oh)
+    a = [np.float32(1.0 / (255.0 * s[c])) for c in range(3)]
+    b = [np.float32(-m[c] / s[c]) for c in range(3)]
+    p = [np.float32((pad[c] / 255.0 - m[c]) / s[c]) for c in range(3)]
+    swap = int((fmt == "BGR") != (chans == "BGR"))
+    head = (np.int32(pitch), np.int32(h), np.int32(w), np.int32(FORMATS.index(fmt)))
+    tail = (np.int32(oh), np.int32(ow), np.int32(lay == "NHWC"), *(np.int32(v) for v in box),
+            np.float32(w) / np.float32(box[2]), np.float32(h) / np.float32(box[3]),
+            *a, *b, *p, np.int32(swap), *(np.float32(c) for c in col))
+    return head, tail
 
 
 __all__ = ["preprocess", "letterbox_params", "LetterboxParams", "yuv_coefficients", "FORMATS", "LAYOUTS",

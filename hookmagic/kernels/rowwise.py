@@ -3,6 +3,15 @@
 Each takes a torch tensor or CuPy array (float32, float16 or bfloat16) on a GPU, runs on the
 caller's current stream and returns a new array of the same kind, shape and dtype. Arithmetic is
 FP32 whatever the storage. Non-contiguous inputs are copied to row-major first.
+
+Rows whose length is a multiple of 16 bytes (and 16-byte aligned arrays) take the register-resident
+kernels: the row is read from DRAM once, 16 bytes per load, into registers (a warp per row up to
+256 vectors, a block per row beyond), with the rest in shared memory for rows longer than registers
+hold (two 512-thread blocks an SM for rows over 2,048 vectors), reduced with warp shuffles, then
+normalised and written from there. Other rows take multi-pass kernels (read, reduce, read again).
+On an H100 (benchmarks/results/rowfast/) the register-resident kernels reach 91–99% of a
+device-to-device copy's bandwidth on 4096-wide rows. ``IMPL`` selects other designs for
+comparison (the benchmark times them in one process).
 """
 from __future__ import annotations
 
@@ -52,9 +61,10 @@ register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for 
                     description="y = gelu(x + bias), 16-byte vectors, a column's bias loaded once for 4 rows"))
 
 #: which kernels the wrappers pick: "auto" (register-resident rows / vectorised bias+GELU where
-#: they apply, rows too long for registers held in registers + shared memory, the multi-pass
-#: kernels beyond), "rs" (as auto, but rows over 2,048 vectors in registers + shared memory with
-#: 512-thread blocks, two blocks an SM), "k8" (block-per-row rows with 8 vectors a thread where 4
+#: they apply; rows over 2,048 vectors in registers + shared memory with 512-thread blocks, two
+#: an SM, where that fits; rows too long for that with 1024-thread blocks; the multi-pass kernels
+#: beyond), "reg" (as auto but without the two-blocks-an-SM step: registers alone up to 1024 x 8
+#: vectors), "k8" (block-per-row rows with 8 vectors a thread where 4
 #: would do: half the threads), "cluster" (sm_90+, rows of >= 2,048 vectors: a cluster of 8 blocks
 #: a row) or "multipass" (always the multi-pass kernels). The
 #: benchmark compares them in one process. Set from $HOOKMAGIC_ROWWISE at import.
@@ -96,21 +106,41 @@ def _vec(cols: int, dtype: str, *infos: runtime.ArrayInfo | None) -> tuple[int, 
     return nv, int(ok)
 
 
+_plans: dict[tuple, tuple] = {}
+
+
 def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple, out_name: str = "y") -> Any:
     if xi.kind == "torch":   # the cheap path: same shape, dtype and device, row-major
         import torch
         y = torch.empty_like(xi.obj, memory_format=torch.contiguous_format)
+        yptr = int(y.data_ptr())
     else:
         y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
+        yptr = runtime.inspect_array(y, out_name).ptr
     n = math.prod(xi.shape)
     if n == 0:
         return y
-    yi = runtime.inspect_array(y, out_name)
     cols = xi.shape[-1]
+    nv = 16 // ITEMSIZE[xi.dtype]
+    ptrs = [p.ptr if p is not None else 0 for p in params]
+    vec = int(cols % nv == 0 and xi.ptr % 16 == 0 and yptr % 16 == 0 and all(q % 16 == 0 for q in ptrs))
+    key = (op, xi.shape, xi.dtype, xi.device, vec, IMPL, tuple(p is None for p in params), extra)
+    plan = _plans.get(key)   # the launch of this shape/dtype/alignment, worked out once
+    if plan is None:
+        if len(_plans) > 4096:   # many shapes: start over rather than grow without bound
+            _plans.clear()
+        plan = _plans[key] = _plan(op, xi, params, extra, n, cols, nv, vec)
+    kern, grid, block, smem, name, tail, flops, nbytes, rows = plan
+    runtime.launch(kern, xi, grid, block, (xi.ptr, *ptrs, yptr, *tail), smem)
+    registry.record(name, flops, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
+    return y
+
+
+def _plan(op: str, xi: runtime.ArrayInfo, params: list, extra: tuple, n: int, cols: int, nv: int, vec: int) -> tuple:
+    """(kernel, grid, block, dynamic smem, name, scalar arguments after the pointers, flops, bytes,
+    rows) of one launch."""
     rows = n // cols
     spec = registry.SPECS[(op, "rowwise")]
-    nv, vec = _vec(cols, xi.dtype, xi, yi, *params)
-    ptrs = [p.ptr if p is not None else 0 for p in params]
     plan = None
     if vec and IMPL == "cluster" and op != "bias_gelu" and cols // nv >= 2048 \
             and arch_number(runtime.device_arch(xi.device)) >= 90:
@@ -125,26 +155,24 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
         if smem:
             runtime.set_dynamic_smem(kern, smem, xi.device)
         if op == "bias_gelu" or "_cl_" in name:
-            args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra)
+            tail = (np.int32(rows), np.int32(cols), *extra)
         else:
-            args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(warp_mode))
+            tail = (np.int32(rows), np.int32(cols), *extra, np.int32(warp_mode))
     elif op == "bias_gelu":
         name = spec.entries[xi.dtype]
         kern = runtime.get_kernel(spec.family, name, xi.device)
         threads = 256
         units = -(-n // nv) if vec else n
         grid = min(-(-units // threads), _MAX_GRID)
-        args = (xi.ptr, *ptrs, yi.ptr, np.int64(n), np.int32(cols), *extra, np.int32(vec))
+        tail = (np.int64(n), np.int32(cols), *extra, np.int32(vec))
     else:
         name = spec.entries[xi.dtype]
         kern = runtime.get_kernel(spec.family, name, xi.device)
         threads = _threads(cols, nv)
         grid = min(rows, _MAX_GRID)
-        args = (xi.ptr, *ptrs, yi.ptr, np.int32(rows), np.int32(cols), *extra, np.int32(vec))
-    runtime.launch(kern, xi, (grid, 1, 1), (threads, 1, 1), args, smem)
+        tail = (np.int32(rows), np.int32(cols), *extra, np.int32(vec))
     nbytes = 2 * n * ITEMSIZE[xi.dtype] + sum(cols * ITEMSIZE[xi.dtype] for p in params if p is not None)
-    registry.record(name, _OPS_PER_ELEMENT[op] * n, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
-    return y
+    return (kern, (grid, 1, 1), (threads, 1, 1), smem, name, tail, _OPS_PER_ELEMENT[op] * n, nbytes, rows)
 
 
 def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 1024
@@ -159,7 +187,9 @@ def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 10
         tasks = -(-rows // 4) * nvec
         return "bias_gelu_vec", max(1, min(-(-tasks // _WARP_BLOCK), _MAX_GRID)), _WARP_BLOCK, 0, 0
     grid = min(rows, _MAX_GRID)
-    if IMPL == "rs" and nvec > 2048:          # two 512-thread blocks an SM, <= 113 KiB shared each
+    if IMPL in ("auto", "rs") and nvec > 2048:   # long rows: two 512-thread blocks an SM, 4 vectors a thread
+        # in registers and the rest in shared memory (H100: 80% of copy for 65k fp16 softmax vs 76% for
+        # one 1024-thread block an SM, benchmarks/results/rowfast/round1_rows65k.md)
         s = -(-nvec // 512) - 4
         if s * 512 * 16 <= _RS_SMEM_2:
             return f"{op}_rs", grid, 512, s, s * 512 * 16

@@ -7,6 +7,7 @@ cuda-core (:mod:`cuda.core`), which shares the device's primary context with tor
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -32,13 +33,15 @@ class ArrayInfo:
     ptr: int
     obj: Any
 
-    @property
+    @functools.cached_property
     def contiguous(self) -> bool:
-        expected, s = [], 1
-        for n in reversed(self.shape):
-            expected.append(s)
+        """Row-major without gaps (strides of size-1 dimensions do not matter); computed once."""
+        s = 1
+        for n, st in zip(reversed(self.shape), reversed(self.strides)):
+            if n > 1 and st != s:
+                return False
             s *= n
-        return all(st == e for st, e, n in zip(self.strides, reversed(expected), self.shape) if n > 1)
+        return True
 
     def where(self) -> str:
         return f"{self.kind} {self.dtype}{list(self.shape)} on " + ("cpu" if self.device < 0 else f"cuda:{self.device}")
@@ -171,8 +174,15 @@ def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int,
     """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers) and numpy scalars."""
     from cuda.core import LaunchConfig, launch as _launch
     dev = device(ref.device)
-    _launch(_stream(dev, current_stream_handle(ref)), LaunchConfig(grid=grid, block=block, shmem_size=smem),
-            kernel, *args)
+    cfg = _configs.get((grid, block, smem))   # one LaunchConfig per launch shape
+    if cfg is None:
+        if len(_configs) > 4096:
+            _configs.clear()
+        cfg = _configs[(grid, block, smem)] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+    _launch(_stream(dev, current_stream_handle(ref)), cfg, kernel, *args)
+
+
+_configs: dict[tuple, Any] = {}
 
 
 _streams: dict[int, Any] = {}

@@ -23,6 +23,7 @@ _maps: OrderedDict[tuple, Any] = OrderedDict()
 _MAX_MAPS = 256
 _functions: dict[tuple[int, int], Any] = {}
 _smem_allowed: dict[tuple[int, int], int] = {}
+_contexts: dict[int, int] = {}   # device ordinal -> its primary context's handle
 
 
 def _driver() -> Any:
@@ -94,11 +95,27 @@ def _function(kernel: Any, ordinal: int) -> Any:
     return f
 
 
+def _make_current(driver: Any, ordinal: int) -> None:
+    """The device's primary context current on this thread (torch's and CuPy's own), checked with
+    one ``cuCtxGetCurrent``; cuda-core sets it when it is not."""
+    want = _contexts.get(ordinal)
+    if want is not None:
+        err, ctx = driver.cuCtxGetCurrent()
+        if int(err) == 0 and int(ctx) == want:
+            return
+    from hookmagic.kernels import runtime
+    runtime.device(ordinal)
+    err, ctx = driver.cuCtxGetCurrent()
+    _check(err, "cuCtxGetCurrent")
+    _contexts[ordinal] = int(ctx)
+
+
 def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], block: tuple[int, int, int],
            smem: int, args: Sequence[Any]) -> None:
     """``cuLaunchKernel`` with ``args`` given as ``CUtensorMap`` objects (passed by value, 128 bytes)
     or ctypes scalars (``ctypes.c_void_p`` for pointers, ``ctypes.c_int`` for ints), in order."""
     driver = _driver()
+    _make_current(driver, ordinal)
     addrs = []
     for a in args:
         if isinstance(a, driver.CUtensorMap):

@@ -20,6 +20,7 @@ as ``err.pipeline_run``), and the error is re-raised once.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -33,7 +34,9 @@ from hookmagic.pipeline.sources import Source, as_source
 
 _END = object()  # end-of-stream marker, one per worker of the receiving stage
 _POLL_S = 0.05   # how often blocked threads look at the stop flag
-_RESOLVE_EVERY = 512  # GPU batches a worker keeps as CUDA events before turning them into times
+#: GPU batches a worker keeps as CUDA-event pairs before it turns the oldest into times inside the
+#: run, two per stage execution (a run shorter than this resolves them all after it ends)
+_RESOLVE_EVERY = 4096
 
 
 @dataclass(frozen=True)
@@ -83,20 +86,21 @@ class _Recorder:
 
     Each thread appends its event rows (one per frame per stage) to its *own* list, so the hot
     path takes no lock; GPU stages keep, per batch, the index of its first row and the CUDA-event
-    pair around it, resolved to times in chunks of :data:`_RESOLVE_EVERY` (events already
-    complete: no wait) and at the end, so a long run holds a bounded number of events."""
+    pair around it. The pairs are turned into times after the run; past :data:`_RESOLVE_EVERY`
+    pending pairs a worker resolves its two oldest after each execution (complete: no wait), so
+    a long run holds a bounded number of events without pausing a worker for a whole chunk."""
 
     def __init__(self) -> None:
         # per thread: its rows, its GPU batches waiting to be resolved (first row index, rows,
         # start event, end event) and those resolved (first row index, rows, start ns, end ns)
-        self.threads: list[tuple[list[tuple], list[tuple], list[tuple]]] = []
+        self.threads: list[tuple[list[tuple], collections.deque, list[tuple]]] = []
         self.frames: list[list] = []    # fid -> [source, index, created_ns, outcome, reason, error, stage]
         self.lock = threading.Lock()
         self.batch_ids = itertools.count()
 
-    def thread_lists(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    def thread_lists(self) -> tuple[list[tuple], collections.deque, list[tuple]]:
         """A new thread's own (rows, pending GPU batches, resolved GPU batches) lists."""
-        lists: tuple[list[tuple], list[tuple], list[tuple]] = ([], [], [])
+        lists: tuple[list[tuple], collections.deque, list[tuple]] = ([], collections.deque(), [])
         with self.lock:
             self.threads.append(lists)
         return lists
@@ -359,7 +363,7 @@ class _Run:
                 if timed_pair is not None:
                     gpu_out.append((len(rows_out), n, timed_pair[0], timed_pair[1]))
                     if len(gpu_out) >= _RESOLVE_EVERY:
-                        self._resolve(gpu_out, gpu_done)
+                        self._resolve(gpu_out, gpu_done, 2)
                 for j, it in enumerate(items):
                     res = outs[j] if outs is not None else None
                     it.payload = res
@@ -395,16 +399,17 @@ class _Run:
             if last_worker:
                 self._end_of(k + 1)
 
-    def _resolve(self, pending: list[tuple], done: list[tuple]) -> None:
-        """Turn completed CUDA-event pairs into host-clock ns (via the run's reference event)
-        and give the pairs back to the pipeline's pool."""
+    def _resolve(self, pending: collections.deque, done: list[tuple],
+                 count: int | None = None) -> None:
+        """Turn the ``count`` oldest (default: all) completed CUDA-event pairs into host-clock ns
+        (via the run's reference event) and give the pairs back to the pipeline's pool."""
         ref, ref_ns = self.gpu_ref  # type: ignore[misc]
         pool = self.pipe._event_pool
-        for first, n, ev0, ev1 in pending:
+        for _ in range(len(pending) if count is None else min(count, len(pending))):
+            first, n, ev0, ev1 = pending.popleft()
             done.append((first, n, ref_ns + int(ref.elapsed_time(ev0) * 1e6),
                          ref_ns + int(ref.elapsed_time(ev1) * 1e6)))
             pool.append((ev0, ev1))
-        pending.clear()
 
     @staticmethod
     def _split(st: Stage, out: Any, n: int) -> list[Any] | None:

@@ -31,6 +31,7 @@ from .policies import Batching, Policy
 from .workloads import Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
+           "host_times_in", "refine_host",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -144,7 +145,7 @@ def run_calibration(engines: Mapping[str, Any], idle: Mapping[str, ModelSpec], m
 
 
 def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
-        by_size: bool = True) -> dict[str, dict]:
+        by_size: bool = True, skip_stalls: bool = True) -> dict[str, dict]:
     """Fit the simulator's per-model parameters on the calibration runs (nothing else).
 
     Per model, from ``alone:<model>`` (all but the stream's first, cold, batch): ``service_ms``
@@ -162,7 +163,12 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     run of the simulator is fitted back to its parameters.
 
     ``by_size=False``: sharing by the number of others only (no ``share_by_size``), as
-    fitted before 2026-11-26 02:00 UTC.
+    fitted before 2026-11-26 02:00 UTC. ``skip_stalls`` (since 2026-11-26 04:00 UTC; False:
+    as fitted before): the ``alone`` batches whose launch call held the host over
+    :data:`STALL_S` are left out of ``service_ms``, ``service_cv``, ``launch_ms`` and
+    ``host_ms`` too, as they always were of the sharing fit (such a batch's GPU time includes
+    the GPU waiting for the rest of its launch). On the stored H100 runs of 2026-11-26 02:28
+    (run B) it changed the calibrated GPU time of a size by up to 6 %.
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
     "share_slowdown": [a1, a2], ...counts}}``.
@@ -172,6 +178,10 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     for name, spec in idle.items():
         b = after_previous(runs[f"alone:{name}"])
         b = b[b["prev"] == name]  # the stream's first batch is a cold start (a switch)
+        if skip_stalls and "dispatch_s" in b.columns:
+            # a launch call that held the host over STALL_S left the GPU waiting inside the
+            # batch: host time, not the model's (B runs of 2026-11-26: up to +6 % on a size)
+            b = b[(b["dispatch_s"] - b["start_s"]) <= STALL_S]
         per = b.groupby("size")["dur"].agg(["mean", "std", "count"])
         seen = per[per["count"] >= 8]
         table = np.asarray(spec.latency(sizes), dtype=float)  # ms
@@ -337,3 +347,67 @@ def self_check(runs: Mapping[str, Any], specs: Sequence[ModelSpec], idle: Mappin
     for q in ("gpu_ms", "p50_ms", "p99_ms"):
         w[f"{q[:-3]}_err_pct"] = 100 * (w[f"{q}_sim"] / w[f"{q}_real"] - 1)
     return w.reset_index()
+
+
+def host_times_in(res: Any, policy: Policy) -> pd.DataFrame:
+    """The driver's host times as one run paid them, per batch that shows them cleanly.
+
+    A batch counts where it could have started the moment its stream freed (its last request
+    had arrived if it was full, or its oldest had waited the batching delay, before the previous
+    batch on the stream ended) and the host launched nothing else meanwhile: then ``gap_ms``
+    (previous end to its start: noticing, deciding, recording; the simulator's ``launch_ms``)
+    is the driver's alone. ``call_ms`` (start to the launch call's return; with
+    ``gap_ms`` the simulator's ``host_ms``) is kept for every batch. Returns one row per batch
+    with ``model``, ``clean``, ``gap_ms``, ``call_ms``; needs ``dispatch_s`` (real runs).
+    """
+    b = after_previous(res)
+    req = res.requests
+    served = req[req["batch"] >= 0].groupby("batch")["arrival_s"]
+    first = served.min().reindex(b["batch"]).to_numpy()
+    last = served.max().reindex(b["batch"]).to_numpy()
+    bat = [policy.batching_for(m) for m in b["model"]]
+    delay = np.array([x.max_delay_ms / 1e3 for x in bat])
+    cap = np.array([x.max_batch for x in bat])
+    ready = np.minimum(first + delay, np.where(b["size"].to_numpy() >= cap, last, np.inf))
+    disp = np.sort(b["dispatch_s"].to_numpy())
+    prev_end = b["prev_end"].to_numpy()
+    others = (np.searchsorted(disp, b["start_s"].to_numpy())
+              - np.searchsorted(disp, np.nan_to_num(prev_end, nan=np.inf)))
+    clean = (ready <= prev_end) & (others <= 0)
+    return pd.DataFrame({"model": b["model"].to_numpy(), "clean": clean,
+                         "gap_ms": 1e3 * (b["start_s"].to_numpy() - prev_end),
+                         "call_ms": 1e3 * (b["dispatch_s"] - b["start_s"]).to_numpy()})
+
+
+def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
+                min_batches: int = 8) -> tuple[list[ModelSpec], dict[str, Any]]:
+    """``specs`` with launch and host times taken from a real run of the driver itself (the
+    issue's "the real driver's own measurements can refine it"): NOT a prediction of that run.
+
+    Per model, ``launch_ms`` = the median clean launch gap in ``res`` (:func:`host_times_in`);
+    a model with fewer than ``min_batches`` clean batches keeps its calibrated value times the
+    run's median ratio of clean gap to calibrated launch (the host's speed in that run).
+    ``host_ms`` = that ``launch_ms`` plus the launch call: the run's median per model where its
+    times were corrected for clock drift (``meta["clock_corrected"]``), else the calibrated
+    one (``host_ms - launch_ms``: an uncorrected run's calls drift by ~20 µs per second).
+    Everything else (GPU times, switch, sharing) stays as calibrated. Returns the specs and
+    ``{"host_speed": ratio, "clean": clean batches, "models": {name: launch_ms}}``.
+    """
+    t = host_times_in(res, policy)
+    cal = {s.name: s for s in specs}
+    c = t[t["clean"] & t["model"].isin(list(cal))]
+    base = np.array([cal[m].launch_ms for m in c["model"]])
+    ok = base > 0
+    ratio = float(np.median(c["gap_ms"].to_numpy()[ok] / base[ok])) if ok.any() else 1.0
+    corrected = bool(res.meta.get("clock_corrected", False))
+    out, used = [], {}
+    for s in specs:
+        mine = c[c["model"] == s.name]["gap_ms"]
+        launch = float(mine.median()) if len(mine) >= min_batches else s.launch_ms * ratio
+        calls = t[t["model"] == s.name]["call_ms"]
+        call = (float(calls.median()) if corrected and len(calls) >= min_batches
+                else s.host_ms - s.launch_ms)
+        launch = max(0.0, launch)
+        out.append(s.with_(launch_ms=launch, host_ms=launch + max(0.0, call)))
+        used[s.name] = launch
+    return out, {"host_speed": ratio, "clean": int(len(c)), "models": used}

@@ -5,7 +5,10 @@ to the same :class:`~hookmagic.sched.dispatcher.Dispatcher` the simulator uses, 
 order per step (completions, arrivals, then one offer per free stream in priority order). Each
 batch is launched asynchronously on its stream between two CUDA events; completions are found
 by polling the end events, and start/end times are the events' GPU times mapped onto the host
-clock. The result has exactly the simulator's columns.
+clock: through one reference event taken before serving, then corrected for the two clocks'
+different rates by a second one taken after (``CudaBackend.clock_fit``; H100, 2026-11-26: the
+GPU's event clock ran 15-20 ppm slow, so uncorrected times drifted ~60 µs early over a 3 s run
+and every latency measured that much short). The result has exactly the simulator's columns.
 
 What is real here: arrival times are the schedule (a request "arrives" at ``t0 + arrival_s``
 whether or not the loop was looking), so any lag of this Python loop shows up as queueing time,
@@ -63,8 +66,12 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
         (requests still queued then keep status "pending").
 
     Returns a :class:`RunResult` (``.requests``, ``.batches``, ``.metrics()``); ``meta`` names
-    the GPU, driver and libraries, and ``batches`` also holds ``dispatch_s`` (host time of the
-    launch) beside the GPU's ``start_s``/``end_s``.
+    the GPU, driver and libraries and the clock correction (``clock_drift_ppm``,
+    ``clock_corrected``), and ``batches`` also holds, on the host clock, ``loop_s`` (the loop
+    pass that launched the batch began), ``decide_s`` (the dispatcher had chosen it) and
+    ``dispatch_s`` (the launch call returned), beside the GPU's ``start_s``/``end_s``: the
+    launch gap after the previous batch's end splits into noticing (``loop_s``), deciding
+    (``decide_s``) and recording the start (``start_s``).
     """
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
@@ -101,10 +108,12 @@ class _Setup:
 class _Served:
     """What the serving loop recorded: one row per batch, the ids served, the dispatcher."""
 
-    records: list[tuple]      # (model, stream, start_s, end_s, size, dispatch_s)
+    records: list[tuple]      # (model, stream, start_s, end_s, size, dispatch_s, loop_s, decide_s)
     served: list[int]
     dispatcher: Dispatcher
     loop_lag: list[float]     # seconds the loop admitted each arrival batch late
+    t0: float = 0.0           # host perf_counter of run time 0
+    clock: dict | None = None  # the backend's clock_fit() after serving (GPU vs host clock)
 
 
 def _setup(engines: list[Any], workload: Workload | Sequence, policy: Policy,
@@ -170,10 +179,12 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
     t0 = time.perf_counter() + lead_s
     yield_gil = getattr(backend, "kind", "") == "threads"
 
+    out.t0 = t0
+
     def record(s: int, job: tuple) -> tuple[float, float]:
-        handle, m, ids, disp = job
+        handle, m, ids, disp, loop_s, decide_s = job
         start, end = handle.times()
-        out.records.append((m, s, start - t0, end - t0, len(ids), disp))
+        out.records.append((m, s, start - t0, end - t0, len(ids), disp, loop_s, decide_s))
         out.served.extend(ids)
         if metrics is not None:
             metrics.observe_batch(names[m], end - start, len(ids))
@@ -207,9 +218,10 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
             m, ids = got
             eng = by_name[names[m]]
             size = len(ids)
+            decide = time.perf_counter() - t0
             # bind now: a thread lane runs the launch later, after these names have moved on
             handle = backend.submit(lanes[s], lambda e=eng, b=size, k=s: e.launch(b, k))
-            inflight[s] = (handle, m, ids, time.perf_counter() - t0)
+            inflight[s] = (handle, m, ids, time.perf_counter() - t0, now, decide)
         busy = any(j is not None for j in inflight)
         if p >= n and not busy and (d.queued == 0 or wake == _INF):
             break
@@ -232,6 +244,8 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
                 time.sleep(1e-4)
             record(s, job)
     backend.synchronize()
+    if hasattr(backend, "clock_fit"):
+        out.clock = backend.clock_fit()
     if hasattr(backend, "close"):
         backend.close()
     return out
@@ -240,12 +254,25 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
 def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served) -> RunResult:
     """The records as the simulator's tables, with the run's meta (backend, GPU, specs)."""
     workload, names, d = setup.workload, setup.names, out.dispatcher
-    rec = np.array(out.records, dtype=float).reshape(-1, 6)
+    rec = np.array(out.records, dtype=float).reshape(-1, 8)
+    start, end = rec[:, 2], rec[:, 3]
+    clock = {"clock_corrected": False}
+    if out.clock is not None:
+        clock = {"clock_drift_ppm": 1e6 * out.clock["drift"],
+                 "clock_drift_uncertainty_ppm": 1e6 * out.clock["uncertainty"],
+                 "clock_span_s": out.clock["span_s"],
+                 "clock_corrected": usable_drift(out.clock)}
+        if clock["clock_corrected"]:
+            ref = out.clock["ref_host"] - out.t0
+            start = clock_corrected(start, ref, out.clock["drift"])
+            end = clock_corrected(end, ref, out.clock["drift"])
     req, bat = assemble(workload.requests, names, d.status, d.drop_s,
-                        rec[:, 0].astype(np.int64), rec[:, 1].astype(np.int64), rec[:, 2],
-                        rec[:, 3], rec[:, 4].astype(np.int64),
+                        rec[:, 0].astype(np.int64), rec[:, 1].astype(np.int64), start,
+                        end, rec[:, 4].astype(np.int64),
                         np.asarray(out.served, dtype=np.int64))
-    bat["dispatch_s"] = rec[:, 5]
+    bat["dispatch_s"] = rec[:, 5]  # host clock: the launch call returned
+    bat["loop_s"] = rec[:, 6]      # host clock: the loop pass that launched it began
+    bat["decide_s"] = rec[:, 7]    # host clock: the dispatcher had chosen it (submit next)
     lag = out.loop_lag
     meta = {"duration_s": workload.duration_s, "policy": repr(policy), "models": names,
             "seed": workload.seed, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -254,5 +281,44 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
                                "service_cv": s.service_cv, "switch_ms": s.switch_ms,
                                "launch_ms": s.launch_ms, "host_ms": s.host_ms,
                                "share_slowdown": list(s.share_slowdown)} for s in specs}}
+    meta.update(clock)
     meta.update(setup.backend.describe())
     return RunResult(req, bat, meta)
+
+
+#: largest clock drift believed (ppm): beyond it the fit is wrong (a clock jump), not drift
+MAX_DRIFT_PPM = 500.0
+
+
+def usable_drift(fit: Mapping[str, float]) -> bool:
+    """Whether a ``clock_fit()`` is good enough to correct times with: a span of at least
+    0.2 s, a drift under :data:`MAX_DRIFT_PPM` and an uncertainty under a third of that."""
+    return bool(fit["span_s"] >= 0.2 and abs(fit["drift"]) * 1e6 <= MAX_DRIFT_PPM
+                and fit["uncertainty"] * 1e6 <= MAX_DRIFT_PPM / 3)
+
+
+def with_clock_corrected(res: RunResult, ref_s: float, drift: float) -> RunResult:
+    """A copy of a real run whose GPU times (``start_s``/``end_s`` of batches and requests)
+    are put on the host clock with :func:`clock_corrected`, and everything derived from them
+    (queue, compute and total latency, SLO met) recomputed; for runs stored before the driver
+    corrected its times (``meta["clock_corrected"]`` absent), given a drift estimated some
+    other way. Host stamps (``dispatch_s``, ...) are on the host clock already."""
+    req, bat = res.requests.copy(), res.batches.copy()
+    for frame in (req, bat):
+        for col in ("start_s", "end_s"):
+            frame[col] = clock_corrected(frame[col].to_numpy(float), ref_s, drift)
+    req["queue_ms"] = (req["start_s"] - req["arrival_s"]) * 1e3
+    req["compute_ms"] = (req["end_s"] - req["start_s"]) * 1e3
+    req["latency_ms"] = (req["end_s"] - req["arrival_s"]) * 1e3
+    req["met_slo"] = (req["batch"] >= 0) & (req["end_s"] <= req["deadline_s"])
+    bat["compute_ms"] = (bat["end_s"] - bat["start_s"]) * 1e3
+    meta = dict(res.meta, clock_drift_ppm=1e6 * drift, clock_corrected="afterwards")
+    return RunResult(req, bat, meta)
+
+
+def clock_corrected(t: np.ndarray, ref_s: float, drift: float) -> np.ndarray:
+    """GPU event times ``t`` (seconds, mapped onto the host clock through one reference event
+    taken at ``ref_s``, same origin as ``t``) on the host clock, given the clocks' relative
+    ``drift`` (host seconds per GPU second minus 1; ``CudaBackend.clock_fit``)."""
+    t = np.asarray(t, dtype=float)
+    return t + drift * (t - ref_s)

@@ -283,3 +283,22 @@ def test_simulation_p50_within_15_percent(steady, gpu, timings):
     t = p50_errors(real, sim)
     print("\n" + t.to_string(index=False))
     assert (t["err"].abs() <= P50_REL).all(), t.to_string(index=False)
+
+
+def test_gpu_times_on_the_host_clock(steady, overload):
+    """The second reference event (``CudaBackend.clock_fit``) found a plausible drift and the
+    times were corrected; then no batch starts on the GPU before the host decided to launch it
+    (a host-clock stamp), beyond the mapping's uncertainty (the references' round trips,
+    microseconds)."""
+    for _, _, res in (steady, overload):
+        m = res.meta
+        print(f"\nclock drift {m['clock_drift_ppm']:+.1f} ± {m['clock_drift_uncertainty_ppm']:.1f}"
+              f" ppm over {m['clock_span_s']:.2f} s")
+        assert m["clock_corrected"] is True
+        assert abs(m["clock_drift_ppm"]) < 500
+        b = res.batches
+        assert (b["loop_s"] <= b["decide_s"]).all() and (b["decide_s"] <= b["dispatch_s"]).all()
+        tol = 50e-6
+        # uncorrected, a 20 ppm drift would put late batches' starts ~30 µs before the host
+        # chose them in this ~1.5 s run (and ~60 µs in a 3 s one)
+        assert (b["start_s"] >= b["decide_s"] - tol).all(), (b["start_s"] - b["decide_s"]).min()

@@ -29,10 +29,10 @@ SHAPES = [(1, 1, 1), (1, 8, 8), (17, 255, 33), (128, 256, 64), (128, 128, 128), 
           (64, 512, 1000), (1000, 1000, 1000), (129, 513, 200), (256, 1024, 4096), (4096, 4096, 4096)]
 
 
-@pytest.fixture(params=["tiles", "persistent", "cluster2"])
+@pytest.fixture(params=["tiles", "persistent", "persistent4", "cluster2"])
 def schedule(request, monkeypatch):
-    """Every schedule of the kernel: a block per tile, a block per SM walking the tiles, and
-    clusters of 2 blocks sharing B by TMA multicast."""
+    """Every schedule of the kernel: a block per tile, a block per SM walking the tiles (two
+    epilogue designs), and clusters of 2 blocks sharing B by TMA multicast."""
     monkeypatch.setattr(gemm_wgmma, "SCHEDULE", request.param)
     return request.param
 
