@@ -154,6 +154,32 @@ def test_a_model_held_by_a_closure_an_attribute_or_a_list_is_found():
             assert "1.0.probe (Probe)" in labels, ns
 
 
+@pytest.mark.filterwarnings("ignore:hookmagic. nothing captured")
+def test_a_model_held_by_a_caller_of_the_with_is_found():
+    """The capture looks in the locals of the frame holding the ``with`` and of its callers:
+    here the model is two calls above it."""
+    import hookmagic
+
+    stacks = _interner()
+    model = _model(stacks)
+    model(torch.zeros(1, 4))
+    combos = stacks.module_combos()
+
+    def holds_the_with():
+        cap = hookmagic.capture()
+        cap.__enter__()  # as `with` calls it: the frame holding the `with` is this one
+        try:
+            return combo_labels(combos, cap._namespace_mappings(), gc_budget_s=0)
+        finally:
+            cap.__exit__(None, None, None)
+
+    def middle():
+        return holds_the_with()
+
+    assert "1.0.probe (Probe)" in middle()
+    assert model is not None  # held here, two frames above the `with`
+
+
 def test_unresolvable_modules_are_named_by_class():
     stacks = _interner()
     model = _model(stacks)

@@ -13,7 +13,8 @@ When the capture ends, the session lists the distinct (outermost module on the s
 class) it saw, a few hundred for a ResNet-50, and :func:`combo_labels` names them without ever
 dereferencing an address (the module may be gone and its address reused): it compares them
 with ``id()`` of live modules found from the namespace that ran the capture (the notebook's,
-or the locals and globals of the frame holding the ``with``: modules there, one level into
+or the locals of the frame holding the ``with`` and of a few callers, then their globals:
+modules there, one level into
 objects' attributes, lists, dicts and functions' closures, and every submodule of those); only
 if some outermost module is still unknown, it looks through ``gc.get_objects()`` within
 :data:`GC_SCAN_BUDGET_S`. A module is named by its qualified name in the outermost module

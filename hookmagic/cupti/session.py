@@ -27,6 +27,7 @@ _CUPTI_MULTIPLE_SUBSCRIBERS = 39
 _CUPTI_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_VIRTUALIZED = (33, 40)
 _warned: set[str] = set()
+_CALLER_FRAMES = 8  # frames, from the one holding the `with` up, whose variables name modules
 _lock = threading.Lock()  # one capture at a time in a process: CUPTI is process-wide
 
 
@@ -396,13 +397,25 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         }
 
     def _namespace_mappings(self) -> list:
-        """The mappings module names are looked up in."""
+        """The mappings module names are looked up in: the given ones (a notebook's namespace),
+        or the locals of the frame holding the ``with`` and of its callers (up to
+        ``_CALLER_FRAMES`` frames), then their globals."""
         where = self._namespaces
         if where is None:
             return []
-        if isinstance(where, types.FrameType):
-            return [where.f_locals, where.f_globals]
-        return list(where)
+        if not isinstance(where, types.FrameType):
+            return list(where)
+        local_maps, global_maps, seen = [], [], set()
+        frame = where
+        for _ in range(_CALLER_FRAMES):
+            if frame is None:
+                break
+            local_maps.append(frame.f_locals)
+            if id(frame.f_globals) not in seen:
+                seen.add(id(frame.f_globals))
+                global_maps.append(frame.f_globals)
+            frame = frame.f_back
+        return local_maps + global_maps
 
     def _take_namespaces(self) -> list:
         """:meth:`_namespace_mappings`, then the frame reference is dropped."""
