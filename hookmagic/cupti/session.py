@@ -336,7 +336,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
         combos = native.module_combos()  # modules the stack walks saw, named before take()
         if len(combos["module"]):
-            native.set_module_labels(combo_labels(combos, self._take_namespaces()))
+            try:
+                native.set_module_labels(combo_labels(combos, self._take_namespaces()))
+            except Exception:  # names are a nicety: unnamed module frames keep their class
+                pass
         module_names_s = time.perf_counter() - t3
         t1 = time.perf_counter()
         raw = native.take()
