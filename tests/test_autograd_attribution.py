@@ -132,9 +132,14 @@ def test_each_node_backward_opens_a_backward_of_op_range(native_ranges):
     ops = [r for r in records if r.source == "module_backward"]
     assert len(outer) == 1
     assert all(r.parent_id == outer[0].range_id and r.name.startswith("backward of ") for r in ops)
-    # every node ran once (each in the graph has a gradient to pass on here)
-    assert sorted(r.name for r in ops) == sorted(f"backward of {autograd.op_label(n)}" for n in reference)
-    assert {"backward of addmm", "backward of native_layer_norm"} <= {r.name for r in ops}
+    # every node ran once (each in the graph has a gradient to pass on here); the layer is a
+    # local of this function, which called backward(): its parameters' nodes name its modules
+    from hookmagic.cupti.modules import parameter_owners
+
+    owners = parameter_owners([{"layer": layer}])
+    assert sorted(r.name for r in ops) == sorted(
+        f"backward of {autograd.parameter_owner(n, owners) or autograd.op_label(n)}" for n in reference)
+    assert {"backward of relu", "backward of linear1 (Linear)"} <= {r.name for r in ops}
     RECORDER.start()
     loss.backward()  # outside the capture: the hooks are gone
     assert [r for r in RECORDER.stop() if r.source == "module_backward"] == []
@@ -191,3 +196,22 @@ def test_nodes_of_module_parameters_are_named_by_their_module(native_ranges):
     assert autograd.parameter_owner(grad_acc, {id(weight): "linear1 (Linear)"}) == "linear1 (Linear)"
     assert names.count("backward of linear1 (Linear)") == 4  # addmm, t, weight and bias
     assert {"backward of relu", "backward of safe_softmax"} <= set(names)
+
+
+def test_the_model_is_found_in_the_code_calling_backward(native_ranges):
+    """The model is a local of the function that calls backward(), not of the capture's
+    namespaces: the node names still come from its modules."""
+    torch = _real_torch()
+
+    def train_step():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        model(torch.randn(2, 4)).sum().backward()
+
+    RECORDER.start()
+    undo = autograd.install(native, namespaces=lambda: [])
+    try:
+        train_step()
+    finally:
+        undo()
+    names = {r.name for r in RECORDER.stop() if r.source == "module_backward"}
+    assert {"backward of 0 (Linear)", "backward of relu"} <= names, names

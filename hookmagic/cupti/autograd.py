@@ -16,7 +16,8 @@ range there (:func:`enter_module_backward`), which the node's kernels fall in. A
 differentiates a module's parameter (its AccumulateGrad, or an op taking the parameter, e.g.
 the ``addmm`` of a Linear) is named by that module as forward stacks name it,
 ``backward of linear1 (Linear)`` (:func:`parameter_owner`; modules found as for forward names,
-in the capture's namespaces); any other node by the forward op it differentiates, from its
+among the locals of the code calling backward() and its callers, then the capture's
+namespaces); any other node by the forward op it differentiates, from its
 name: ``ReluBackward0`` -> ``backward of relu`` (:func:`op_label`). The hooks are removed when
 the call returns. Nothing runs in the forward.
 """
@@ -32,6 +33,7 @@ _NAMES = ("backward", "grad")
 #: Most autograd nodes labelled per backward() call (a ResNet-50 training step has ~500;
 #: beyond, kernels stay in the enclosing "backward" range).
 MAX_NODES = 50_000
+_CALLER_FRAMES = 12  # frames above backward() whose locals are searched for the model
 _BACKWARD_SUFFIX = re.compile(r"(.+?)Backward\d*")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -177,8 +179,9 @@ def install(native: Any, label_nodes: bool = True,
     """Wrap torch.autograd's entry points for one capture; returns the undo, or None.
 
     ``label_nodes``: also open a "backward of <module/op>" range as each autograd node's
-    backward begins (see the module docstring); ``namespaces`` gives, at the first backward,
-    where to find the modules whose parameters name nodes."""
+    backward begins (see the module docstring). The modules whose parameters name nodes are
+    found, at the first backward, among the locals of the code calling it and its callers, then
+    in ``namespaces()`` (the capture's)."""
     torch = sys.modules.get("torch")
     autograd = getattr(torch, "autograd", None) if torch is not None else None
     if autograd is None or not all(callable(getattr(autograd, n, None)) for n in _NAMES):
@@ -188,12 +191,20 @@ def install(native: Any, label_nodes: bool = True,
     originals = {name: getattr(autograd, name) for name in _NAMES}
     owners: list[dict[int, str]] = []  # id(parameter) -> module label, made at the first call
 
-    def parameter_labels() -> dict[int, str]:
+    def parameter_labels(caller: Any) -> dict[int, str]:
+        """Made at the first call: from the variables of the code calling backward() and its
+        callers (the model is often a local there), then the capture's namespaces."""
         if not owners:
             from hookmagic.cupti.modules import parameter_owners
 
             try:
-                owners.append(parameter_owners(namespaces() if namespaces is not None else ()))
+                maps = []
+                for _ in range(_CALLER_FRAMES):
+                    if caller is None:
+                        break
+                    maps.append(caller.f_locals)
+                    caller = caller.f_back
+                owners.append(parameter_owners(maps + list(namespaces() if namespaces else ())))
             except Exception:
                 owners.append({})
         return owners[0]
@@ -207,7 +218,7 @@ def install(native: Any, label_nodes: bool = True,
                 handles = []
                 if label_nodes:
                     handles = _label_graph(native, args[0] if args else kwargs.get(root_arg),
-                                           parameter_labels())
+                                           parameter_labels(sys._getframe(1)))
                 native.set_fallback(1)  # the caller's stack, without this frame
                 _backward_range[0] = outer._id
                 try:
