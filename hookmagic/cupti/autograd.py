@@ -109,12 +109,14 @@ def graph_nodes(roots: Any, max_nodes: int = MAX_NODES) -> Iterator[Any]:
             node = getattr(root, "node", None)  # torch.autograd.graph.GradientEdge
         if node is not None:
             pending.append(node)
-    seen: set[int] = set()
+    # Each node's Python object is held until the walk ends: torch makes them on demand and
+    # frees them with their last reference, so a freed one's id() could name another node.
+    seen: dict[int, Any] = {}
     while pending and len(seen) < max_nodes:
         node = pending.pop()
         if id(node) in seen:
             continue
-        seen.add(id(node))  # node objects are kept alive by the graph while it is walked
+        seen[id(node)] = node
         yield node
         for nxt, _ in getattr(node, "next_functions", ()):
             if nxt is not None and id(nxt) not in seen:
