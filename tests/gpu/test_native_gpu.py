@@ -175,7 +175,8 @@ def test_backward_kernels_carry_the_stack_that_called_backward():
     names = trace.ranges.set_index("range_id").name
     in_ranges = set(names.reindex(engine.range_id).dropna())
     assert in_ranges and all(n.startswith("backward") for n in in_ranges), in_ranges
-    report["backward_ranges"] = sorted(in_ranges)[:20]
+    report["backward_ranges"] = sorted(in_ranges)[:40]
+    report["engine_kernels_by_range"] = names.reindex(engine.range_id).fillna("?").value_counts().to_dict()
     if out:
         with open(os.path.join(out, "backward_attribution.json"), "w") as f:
             json.dump(report, f, indent=1)
