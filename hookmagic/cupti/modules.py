@@ -38,7 +38,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-MODULE_FILE = "<module>"  # filename of the frames that name modules (as the native session writes)
+from hookmagic.common.sources import MODULE_FILE  # the native session writes "<module>" too
+
 #: Longest time spent looking through ``gc.get_objects()`` for modules the namespaces did not
 #: hold (about 60 ms for 340,000 objects with torch and torchvision imported, on 2 cores).
 GC_SCAN_BUDGET_S = 0.25
