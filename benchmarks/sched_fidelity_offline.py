@@ -216,6 +216,36 @@ def driver_times(runs):
     return pd.DataFrame(rows)
 
 
+def clock_and_gap(runs):
+    """Per process and scenario: the GPU-host clock drift (measured by the driver since
+    2026-11-26 04:00 UTC, else estimated from the launch calls' growth) and the launch gap of
+    clean batches (``calibrate.host_times_in``) split, where the driver stamped them, into
+    noticing (previous end to the loop pass), deciding (pass to the dispatcher's choice) and
+    starting (choice to the GPU's start event)."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        for name, res in real.items():
+            t = C.host_times_in(res, sc[name][1])
+            row = {"run": k, "scenario": name,
+                   "drift ppm (driver)": res.meta.get("clock_drift_ppm", np.nan)
+                   if res.meta.get("clock_corrected") is True else np.nan,
+                   "drift ppm (estimated)": 1e6 * SF.estimate_drift(res),
+                   "clean batches": int(t["clean"].sum()),
+                   "gap p50 µs": 1e3 * float(t.loc[t["clean"], "gap_ms"].median())}
+            b = res.batches
+            if "loop_s" in b.columns:
+                a = C.after_previous(res)  # host_times_in's rows, in its order
+                clean = t["clean"].to_numpy()
+                pe = a.loc[clean, "prev_end"].to_numpy()
+                bb = b.set_index("batch").loc[a.loc[clean, "batch"].to_numpy()]
+                loop, dec, st = (bb[c].to_numpy() for c in ("loop_s", "decide_s", "start_s"))
+                row["notice p50 µs"] = 1e6 * float(np.median(loop - pe)) if clean.any() else np.nan
+                row["decide p50 µs"] = 1e6 * float(np.median(dec - loop)) if clean.any() else np.nan
+                row["start p50 µs"] = 1e6 * float(np.median(st - dec)) if clean.any() else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def host_stalls(runs):
     """Per run and scenario: launch calls that held the host over 0.5 ms, and ready full batches
     that started over 0.5 ms after their stream freed (the host did not launch them meanwhile)."""
@@ -378,6 +408,19 @@ def main() -> None:
               "Launch gap: previous batch's end to the start of a full batch that was waiting "
               "then. Host after start: start event to the launch call's return (the one host "
               "thread is busy meanwhile, for every stream).", "", md(dt, "{:.1f}"), ""]
+
+    ck = clock_and_gap(runs)
+    parts += ["## C1. Clock drift and what the launch gap is made of", "",
+              "GPU event times are mapped onto the host clock through a reference event; the two "
+              "clocks run at rates tens of ppm apart, so mapped times drift early by ~20 µs per "
+              "second of run (every latency measured short by as much, more so late in a run). "
+              "Since 2026-11-26 04:00 UTC the driver measures the drift with a second reference "
+              "event and corrects its times (`drift ppm (driver)`); for older runs it is estimated "
+              "here from the growth of the launch calls over the run (`sched_fidelity.py "
+              "--replay --clock-estimate` corrects with the process's median). Launch gap of "
+              "clean batches (ready when their stream freed, host free): where the driver stamped "
+              "them, split into noticing the end, deciding and starting.", "",
+              md(ck, "{:.1f}"), ""]
 
     hs = host_stalls(runs)
     parts += ["## C2. Host stalls in the real driver", "",
