@@ -246,6 +246,30 @@ def clock_and_gap(runs):
     return pd.DataFrame(rows)
 
 
+def conditioning(runs):
+    """How far one point of a latency distribution's CDF moves its p50, per real run and group:
+    the share of served requests (after the warm-up) within ±10 % of the p50, and so the p50's
+    move (%) per point of CDF shifted past it (20 / that share in %). Where two models' latency
+    modes lie far apart (cameras_bursty_edf: resnet50 ~4 ms, efficientnet_b0 ~9 ms near its
+    deadline), the all-requests p50 sits in the valley between them and moves several % for a
+    point of requests served sooner or dropped."""
+    rows = []
+    for k, (info, idle, real, sc) in enumerate(runs, 1):
+        for name, res in real.items():
+            r = res.requests
+            r = r[(r["arrival_s"] >= SF.WARMUP_S) & (r["status"] == "done")]
+            for group, g in [("all", r)] + list(r.groupby(r["model"].astype(str))):
+                lat = g["latency_ms"].to_numpy()
+                if len(lat) < 50:
+                    continue
+                med = float(np.median(lat))
+                share = 100 * float(np.mean(np.abs(lat / med - 1) < 0.10))
+                rows.append({"run": k, "scenario": name, "group": group, "p50 ms": med,
+                             "share within ±10 % of p50": share,
+                             "p50 move % per point of CDF": 20 / share if share else np.inf})
+    return pd.DataFrame(rows)
+
+
 def host_stalls(runs):
     """Per run and scenario: launch calls that held the host over 0.5 ms, and ready full batches
     that started over 0.5 ms after their stream freed (the host did not launch them meanwhile)."""
@@ -421,6 +445,14 @@ def main() -> None:
               "clean batches (ready when their stream freed, host free): where the driver stamped "
               "them, split into noticing the end, deciding and starting.", "",
               md(ck, "{:.1f}"), ""]
+
+    q = conditioning(runs)
+    q = q[q["group"] == "all"].drop(columns="group")
+    parts += ["## Q. How well the all-requests p50 is conditioned", "",
+              "Share of each real run's served requests within ±10 % of its p50, and how far "
+              "its p50 moves per point of the latency CDF that shifts past it. The p50 of a "
+              "mixture of two far-apart modes (cameras_bursty_edf) moves 3–5 % per point.",
+              "", md(q, "{:.2f}"), ""]
 
     hs = host_stalls(runs)
     parts += ["## C2. Host stalls in the real driver", "",
