@@ -309,7 +309,8 @@ def refined_rows(name, sim_specs, wl, pol, real, proc: list) -> list:
                                  if len(clean) else float("nan")),
         "host_speed": how["host_speed"],
         "clock_drift_ppm": real.meta.get("clock_drift_ppm", float("nan")),
-        "clock_corrected": bool(real.meta.get("clock_corrected", False))})
+        "clock_corrected": {True: "driver", "afterwards": "estimated"}.get(
+            real.meta.get("clock_corrected"), "no")})
     return out
 
 
@@ -641,7 +642,9 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                              "longest call ms": f"{x.longest_call_ms:.2f}",
                              "launch gap p50 µs (calibrated)": f"{x.clean_gap_p50_us:.1f} ({x.calibrated_launch_us:.1f})",
                              "host speed": f"{x.host_speed:.2f}",
-                             "clock drift ppm": (f"{x.clock_drift_ppm:+.1f}" + ("" if x.clock_corrected else " (uncorrected)"))
+                             "clock drift ppm": (f"{x.clock_drift_ppm:+.1f}" + {
+                                 "driver": "", "estimated": " (estimated afterwards)"}.get(
+                                 str(x.clock_corrected), " (uncorrected)"))
                              if x.clock_drift_ppm == x.clock_drift_ppm else "n/a (not measured)"})
         ev = pd.DataFrame(rows)
         ev.to_csv(out / "processes.csv", index=False)
