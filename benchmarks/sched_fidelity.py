@@ -99,11 +99,12 @@ def measure_all(engines, make_backend, max_batch, repeats):
 CALIBRATION_FORMAT = 2  # calibration.json written by this version (1: batch_excess_ms, one f)
 
 
-def sim_specs_from(cal, idle):
-    """The simulator's ModelSpecs from a calibration.json (format 2: ``fit``; format 1 as it was
-    run: idle table + one mean excess per batch, one slowdown f per other stream)."""
+def sim_specs_from(cal, idle, streams: int = 1):
+    """The simulator's ModelSpecs from a calibration.json for a policy with ``streams`` streams
+    (format 2: ``fit``, with the launch time per number of streams where it has one; format 1
+    as it was run: idle table + one mean excess per batch, one slowdown f per other stream)."""
     if cal.get("format", 1) >= 2:
-        return C.specs_from_fit(cal["fit"], idle)
+        return C.specs_from_fit(cal["fit"], idle, streams)
     return [spec.with_(latency_ms=tuple(x + cal["batch_excess_ms"][name] for x in spec.latency_ms),
                        switch_ms=cal["switch_ms"][name], share_slowdown=cal["share_slowdown"][name])
             for name, spec in idle.items()]
@@ -188,7 +189,7 @@ def _calibrate(engines, make_backend, idle, max_batch, out: Path, compact: bool 
         stem = out / "calibration" / key.replace(":", "_")
         save_compact(res, stem) if compact else res.save(stem)
     fit = C.fit(runs, idle, max_batch)
-    check = C.self_check(runs, C.specs_from_fit(fit, idle), idle, max_batch)
+    check = C.self_check(runs, lambda n: C.specs_from_fit(fit, idle, n), idle, max_batch)
     check.to_csv(out / "calibration_check.csv", index=False)
     print(f"calibration runs and fit: {time.perf_counter() - t0:.1f} s; in-sample check "
           f"(sim vs real, calibration_check.csv): p50 error {check['p50_err_pct'].min():+.1f} … "
@@ -259,7 +260,8 @@ def one_process(args) -> None:
         print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
         real = S.run(engines, wl, pol, backend=make_backend())
-        sim = S.simulate(sim_specs, wl, pol, seed=1)
+        specs_here = sim_specs_from(info, idle, len(pol.streams))
+        sim = S.simulate(specs_here, wl, pol, seed=1)
         if args.compact:  # what --replay needs, a few hundred kB; the sim is recomputed
             save_compact(real, args.out / f"{name}.real")
         else:
@@ -267,7 +269,7 @@ def one_process(args) -> None:
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
         try:  # a diagnostic: never let it cost the measurement
-            refined += refined_rows(name, sim_specs, wl, pol, real, proc)
+            refined += refined_rows(name, specs_here, wl, pol, real, proc)
         except Exception as exc:  # noqa: BLE001
             print(f"scenario {name}: DIAGNOSTIC FAILED (refined table, process.csv): {exc!r}",
                   flush=True)
@@ -565,11 +567,12 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
     rows, refined, proc = [], [], []
     seconds = next(iter(real.values())).meta["duration_s"]
     for name, (wl, pol) in built.items():
-        sim = S.simulate(sim_specs, wl, pol, seed=1)
+        specs_here = sim_specs_from(info, idle, len(pol.streams))
+        sim = S.simulate(specs_here, wl, pol, seed=1)
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
         if "dispatch_s" in real[name].batches.columns:
-            refined += refined_rows(name, sim_specs, wl, pol, real[name], proc)
+            refined += refined_rows(name, specs_here, wl, pol, real[name], proc)
     if refined:
         write_process(out, refined, proc)
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))

@@ -59,15 +59,22 @@ def _calibrated(info, m) -> str:
     return f"{float(info['share_slowdown'][m]):.3f} per other"
 
 
+def _specs(specs, pol):
+    """Specs for ``pol``: ``specs`` itself, or, where it is a function of the number of
+    streams (the calibrated launch time grows with it), its value for ``pol``'s streams."""
+    return specs(len(pol.streams)) if callable(specs) else specs
+
+
 def table(runs, make_specs, scen=None):
-    """min..max over runs of each group's errors; make_specs(info, idle, real) -> specs."""
+    """min..max over runs of each group's errors; make_specs(info, idle, real) -> specs (or a
+    function of the number of streams giving them)."""
     rows = []
     for k, (info, idle, real, sc) in enumerate(runs, 1):
         specs = make_specs(info, idle, real)
         for name, (wl, pol) in sc.items():
             if scen and name not in scen:
                 continue
-            sim = S.simulate(specs, wl, pol, seed=1)
+            sim = S.simulate(_specs(specs, pol), wl, pol, seed=1)
             for r in SF.compare(name, sim, real[name]):
                 rows.append(r.assign(run=k))
     t = pd.concat(rows, ignore_index=True)
@@ -102,8 +109,8 @@ def refit_specs(run_dirs):
 
     def make(info, idle, real):
         d = next(it)
-        return C.specs_from_fit(C.fit(SF.load_calibration_runs(d, list(idle)), idle,
-                                      info["max_batch"]), idle)
+        fit = C.fit(SF.load_calibration_runs(d, list(idle)), idle, info["max_batch"])
+        return lambda streams: C.specs_from_fit(fit, idle, streams)
     return make
 
 
@@ -135,7 +142,8 @@ def busiest_window(runs, make_specs_list, scen="held_out_three_streams", width=0
         if not len(grid):
             continue
         t0 = max(grid, key=lambda t: _occupancy(b, t, t + width)[3])
-        sides = [("real", res)] + [(lab, S.simulate(mk(info, idle, real), *sc[scen], seed=1))
+        sides = [("real", res)] + [(lab, S.simulate(_specs(mk(info, idle, real), sc[scen][1]),
+                                                    *sc[scen], seed=1))
                                    for lab, mk in make_specs_list]
         pr = res.requests["priority"]
         lows = sorted(set(res.requests.loc[pr == pr.max(), "model"].astype(str)))
@@ -170,9 +178,9 @@ def sharing_evidence(runs):
     per-batch least squares of real extra time on time beside 1 and 2 others -> a1, a2."""
     rows = []
     for k, (info, idle, real, sc) in enumerate(runs, 1):
-        specs = SF.sim_specs_from(info, idle)
         for name in SHARED:
-            sim = S.simulate(specs, *sc[name], seed=1)
+            sim = S.simulate(SF.sim_specs_from(info, idle, len(sc[name][1].streams)), *sc[name],
+                             seed=1)
             for lab, res in (("real", real[name]), ("sim", sim)):
                 b = res.batches.sort_values("start_s").reset_index(drop=True)
                 ov = C.overlap_by_count(b, 2) * 1e3
@@ -380,7 +388,8 @@ def main() -> None:
               "formed are the real ones, so the error is the per-batch cost, amplified, not "
               "dispatch order or batch formation.", ""]
 
-    t, ok, n = table(runs, lambda info, idle, real: SF.sim_specs_from(info, idle))
+    as_calibrated = lambda info, idle, real: (lambda n: SF.sim_specs_from(info, idle, n))  # noqa: E731
+    t, ok, n = table(runs, as_calibrated)
     parts += [f"## A. As run ({'format-1 calibration, old model' if v1 else 'as calibrated'})", "",
               f"Passing groups: {ok} of {n} (`sched_fidelity.py --replay` gives the same).", "",
               md(t), ""]
@@ -402,7 +411,7 @@ def main() -> None:
                   "of the compared runs; `sched_fidelity.py --replay DIR --refit` gives the "
                   f"same). Passing groups: {ok} of {n}.", "", md(t), ""]
 
-    makers = [("sim as calibrated", lambda info, idle, real: SF.sim_specs_from(info, idle))]
+    makers = [("sim as calibrated", as_calibrated)]
     if can_refit:
         makers.append(("sim refitted (R)", refit_specs(dirs)))
     bw = busiest_window(runs, makers)
