@@ -7,7 +7,7 @@ bandwidth and its speed-up over torch. Bytes are compulsory traffic: every input
 once, every output byte written once.
 
 ``$HOOKMAGIC_BENCH_MULTIPASS`` set: the previous kernels are timed too (one pixel a thread
-preprocessing: ``'hookmagic 1 px a thread, byte loads'``, ``'hookmagic 4 px a thread'``; 32x32-tile transposes: ``'hookmagic 32x32 tile'``).
+preprocessing: ``'hookmagic 1 px a thread, word loads'``, ``'hookmagic 4 px a thread'``; 32x32-tile transposes: ``'hookmagic 32x32 tile'``).
 """
 from __future__ import annotations
 
@@ -85,18 +85,18 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
         err = (mine().float() - ref().float()).abs().max().item()
         impls = {"hookmagic": mine, "torch eager": ref}
         if multipass:
-            impls["hookmagic 1 px a thread, byte loads"] = _pixel(mine)
+            impls["hookmagic 1 px a thread, word loads"] = _pixel(mine, "w1")
             impls["hookmagic 4 px a thread"] = _pixel(mine, "w4")
         case(shape, "preprocess", nbytes, impls, err <= 0.02, err)
     del frames
     nv12 = torch.randint(0, 256, (8, 1620, 1920), dtype=torch.uint8, device="cuda")
     nb12 = nv12.numel() + 8 * 3 * 640 * 640 * 2
     mine = lambda: hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12")   # noqa: E731
-    px = _pixel(mine)
+    px = _pixel(mine, "w1")
     err = (mine().float() - px().float()).abs().max().item()   # the two kernels: same arithmetic (FMA contraction aside)
     impls = {"hookmagic": mine}
     if multipass:
-        impls["hookmagic 1 px a thread, byte loads"] = px
+        impls["hookmagic 1 px a thread, word loads"] = px
         impls["hookmagic 4 px a thread"] = _pixel(mine, "w4")
     case("8x1080p NV12 -> 640x640 fp16", "preprocess", nb12, impls, err <= 0.02, err)
     del nv12

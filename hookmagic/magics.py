@@ -28,7 +28,7 @@ class CudaHookMagics(Magics, Configurable):
 
     stacks = Bool(True, help="Record the Python stack that launched each kernel.").tag(config=True)
     module_names = Bool(True, help="Name the nn.Modules in kernels' stacks (layer1.0.conv1); "
-                        "costs a hook per module call.").tag(config=True)
+                        "read by the stack walk, no hook per module call.").tag(config=True)
     api = Bool(False, help="Record CUDA runtime and driver API calls.").tag(config=True)
     memory = Bool(True, help="Record every device allocation and free.").tag(config=True)
     nvml = Bool(True, help="Sample GPU utilisation, clocks and power with NVML.").tag(config=True)
@@ -59,7 +59,7 @@ class CudaHookMagics(Magics, Configurable):
               help="Do not record Python stacks.")
     @argument("--no-module-names", dest="module_names", action="store_false", default=None,
               help="Keep torch's Module._call_impl frames instead of naming the modules "
-              "(saves a hook per nn.Module call).")
+              "(and backward kernels' 'backward of <op>' frames).")
     @argument("--api", dest="api", action="store_true", default=None,
               help="Also record CUDA runtime and driver API calls.")
     @argument("--no-memory", dest="memory", action="store_false", default=None,
@@ -206,7 +206,9 @@ class CudaHookMagics(Magics, Configurable):
         try:
             with _unavailable_shown_by_summary(enabled=not quiet):
                 # Stacks start at the cell: this frame (and IPython's above it) is left out.
-                manager = hookmagic.capture(**options, _boundary_frame=sys._getframe())
+                # Module names are looked up among the notebook's variables.
+                manager = hookmagic.capture(**options, _boundary_frame=sys._getframe(),
+                                            _namespaces=[ns])
                 trace = manager.__enter__()
         except Exception as err:  # the capture must never stop the cell from running
             manager, trace = None, Trace.empty(f"the capture could not start ({err!r})",

@@ -22,11 +22,13 @@ class FakeCapture:
     made: list["FakeCapture"] = []
     tables: dict = {}
 
-    def __init__(self, _boundary_frame=None, **options):
+    def __init__(self, _boundary_frame=None, _namespaces=None, **options):
         # the options the real capture accepts, and only those (a misspelt one fails here too)
-        inspect.signature(capture).bind(_boundary_frame=_boundary_frame, **options)
+        inspect.signature(capture).bind(_boundary_frame=_boundary_frame, _namespaces=_namespaces,
+                                        **options)
         self.options = options
         self.boundary_frame = _boundary_frame
+        self.namespaces = _namespaces
         self.trace = Trace()
         self.exit_type = "not exited"
         FakeCapture.made.append(self)
@@ -186,6 +188,8 @@ def test_misuse_is_a_usage_error(ip, fake_capture, line, cell, message):
 
 def test_options_reach_the_capture_and_config_sets_defaults(ip, fake_capture):
     ip.run_cell_magic("cudahook", "-q", "1")
+    # module names are looked up among the notebook's variables
+    assert [ns is ip.user_ns for ns in fake_capture.made[-1].namespaces] == [True]
     assert fake_capture.made[-1].options == {
         "kernels": True, "memory": True, "stacks": True, "module_names": True, "api": False,
         "nvml": True, "allocator_history": False, "label": f"In [{ip.execution_count}]"}

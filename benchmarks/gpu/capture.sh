@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 10 on the GPU machine, quick round (≤ 240 s): the native GPU tests touched last
-# (device UUIDs vs nvidia-smi, module names, backward attribution), the NVTX ranges test, then
+# Issue 10 on the GPU machine, quick round (≤ 245 s): the native GPU tests touched last
+# (device UUIDs vs nvidia-smi, module names read by the stack walker with no global module hooks,
+# ResNet-18 names, backward attribution with "backward of <op>"), the NVTX ranges test, then
 # the overhead benchmark on the tiny-kernel loop and ResNet-50 (defaults, without module names,
 # --lite, CUPTI floors, torch.profiler), 3 fresh processes each.
-#   bash benchmarks/gpu/run_all.sh capture:240
+#   bash benchmarks/gpu/run_all.sh capture:245
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d -t hookmagic-capture.XXXXXX)}
 mkdir -p "$OUT"
@@ -12,11 +13,11 @@ step() { echo "[capture +$(( $(date +%s) - t0 ))s] $*"; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$OUT/machine.txt"
 cat "$OUT/machine.txt"
 step "GPU tests: uuid, module names, backward, NVTX"
-timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/gpu/test_nvtx_gpu.py \
-  tests/gpu/test_native_gpu.py -k "uuid or modules or backward or nvtx" > "$OUT/pytest_gpu.txt" 2>&1
+timeout 110 python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/gpu/test_nvtx_gpu.py \
+  tests/gpu/test_native_gpu.py tests/gpu/test_lines_gpu.py -k "uuid or modules or backward or nvtx" > "$OUT/pytest_gpu.txt" 2>&1
 test_rc=$?
 tail -15 "$OUT/pytest_gpu.txt"
-left=$(( 230 - $(date +%s) + t0 ))
+left=$(( 235 - $(date +%s) + t0 ))
 step "overhead benchmark (${left}s left)"
 timeout "$left" python3 benchmarks/bench_overhead.py --out "$OUT/overhead" --processes 3 --repeats 5 \
   --torch-repeats 1 --workloads tiny_kernels_20000 resnet50_fp16_b16 --deadline-s $(( left - 30 ))

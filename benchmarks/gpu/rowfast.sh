@@ -31,7 +31,7 @@ step "correctness: tests/gpu/test_infer_gpu.py -k 'preprocess or transpose or ro
 timeout 30 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" tests/gpu/test_infer_gpu.py \
   -k "preprocess or transpose or row_" >"$OUT/pytest_infer.txt" 2>&1 || { echo "FAILED: infer tests"; fail=1; }
 tail -15 "$OUT/pytest_infer.txt"
-for impl in pixel w4; do   # the other preprocess kernels (the default, w1, ran above)
+for impl in w1 w4; do   # the other preprocess kernels (the default, pixel, ran above)
   step "correctness: preprocess tests with HOOKMAGIC_PREPROCESS=$impl"
   HOOKMAGIC_PREPROCESS=$impl timeout 20 python3 -m pytest -q --no-header -p no:cacheprovider -o addopts="" \
     tests/gpu/test_infer_gpu.py -k preprocess 2>&1 | tail -3

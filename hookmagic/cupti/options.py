@@ -38,7 +38,9 @@ class CaptureOptions:
         virtual-memory map/unmap. ``stacks``: the Python stack of every launch, copy and
         allocation, including the allocator recorders' events (``allocator_history``).
         ``api`` adds every runtime/driver API call (costly on launch-bound code); ``nvtx``
-        needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use.
+        needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use (a capture sets it
+        if unset). ``torch.cuda.nvtx`` ranges and the ``nvtx`` package's named-domain ranges
+        arrive; its default domain's did not on an H100 (2026-11-26).
     allocator_history:
         With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
         hand-outs when those libraries are in use (off by default: costly, see
@@ -51,7 +53,9 @@ class CaptureOptions:
     module_names:
         With ``stacks`` and torch in use: name the ``nn.Module`` each kernel was launched in
         (``layer1.0.conv1 (Conv2d)``, as ``named_modules()`` names it) in place of its
-        ``Module._call_impl`` frames. False keeps the raw frames.
+        ``Module._call_impl`` frames, read by the stack walk (no module hooks; see
+        :mod:`hookmagic.cupti.modules`), and backward kernels' ``backward of <op>``. False
+        keeps the raw frames.
     sync_from_callbacks:
         Record synchronisation (stream/device/event/context synchronize, stream wait event)
         from those calls' API callbacks, timed entry to exit, instead of CUPTI's

@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+import types
 import warnings
 from typing import Any
 
@@ -134,7 +135,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     def __init__(self, options: CaptureOptions | None = None, *, label: str | None = None,
                  dir: str | os.PathLike | None = None,  # noqa: A002
                  schedule: Any = None, on_trace_ready: Any = None,
-                 _boundary_frame: Any = None, **option_fields: Any) -> None:
+                 _boundary_frame: Any = None, _namespaces: Any = None,
+                 **option_fields: Any) -> None:
         from hookmagic.trace import Trace
 
         if options is None:
@@ -163,6 +165,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self.label = label
         self.trace = Trace()
         self._boundary = _boundary_frame
+        # Where module names are looked up at the end (hookmagic.cupti.modules): mappings
+        # (the notebook's namespace), or a frame whose locals and globals are read then; by
+        # default the frame holding the `with`.
+        self._namespaces = _namespaces
         self._dir = dir
         self._native = None
         self._reason = ""
@@ -172,6 +178,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     def __enter__(self):
         if self.schedule is not None:
             return self._enter_scheduled()
+        if self._namespaces is None:
+            self._namespaces = sys._getframe(1)  # the frame holding the `with`
         t0 = time.perf_counter()
         try:
             self._start()
@@ -202,6 +210,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             os.environ["NVTX_INJECTION64_PATH"] = native.cupti_path()
         if not o.lite:  # a lite capture records no ranges
             RECORDER.start()
+        from hookmagic.cupti import modules
+
+        # Module frames: read by the stack walk itself, nothing per module call (no hooks).
+        probe = modules.module_probe() if o.stacks and o.module_names else None
+        native.set_module_probe(*(probe or (None, 0)))
         holder = cupti_holder()
         try:
             # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns the
@@ -223,12 +236,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if o.stacks and self._callbacks_active:
             from hookmagic.cupti import autograd
 
-            self._autograd_undo = autograd.install(native)
-        self._modules_undo = None
-        if o.stacks and o.module_names and self._callbacks_active:
-            from hookmagic.cupti import modules
-
-            self._modules_undo = modules.install(native if self._autograd_undo else None)
+            self._autograd_undo = autograd.install(native, label_nodes=o.module_names)
         self._start_ns = native.timestamp()
         self._allocators = None
         if o.memory and o.allocator_history:
@@ -252,11 +260,12 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                 boundary = sys._getframe(3)
             except ValueError:  # the `with` is at a script's top level
                 boundary = None
+        namespaces = self._namespaces if self._namespaces is not None else sys._getframe(2)
         label = self.label or "schedule"
 
         def open_window(number: int) -> capture:
             return capture(self.capture_options, label=f"{label} window {number}",
-                           _boundary_frame=boundary)
+                           _boundary_frame=boundary, _namespaces=namespaces)
 
         self._scheduled = ScheduledCapture(self.schedule, open_window, self._on_trace_ready)
         self._scheduled._start()
@@ -288,6 +297,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             self._fill_unavailable(f"hookmagic failed while finishing the capture "
                                    f"({type(failure).__name__}: {failure})")
         finally:
+            self._namespaces = None  # no frame kept alive by a finished capture
             if self._held:
                 self._held = False
                 _lock.release()
@@ -327,8 +337,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         merge_into(tables, allocator_parts)
         from hookmagic.cupti.modules import module_stacks
 
-        module_kernels = module_stacks(tables)
+        t3 = time.perf_counter()
+        module_kernels = module_stacks(tables, raw.get("stack_modules"), self._take_namespaces())
         build_s = time.perf_counter() - t2
+        module_names_s = time.perf_counter() - t3  # part of build_s
         counters = raw["counters"]
         status = "complete"
         reason = ""
@@ -339,7 +351,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta.update(status=status, reason=reason)
         meta["overhead"] = {"start_s": self._start_s, "stop_s": stop_s,
                             "decode_s": counters["decode_s"], "take_s": take_s,
-                            "build_s": build_s, "callbacks": counters["callbacks"],
+                            "build_s": build_s, "module_names_s": module_names_s,
+                            "callbacks": counters["callbacks"],
                             **{k: counters[k] for k in ("subscribe_s", "callbacks_s", "enable_s",
                                                         "flush_s", "detach_s")},
                             "stacks_sampled": counters["stacks_sampled"]}
@@ -376,6 +389,15 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             "options": dict(self.options),
         }
 
+    def _take_namespaces(self) -> list:
+        """The mappings module names are looked up in (the frame reference is dropped)."""
+        where, self._namespaces = self._namespaces, None
+        if where is None:
+            return []
+        if isinstance(where, types.FrameType):
+            return [where.f_locals, where.f_globals]
+        return list(where)
+
     def _fill_unavailable(self, reason: str) -> None:
         from hookmagic.trace import Trace
 
@@ -386,11 +408,10 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         _warn_once(reason)
 
     def _undo_autograd(self) -> None:
-        for attr in ("_modules_undo", "_autograd_undo"):
-            undo = getattr(self, attr, None)
-            setattr(self, attr, None)
-            if undo is not None:
-                undo()
+        undo = getattr(self, "_autograd_undo", None)
+        self._autograd_undo = None
+        if undo is not None:
+            undo()
 
     def _stop_quietly(self) -> None:
         try:

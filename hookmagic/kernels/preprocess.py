@@ -51,9 +51,10 @@ register(KernelSpec("preprocess", "fused1w", "preprocess", {d: f"preprocess1w_{s
                     _BLOCK, (8, 32), min_arch=70,
                     description="as 'fused', one output pixel a thread, RGB tap pairs from aligned 4-byte loads, "
                                 "NV12 chroma pairs as 2-byte loads"))
-#: "auto" (= "w1"): one pixel a thread with word-wide tap loads; "w4": four pixels a thread
-#: (lane-interleaved) with word-wide tap loads; "pixel": one pixel a thread with byte loads (the
-#: first kernel). The benchmark compares them in one process. From $HOOKMAGIC_PREPROCESS.
+#: "auto" (= "pixel"): one pixel a thread with byte loads; "w1": one pixel a thread with word-wide
+#: tap loads; "w4": four pixels a thread (lane-interleaved) with word-wide tap loads. The benchmark
+#: compares them in one process: on an H100 (2026-11-26 03:51) "pixel" was the fastest in all three
+#: cases (benchmarks/results/rowfast/README.md, round 2). From $HOOKMAGIC_PREPROCESS.
 IMPL = os.environ.get("HOOKMAGIC_PREPROCESS", "auto")
 
 
@@ -298,7 +299,7 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
         raise KernelArgumentError(f"preprocess: at most 65535 frames per call, got {fr.batch}")
     optr = int(out.data_ptr()) if fr.ref.kind == "torch" else runtime.inspect_array(out, "out").ptr
     head, tail = _scalars(fr.height, fr.width, fr.pitch, fmt, chans, lay, oh, ow, bool(letterbox), m, s, pad, col)
-    variant, px = {"pixel": ("fused", 1), "w4": ("fused4", 4)}.get(IMPL, ("fused1w", 1))
+    variant, px = {"w1": ("fused1w", 1), "w4": ("fused4", 4)}.get(IMPL, ("fused", 1))
     spec = registry.SPECS[("preprocess", variant)]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)

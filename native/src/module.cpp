@@ -216,6 +216,18 @@ PYBIND11_MODULE(_native, m) {
     m.def("clear_fallback", [] { Session::instance().hooks.clear_fallback(); });
     m.def("set_backward_range", [](int64_t id) { Session::instance().hooks.set_backward_range(id); },
           "On this (engine) thread, until the next set_fallback(): launches belong to range `id`.");
+    // The module frames' code object is kept alive here while the session may read its frames.
+    static py::object* module_code = new py::object();  // lives until exit
+    m.def("set_module_probe", [](py::object code, int slot) {
+        const bool ok = Session::instance().stacks.set_module_probe(
+            code.is_none() ? nullptr : code.ptr(), slot);
+        *module_code = ok && !code.is_none() ? code : py::object();
+        return ok;
+    }, py::arg("code"), py::arg("slot") = 0,
+       "Frames running the code object `code` (torch.nn.Module._call_impl's) are module calls: "
+       "stack walks read the module from fast-local `slot` (its cell) and take() lists them in "
+       "'stack_modules'. None: no module frames. Set before start(); take() clears it. False "
+       "if `slot` is not one of the code's fast locals (nothing is read then).");
     m.def("enum_names", &enum_names);
     m.def("device_properties", &device_properties,
           "Properties of each visible GPU, if the process has already loaded the driver.");
@@ -341,7 +353,15 @@ PYBIND11_MODULE(_native, m) {
         st["function"] = py::cast(rows.function);
         st["line"] = to_numpy(rows.line);
         out["stacks"] = st;
+        // Module frames (set_module_probe): their module's address and class name.
+        py::dict sm;
+        sm["stack_id"] = to_numpy(rows.module_stack_id);
+        sm["depth"] = to_numpy(rows.module_depth);
+        sm["module"] = to_numpy(rows.module);
+        sm["module_type"] = py::cast(rows.module_type);
+        out["stack_modules"] = sm;
         s.stacks.clear();
+        *module_code = py::object();
         const auto& c = s.counters;
         py::dict counters;
         counters["records"] = c.records;

@@ -17,6 +17,14 @@ int hm_frames_supported(void) { return HM_FRAMES; }
 
 #if HM_FRAMES
 
+/* A module frame's `self`: the slot holds a cell once MAKE_CELL ran (torch 2.x: `self` is a
+ * cell variable of _call_impl, captured by its nested `inner`), the object itself before that
+ * or where `self` is a plain local. Macros only: no reference counts, no allocation. */
+static const void* module_in_slot(PyObject* value) {
+    if (value && PyCell_Check(value)) value = PyCell_GET(value);
+    return value;
+}
+
 #if PY_VERSION_HEX >= 0x030B0000
 typedef _PyInterpreterFrame hm_iframe;
 
@@ -49,12 +57,19 @@ const void* hm_boundary_of(void* frame_object) {
     return frame_object ? (const void*)((PyFrameObject*)frame_object)->f_frame : NULL;
 }
 
-int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
+int hm_module_probe_check(const void* code, int slot) {
+    if (!code || !PyCode_Check((PyObject*)code)) return 0;
+    return slot >= 0 && slot < ((PyCodeObject*)code)->co_nlocalsplus;
+}
+
+int hm_walk_current_thread(const void* boundary, const hm_module_probe* probe, hm_frame* out,
+                           int max) {
     /* CUDA calls made while the interpreter shuts down (library destructors) have no frames
      * worth reading, and the thread states may already be gone. */
     if (!Py_IsInitialized()) return 0;
     PyThreadState* ts = PyGILState_GetThisThreadState();
     if (!ts) return 0;
+    const void* module_code = probe ? probe->code : NULL;
     int n = 0;
     for (hm_iframe* f = current_frame(ts); f && n < max; f = f->previous) {
         if ((const void*)f == boundary) break;
@@ -65,6 +80,9 @@ int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
         out[n].addr = frame_addr(f, code);
         out[n].name_obj = code->co_qualname;
         out[n].file_obj = code->co_filename;
+        /* the slot index was checked against this very code object (hm_module_probe_check) */
+        out[n].module = (const void*)code == module_code ? module_in_slot(f->localsplus[probe->slot])
+                                                         : NULL;
         ++n;
     }
     return n;
@@ -74,12 +92,21 @@ int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
 
 const void* hm_boundary_of(void* frame_object) { return frame_object; }
 
-int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
+int hm_module_probe_check(const void* code, int slot) {
+    if (!code || !PyCode_Check((PyObject*)code)) return 0;
+    PyCodeObject* c = (PyCodeObject*)code;
+    Py_ssize_t slots = c->co_nlocals + PyTuple_GET_SIZE(c->co_cellvars) + PyTuple_GET_SIZE(c->co_freevars);
+    return slot >= 0 && slot < slots;
+}
+
+int hm_walk_current_thread(const void* boundary, const hm_module_probe* probe, hm_frame* out,
+                           int max) {
     /* CUDA calls made while the interpreter shuts down (library destructors) have no frames
      * worth reading, and the thread states may already be gone. */
     if (!Py_IsInitialized()) return 0;
     PyThreadState* ts = PyGILState_GetThisThreadState();
     if (!ts) return 0;
+    const void* module_code = probe ? probe->code : NULL;
     int n = 0;
     for (PyFrameObject* f = ts->frame; f && n < max; f = f->f_back) {
         if ((const void*)f == boundary) break;
@@ -87,6 +114,9 @@ int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
         out[n].addr = f->f_lasti * (int)sizeof(_Py_CODEUNIT);
         out[n].name_obj = f->f_code->co_name;
         out[n].file_obj = f->f_code->co_filename;
+        /* 3.10 keeps cells after the locals: f_localsplus[co_nlocals + cell index] */
+        out[n].module = (const void*)f->f_code == module_code
+                            ? module_in_slot(f->f_localsplus[probe->slot]) : NULL;
         ++n;
     }
     return n;
@@ -118,24 +148,36 @@ static void copy_text(PyObject* s, char* out, size_t cap) {
 }
 
 void hm_describe(const hm_frame* frame, char* file, size_t file_cap, char* func,
-                 size_t func_cap, int* line) {
+                 size_t func_cap, int* line, char* module_type, size_t module_type_cap) {
     PyCodeObject* code = (PyCodeObject*)frame->code;
     copy_text((PyObject*)frame->file_obj, file, file_cap);
     copy_text((PyObject*)frame->name_obj, func, func_cap);
     *line = frame->addr >= 0 ? PyCode_Addr2Line(code, frame->addr) : code->co_firstlineno;
+    if (module_type_cap == 0) return;
+    module_type[0] = '\0';
+    if (frame->module) {
+        /* the frame holds the module, which holds its type: tp_name lives as long as both */
+        const char* name = Py_TYPE((PyObject*)frame->module)->tp_name;
+        size_t w = 0;
+        for (; name && name[w] && w + 1 < module_type_cap; ++w) module_type[w] = name[w];
+        module_type[w] = '\0';
+    }
 }
 
 #else /* unsupported Python: no stacks */
 
 const void* hm_boundary_of(void* frame_object) { (void)frame_object; return NULL; }
-int hm_walk_current_thread(const void* boundary, hm_frame* out, int max) {
-    (void)boundary; (void)out; (void)max;
+int hm_module_probe_check(const void* code, int slot) { (void)code; (void)slot; return 0; }
+int hm_walk_current_thread(const void* boundary, const hm_module_probe* probe, hm_frame* out,
+                           int max) {
+    (void)boundary; (void)probe; (void)out; (void)max;
     return 0;
 }
 void hm_describe(const hm_frame* frame, char* file, size_t file_cap, char* func,
-                 size_t func_cap, int* line) {
+                 size_t func_cap, int* line, char* module_type, size_t module_type_cap) {
     (void)frame; (void)file_cap; (void)func_cap;
     file[0] = '\0'; func[0] = '\0'; *line = -1;
+    if (module_type_cap) module_type[0] = '\0';
 }
 
 #endif

@@ -4,6 +4,13 @@
 // allocation callback fires, from the launching thread's own frames (python_frames.c), with
 // or without the GIL. A frame is named once, the first time it is seen; a stack seen before
 // costs one walk and one hash lookup.
+//
+// Module frames: a frame running torch.nn.Module._call_impl (the code object Python names
+// with set_module_probe) also records its `self`, the module being called: its address is
+// part of the frame's identity (one call site under two modules is two frames), and its
+// class name is copied when the frame is first seen. Python turns addresses into qualified
+// names at the end (hookmagic.cupti.modules), comparing them with id() of live modules and
+// never dereferencing them.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,10 @@ public:
     // Frames at and above `boundary_frame` (a frame object: the code that started the
     // capture) are left out, so stacks begin with the user's own code. Needs the GIL.
     void begin(void* boundary_frame, int max_depth);
+    // The code object whose frames are module calls and the fast-local slot of their `self`
+    // (null: none). The caller keeps `code` alive until clear(). Needs the GIL; false if the
+    // slot is not one of the code's fast locals (then no module frames are read).
+    bool set_module_probe(const void* code, int slot);
     // The calling thread's stack id, or -1 if it has no Python frames. Any thread, no GIL.
     // `skip_innermost` leaves out that many of the innermost frames (a wrapper's own).
     int32_t sample(int skip_innermost = 0);
@@ -28,6 +39,11 @@ public:
         std::vector<int32_t> depth;
         std::vector<std::string> filename, function;
         std::vector<int32_t> line;
+        // Module frames only: (stack, depth) -> module address and class name.
+        std::vector<int64_t> module_stack_id;
+        std::vector<int32_t> module_depth;
+        std::vector<uint64_t> module;
+        std::vector<std::string> module_type;
     };
     Rows resolve() const;
     void clear();
@@ -36,6 +52,8 @@ private:
     struct Frame {
         std::string file, function;
         int32_t line;
+        uint64_t module;          // address of the module a module frame calls, else 0
+        std::string module_type;  // its class name (tp_name), copied at first sight
     };
     struct Node {
         int32_t parent;  // -1 for the outermost frame
@@ -46,6 +64,8 @@ private:
     mutable std::mutex mu_;
     const void* boundary_ = nullptr;
     int max_depth_ = 64;
+    const void* module_code_ = nullptr;  // read by sample() on any thread; set between captures
+    int module_slot_ = 0;
     std::vector<Frame> frames_;
     std::unordered_map<uint64_t, int32_t> frame_index_;  // hash of the frame's identity
     std::vector<Node> nodes_;
