@@ -32,6 +32,7 @@ from .workloads import Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
            "host_times_in", "refine_host", "launch_by_streams", "launch_for_streams",
+           "host_jitter_of",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -145,7 +146,7 @@ def run_calibration(engines: Mapping[str, Any], idle: Mapping[str, ModelSpec], m
 
 
 def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
-        by_size: bool = True, skip_stalls: bool = True) -> dict[str, dict]:
+        by_size: bool = True, skip_stalls: bool = True, jitter: bool = True) -> dict[str, dict]:
     """Fit the simulator's per-model parameters on the calibration runs (nothing else).
 
     Per model, from ``alone:<model>`` (all but the stream's first, cold, batch): ``service_ms``
@@ -168,7 +169,9 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     :data:`STALL_S` are left out of ``service_ms``, ``service_cv``, ``launch_ms`` and
     ``host_ms`` too, as they always were of the sharing fit (such a batch's GPU time includes
     the GPU waiting for the rest of its launch). On the stored H100 runs of 2026-11-26 02:28
-    (run B) it changed the calibrated GPU time of a size by up to 6 %.
+    (run B) it changed the calibrated GPU time of a size by up to 6 %. ``jitter`` (since
+    2026-11-26 04:30 UTC): also how the launch and host times vary from batch to batch
+    (:func:`host_jitter_of`: ``launch_jitter_ms``, ``host_jitter_ms``).
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
     "share_slowdown": [a1, a2], ...counts}}``.
@@ -197,6 +200,8 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         out[name] = {"service_ms": service, "service_cv": 0.0 if np.isnan(cv) else cv,
                      "launch_ms": max(0.0, launch), "host_ms": max(0.0, launch, host),
                      "batches_alone": int(len(b)), "ready_alone": int(len(r))}
+        if jitter:
+            out[name].update(host_jitter_of(runs[f"alone:{name}"], max_batch))
 
     def service_of(rows: pd.DataFrame) -> np.ndarray:
         return np.array([out[m]["service_ms"][int(z) - 1] for m, z in zip(rows["model"], rows["size"])])
@@ -223,6 +228,33 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         out[name].update(shared[name])
         out[name]["launch_streams_ms"] = extra.get(name, [0.0])
     return out
+
+
+#: equally likely values kept of the launch / host time distribution (quantiles at (k + ½) / N)
+JITTER_POINTS = 64
+
+
+def host_jitter_of(res: Any, max_batch: int, points: int = JITTER_POINTS) -> dict[str, list[float]]:
+    """How the driver's launch and host times varied over one model's ``alone`` calibration
+    run: ``{"launch_jitter_ms": [...], "host_jitter_ms": [...]}``, ``points`` quantiles (at
+    ``(k + 1/2) / points``) of the launch gap and of the host time (previous end to the launch
+    call's return) of its clean batches (:func:`host_times_in`), stalled ones included (they
+    are how the host behaves), each less their mean (so the draws keep the calibrated mean):
+    ``ModelSpec.launch_jitter_ms``.
+    A batch of the simulator then draws one index for both (a slow pass is slow for both).
+    Empty lists without ``dispatch_s`` or with fewer than ``points`` clean batches."""
+    if "dispatch_s" not in res.batches.columns:
+        return {"launch_jitter_ms": [], "host_jitter_ms": []}
+    t = host_times_in(res, Policy(batching=Batching(max_batch, 0.0)))
+    c = t[t["clean"]]
+    if len(c) < points:
+        return {"launch_jitter_ms": [], "host_jitter_ms": []}
+    q = (np.arange(points) + 0.5) / points
+    gap = c["gap_ms"].to_numpy()
+    host = (c["gap_ms"] + c["call_ms"]).to_numpy()
+    qg, qh = np.quantile(gap, q), np.quantile(host, q)
+    return {"launch_jitter_ms": [float(v) for v in qg - qg.mean()],
+            "host_jitter_ms": [float(v) for v in qh - qh.mean()]}
 
 
 def launch_by_streams(runs: Mapping[str, Any], max_batch: int) -> dict[str, list[float]]:
@@ -365,7 +397,7 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
 
 
 def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec],
-                   streams: int = 1) -> list[ModelSpec]:
+                   streams: int = 1, jitter: bool = False) -> list[ModelSpec]:
     """The simulator's :class:`ModelSpec` per model: ``idle``'s spec with the fitted GPU time
     table, spread, launch and host times, switch cost and sharing slowdowns, for a policy
     with ``streams`` streams: the launch time grows by ``launch_streams_ms`` where the fit has
@@ -380,6 +412,8 @@ def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec],
                                 latency_ms=tuple(c["service_ms"]), service_cv=c["service_cv"],
                                 launch_ms=c["launch_ms"] + more,
                                 host_ms=max(c["host_ms"], c["launch_ms"] + more),
+                                launch_jitter_ms=tuple(c.get("launch_jitter_ms", ())) if jitter else (),
+                                host_jitter_ms=tuple(c.get("host_jitter_ms", ())) if jitter else (),
                                 switch_ms=c["switch_ms"],
                                 share_slowdown=tuple(c["share_slowdown"]),
                                 share_by_size=tuple(c.get("share_by_size", ()))))
