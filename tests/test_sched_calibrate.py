@@ -184,3 +184,63 @@ def test_batches_whose_launch_stalled_the_host_are_not_the_models_cost():
     for n, spec in truth.items():
         assert got[n]["service_ms"] == pytest.approx([spec.latency(z) for z in range(1, MAX_BATCH + 1)], rel=1e-6)
         assert np.mean(old[n]["service_ms"]) > np.mean(got[n]["service_ms"]) + 0.01
+
+
+def test_launch_time_per_number_of_streams_is_recovered_and_carried():
+    """The simulated driver launches 6 µs later on two streams and 9 µs later on three than
+    alone (its loop polls more streams): the fit gives that back (``launch_streams_ms``), and
+    ``specs_from_fit`` hands each engine the launch time of the policy's stream count; the
+    other parameters stay exact."""
+    truth = _synthetic_truth(cv=0.0)
+    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    extra = {1: 0.0, 2: 0.006, 3: 0.009}
+    runs = {}
+    for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items():
+        k = len(pol.streams)
+        specs = [s.with_(launch_ms=s.launch_ms + extra[k], host_ms=s.host_ms + extra[k])
+                 for s in truth.values()]
+        res = S.simulate(specs, wl, pol, seed=4)
+        b = res.batches
+        name = b["model"].astype(str)
+        b["dispatch_s"] = (b["start_s"] - name.map({s.name: s.launch_ms / 1e3 for s in specs})
+                           + name.map({s.name: s.host_ms / 1e3 for s in specs})).to_numpy()
+        runs[key] = res
+    got = C.fit(runs, idle, MAX_BATCH)
+    for n, spec in truth.items():
+        assert got[n]["launch_streams_ms"] == pytest.approx([0.0, 0.006, 0.009], abs=1e-9)
+        assert got[n]["launch_ms"] == pytest.approx(spec.launch_ms, rel=1e-6)
+    for k, more in extra.items():
+        for s in C.specs_from_fit(got, idle, k):
+            assert s.launch_ms == pytest.approx(truth[s.name].launch_ms + more, rel=1e-6)
+            assert s.host_ms == pytest.approx(max(truth[s.name].host_ms, s.launch_ms), rel=1e-6)
+    assert C.launch_for_streams([0.0, 0.006, 0.009], 5) == pytest.approx(0.015)
+    assert C.launch_for_streams([0.0], 3) == 0.0
+
+
+def test_host_jitter_is_read_off_the_alone_runs():
+    """A simulated driver whose launch times vary (equally likely deviations, a long tail):
+    the fit's ``launch_jitter_ms`` has the same spread and tail, mean 0, and the specs carry
+    it only when asked."""
+    truth = _synthetic_truth(cv=0.0)
+    dev = np.array([-0.01, -0.008, -0.005, -0.002, 0.0, 0.003, 0.006, 0.016])
+    dev = dev - dev.mean()
+    truth = {n: s.with_(launch_jitter_ms=tuple(dev), host_jitter_ms=tuple(dev)) for n, s in truth.items()}
+    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    runs = {}
+    for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items():
+        res = S.simulate(list(truth.values()), wl, pol, seed=4)
+        # the driver's stamp: the host time is the launch time plus a constant call here
+        b = res.batches
+        name = b["model"].astype(str)
+        b["dispatch_s"] = (b["start_s"] + name.map({n: (s.host_ms - s.launch_ms) / 1e3
+                                                    for n, s in truth.items()})).to_numpy()
+        runs[key] = res
+    got = C.fit(runs, idle, MAX_BATCH)
+    for n in truth:
+        j = np.array(got[n]["launch_jitter_ms"])
+        assert len(j) == C.JITTER_POINTS and abs(j.mean()) < 1e-12
+        assert j.std() == pytest.approx(dev.std(), rel=0.1)
+        assert j.max() == pytest.approx(dev.max(), rel=0.05)
+    plain = C.specs_from_fit(got, idle)
+    assert all(s.launch_jitter_ms == () for s in plain)
+    assert all(len(s.launch_jitter_ms) == C.JITTER_POINTS for s in C.specs_from_fit(got, idle, jitter=True))

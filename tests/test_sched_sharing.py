@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from hookmagic import sched as S
+from hookmagic.common.errors import InvalidArgument
 
 
 def _workload(rows):
@@ -242,3 +243,53 @@ def test_fast_and_general_agree_with_sharing_by_size(order, streams, seed):
     plain = S.simulate([s.with_(share_by_size=()) for s in specs], wl, pol, seed=seed)
     # the size term only adds to the sharing: requests wait longer
     assert a.requests["latency_ms"].mean() > plain.requests["latency_ms"].mean()
+
+
+def test_random_launch_time_is_queueing_time_of_an_mg1_queue():
+    # Independent reference (M/G/1, Pollaczek-Khinchine): one stream, no batching, Poisson
+    # arrivals at rate lam; each request's service is its launch L (drawn from launch_ms plus
+    # one of the equally likely launch_jitter_ms values) plus the latency D, held on the stream.
+    # Mean wait in queue lam E[S^2] / (2 (1 - lam E[S])), latency = wait + E[S].
+    lam, lat, launch = 500.0, 1.0e-3, 0.2e-3
+    jit = np.array([-0.15, -0.1, -0.05, 0.0, 0.0, 0.05, 0.1, 0.55]) * 1e-3  # a long tail
+    jit = jit - jit.mean()
+    specs = [S.ModelSpec.constant("a", lat * 1e3, launch_ms=launch * 1e3, host_ms=launch * 1e3,
+                                  launch_jitter_ms=tuple(jit * 1e3), host_jitter_ms=tuple(jit * 1e3))]
+    wl = S.make_workload([S.Poisson("a", lam)], 400.0, seed=12)
+    res = S.simulate(specs, wl, S.Policy(), engine="fast", seed=5)
+    s = lat + launch + jit                   # equally likely service times
+    es, es2 = s.mean(), (s * s).mean()
+    want = lam * es2 / (2 * (1 - lam * es)) + es
+    got = (res.requests.end_s - res.requests.arrival_s).mean()
+    assert got == pytest.approx(want, rel=0.03)
+    # and it is not the constant-launch answer (the spread matters here)
+    const = lam * es * es / (2 * (1 - lam * es)) + es
+    assert abs(got - const) > 0.5 * abs(want - const) > 0
+
+
+@pytest.mark.parametrize("streams,seed", [(1, 1), (2, 2), (3, 3)])
+def test_fast_and_general_agree_with_host_jitter(streams, seed):
+    jit = tuple(np.linspace(-0.02, 0.06, 16) - np.linspace(-0.02, 0.06, 16).mean())
+    specs = [S.ModelSpec.linear("det", 1.0, 0.1, 8, service_cv=0.1, switch_ms=0.05, launch_ms=0.03,
+                                host_ms=0.1, share_slowdown=(0.3, 0.5), launch_jitter_ms=jit,
+                                host_jitter_ms=tuple(2 * x for x in jit)),
+             S.ModelSpec.linear("cls", 0.4, 0.03, 8, launch_ms=0.02, host_ms=0.08,
+                                launch_jitter_ms=jit)]
+    wl = S.make_workload([S.Poisson("det", 1500, slo_ms=30),
+                          S.Poisson("cls", 6000, slo_ms=10, priority=1)], 2, seed=seed)
+    pol = S.Policy(order="priority", streams=streams, batching=S.Batching(8, 1.0))
+    a = S.simulate(specs, wl, pol, seed=seed, engine="general")
+    b = S.simulate(specs, wl, pol, seed=seed, engine="fast")
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.batches, b.batches)
+    # the draws changed something: without them the run differs
+    c = S.simulate([s.with_(launch_jitter_ms=(), host_jitter_ms=()) for s in specs], wl, pol,
+                   seed=seed, engine="fast")
+    assert not np.allclose(a.batches["start_s"].to_numpy()[:50], c.batches["start_s"].to_numpy()[:50])
+
+
+def test_jitter_tables_must_be_finite_and_alike():
+    with pytest.raises(InvalidArgument):
+        S.ModelSpec.constant("a", 1.0, launch_jitter_ms=(0.0, float("nan")))
+    with pytest.raises(InvalidArgument):
+        S.ModelSpec.constant("a", 1.0, launch_jitter_ms=(0.1, -0.1), host_jitter_ms=(0.1, 0.0, -0.1))

@@ -39,7 +39,7 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 @numba.njit(cache=True, nogil=True)
 def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
             preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, by_size, sized,
-            max_share):
+            max_share, ljit, hjit, jittered):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -196,7 +196,16 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                 if s_prev[s] != m:
                     dur += switch[m]
                     s_prev[s] = m
-                start = t + launch[m]
+                lm = launch[m]
+                hm = host[m]
+                if jittered:  # this batch's draw (its first request's), as the general engine
+                    lm += ljit[first]
+                    if lm < 0.0:
+                        lm = 0.0
+                    hm += hjit[first]
+                    if hm < lm:
+                        hm = lm
+                start = t + lm
                 end = start + dur
                 if sharing:
                     s_rec[s] = nb
@@ -217,8 +226,8 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                 s_end[s] = end
                 s_model[s] = m
                 idle -= 1
-                if host[m] > 0.0:
-                    host_free = t + host[m]
+                if hm > 0.0:
+                    host_free = t + hm
                     if idle > 0:
                         wake = host_free
                     break
@@ -285,10 +294,17 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
                        dtype=float).reshape(M, max(1, S))
     sized = bool(S > 1 and (by_size > 0.0).any())
     sharing = sized or bool(S > 1 and (slow > 1.0).any())
+    n_req = len(qid)
+    jittered = "launch_jitter" in arrays
+    ljit = (np.ascontiguousarray(arrays["launch_jitter"], dtype=float) if jittered
+            else np.zeros(1))
+    hjit = (np.ascontiguousarray(arrays["host_jitter"], dtype=float) if jittered
+            else np.zeros(1))
+    assert not jittered or (len(ljit) == n_req and len(hjit) == n_req)
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
                   np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
                   preferred, n_pref, L, stream_order, order_code, slow, sharing, by_size, sized,
-                  MAX_SHARE)
+                  MAX_SHARE, ljit, hjit, jittered)
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
     drop_s = np.full(n, np.nan)

@@ -71,6 +71,14 @@ class ModelSpec:
         than in proportion to the neighbours' requests) fitted those runs as well as a linear
         term and without its growing error beside the largest batches
         (``hookmagic.sched.calibrate.fit_sharing``; ``benchmarks/results/sched_fidelity.md``).
+    launch_jitter_ms, host_jitter_ms : how the driver's host times vary from batch to batch:
+        equally likely deviations (ms) from ``launch_ms`` and ``host_ms`` (the calibration's
+        quantiles less their mean, so the mean stays). Each batch draws one index, from its
+        first request (as the service-time spread), and pays ``launch_ms + launch_jitter_ms[k]``
+        (at least 0) and ``host_ms + host_jitter_ms[k]`` (at least that launch time): a slow
+        loop pass is slow for both. ``()``: constant host times. A host whose launch gap has
+        a tail of 0.15-0.3 ms at p99 (H100 machine of 2026-11-26 04:09 UTC) lengthens the
+        queues' tails where a constant mean does not.
 
     Latency for a size that was not measured is interpolated linearly between neighbours and
     extrapolated linearly beyond the largest measured size (GPUs scale close to linearly once
@@ -89,6 +97,8 @@ class ModelSpec:
     launch_ms: float = 0.0
     host_ms: float = 0.0
     share_by_size: float | tuple[float, ...] = ()
+    launch_jitter_ms: tuple[float, ...] = ()
+    host_jitter_ms: tuple[float, ...] = ()
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -137,6 +147,21 @@ class ModelSpec:
         object.__setattr__(self, "host_ms", float(self.host_ms))
         object.__setattr__(self, "share_slowdown", share if any(share) else ())
         object.__setattr__(self, "share_by_size", by_size if any(by_size) else ())
+        jit = []
+        for what in ("launch_jitter_ms", "host_jitter_ms"):
+            try:
+                values = tuple(float(x) for x in getattr(self, what))
+            except TypeError:
+                raise InvalidArgument(f"ModelSpec {self.name!r}: {what} must be a sequence of "
+                                      "numbers") from None
+            if any(not np.isfinite(v) for v in values):
+                raise InvalidArgument(f"ModelSpec {self.name!r}: {what} must be finite")
+            jit.append(values)
+        if jit[0] and jit[1] and len(jit[0]) != len(jit[1]):
+            raise InvalidArgument(f"ModelSpec {self.name!r}: launch_jitter_ms and host_jitter_ms "
+                                  "must have the same length (one draw sets both)")
+        object.__setattr__(self, "launch_jitter_ms", jit[0] if any(jit[0]) else ())
+        object.__setattr__(self, "host_jitter_ms", jit[1] if any(jit[1]) else ())
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod

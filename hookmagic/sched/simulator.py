@@ -43,7 +43,7 @@ from .policies import Policy
 from .result import SimResult, assemble
 from .workloads import Workload, make_workload
 
-__all__ = ["simulate", "simulate_raw", "service_multipliers", "share_slowdowns"]
+__all__ = ["simulate", "simulate_raw", "service_multipliers", "host_jitter", "share_slowdowns"]
 
 _INF = float("inf")
 
@@ -81,6 +81,32 @@ def service_multipliers(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed:
     return mult
 
 
+def host_jitter(specs: Sequence[ModelSpec], model_idx: np.ndarray, seed: int
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-request deviations (seconds) of the launch and host times from their means, drawn
+    from each model's ``launch_jitter_ms`` / ``host_jitter_ms`` (one equally likely index per
+    request, from a random stream of its own: the arrivals and service spread do not move);
+    None when no model has any. A batch uses its first request's values."""
+    if not any(s.launch_jitter_ms or s.host_jitter_ms for s in specs):
+        return None
+    n = len(model_idx)
+    lj, hj = np.zeros(n), np.zeros(n)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x1A0C4]))
+    u = rng.random(n)
+    for k, spec in enumerate(specs):
+        table_l, table_h = spec.launch_jitter_ms, spec.host_jitter_ms
+        size = max(len(table_l), len(table_h))
+        if not size:
+            continue
+        sel = np.flatnonzero(model_idx == k)
+        idx = np.minimum((u[sel] * size).astype(np.int64), size - 1)
+        if table_l:
+            lj[sel] = np.asarray(table_l)[idx] / 1e3
+        if table_h:
+            hj[sel] = np.asarray(table_h)[idx] / 1e3
+    return lj, hj
+
+
 def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
              workload: Workload | Sequence, policy: Policy | None = None, *,
              duration_s: float | None = None, seed: int = 0,
@@ -115,6 +141,9 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     names = [s.name for s in specs]
     arrays = workload.arrays(names)
     mult = service_multipliers(specs, arrays["model"], seed)
+    jit = host_jitter(specs, arrays["model"], seed)
+    if jit is not None:
+        arrays = dict(arrays, launch_jitter=jit[0], host_jitter=jit[1])
 
     t0 = time.perf_counter()
     raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference)
@@ -140,6 +169,8 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
 
     For callers that run many configurations (sweeps) and want no DataFrames per run.
+    ``arrays`` may hold ``launch_jitter`` and ``host_jitter`` (seconds per request,
+    :func:`host_jitter`); absent, the host times are constant.
     """
     from . import fast
     checks.choice("engine", engine, ENGINES)
@@ -171,6 +202,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     switch = [spec.switch_ms / 1e3 for spec in specs]
     launch = [spec.launch_ms / 1e3 for spec in specs]
     host = [spec.host_ms / 1e3 for spec in specs]
+    jittered = "launch_jitter" in arrays
+    lj_l = arrays["launch_jitter"].tolist() if jittered else None
+    hj_l = arrays["host_jitter"].tolist() if jittered else None
     host_free = -_INF  # the driver's host thread is launching a batch until then
     streams = policy.streams
     S = len(streams)
@@ -263,7 +297,15 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
                     raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
                                           f"service time of {dur} s; latencies must be finite")
-                start = t + launch[m]
+                lm, hm = launch[m], host[m]
+                if jittered:  # this batch's draw (its first request's), as the fast path
+                    lm += lj_l[ids[0]]
+                    if lm < 0.0:
+                        lm = 0.0
+                    hm += hj_l[ids[0]]
+                    if hm < lm:
+                        hm = lm
+                start = t + lm
                 end = start + dur
                 if sharing:
                     s_rec[s] = len(records)
@@ -280,8 +322,8 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 s_model[s] = m
                 s_start[s] = start
                 idle -= 1
-                if host[m] > 0.0:
-                    host_free = t + host[m]
+                if hm > 0.0:
+                    host_free = t + hm
                     if idle:
                         wake = host_free
                     break

@@ -21,7 +21,7 @@ from hookmagic.common.progress import progress
 
 from .models import ModelSpec
 from .policies import Batching, Policy, Stream
-from .simulator import _as_specs, service_multipliers, simulate_raw
+from .simulator import _as_specs, host_jitter, service_multipliers, simulate_raw
 from .workloads import Workload
 
 __all__ = ["sweep", "best_policy", "policy_from_row", "GRID_KEYS"]
@@ -95,6 +95,9 @@ def sweep(models: Sequence[ModelSpec] | Mapping[str, ModelSpec], workload: Workl
     names = [s.name for s in specs]
     arrays = workload.arrays(names)
     mult = service_multipliers(specs, arrays["model"], seed)
+    jit = host_jitter(specs, arrays["model"], seed)  # as simulate() draws it
+    if jit is not None:
+        arrays = dict(arrays, launch_jitter=jit[0], host_jitter=jit[1])
     keys = list(grid)
     rows = []
     combos = list(itertools.product(*(list(grid[k]) for k in keys)))
