@@ -55,3 +55,10 @@ def test_without_backward_ranges_nothing_changes():
 def test_no_kernels_is_fine():
     tables = _tables([], [])
     assert module_stacks(tables) == 0
+
+
+def test_without_module_frames_only_backward_kernels_are_counted():
+    """A capture whose walks saw no module (no torch) skips the module count altogether."""
+    tables = _tables([1, 0, 0], [5, -1, -1])
+    assert module_stacks(tables, modules_named=False) == 1  # the backward kernel only
+    assert module_stacks(_tables([0, 0], [-1, -1]), modules_named=False) == 0

@@ -87,14 +87,18 @@ def combo_labels(combos: Mapping[str, Any], namespaces: Iterable[Mapping[str, An
     return labels
 
 
-def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
+def module_stacks(tables: dict[str, pd.DataFrame], modules_named: bool = True) -> int:
     """Kernels in a "backward of" range (source ``module_backward``) get a copy of their stack
     with that range's name as one more frame (one copy per distinct stack and name, not per
-    kernel); returns how many kernels have a ``<module>`` frame (a module, or a backward)."""
+    kernel); returns how many kernels have a ``<module>`` frame (a module, or a backward).
+    ``modules_named``: whether the stacks have module frames at all (else only the backward
+    frames are looked for: nothing to do without torch)."""
     stacks, kernels = tables.get("stacks"), tables.get("kernels")
     if stacks is None or not len(stacks) or kernels is None or not len(kernels):
         return 0
-    _backward_frames(tables)
+    backward = _backward_frames(tables)
+    if not modules_named:
+        return backward
     stacks, kernels = tables["stacks"], tables["kernels"]
     named = stacks.loc[(stacks["filename"] == MODULE_FILE).to_numpy(), "stack_id"].unique()
     return int(kernels["stack_id"].isin(named).sum())

@@ -348,7 +348,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
         merge_into(tables, allocator_parts)
         t4 = time.perf_counter()
-        module_kernels = module_stacks(tables)  # backward frames; kernels naming a module
+        # backward frames; kernels naming a module
+        module_kernels = module_stacks(tables, modules_named=bool(len(combos["module"])))
         build_s = time.perf_counter() - t2
         module_names_s += time.perf_counter() - t4  # naming before take() + backward frames
         counters = raw["counters"]
