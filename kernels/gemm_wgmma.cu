@@ -378,6 +378,24 @@ __device__ __forceinline__ void hm_gemm_wgmma(const HmTensorMap* tmA, const HmTe
                              wg - 1, m0, n0, C, bias, residual, M, N, act, vec);
 }
 
+// The persistent schedules' start: barriers made, then warpgroup 0 gives back registers and one of
+// its threads issues every TMA load of the block's tiles; true for the consumer warpgroups (which
+// take the registers), false for the producer, whose work is done when this returns.
+template <int B_KMAJOR, int STAGES>
+__device__ __forceinline__ bool hm_wg_persistent_roles(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                       const HmWgSmem<STAGES>& sm, int tiles_m, int tiles_n,
+                                                       int ktiles) {
+  sm.init(2);
+  __syncthreads();
+  if (threadIdx.x / 128 == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
+    return false;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  return true;
+}
+
 // "persistent": gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x, with a
 // 3-stage ring and a separate 128 x 256 output tile in shared memory: the producer runs ahead into
 // the next tile while the consumers apply the epilogue in registers, write the tile as FP16/BF16
@@ -393,14 +411,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
   const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
   const int ktiles = (K + WG_BK - 1) / WG_BK;
   const int wg = threadIdx.x / 128;
-  sm.init(2);
-  __syncthreads();
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, WG_PSTAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if (!hm_wg_persistent_roles<B_KMAJOR, WG_PSTAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles)) return;
   const int cw = wg - 1;
   const bool plain = !bias && !residual && act == 0;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
@@ -444,14 +455,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent4(const HmTensorMap* tmA
   const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
   const int ktiles = (K + WG_BK - 1) / WG_BK;
   const int wg = threadIdx.x / 128;
-  sm.init(2);
-  __syncthreads();
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, WG_STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if (!hm_wg_persistent_roles<B_KMAJOR, WG_STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles)) return;
   const int cw = wg - 1;
   const bool plain = !bias && !residual && act == 0;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
