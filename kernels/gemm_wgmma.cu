@@ -553,77 +553,34 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
 }
 #endif  // HM_WGMMA_BODY
 
-#ifdef HM_WGMMA_BODY
-#define HM_WG_CALL(T, BK) hm_gemm_wgmma<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#define HM_WG_CALL_P(T, BK) hm_gemm_wgmma_persistent<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#define HM_WG_CALL_C2(T, BK) hm_gemm_wgmma_c2<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#define HM_WG_CALL_P4(T, BK) hm_gemm_wgmma_persistent4<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#else
-#define HM_WG_CALL_P4(T, BK) ((void)0)
-#define HM_WG_CALL_C2(T, BK) ((void)0)
-#define HM_WG_CALL(T, BK) ((void)0)
-#define HM_WG_CALL_P(T, BK) ((void)0)
-#endif
-
-// Entry points: gemm_wgmma_<dtype> takes B as K x N row-major; gemm_wgmma_<dtype>_bt as N x K row-major.
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_f16(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __half* C,
-    const __half* bias, const __half* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__half, 0);
-}
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_f16_bt(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __half* C,
-    const __half* bias, const __half* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__half, 1);
-}
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_bf16(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __nv_bfloat16* C,
-    const __nv_bfloat16* bias, const __nv_bfloat16* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__nv_bfloat16, 0);
-}
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_bf16_bt(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __nv_bfloat16* C,
-    const __nv_bfloat16* bias, const __nv_bfloat16* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__nv_bfloat16, 1);
-}
-
-// Persistent schedule (grid = one block per SM): gemm_wgmma_<dtype>_p and _bt_p.
-#define HM_WG_PERSISTENT_ENTRY(NAME, T, BK)                                                                     \
-  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
-      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
-      const T* residual, int M, int N, int K, int act, int vec) {                                             \
-    HM_WG_CALL_P(T, BK);                                                                                       \
-  }
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_p, __half, 0)
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_bt_p, __half, 1)
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_p, __nv_bfloat16, 0)
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_bt_p, __nv_bfloat16, 1)
-
-// Clusters of 2 CTAs along M sharing B by multicast (grid = 2 x ceil(tiles_m / 2) x tiles_n): _c2.
+// Clusters of 2 CTAs along M sharing B by multicast need the cluster attribute on the entry point.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define HM_CLUSTER2 __cluster_dims__(2, 1, 1)
 #else
 #define HM_CLUSTER2
 #endif
-#define HM_WG_CLUSTER_ENTRY(NAME, T, BK)                                                                       \
-  extern "C" __global__ void HM_CLUSTER2 __launch_bounds__(WG_THREADS, 1) NAME(                 \
+// One entry point: NAME runs schedule FN for element type T; BK 0 takes B as K x N row-major, 1 as
+// N x K row-major (gemm_wgmma_<dtype>_bt...). Off sm_90a the bodies compile to empty stubs.
+#ifdef HM_WGMMA_BODY
+#define HM_WG_BODY(FN, T, BK) FN<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
+#else
+#define HM_WG_BODY(FN, T, BK) ((void)0)
+#endif
+#define HM_WG_ENTRY(NAME, FN, T, BK, ATTRS)                                                                   \
+  extern "C" __global__ void ATTRS __launch_bounds__(WG_THREADS, 1) NAME(                                     \
       const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
       const T* residual, int M, int N, int K, int act, int vec) {                                             \
-    HM_WG_CALL_C2(T, BK);                                                                                      \
+    HM_WG_BODY(FN, T, BK);                                                                                     \
   }
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_c2, __half, 0)
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_bt_c2, __half, 1)
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_c2, __nv_bfloat16, 0)
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_bt_c2, __nv_bfloat16, 1)
-
-// Persistent schedule with the 4-stage ring and per-warpgroup epilogues: _p4.
-#define HM_WG_P4_ENTRY(NAME, T, BK)                                                                           \
-  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
-      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
-      const T* residual, int M, int N, int K, int act, int vec) {                                             \
-    HM_WG_CALL_P4(T, BK);                                                                                      \
-  }
-HM_WG_P4_ENTRY(gemm_wgmma_f16_p4, __half, 0)
-HM_WG_P4_ENTRY(gemm_wgmma_f16_bt_p4, __half, 1)
-HM_WG_P4_ENTRY(gemm_wgmma_bf16_p4, __nv_bfloat16, 0)
-HM_WG_P4_ENTRY(gemm_wgmma_bf16_bt_p4, __nv_bfloat16, 1)
+// Each schedule for FP16 and BF16, both layouts of B: "tiles" (one block per tile, no suffix),
+// "persistent" (_p, one block per SM), clusters of 2 (_c2, grid 2 x ceil(tiles_m / 2) x tiles_n) and
+// "persistent4" (_p4, 4-stage ring and per-warpgroup epilogues).
+#define HM_WG_SCHEDULE(SUFFIX, FN, ATTRS)                                                                     \
+  HM_WG_ENTRY(gemm_wgmma_f16##SUFFIX, FN, __half, 0, ATTRS)                                                   \
+  HM_WG_ENTRY(gemm_wgmma_f16_bt##SUFFIX, FN, __half, 1, ATTRS)                                                \
+  HM_WG_ENTRY(gemm_wgmma_bf16##SUFFIX, FN, __nv_bfloat16, 0, ATTRS)                                           \
+  HM_WG_ENTRY(gemm_wgmma_bf16_bt##SUFFIX, FN, __nv_bfloat16, 1, ATTRS)
+HM_WG_SCHEDULE(, hm_gemm_wgmma, )
+HM_WG_SCHEDULE(_p, hm_gemm_wgmma_persistent, )
+HM_WG_SCHEDULE(_c2, hm_gemm_wgmma_c2, HM_CLUSTER2)
+HM_WG_SCHEDULE(_p4, hm_gemm_wgmma_persistent4, )
