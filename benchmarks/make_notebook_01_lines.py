@@ -50,18 +50,20 @@ def cells(recording: str, function: str) -> list:
            "source text is stored in the recording when it was made with it, else read from disk,\n"
            "else the view says it is unavailable):"),
         code(f'step.lines("{function}")'),
-        md("The flame graph folds torch.nn's `Module._call_impl` plumbing, decorator wrappers and\n"
-           "TorchDynamo glue into their callers, so the module names the capture recorded sit right\n"
+        md("The stacks name the `nn.Module` each kernel ran in (`linear1 (Linear)`, as\n"
+           "`named_modules()` names it) where torch.nn's `Module._call_impl` frames were, and\n"
+           "backward kernels carry a `backward of <module/op>` frame. The flame graph also folds\n"
+           "decorator wrappers and TorchDynamo glue into their callers, so the module names sit right\n"
            "under the line that called the model; `step.flame(raw=True)` shows every frame."),
         code("# NBVAL_CHECK_OUTPUT\n"
              "from hookmagic.analysis.flame import flame_tree\n\n"
              "raw, folded = flame_tree(step, fold=False), flame_tree(step)\n"
-             "plumbing = {\"Module._call_impl\", \"Module._wrapped_call_impl\"}\n"
-             "print(f\"{len(raw):,} nodes with every frame, {len(folded):,} folded; \"\n"
-             "      f\"{raw['label'].isin(plumbing).sum()} Module._call_impl nodes before, \"\n"
-             "      f\"{folded['label'].isin(plumbing).sum()} after\")\n"
-             "modules = sorted(set(folded.loc[folded[\"file_line\"].str.startswith(\"<module>\"), \"label\"]))\n"
-             "print(f\"{len(modules)} module nodes, e.g.\", \", \".join(modules[:6]))"),
+             "print(f\"{len(raw):,} nodes with every frame, {len(folded):,} folded\")\n"
+             "named = folded.loc[folded[\"file_line\"].str.startswith(\"<module>\"), \"label\"]\n"
+             "modules = sorted({m for m in named if not m.startswith(\"backward of \")})\n"
+             "backward = sorted({m for m in named if m.startswith(\"backward of \")})\n"
+             "print(f\"{len(modules)} module nodes, e.g.\", \", \".join(modules[:6]))\n"
+             "print(f\"{len(backward)} backward nodes, e.g.\", \", \".join(backward[:4]))"),
         code("step.flame()"),
     ]
     for c in out:

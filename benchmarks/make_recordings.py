@@ -25,7 +25,7 @@ def _recorded_on() -> str:
     return f"{name}, driver {driver}, {dt.date.today().isoformat()}"
 
 
-def resnet_inference_churn() -> None:
+def resnet_inference_churn():
     """A torchvision ResNet-18 inference loop whose batch size changes every step, so the
     caching allocator keeps growing and reusing blocks."""
     import torch
@@ -46,9 +46,10 @@ def resnet_inference_churn() -> None:
                     top5 = logits.softmax(-1).topk(5).indices.cpu()
     del top5
     torch.cuda.synchronize()
+    return model
 
 
-def mlp_training() -> None:
+def mlp_training():
     """A small MLP trained for a few steps with AdamW: forward, backward (from autograd's own
     thread), optimiser kernels."""
     import torch
@@ -67,12 +68,13 @@ def mlp_training() -> None:
             loss.backward()
             optimiser.step()
     torch.cuda.synchronize()
+    return model
 
 
-def transformer_training() -> None:
+def transformer_training():
     """A torch.nn.TransformerEncoderLayer (d_model 512, 8 heads, fp16, batch 8, sequence 512)
     trained for two steps with SGD: forward, backward on autograd's engine thread (attributed to
-    the line that called backward() and to each module's backward), optimiser kernels."""
+    the line that called backward() and to each module's or op's backward), optimiser kernels."""
     import torch
 
     import hookmagic
@@ -88,6 +90,7 @@ def transformer_training() -> None:
             loss.backward()
             optimiser.step()
     torch.cuda.synchronize()
+    return layer
 
 
 def cupy_pipeline() -> None:
@@ -146,7 +149,10 @@ def main() -> int:
         work()  # warm up: module loading and cuBLAS/cuFFT plans outside the recording
         _release_cached_memory()  # so the recording shows the allocator growing again
         with hookmagic.capture(label=name, allocator_history=True) as trace:
-            work()
+            # the model it returns is alive here when the capture ends: stacks name its modules
+            # by their qualified names (a model already gone is named by classes only)
+            model = work()
+        del model
         trace.meta["recorded_on"] = recorded_on
         trace.meta["description"] = (work.__doc__ or "").strip().replace("\n", " ")
         trace.meta["host"] = "gpu-machine"

@@ -59,7 +59,7 @@ class CudaHookMagics(Magics, Configurable):
               help="Do not record Python stacks.")
     @argument("--no-module-names", dest="module_names", action="store_false", default=None,
               help="Keep torch's Module._call_impl frames instead of naming the modules "
-              "(and backward kernels' 'backward of <op>' frames).")
+              "(and backward kernels' 'backward of <module/op>' frames).")
     @argument("--api", dest="api", action="store_true", default=None,
               help="Also record CUDA runtime and driver API calls.")
     @argument("--no-memory", dest="memory", action="store_false", default=None,

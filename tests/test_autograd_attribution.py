@@ -52,7 +52,7 @@ def test_nothing_is_wrapped_without_torch(monkeypatch):
     assert autograd.install(native) is None
 
 
-# -- "backward of <op>" on a real (CPU) autograd graph -----------------------------------------
+# -- "backward of <module/op>" on a real (CPU) autograd graph -----------------------------------------
 
 def _real_torch():
     return pytest.importorskip("torch")
@@ -132,9 +132,14 @@ def test_each_node_backward_opens_a_backward_of_op_range(native_ranges):
     ops = [r for r in records if r.source == "module_backward"]
     assert len(outer) == 1
     assert all(r.parent_id == outer[0].range_id and r.name.startswith("backward of ") for r in ops)
-    # every node ran once (each in the graph has a gradient to pass on here)
-    assert sorted(r.name for r in ops) == sorted(f"backward of {autograd.op_label(n)}" for n in reference)
-    assert {"backward of addmm", "backward of native_layer_norm"} <= {r.name for r in ops}
+    # every node ran once (each in the graph has a gradient to pass on here); the layer is a
+    # local of this function, which called backward(): its parameters' nodes name its modules
+    from hookmagic.cupti.modules import parameter_owners
+
+    owners = parameter_owners([{"layer": layer}])
+    assert sorted(r.name for r in ops) == sorted(
+        f"backward of {autograd.parameter_owner(n, owners) or autograd.op_label(n)}" for n in reference)
+    assert {"backward of relu", "backward of linear1 (Linear)"} <= {r.name for r in ops}
     RECORDER.start()
     loss.backward()  # outside the capture: the hooks are gone
     assert [r for r in RECORDER.stop() if r.source == "module_backward"] == []
@@ -150,3 +155,63 @@ def test_without_labels_no_node_is_hooked(native_ranges):
     finally:
         undo()
     assert [r.name for r in RECORDER.stop()] == ["backward"]
+
+
+def test_parameter_owners_are_named_as_named_parameters_says():
+    torch = _real_torch()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.LayerNorm(4)))
+    from hookmagic.cupti.modules import parameter_owners
+
+    expected = {}
+    for name, p in model.named_parameters():
+        owner = name.rsplit(".", 1)[0]
+        expected[id(p)] = f"{owner} ({type(model.get_submodule(owner)).__name__})"
+    # the inner Sequential is held too, but names come from the outermost module holding it
+    assert parameter_owners([{"model": model, "inner": model[1]}]) == expected
+    assert parameter_owners([{"nothing": 1}]) == {}
+
+
+def test_nodes_of_module_parameters_are_named_by_their_module(native_ranges):
+    """A Linear's addmm and its parameters' AccumulateGrad open "backward of linear1 (Linear)";
+    parameterless ops keep their op name."""
+    torch = _real_torch()
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    loss = layer(torch.randn(2, 5, 32)).square().mean()
+    reference = _graph_reference(loss.grad_fn)
+    RECORDER.start()
+    undo = autograd.install(native, namespaces=lambda: [{"layer": layer}])
+    try:
+        loss.backward()
+    finally:
+        undo()
+    names = [r.name for r in RECORDER.stop() if r.source == "module_backward"]
+    assert len(names) == len(reference)
+    # independent reference: the AccumulateGrad of each parameter, from named_parameters()
+    for pname in ("linear1.weight", "linear1.bias", "norm2.weight"):
+        owner = pname.rsplit(".", 1)[0]
+        label = f"backward of {owner} ({type(layer.get_submodule(owner)).__name__})"
+        assert label in names, (label, sorted(set(names)))
+    weight = layer.linear1.weight
+    grad_acc = weight.view_as(weight).grad_fn.next_functions[0][0]
+    assert autograd.parameter_owner(grad_acc, {id(weight): "linear1 (Linear)"}) == "linear1 (Linear)"
+    assert names.count("backward of linear1 (Linear)") == 4  # addmm, t, weight and bias
+    assert {"backward of relu", "backward of safe_softmax"} <= set(names)
+
+
+def test_the_model_is_found_in_the_code_calling_backward(native_ranges):
+    """The model is a local of the function that calls backward(), not of the capture's
+    namespaces: the node names still come from its modules."""
+    torch = _real_torch()
+
+    def train_step():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        model(torch.randn(2, 4)).sum().backward()
+
+    RECORDER.start()
+    undo = autograd.install(native, namespaces=lambda: [])
+    try:
+        train_step()
+    finally:
+        undo()
+    names = {r.name for r in RECORDER.stop() if r.source == "module_backward"}
+    assert {"backward of 0 (Linear)", "backward of relu"} <= names, names

@@ -1,95 +1,57 @@
-"""Module paths in stacks (hookmagic.cupti.modules.module_stacks) on synthetic tables: each
-Module._call_impl frame the native walker tied to a module becomes a frame naming that module;
-the plumbing frames of those stacks go; backward kernels get one more frame. The module
-addresses here are made up (synthetic): none is live, so every module is named by its class."""
+"""Backward frames (hookmagic.cupti.modules.module_stacks) on synthetic tables: kernels in a
+"backward of" range get their stack plus a frame naming that range, once per distinct stack
+and name; the count of kernels naming a module. The module frames themselves are written by
+the native interner (tests/test_module_frames.py)."""
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
-from hookmagic.cupti.modules import _CALL, _PLUMBING, MODULE_FILE, module_stacks
+from hookmagic.cupti.modules import MODULE_FILE, module_stacks
 
-TORCH = "/site/torch/nn/modules/module.py"
-# As the native walker names frames on Python >= 3.11 (co_qualname)...
-RAW = [("cell.py", "<module>", 3), (TORCH, "Module._wrapped_call_impl", 1), (TORCH, "Module._call_impl", 2),
-       ("resnet.py", "ResNet.forward", 10), (TORCH, "Module._wrapped_call_impl", 1),
-       (TORCH, "Module._call_impl", 2), (TORCH, "Module._call_impl.<locals>.inner", 3),
-       ("conv.py", "Conv2d.forward", 20), ("conv.py", "Conv2d._conv_forward", 21)]
-# ... and on 3.10 (co_name).
-RAW_310 = [(f, fn.rsplit(".", 1)[-1] if fn != "<module>" else fn, ln) for f, fn, ln in RAW]
-ADDRESSES = (0x7F0000001000, 0x7F0000002000)  # synthetic: no live object has these ids
+# A stack as the native session writes it with module names (synthetic)
+NAMED = [("cell.py", "<module>", 3), (MODULE_FILE, "ResNet", 0), ("resnet.py", "ResNet.forward", 10),
+         (MODULE_FILE, "layer1.0.conv1 (Conv2d)", 0), ("conv.py", "Conv2d.forward", 20)]
+PLAIN = [("cell.py", "<module>", 3), ("cell.py", "step", 7)]
 
 
-def test_the_frames_matched_are_the_ones_torch_has():
-    """Both spellings of torch's own call path are recognised (the first GPU run matched only
-    co_name, while the walker reports co_qualname, and no module was ever named)."""
-    torch = pytest.importorskip("torch")
-    for fn, names in ((torch.nn.Module._call_impl, _CALL), (torch.nn.Module._wrapped_call_impl, _PLUMBING)):
-        assert {fn.__code__.co_name, getattr(fn.__code__, "co_qualname", fn.__code__.co_name)} <= names
-    inner = next(c for c in torch.nn.Module._call_impl.__code__.co_consts
-                 if getattr(c, "co_name", None) == "inner")
-    assert getattr(inner, "co_qualname", "Module._call_impl.<locals>.inner") in _PLUMBING  # 3.10's plain "inner" is matched with torch's file
-    assert inner.co_filename.replace("\\", "/").endswith("torch/nn/modules/module.py")
-
-
-def _tables(raw: list = RAW, kernel_stacks=(0, 0)) -> tuple[dict[str, pd.DataFrame], dict]:
-    stacks = pd.DataFrame({"stack_id": 0, "depth": range(len(raw)),
-                           "filename": [f[0] for f in raw], "function": [f[1] for f in raw],
-                           "line": [f[2] for f in raw]})
-    calls = [d for d, f in enumerate(raw) if f[1] in _CALL]
-    stack_modules = {"stack_id": [0] * len(calls), "depth": calls, "module": list(ADDRESSES),
-                     "module_type": ["ResNet", "torch.nn.Conv2d"]}
-    kernels = pd.DataFrame({"stack_id": list(kernel_stacks), "range_id": -1})
-    return {"kernels": kernels, "stacks": stacks}, stack_modules
-
-
-@pytest.mark.parametrize("raw", [RAW, RAW_310], ids=["qualname", "py310"])
-def test_call_impl_frames_become_module_names(raw):
-    tables, stack_modules = _tables(raw)
-    assert module_stacks(tables, stack_modules) == 2
-    frames = tables["stacks"].sort_values("depth")
-    assert frames.depth.tolist() == list(range(len(frames)))
-    user = [(f, fn) for f, fn, _ in raw if f != TORCH]
-    # unresolvable addresses: class names only (tp_name's module prefix dropped)
-    assert list(zip(frames.filename, frames.function)) == [
-        user[0], (MODULE_FILE, "ResNet"), user[1], (MODULE_FILE, "Conv2d"), user[2], user[3]]
-    assert tables["kernels"].stack_id.tolist() == [0, 0]  # rewritten in place
-
-
-def test_stacks_without_module_frames_are_left_alone():
-    tables, _ = _tables()
-    before = tables["stacks"].copy()
-    assert module_stacks(tables, None) == 0
-    assert module_stacks(tables, {"stack_id": [], "depth": [], "module": [], "module_type": []}) == 0
-    pd.testing.assert_frame_equal(tables["stacks"], before)
+def _tables(kernel_stacks: list[int], kernel_ranges: list[int]) -> dict[str, pd.DataFrame]:
+    rows = [(sid, d, *f) for sid, frames in ((0, NAMED), (1, PLAIN)) for d, f in enumerate(frames)]
+    stacks = pd.DataFrame(rows, columns=["stack_id", "depth", "filename", "function", "line"])
+    kernels = pd.DataFrame({"stack_id": kernel_stacks, "range_id": kernel_ranges})
+    ranges = pd.DataFrame({"range_id": [5, 6, 7], "name": ["backward of addmm", "user",
+                                                           "backward of fc (Linear)"],
+                           "parent_id": -1, "source": ["module_backward", "hookmagic", "module_backward"]})
+    return {"kernels": kernels, "ranges": ranges, "stacks": stacks}
 
 
 def test_backward_kernels_get_a_backward_of_frame():
-    tables, stack_modules = _tables(kernel_stacks=(0,))
-    tables["kernels"] = pd.DataFrame({"stack_id": [0, 0, -1], "range_id": [5, 6, 5]})
-    tables["ranges"] = pd.DataFrame({"range_id": [5, 6], "name": ["backward of addmm", "user"],
-                                     "parent_id": [-1, -1], "source": ["module_backward", "hookmagic"]})
-    assert module_stacks(tables, stack_modules) == 2 + 1  # two named, one of them backward
-    backward_id = tables["kernels"].stack_id.iloc[0]
-    assert backward_id != 0 and tables["kernels"].stack_id.tolist()[1:] == [0, -1]
-    frames = tables["stacks"][tables["stacks"].stack_id == backward_id].sort_values("depth")
-    assert (frames.filename.iloc[-1], frames.function.iloc[-1]) == (MODULE_FILE, "backward of addmm")
-    assert (MODULE_FILE, "Conv2d") in set(zip(frames.filename, frames.function))
+    tables = _tables([1, 1, 0, -1], [5, 6, -1, 5])
+    assert module_stacks(tables) == 2  # the backward kernel and the kernel in a module
+    ids = tables["kernels"].stack_id.tolist()
+    assert ids[1:] == [1, 0, -1] and ids[0] not in (0, 1)
+    frames = tables["stacks"][tables["stacks"].stack_id == ids[0]].sort_values("depth")
+    assert list(zip(frames.filename, frames.function)) == [
+        (f, fn) for f, fn, _ in PLAIN] + [(MODULE_FILE, "backward of addmm")]
 
 
 def test_repeated_backward_kernels_share_one_stack():
-    """Twenty backward kernels of one stack and op give one new stack, not one per kernel
+    """Twenty backward kernels of one stack and name give one new stack, not one per kernel
     (building one per kernel made a ResNet-50 capture 40x slower on an H200)."""
-    tables, stack_modules = _tables(kernel_stacks=())
-    tables["kernels"] = pd.DataFrame({"stack_id": [0] * 20, "range_id": list(range(1, 21))})
-    tables["ranges"] = pd.DataFrame({"range_id": list(range(1, 21)), "name": "backward of mm",
-                                     "parent_id": -1, "source": "module_backward"})
-    assert module_stacks(tables, stack_modules) == 40
-    assert tables["kernels"].stack_id.nunique() == 1
-    assert tables["stacks"].stack_id.nunique() == 2  # the named stack and its backward copy
+    tables = _tables([1] * 20 + [1] * 5, [7] * 20 + [5] * 5)
+    assert module_stacks(tables) == 25
+    assert tables["kernels"].stack_id.nunique() == 2
+    assert tables["stacks"].stack_id.nunique() == 4  # the two stacks and two backward copies
+
+
+def test_without_backward_ranges_nothing_changes():
+    tables = _tables([0, 1, 0], [-1, -1, 6])
+    before = tables["stacks"].copy()
+    assert module_stacks(tables) == 2
+    pd.testing.assert_frame_equal(tables["stacks"], before)
+    del tables["ranges"]
+    assert module_stacks(tables) == 2
 
 
 def test_no_kernels_is_fine():
-    tables, stack_modules = _tables(kernel_stacks=())
-    assert module_stacks(tables, stack_modules) == 0
-    assert MODULE_FILE in set(tables["stacks"].filename)  # the stacks are named all the same
+    tables = _tables([], [])
+    assert module_stacks(tables) == 0

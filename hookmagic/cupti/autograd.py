@@ -11,11 +11,15 @@ caller's attribution applies to both.
 
 With ``label_nodes`` (module names on), each call also walks the autograd graph from its roots
 (``grad_fn``, ``next_functions``; at most :data:`MAX_NODES` nodes) and puts a pre-hook on every
-node; as a node's backward begins on an engine thread, the hook opens a "backward of <op>"
-range there (:func:`enter_module_backward`), which the node's kernels fall in. ``<op>`` is the
-forward op the node differentiates, from its name: ``AddmmBackward0`` -> ``addmm``,
-``NativeLayerNormBackward0`` -> ``native_layer_norm`` (:func:`op_label`). The hooks are removed
-when the call returns. Nothing runs in the forward.
+node; as a node's backward begins on an engine thread, the hook opens a "backward of ..."
+range there (:func:`enter_module_backward`), which the node's kernels fall in. A node that
+differentiates a module's parameter (its AccumulateGrad, or an op taking the parameter, e.g.
+the ``addmm`` of a Linear) is named by that module as forward stacks name it,
+``backward of linear1 (Linear)`` (:func:`parameter_owner`; modules found as for forward names,
+among the locals of the code calling backward() and its callers, then the capture's
+namespaces); any other node by the forward op it differentiates, from its
+name: ``ReluBackward0`` -> ``backward of relu`` (:func:`op_label`). The hooks are removed when
+the call returns. Nothing runs in the forward.
 """
 from __future__ import annotations
 
@@ -23,16 +27,17 @@ import functools
 import re
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 _NAMES = ("backward", "grad")
 #: Most autograd nodes labelled per backward() call (a ResNet-50 training step has ~500;
 #: beyond, kernels stay in the enclosing "backward" range).
 MAX_NODES = 50_000
+_CALLER_FRAMES = 12  # frames above backward() whose locals are searched for the model
 _BACKWARD_SUFFIX = re.compile(r"(.+?)Backward\d*")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
-# "backward of <op>" ranges open on engine threads: thread id -> (range id, label, start).
+# "backward of <module/op>" ranges open on engine threads: thread id -> (range id, label, start).
 _open: dict[int, tuple[int, str, int]] = {}
 _open_lock = threading.Lock()
 _backward_range = [-1]  # the innermost "backward" range of the current backward() call
@@ -104,20 +109,46 @@ def graph_nodes(roots: Any, max_nodes: int = MAX_NODES) -> Iterator[Any]:
             node = getattr(root, "node", None)  # torch.autograd.graph.GradientEdge
         if node is not None:
             pending.append(node)
-    seen: set[int] = set()
+    # Each node's Python object is held until the walk ends: torch makes them on demand and
+    # frees them with their last reference, so a freed one's id() could name another node.
+    seen: dict[int, Any] = {}
     while pending and len(seen) < max_nodes:
         node = pending.pop()
         if id(node) in seen:
             continue
-        seen.add(id(node))  # node objects are kept alive by the graph while it is walked
+        seen[id(node)] = node
         yield node
         for nxt, _ in getattr(node, "next_functions", ()):
             if nxt is not None and id(nxt) not in seen:
                 pending.append(nxt)
 
 
-def _label_graph(native: Any, roots: Any) -> list[Any]:
-    """A "backward of <op>" pre-hook on every node reachable from ``roots``; their handles."""
+def parameter_owner(node: Any, owners: Mapping[int, str]) -> str | None:
+    """The module whose parameter ``node`` differentiates: ``node`` is that parameter's
+    AccumulateGrad, or takes it as an input directly or through one single-input node (a
+    transpose, view or cast: ``addmm(bias, x, weight.t())``). ``owners``: ``id(parameter) ->
+    module label`` (:func:`hookmagic.cupti.modules.parameter_owners`). None if none."""
+    if not owners:
+        return None
+    variable = getattr(node, "variable", None)  # an AccumulateGrad node's leaf tensor
+    if variable is not None:
+        return owners.get(id(variable))
+    for nxt, _ in getattr(node, "next_functions", ()):
+        if nxt is None:
+            continue
+        variable = getattr(nxt, "variable", None)
+        if variable is None:
+            inputs = [n for n, _ in getattr(nxt, "next_functions", ()) if n is not None]
+            variable = getattr(inputs[0], "variable", None) if len(inputs) == 1 else None
+        owner = owners.get(id(variable)) if variable is not None else None
+        if owner is not None:
+            return owner
+    return None
+
+
+def _label_graph(native: Any, roots: Any, owners: Mapping[int, str]) -> list[Any]:
+    """A "backward of <module/op>" pre-hook on every node reachable from ``roots``; their
+    handles."""
     handles = []
     hooks: dict[str, Callable[..., None]] = {}
 
@@ -131,7 +162,7 @@ def _label_graph(native: Any, roots: Any) -> list[Any]:
 
     try:
         for node in graph_nodes(roots):
-            label = op_label(node)
+            label = parameter_owner(node, owners) or op_label(node)
             hook = hooks.get(label)
             if hook is None:
                 hook = hooks[label] = hook_for(label)
@@ -144,11 +175,15 @@ def _label_graph(native: Any, roots: Any) -> list[Any]:
     return handles
 
 
-def install(native: Any, label_nodes: bool = True) -> Callable[[], None] | None:
+def install(native: Any, label_nodes: bool = True,
+            namespaces: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+            ) -> Callable[[], None] | None:
     """Wrap torch.autograd's entry points for one capture; returns the undo, or None.
 
-    ``label_nodes``: also open a "backward of <op>" range as each autograd node's backward
-    begins (see the module docstring)."""
+    ``label_nodes``: also open a "backward of <module/op>" range as each autograd node's
+    backward begins (see the module docstring). The modules whose parameters name nodes are
+    found, at the first backward, among the locals of the code calling it and its callers, then
+    in ``namespaces()`` (the capture's)."""
     torch = sys.modules.get("torch")
     autograd = getattr(torch, "autograd", None) if torch is not None else None
     if autograd is None or not all(callable(getattr(autograd, n, None)) for n in _NAMES):
@@ -156,6 +191,25 @@ def install(native: Any, label_nodes: bool = True) -> Callable[[], None] | None:
     from hookmagic.cupti.ranges import range as hm_range
 
     originals = {name: getattr(autograd, name) for name in _NAMES}
+    owners: list[dict[int, str]] = []  # id(parameter) -> module label, made at the first call
+
+    def parameter_labels(caller: Any) -> dict[int, str]:
+        """Made at the first call: from the variables of the code calling backward() and its
+        callers (the model is often a local there), then the capture's namespaces."""
+        if not owners:
+            from hookmagic.cupti.modules import parameter_owners
+
+            try:
+                maps = []
+                for _ in range(_CALLER_FRAMES):
+                    if caller is None:
+                        break
+                    maps.append(caller.f_locals)
+                    caller = caller.f_back
+                owners.append(parameter_owners(maps + list(namespaces() if namespaces else ())))
+            except Exception:
+                owners.append({})
+        return owners[0]
 
     def wrap(name: str, original: Callable) -> Callable:
         root_arg = "tensors" if name == "backward" else "outputs"
@@ -165,7 +219,8 @@ def install(native: Any, label_nodes: bool = True) -> Callable[[], None] | None:
             with hm_range("backward") as outer:
                 handles = []
                 if label_nodes:
-                    handles = _label_graph(native, args[0] if args else kwargs.get(root_arg))
+                    handles = _label_graph(native, args[0] if args else kwargs.get(root_arg),
+                                           parameter_labels(sys._getframe(1)))
                 native.set_fallback(1)  # the caller's stack, without this frame
                 _backward_range[0] = outer._id
                 try:

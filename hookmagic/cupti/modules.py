@@ -1,26 +1,31 @@
 """Module paths in stacks: ``layer1.0.conv1 (Conv2d)`` instead of ``Module._call_impl`` frames.
 
 Nothing runs per module call. When a capture with stacks starts and torch is already imported,
-the native session is told which code object is ``torch.nn.Module._call_impl`` and where its
-``self`` lives (:func:`module_probe`); the stack walk that runs at each launch anyway then
-reads, from each such frame, the module being called (its address and a copy of its class
-name; the address is part of the frame's identity, so one call site under two modules is two
-stacks). When the capture ends, :func:`module_stacks` names those addresses without ever
-dereferencing one (the module may be gone and its address reused): it compares them with
-``id()`` of live modules found from the namespace that ran the capture (the notebook's, or
-the locals and globals of the frame holding the ``with``: modules there, one level into
-objects' attributes and functions' closures, and every submodule of those); only if some
-remain unknown, it looks through ``gc.get_objects()`` within :data:`GC_SCAN_BUDGET_S`. A
-module is named by its qualified name in the outermost module called in that stack (as
-``named_modules()`` names it) and its class; the outermost module by its class; a module that
-cannot be found by its class only. The k-th ``Module._call_impl`` frame becomes a frame
-naming the k-th module, and the ``_wrapped_call_impl`` / ``_call_impl.<locals>.inner``
-plumbing frames go. Torch's fast call path is kept: no global module hook is installed.
+the native session is told which code object is ``torch.nn.Module._call_impl``, where its
+``self`` lives, and which code objects are torch's call plumbing (:func:`module_probe`). The
+stack walk that runs at each launch anyway then reads, from each ``_call_impl`` frame, the
+module being called (its address and a copy of its class name; the address is part of the
+frame's identity, so one call site under two modules is two stacks) and leaves the
+``_wrapped_call_impl`` / ``_call_impl.<locals>.inner`` frames out. Torch keeps its fast call
+path: no global module hook is installed.
+
+When the capture ends, the session lists the distinct (outermost module on the stack, module,
+class) it saw, a few hundred for a ResNet-50, and :func:`combo_labels` names them without ever
+dereferencing an address (the module may be gone and its address reused): it compares them
+with ``id()`` of live modules found from the namespace that ran the capture (the notebook's,
+or the locals of the frame holding the ``with`` and of a few callers, then their globals:
+modules there, one level into
+objects' attributes, lists, dicts and functions' closures, and every submodule of those); only
+if some outermost module is still unknown, it looks through ``gc.get_objects()`` within
+:data:`GC_SCAN_BUDGET_S`. A module is named by its qualified name in the outermost module
+called on that stack (as ``named_modules()`` names it) and its class, the outermost module by
+its class, a module that cannot be found by its class only. The native session then writes
+each ``_call_impl`` frame as a ``<module>`` frame with that name, once per stack.
 
 ``CaptureOptions.module_names=False`` keeps the raw frames. Backward kernels (launched on
 autograd's engine threads, attributed to the caller of ``backward()``) get one more frame,
-``backward of <op>``, from the autograd node whose backward launched them
-(:mod:`hookmagic.cupti.autograd`).
+``backward of <module/op>``, from the autograd node whose backward launched them
+(:mod:`hookmagic.cupti.autograd`, :func:`module_stacks`).
 """
 from __future__ import annotations
 
@@ -33,94 +38,65 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-MODULE_FILE = "<module>"  # filename of the frames that name modules
-# The native stack walker names frames by co_qualname (Python >= 3.11: "Module._call_impl")
-# and by co_name on 3.10 ("_call_impl"); both spellings are matched.
-_PLUMBING = frozenset({"_wrapped_call_impl", "Module._wrapped_call_impl",
-                       "Module._call_impl.<locals>.inner"})
-_TORCH_MODULE_FILE = "torch/nn/modules/module.py"
-_CALL = frozenset({"_call_impl", "Module._call_impl"})
+MODULE_FILE = "<module>"  # filename of the frames that name modules (as the native session writes)
 #: Longest time spent looking through ``gc.get_objects()`` for modules the namespaces did not
 #: hold (about 60 ms for 340,000 objects with torch and torchvision imported, on 2 cores).
 GC_SCAN_BUDGET_S = 0.25
 
 
-def module_probe() -> tuple[Any, int] | None:
-    """``(code, slot)``: the code object of ``torch.nn.Module._call_impl`` and the index of its
-    ``self`` among the frame's fast locals, for the native walker; None if torch is not imported
-    (a capture never imports it) or ``_call_impl`` does not take ``self`` first."""
+def module_probe() -> tuple[Any, int, list[Any]] | None:
+    """``(code, slot, plumbing)`` for the native walker: the code object of
+    ``torch.nn.Module._call_impl``, the index of its ``self`` among the frame's fast locals,
+    and the code objects of the plumbing frames around it (``_wrapped_call_impl``,
+    ``_call_impl``'s nested ``inner``). None if torch is not imported (a capture never imports
+    it) or ``_call_impl`` does not take ``self`` first."""
     torch = sys.modules.get("torch")
     module_cls = getattr(getattr(torch, "nn", None), "Module", None)
     code = getattr(getattr(module_cls, "_call_impl", None), "__code__", None)
     if not isinstance(code, types.CodeType) or code.co_argcount < 1 or code.co_varnames[0] != "self":
         return None
+    plumbing = [c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == "inner"]
+    wrapped = getattr(getattr(module_cls, "_wrapped_call_impl", None), "__code__", None)
+    if isinstance(wrapped, types.CodeType):
+        plumbing.append(wrapped)
     if sys.version_info >= (3, 11) or "self" not in code.co_cellvars:
-        return code, 0  # 3.11+: an argument's cell replaces it in its own slot (MAKE_CELL)
-    return code, code.co_nlocals + code.co_cellvars.index("self")  # 3.10: cells follow locals
+        return code, 0, plumbing[:4]  # 3.11+: an argument's cell takes its own slot (MAKE_CELL)
+    return code, code.co_nlocals + code.co_cellvars.index("self"), plumbing[:4]  # 3.10: after locals
 
 
-def module_stacks(tables: dict[str, pd.DataFrame], stack_modules: Mapping[str, Any] | None = None,
-                  namespaces: Iterable[Mapping[str, Any]] = ()) -> int:
-    """Rewrite ``tables["stacks"]`` in place to name their modules; returns how many kernels got
-    module frames.
-
-    ``stack_modules``: the native session's module frames (columns stack_id, depth, module,
-    module_type); their ``Module._call_impl`` frames become ``<module>`` frames named as the
-    module docstring says (:func:`module_labels`), and the plumbing frames of those stacks go.
-    ``namespaces``: where to look for the modules. Kernels in a "backward of" range (source
-    ``module_backward``) then get a copy of their stack with that range's name as one more frame
-    (one copy per distinct stack and name, not per kernel)."""
-    stacks, kernels = tables.get("stacks"), tables.get("kernels")
-    if stacks is None or not len(stacks):
-        return 0
-    named: set[int] = set()
-    if stack_modules is not None and len(stack_modules["stack_id"]):
-        labels = module_labels(stack_modules, namespaces)
-        stacks, named = _name_module_frames(stacks, labels)
-        tables["stacks"] = stacks
-    changed = 0
-    if kernels is not None and len(kernels):
-        if named:
-            changed = int(kernels["stack_id"].isin(list(named)).sum())
-        changed += _backward_frames(tables)
-    return changed
-
-
-def module_labels(stack_modules: Mapping[str, Any], namespaces: Iterable[Mapping[str, Any]] = (),
-                  *, gc_budget_s: float = GC_SCAN_BUDGET_S) -> pd.DataFrame:
-    """The label of each module frame the native walker recorded: columns stack_id, depth,
-    label.
-
-    Each stack's outermost module is found among live modules by ``id()`` (never by reading
-    the address) and its class name must match the one recorded; the others are named by their
-    qualified name in it (``layer1.0.conv1 (Conv2d)``), the outermost by its class (``ResNet``).
-    A module not found (freed, or in no namespace and beyond the gc budget) is named by its
-    class only."""
-    rows = pd.DataFrame({"stack_id": np.asarray(stack_modules["stack_id"], dtype=np.int64),
-                         "depth": np.asarray(stack_modules["depth"], dtype=np.int64),
-                         "module": np.asarray(stack_modules["module"], dtype=np.uint64),
-                         "module_type": [_short(t) for t in stack_modules["module_type"]]})
-    if not len(rows):
-        return pd.DataFrame({"stack_id": [], "depth": [], "label": []})
-    rows = rows.sort_values(["stack_id", "depth"], kind="stable")
-    first = rows.groupby("stack_id", sort=False)["module"].transform("first")
-    rows["root"] = first.to_numpy()
-    rows["outermost"] = ~rows["stack_id"].duplicated()
-    # One label per distinct (outermost module, module, class): twenty iterations of a model
-    # share them, and a stack per call site only repeats them.
-    combos = rows[["root", "module", "module_type", "outermost"]].drop_duplicates()
-    roots = dict(zip(combos.loc[combos["outermost"], "root"].tolist(),
-                     combos.loc[combos["outermost"], "module_type"].tolist()))
-    found = find_modules(roots, namespaces, gc_budget_s=gc_budget_s)
+def combo_labels(combos: Mapping[str, Any], namespaces: Iterable[Mapping[str, Any]] = (), *,
+                 gc_budget_s: float = GC_SCAN_BUDGET_S) -> list[str]:
+    """A name for each (root, module, module_type) row of ``combos`` (the native session's
+    ``module_combos()``): ``layer1.0.conv1 (Conv2d)``, the module's qualified name in ``root``
+    (the outermost module called on its stack) and its class; ``root`` itself by its class
+    (``ResNet``). The roots are found among live modules by ``id()`` and must have the class
+    recorded (:func:`find_modules`); a module not found, or whose class differs, is named by
+    its class only."""
+    roots = [int(r) for r in np.asarray(combos["root"], dtype=np.uint64).tolist()]
+    addrs = [int(m) for m in np.asarray(combos["module"], dtype=np.uint64).tolist()]
+    type_names = [_short(t) for t in combos["module_type"]]
+    wanted = {a: t for r, a, t in zip(roots, addrs, type_names) if r == a}
+    found = find_modules(wanted, namespaces, gc_budget_s=gc_budget_s)
     qualnames = {addr: _qualnames(module) for addr, module in found.items()}
-    text = []
-    for root, addr, type_name, outermost in combos.itertuples(index=False, name=None):
-        known = None if outermost else qualnames.get(root, {}).get(addr)
-        text.append(f"{known[0]} ({type_name})" if known and known[0] and known[1] == type_name
-                    else type_name)
-    combos = combos.assign(label=text)
-    labelled = rows.merge(combos, on=["root", "module", "module_type", "outermost"], how="left")
-    return labelled[["stack_id", "depth", "label"]]
+    labels = []
+    for root, addr, type_name in zip(roots, addrs, type_names):
+        known = qualnames.get(root, {}).get(addr) if addr != root else None
+        labels.append(f"{known[0]} ({type_name})" if known and known[0] and known[1] == type_name
+                      else type_name)
+    return labels
+
+
+def module_stacks(tables: dict[str, pd.DataFrame]) -> int:
+    """Kernels in a "backward of" range (source ``module_backward``) get a copy of their stack
+    with that range's name as one more frame (one copy per distinct stack and name, not per
+    kernel); returns how many kernels have a ``<module>`` frame (a module, or a backward)."""
+    stacks, kernels = tables.get("stacks"), tables.get("kernels")
+    if stacks is None or not len(stacks) or kernels is None or not len(kernels):
+        return 0
+    _backward_frames(tables)
+    stacks, kernels = tables["stacks"], tables["kernels"]
+    named = stacks.loc[(stacks["filename"] == MODULE_FILE).to_numpy(), "stack_id"].unique()
+    return int(kernels["stack_id"].isin(named).sum())
 
 
 def find_modules(wanted: Mapping[int, str], namespaces: Iterable[Mapping[str, Any]] = (), *,
@@ -157,6 +133,27 @@ def find_modules(wanted: Mapping[int, str], namespaces: Iterable[Mapping[str, An
         finally:
             del everything
     return found
+
+
+def parameter_owners(namespaces: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """``{id(parameter): "qualname (Class)"}`` for the parameters of the modules the namespaces
+    hold (found as :func:`find_modules` finds them), each named in the outermost of those
+    modules, the outermost itself by its class: the labels forward stacks give the same
+    modules. Empty if torch is not imported."""
+    module_cls = getattr(getattr(sys.modules.get("torch"), "nn", None), "Module", None)
+    if module_cls is None:
+        return {}
+    candidates = list(_namespace_modules(namespaces, module_cls))
+    inside = {id(sub) for c in candidates for sub in c.modules() if sub is not c}
+    owners: dict[int, str] = {}
+    for root in candidates:
+        if id(root) in inside:
+            continue
+        for qualname, sub in root.named_modules():
+            label = f"{qualname} ({type(sub).__name__})" if qualname else type(sub).__name__
+            for parameter in sub.parameters(recurse=False):
+                owners.setdefault(id(parameter), label)
+    return owners
 
 
 def _namespace_modules(namespaces: Iterable[Mapping[str, Any]], module_cls: type) -> Iterator[Any]:
@@ -227,33 +224,6 @@ def _qualnames(root: Any) -> dict[int, tuple[str, str]]:
 def _short(type_name: str) -> str:
     """A class name from ``tp_name`` (``module.Name`` for static types, ``Name`` otherwise)."""
     return type_name.rsplit(".", 1)[-1]
-
-
-def _name_module_frames(stacks: pd.DataFrame, labels: pd.DataFrame) -> tuple[pd.DataFrame, set[int]]:
-    """The stacks table with each labelled ``_call_impl`` frame renamed and the plumbing frames
-    of those stacks dropped, depths renumbered; and the ids of the stacks that changed."""
-    if not len(labels):
-        return stacks, set()
-    named = set(labels["stack_id"].tolist())
-    keys = {"stack_id": np.int64, "depth": np.int64}
-    merged = stacks.astype(keys).merge(labels.astype(keys), how="left", on=["stack_id", "depth"])
-    functions = merged["function"]
-    in_named = merged["stack_id"].isin(named).to_numpy()
-    labelled = merged["label"].notna().to_numpy() & functions.isin(_CALL).to_numpy()
-    inner = (functions == "inner").to_numpy()  # 3.10's name for _call_impl's nested function
-    if inner.any():
-        inner = inner & merged["filename"].astype(str).str.replace("\\", "/").str.endswith(
-            _TORCH_MODULE_FILE).to_numpy()
-    plumbing = in_named & (functions.isin(_PLUMBING).to_numpy() | inner)
-    mask = pd.Series(labelled, index=merged.index)
-    out = merged.assign(filename=merged["filename"].mask(mask, MODULE_FILE),
-                        function=functions.mask(mask, merged["label"]),
-                        line=merged["line"].mask(mask, 0))[list(stacks.columns)][~plumbing]
-    sid, depth = out["stack_id"].to_numpy(), out["depth"].to_numpy()
-    if len(out) > 1 and not ((np.diff(sid) > 0) | ((np.diff(sid) == 0) & (np.diff(depth) > 0))).all():
-        out = out.sort_values(["stack_id", "depth"], kind="stable")
-    out = out.assign(depth=out.groupby("stack_id", sort=False).cumcount())
-    return out.reset_index(drop=True).astype(stacks.dtypes.to_dict()), named
 
 
 def _backward_frames(tables: dict[str, pd.DataFrame]) -> int:

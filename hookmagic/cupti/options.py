@@ -54,7 +54,7 @@ class CaptureOptions:
         With ``stacks`` and torch in use: name the ``nn.Module`` each kernel was launched in
         (``layer1.0.conv1 (Conv2d)``, as ``named_modules()`` names it) in place of its
         ``Module._call_impl`` frames, read by the stack walk (no module hooks; see
-        :mod:`hookmagic.cupti.modules`), and backward kernels' ``backward of <op>``. False
+        :mod:`hookmagic.cupti.modules`), and backward kernels' ``backward of <module/op>``. False
         keeps the raw frames.
     sync_from_callbacks:
         Record synchronisation (stream/device/event/context synchronize, stream wait event)

@@ -25,7 +25,7 @@ class RangeRecord:
     thread: int
     depth: int
     parent_id: int
-    source: str = "hookmagic"  # "module_backward": a "backward of <op>" (hookmagic.cupti.autograd)
+    source: str = "hookmagic"  # "module_backward": a "backward of <module/op>" (hookmagic.cupti.autograd)
 
 
 class _Recorder:

@@ -27,6 +27,7 @@ _CUPTI_MULTIPLE_SUBSCRIBERS = 39
 _CUPTI_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_VIRTUALIZED = (33, 40)
 _warned: set[str] = set()
+_CALLER_FRAMES = 8  # frames, from the one holding the `with` up, whose variables name modules
 _lock = threading.Lock()  # one capture at a time in a process: CUPTI is process-wide
 
 
@@ -214,7 +215,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
         # Module frames: read by the stack walk itself, nothing per module call (no hooks).
         probe = modules.module_probe() if o.stacks and o.module_names else None
-        native.set_module_probe(*(probe or (None, 0)))
+        native.set_module_probe(*(probe or (None, 0, [])))
         holder = cupti_holder()
         try:
             # Only a dormant holder may share: an active tool (nsys, a sanitizer) owns the
@@ -236,7 +237,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if o.stacks and self._callbacks_active:
             from hookmagic.cupti import autograd
 
-            self._autograd_undo = autograd.install(native, label_nodes=o.module_names)
+            self._autograd_undo = autograd.install(native, label_nodes=o.module_names,
+                                                   namespaces=self._namespace_mappings)
         self._start_ns = native.timestamp()
         self._allocators = None
         if o.memory and o.allocator_history:
@@ -329,18 +331,26 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         stop_s = time.perf_counter() - t0
         allocator_parts = self._allocators.stop() if self._allocators else []
         ranges = pd.DataFrame([r.__dict__ for r in RECORDER.stop()])
+        t3 = time.perf_counter()
+        from hookmagic.cupti.modules import combo_labels, module_stacks
+
+        combos = native.module_combos()  # modules the stack walks saw, named before take()
+        if len(combos["module"]):
+            try:
+                native.set_module_labels(combo_labels(combos, self._take_namespaces()))
+            except Exception:  # names are a nicety: unnamed module frames keep their class
+                pass
+        module_names_s = time.perf_counter() - t3
         t1 = time.perf_counter()
         raw = native.take()
         take_s = time.perf_counter() - t1
         t2 = time.perf_counter()
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
         merge_into(tables, allocator_parts)
-        from hookmagic.cupti.modules import module_stacks
-
-        t3 = time.perf_counter()
-        module_kernels = module_stacks(tables, raw.get("stack_modules"), self._take_namespaces())
+        t4 = time.perf_counter()
+        module_kernels = module_stacks(tables)  # backward frames; kernels naming a module
         build_s = time.perf_counter() - t2
-        module_names_s = time.perf_counter() - t3  # part of build_s
+        module_names_s += time.perf_counter() - t4  # naming before take() + backward frames
         counters = raw["counters"]
         status = "complete"
         reason = ""
@@ -389,14 +399,32 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             "options": dict(self.options),
         }
 
-    def _take_namespaces(self) -> list:
-        """The mappings module names are looked up in (the frame reference is dropped)."""
-        where, self._namespaces = self._namespaces, None
+    def _namespace_mappings(self) -> list:
+        """The mappings module names are looked up in: the given ones (a notebook's namespace),
+        or the locals of the frame holding the ``with`` and of its callers (up to
+        ``_CALLER_FRAMES`` frames), then their globals."""
+        where = self._namespaces
         if where is None:
             return []
-        if isinstance(where, types.FrameType):
-            return [where.f_locals, where.f_globals]
-        return list(where)
+        if not isinstance(where, types.FrameType):
+            return list(where)
+        local_maps, global_maps, seen = [], [], set()
+        frame = where
+        for _ in range(_CALLER_FRAMES):
+            if frame is None:
+                break
+            local_maps.append(frame.f_locals)
+            if id(frame.f_globals) not in seen:
+                seen.add(id(frame.f_globals))
+                global_maps.append(frame.f_globals)
+            frame = frame.f_back
+        return local_maps + global_maps
+
+    def _take_namespaces(self) -> list:
+        """:meth:`_namespace_mappings`, then the frame reference is dropped."""
+        mappings = self._namespace_mappings()
+        self._namespaces = None
+        return mappings
 
     def _fill_unavailable(self, reason: str) -> None:
         from hookmagic.trace import Trace

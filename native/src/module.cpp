@@ -216,18 +216,39 @@ PYBIND11_MODULE(_native, m) {
     m.def("clear_fallback", [] { Session::instance().hooks.clear_fallback(); });
     m.def("set_backward_range", [](int64_t id) { Session::instance().hooks.set_backward_range(id); },
           "On this (engine) thread, until the next set_fallback(): launches belong to range `id`.");
-    // The module frames' code object is kept alive here while the session may read its frames.
-    static py::object* module_code = new py::object();  // lives until exit
-    m.def("set_module_probe", [](py::object code, int slot) {
+    // The module frames' code objects are kept alive here while the session may read frames.
+    static py::list* module_code = new py::list();  // lives until exit
+    m.def("set_module_probe", [](py::object code, int slot, std::vector<py::object> skip) {
+        std::vector<const void*> skip_codes;
+        for (auto& c : skip) skip_codes.push_back(c.ptr());
         const bool ok = Session::instance().stacks.set_module_probe(
-            code.is_none() ? nullptr : code.ptr(), slot);
-        *module_code = ok && !code.is_none() ? code : py::object();
+            code.is_none() ? nullptr : code.ptr(), slot, skip_codes);
+        *module_code = py::list();
+        if (ok && !code.is_none()) {
+            module_code->append(code);
+            for (auto& c : skip) module_code->append(c);
+        }
         return ok;
-    }, py::arg("code"), py::arg("slot") = 0,
+    }, py::arg("code"), py::arg("slot") = 0, py::arg("skip") = std::vector<py::object>{},
        "Frames running the code object `code` (torch.nn.Module._call_impl's) are module calls: "
-       "stack walks read the module from fast-local `slot` (its cell) and take() lists them in "
-       "'stack_modules'. None: no module frames. Set before start(); take() clears it. False "
-       "if `slot` is not one of the code's fast locals (nothing is read then).");
+       "stack walks read the module from fast-local `slot` (its cell) and leave out frames "
+       "running a code object in `skip` (at most 4: torch's call plumbing). None: no module "
+       "frames. Set before start(); take() clears it. False if `slot` is not one of the code's "
+       "fast locals (nothing is read then).");
+    m.def("module_combos", [] {
+        auto c = Session::instance().stacks.module_combos();
+        py::dict out;
+        out["root"] = to_numpy(c.root);
+        out["module"] = to_numpy(c.module);
+        out["module_type"] = py::cast(c.module_type);
+        return out;
+    }, "After stop(), before take(): each distinct (root: the outermost module on the stack, "
+       "module, module_type: its class name) of the module frames seen, as columns.");
+    m.def("set_module_labels", [](std::vector<std::string> labels) {
+        Session::instance().stacks.set_module_labels(std::move(labels));
+    }, py::arg("labels"),
+       "One name per row of module_combos(), in its order: take() writes each module frame as "
+       "('<module>', name, 0) ('' or no name: its class name).");
     m.def("enum_names", &enum_names);
     m.def("device_properties", &device_properties,
           "Properties of each visible GPU, if the process has already loaded the driver.");
@@ -353,15 +374,8 @@ PYBIND11_MODULE(_native, m) {
         st["function"] = py::cast(rows.function);
         st["line"] = to_numpy(rows.line);
         out["stacks"] = st;
-        // Module frames (set_module_probe): their module's address and class name.
-        py::dict sm;
-        sm["stack_id"] = to_numpy(rows.module_stack_id);
-        sm["depth"] = to_numpy(rows.module_depth);
-        sm["module"] = to_numpy(rows.module);
-        sm["module_type"] = py::cast(rows.module_type);
-        out["stack_modules"] = sm;
         s.stacks.clear();
-        *module_code = py::object();
+        *module_code = py::list();
         const auto& c = s.counters;
         py::dict counters;
         counters["records"] = c.records;

@@ -25,6 +25,14 @@ static const void* module_in_slot(PyObject* value) {
     return value;
 }
 
+/* Plumbing frames around module calls, left out of walks when module frames are read. */
+static int skipped(const hm_module_probe* probe, const void* code) {
+    if (!probe) return 0;
+    for (int i = 0; i < probe->n_skip && i < HM_MAX_SKIP; ++i)
+        if (probe->skip[i] == code) return 1;
+    return 0;
+}
+
 #if PY_VERSION_HEX >= 0x030B0000
 typedef _PyInterpreterFrame hm_iframe;
 
@@ -75,7 +83,7 @@ int hm_walk_current_thread(const void* boundary, const hm_module_probe* probe, h
         if ((const void*)f == boundary) break;
         if (_PyFrame_IsIncomplete(f)) continue; /* C-stack shims, frames still being set up */
         PyCodeObject* code = frame_code(f);
-        if (!code) continue;
+        if (!code || skipped(probe, code)) continue;
         out[n].code = code;
         out[n].addr = frame_addr(f, code);
         out[n].name_obj = code->co_qualname;
@@ -110,6 +118,7 @@ int hm_walk_current_thread(const void* boundary, const hm_module_probe* probe, h
     int n = 0;
     for (PyFrameObject* f = ts->frame; f && n < max; f = f->f_back) {
         if ((const void*)f == boundary) break;
+        if (skipped(probe, f->f_code)) continue;
         out[n].code = f->f_code;
         out[n].addr = f->f_lasti * (int)sizeof(_Py_CODEUNIT);
         out[n].name_obj = f->f_code->co_name;

@@ -23,13 +23,19 @@ typedef struct {
     const void* module;    /* `self` of a module frame (see hm_module_probe), else NULL */
 } hm_frame;
 
+#define HM_MAX_SKIP 4
+
 /* Which frames are nn.Module calls and where their `self` lives: the code object of
  * torch.nn.Module._call_impl and the index of `self` among its fast locals (localsplus on
  * 3.11+, f_localsplus on 3.10: a cell once MAKE_CELL ran, the raw object before). A NULL
- * code: no module frames. Set from Python, with the GIL, by hm_module_probe_check(). */
+ * code: no module frames. `skip`: code objects whose frames are left out of walks (torch's
+ * call plumbing around module calls: _wrapped_call_impl, _call_impl's nested `inner`).
+ * Checked from Python, with the GIL, by hm_module_probe_check(). */
 typedef struct {
     const void* code;
     int slot;
+    const void* skip[HM_MAX_SKIP];
+    int n_skip;
 } hm_module_probe;
 
 /* 1 if `slot` is a valid fast-local index of the code object `code` (borrowed). Needs the GIL. */
@@ -44,7 +50,8 @@ const void* hm_boundary_of(void* frame_object);
 /* Writes the calling thread's frames, innermost first, stopping before `boundary` or after
  * `max` frames; returns how many. 0 when the thread has no Python state. GIL not needed.
  * With `probe` (may be NULL), a frame running probe->code gets `module`: the object in its
- * slot (through its cell), read without touching reference counts. */
+ * slot (through its cell), read without touching reference counts; frames running one of
+ * probe->skip are left out. */
 int hm_walk_current_thread(const void* boundary, const hm_module_probe* probe, hm_frame* out,
                            int max);
 

@@ -1,5 +1,8 @@
 #include "python_stacks.h"
 
+#include <map>
+#include <tuple>
+
 #include "python_frames.h"
 
 namespace hookmagic {
@@ -31,12 +34,55 @@ void StackInterner::begin(void* boundary_frame, int max_depth) {
     max_depth_ = max_depth > 0 && max_depth < kMaxDepth ? max_depth : kMaxDepth;
 }
 
-bool StackInterner::set_module_probe(const void* code, int slot) {
+bool StackInterner::set_module_probe(const void* code, int slot,
+                                     const std::vector<const void*>& skip) {
     std::lock_guard<std::mutex> lock(mu_);
     const bool ok = code && hm_module_probe_check(code, slot);
     module_code_ = ok ? code : nullptr;
     module_slot_ = ok ? slot : 0;
+    skip_.clear();
+    if (ok)
+        for (const void* c : skip)
+            if (c && skip_.size() < HM_MAX_SKIP) skip_.push_back(c);
     return ok || !code;
+}
+
+void StackInterner::name_module_nodes() {
+    // Parents are interned before their children, so one pass in id order sees each node's
+    // outermost module (its root) already set on its parent.
+    std::vector<uint64_t> root(nodes_.size(), 0);
+    node_combo_.assign(nodes_.size(), -1);
+    std::map<std::tuple<uint64_t, uint64_t, std::string>, int32_t> index;
+    for (size_t i = 0; i < combos_.root.size(); ++i)
+        index.emplace(std::make_tuple(combos_.root[i], combos_.module[i], combos_.module_type[i]),
+                      static_cast<int32_t>(i));
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+        const Node& node = nodes_[n];
+        root[n] = node.parent >= 0 ? root[node.parent] : 0;
+        const Frame& f = frames_[node.frame];
+        if (!f.module) continue;
+        if (!root[n]) root[n] = f.module;
+        auto key = std::make_tuple(root[n], f.module, f.module_type);
+        auto it = index.find(key);
+        if (it == index.end()) {
+            it = index.emplace(key, static_cast<int32_t>(combos_.root.size())).first;
+            combos_.root.push_back(root[n]);
+            combos_.module.push_back(f.module);
+            combos_.module_type.push_back(f.module_type);
+        }
+        node_combo_[n] = it->second;
+    }
+}
+
+StackInterner::Combos StackInterner::module_combos() {
+    std::lock_guard<std::mutex> lock(mu_);
+    name_module_nodes();
+    return combos_;
+}
+
+void StackInterner::set_module_labels(std::vector<std::string> labels) {
+    std::lock_guard<std::mutex> lock(mu_);
+    labels_ = std::move(labels);
 }
 
 int32_t StackInterner::intern_node(int32_t parent, int32_t frame) {
@@ -52,7 +98,8 @@ int32_t StackInterner::intern_node(int32_t parent, int32_t frame) {
 
 int32_t StackInterner::sample(int skip_innermost) {
     hm_frame frames[kMaxDepth];
-    const hm_module_probe probe{module_code_, module_slot_};
+    hm_module_probe probe{module_code_, module_slot_, {nullptr}, 0};
+    for (const void* code : skip_) probe.skip[probe.n_skip++] = code;
     int depth = hm_walk_current_thread(boundary_, &probe, frames, max_depth_);
     if (skip_innermost < 0) skip_innermost = 0;
     if (depth <= skip_innermost) return -1;
@@ -89,27 +136,31 @@ int32_t StackInterner::sample(int skip_innermost) {
     return node;
 }
 
-StackInterner::Rows StackInterner::resolve() const {
+StackInterner::Rows StackInterner::resolve() {
     std::lock_guard<std::mutex> lock(mu_);
+    if (node_combo_.size() != nodes_.size()) name_module_nodes();
     Rows rows;
     std::vector<int32_t> chain;
+    static const std::string kModuleFile = "<module>";
     for (size_t n = 0; n < nodes_.size(); ++n) {
         chain.clear();
-        for (int32_t k = static_cast<int32_t>(n); k >= 0; k = nodes_[k].parent)
-            chain.push_back(nodes_[k].frame);
+        for (int32_t k = static_cast<int32_t>(n); k >= 0; k = nodes_[k].parent) chain.push_back(k);
         int32_t depth = 0;
         for (auto it = chain.rbegin(); it != chain.rend(); ++it, ++depth) {
-            const Frame& f = frames_[*it];
+            const Frame& f = frames_[nodes_[*it].frame];
             rows.stack_id.push_back(static_cast<int64_t>(n));
             rows.depth.push_back(depth);
-            rows.filename.push_back(f.file);
-            rows.function.push_back(f.function);
-            rows.line.push_back(f.line);
-            if (f.module) {
-                rows.module_stack_id.push_back(static_cast<int64_t>(n));
-                rows.module_depth.push_back(depth);
-                rows.module.push_back(f.module);
-                rows.module_type.push_back(f.module_type);
+            const int32_t combo = node_combo_[*it];
+            if (combo >= 0) {  // a module frame: named by Python's label, else its class
+                const bool labelled = static_cast<size_t>(combo) < labels_.size() &&
+                                      !labels_[combo].empty();
+                rows.filename.push_back(kModuleFile);
+                rows.function.push_back(labelled ? labels_[combo] : f.module_type);
+                rows.line.push_back(0);
+            } else {
+                rows.filename.push_back(f.file);
+                rows.function.push_back(f.function);
+                rows.line.push_back(f.line);
             }
         }
     }
@@ -126,6 +177,10 @@ void StackInterner::clear() {
     boundary_ = nullptr;
     module_code_ = nullptr;
     module_slot_ = 0;
+    skip_.clear();
+    combos_ = Combos{};
+    labels_.clear();
+    node_combo_.clear();
 }
 
 }  // namespace hookmagic

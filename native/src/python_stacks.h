@@ -27,9 +27,20 @@ public:
     // capture) are left out, so stacks begin with the user's own code. Needs the GIL.
     void begin(void* boundary_frame, int max_depth);
     // The code object whose frames are module calls and the fast-local slot of their `self`
-    // (null: none). The caller keeps `code` alive until clear(). Needs the GIL; false if the
+    // (null: none), and code objects whose frames are left out (torch's call plumbing; at most
+    // HM_MAX_SKIP). The caller keeps them alive until clear(). Needs the GIL; false if the
     // slot is not one of the code's fast locals (then no module frames are read).
-    bool set_module_probe(const void* code, int slot);
+    bool set_module_probe(const void* code, int slot, const std::vector<const void*>& skip = {});
+    // After the capture: each distinct (outermost module on the stack, module, its class) of
+    // the module frames seen, for Python to name (addresses are compared, never read).
+    struct Combos {
+        std::vector<uint64_t> root, module;
+        std::vector<std::string> module_type;
+    };
+    Combos module_combos();
+    // One label per combo of the last module_combos(), in its order: resolve() then writes each
+    // module frame as ("<module>", label, 0). Without labels a module frame is its class name.
+    void set_module_labels(std::vector<std::string> labels);
     // The calling thread's stack id, or -1 if it has no Python frames. Any thread, no GIL.
     // `skip_innermost` leaves out that many of the innermost frames (a wrapper's own).
     int32_t sample(int skip_innermost = 0);
@@ -39,13 +50,8 @@ public:
         std::vector<int32_t> depth;
         std::vector<std::string> filename, function;
         std::vector<int32_t> line;
-        // Module frames only: (stack, depth) -> module address and class name.
-        std::vector<int64_t> module_stack_id;
-        std::vector<int32_t> module_depth;
-        std::vector<uint64_t> module;
-        std::vector<std::string> module_type;
     };
-    Rows resolve() const;
+    Rows resolve();
     void clear();
 
 private:
@@ -60,12 +66,17 @@ private:
         int32_t frame;
     };
     int32_t intern_node(int32_t parent, int32_t frame);
+    void name_module_nodes();  // node_combo_ for every node; needs mu_ held
 
     mutable std::mutex mu_;
     const void* boundary_ = nullptr;
     int max_depth_ = 64;
     const void* module_code_ = nullptr;  // read by sample() on any thread; set between captures
     int module_slot_ = 0;
+    std::vector<const void*> skip_;
+    Combos combos_;
+    std::vector<std::string> labels_;     // one per combo, from Python
+    std::vector<int32_t> node_combo_;     // per node: its frame's combo, -1 if not a module frame
     std::vector<Frame> frames_;
     std::unordered_map<uint64_t, int32_t> frame_index_;  // hash of the frame's identity
     std::vector<Node> nodes_;

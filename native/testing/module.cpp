@@ -41,37 +41,44 @@ HM_EXPORTER(VmmTable, HM_VMM_COLUMNS)
 PYBIND11_MODULE(hookmagic_decoder_testing, m) {
     m.doc() = "The native CUPTI decoder on caller-given bytes, and the stack walker on the "
               "caller's own stack (tests only).";
-    m.def("sample_stack", [](py::object code, int slot, py::object boundary, int max_depth) {
-        // The real interner and walker (src/python_stacks.cpp, src/python_frames.c), as a
-        // launch callback runs them: on the calling thread, without the GIL.
-        hookmagic::StackInterner stacks;
-        if (!stacks.set_module_probe(code.is_none() ? nullptr : code.ptr(), slot))
-            throw py::value_error("slot is not one of the code object's fast locals");
-        stacks.begin(boundary.is_none() ? nullptr : boundary.ptr(), max_depth);
-        int32_t id;
-        {
-            py::gil_scoped_release release;
-            id = stacks.sample();
-        }
-        auto rows = stacks.resolve();
-        py::dict out;
-        out["id"] = id;
-        out["stack_id"] = rows.stack_id;
-        out["depth"] = rows.depth;
-        out["filename"] = rows.filename;
-        out["function"] = rows.function;
-        out["line"] = rows.line;
-        out["module_stack_id"] = rows.module_stack_id;
-        out["module_depth"] = rows.module_depth;
-        out["module"] = rows.module;
-        out["module_type"] = rows.module_type;
-        return out;
-    }, py::arg("code") = py::none(), py::arg("slot") = 0, py::arg("boundary") = py::none(),
-       py::arg("max_depth") = 64,
-       "The calling thread's stack as one capture's interner records it (stack_id, depth, "
-       "filename, function, line; module_stack_id/module_depth/module/module_type for frames "
-       "running `code`, "
-       "whose module is read from fast-local `slot`), walked with the GIL released.");
+    // The real interner and walker (src/python_stacks.cpp, src/python_frames.c), as a
+    // capture runs them: samples on the calling thread without the GIL, then names.
+    py::class_<hookmagic::StackInterner>(m, "StackInterner",
+        "One capture's stack interner (tests only): set_module_probe, sample, module_combos, "
+        "set_module_labels, resolve, as the native session calls them.")
+        .def(py::init<>())
+        .def("set_module_probe", [](hookmagic::StackInterner& self, py::object code, int slot,
+                                    std::vector<py::object> skip) {
+            std::vector<const void*> codes;
+            for (auto& c : skip) codes.push_back(c.ptr());
+            if (!self.set_module_probe(code.is_none() ? nullptr : code.ptr(), slot, codes))
+                throw py::value_error("slot is not one of the code object's fast locals");
+            self.begin(nullptr, 64);
+        }, py::arg("code"), py::arg("slot") = 0, py::arg("skip") = std::vector<py::object>{},
+           "The caller keeps `code` and `skip` alive while sampling.")
+        .def("sample", [](hookmagic::StackInterner& self) {
+            py::gil_scoped_release release;  // as a launch callback: without the GIL
+            return self.sample();
+        }, "The calling thread's stack id (-1: no frames).")
+        .def("module_combos", [](hookmagic::StackInterner& self) {
+            auto c = self.module_combos();
+            py::dict out;
+            out["root"] = c.root;
+            out["module"] = c.module;
+            out["module_type"] = c.module_type;
+            return out;
+        })
+        .def("set_module_labels", &hookmagic::StackInterner::set_module_labels)
+        .def("resolve", [](hookmagic::StackInterner& self) {
+            auto rows = self.resolve();
+            py::dict out;
+            out["stack_id"] = rows.stack_id;
+            out["depth"] = rows.depth;
+            out["filename"] = rows.filename;
+            out["function"] = rows.function;
+            out["line"] = rows.line;
+            return out;
+        });
     m.def("decode", [](py::buffer data, std::vector<uint64_t> offsets,
                        std::vector<std::string> names) {
         py::buffer_info info = data.request();
