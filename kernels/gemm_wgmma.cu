@@ -378,6 +378,24 @@ __device__ __forceinline__ void hm_gemm_wgmma(const HmTensorMap* tmA, const HmTe
                              wg - 1, m0, n0, C, bias, residual, M, N, act, vec);
 }
 
+// The persistent schedules' start: barriers made, then warpgroup 0 gives back registers and one of
+// its threads issues every TMA load of the block's tiles; true for the consumer warpgroups (which
+// take the registers), false for the producer, whose work is done when this returns.
+template <int B_KMAJOR, int STAGES>
+__device__ __forceinline__ bool hm_wg_persistent_roles(const HmTensorMap* tmA, const HmTensorMap* tmB,
+                                                       const HmWgSmem<STAGES>& sm, int tiles_m, int tiles_n,
+                                                       int ktiles) {
+  sm.init(2);
+  __syncthreads();
+  if (threadIdx.x / 128 == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
+    return false;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  return true;
+}
+
 // "persistent": gridDim.x blocks (one per SM) walk the tiles tile = blockIdx.x, += gridDim.x, with a
 // 3-stage ring and a separate 128 x 256 output tile in shared memory: the producer runs ahead into
 // the next tile while the consumers apply the epilogue in registers, write the tile as FP16/BF16
@@ -393,14 +411,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent(const HmTensorMap* tmA,
   const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
   const int ktiles = (K + WG_BK - 1) / WG_BK;
   const int wg = threadIdx.x / 128;
-  sm.init(2);
-  __syncthreads();
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, WG_PSTAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if (!hm_wg_persistent_roles<B_KMAJOR, WG_PSTAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles)) return;
   const int cw = wg - 1;
   const bool plain = !bias && !residual && act == 0;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
@@ -444,14 +455,7 @@ __device__ __forceinline__ void hm_gemm_wgmma_persistent4(const HmTensorMap* tmA
   const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN, ntiles = tiles_m * tiles_n;
   const int ktiles = (K + WG_BK - 1) / WG_BK;
   const int wg = threadIdx.x / 128;
-  sm.init(2);
-  __syncthreads();
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) hm_wg_produce_tiles<B_KMAJOR, WG_STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles);
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if (!hm_wg_persistent_roles<B_KMAJOR, WG_STAGES>(tmA, tmB, sm, tiles_m, tiles_n, ktiles)) return;
   const int cw = wg - 1;
   const bool plain = !bias && !residual && act == 0;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
@@ -549,77 +553,34 @@ __device__ __forceinline__ void hm_gemm_wgmma_c2(const HmTensorMap* tmA, const H
 }
 #endif  // HM_WGMMA_BODY
 
-#ifdef HM_WGMMA_BODY
-#define HM_WG_CALL(T, BK) hm_gemm_wgmma<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#define HM_WG_CALL_P(T, BK) hm_gemm_wgmma_persistent<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#define HM_WG_CALL_C2(T, BK) hm_gemm_wgmma_c2<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#define HM_WG_CALL_P4(T, BK) hm_gemm_wgmma_persistent4<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
-#else
-#define HM_WG_CALL_P4(T, BK) ((void)0)
-#define HM_WG_CALL_C2(T, BK) ((void)0)
-#define HM_WG_CALL(T, BK) ((void)0)
-#define HM_WG_CALL_P(T, BK) ((void)0)
-#endif
-
-// Entry points: gemm_wgmma_<dtype> takes B as K x N row-major; gemm_wgmma_<dtype>_bt as N x K row-major.
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_f16(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __half* C,
-    const __half* bias, const __half* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__half, 0);
-}
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_f16_bt(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __half* C,
-    const __half* bias, const __half* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__half, 1);
-}
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_bf16(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __nv_bfloat16* C,
-    const __nv_bfloat16* bias, const __nv_bfloat16* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__nv_bfloat16, 0);
-}
-extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) gemm_wgmma_bf16_bt(
-    const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, __nv_bfloat16* C,
-    const __nv_bfloat16* bias, const __nv_bfloat16* residual, int M, int N, int K, int act, int vec) {
-  HM_WG_CALL(__nv_bfloat16, 1);
-}
-
-// Persistent schedule (grid = one block per SM): gemm_wgmma_<dtype>_p and _bt_p.
-#define HM_WG_PERSISTENT_ENTRY(NAME, T, BK)                                                                     \
-  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
-      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
-      const T* residual, int M, int N, int K, int act, int vec) {                                             \
-    HM_WG_CALL_P(T, BK);                                                                                       \
-  }
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_p, __half, 0)
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_f16_bt_p, __half, 1)
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_p, __nv_bfloat16, 0)
-HM_WG_PERSISTENT_ENTRY(gemm_wgmma_bf16_bt_p, __nv_bfloat16, 1)
-
-// Clusters of 2 CTAs along M sharing B by multicast (grid = 2 x ceil(tiles_m / 2) x tiles_n): _c2.
+// Clusters of 2 CTAs along M sharing B by multicast need the cluster attribute on the entry point.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define HM_CLUSTER2 __cluster_dims__(2, 1, 1)
 #else
 #define HM_CLUSTER2
 #endif
-#define HM_WG_CLUSTER_ENTRY(NAME, T, BK)                                                                       \
-  extern "C" __global__ void HM_CLUSTER2 __launch_bounds__(WG_THREADS, 1) NAME(                 \
+// One entry point: NAME runs schedule FN for element type T; BK 0 takes B as K x N row-major, 1 as
+// N x K row-major (gemm_wgmma_<dtype>_bt...). Off sm_90a the bodies compile to empty stubs.
+#ifdef HM_WGMMA_BODY
+#define HM_WG_BODY(FN, T, BK) FN<T, BK>(&tmA, &tmB, C, bias, residual, M, N, K, act, vec)
+#else
+#define HM_WG_BODY(FN, T, BK) ((void)0)
+#endif
+#define HM_WG_ENTRY(NAME, FN, T, BK, ATTRS)                                                                   \
+  extern "C" __global__ void ATTRS __launch_bounds__(WG_THREADS, 1) NAME(                                     \
       const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
       const T* residual, int M, int N, int K, int act, int vec) {                                             \
-    HM_WG_CALL_C2(T, BK);                                                                                      \
+    HM_WG_BODY(FN, T, BK);                                                                                     \
   }
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_c2, __half, 0)
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_f16_bt_c2, __half, 1)
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_c2, __nv_bfloat16, 0)
-HM_WG_CLUSTER_ENTRY(gemm_wgmma_bf16_bt_c2, __nv_bfloat16, 1)
-
-// Persistent schedule with the 4-stage ring and per-warpgroup epilogues: _p4.
-#define HM_WG_P4_ENTRY(NAME, T, BK)                                                                           \
-  extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) NAME(                                           \
-      const __grid_constant__ HmTensorMap tmA, const __grid_constant__ HmTensorMap tmB, T* C, const T* bias,  \
-      const T* residual, int M, int N, int K, int act, int vec) {                                             \
-    HM_WG_CALL_P4(T, BK);                                                                                      \
-  }
-HM_WG_P4_ENTRY(gemm_wgmma_f16_p4, __half, 0)
-HM_WG_P4_ENTRY(gemm_wgmma_f16_bt_p4, __half, 1)
-HM_WG_P4_ENTRY(gemm_wgmma_bf16_p4, __nv_bfloat16, 0)
-HM_WG_P4_ENTRY(gemm_wgmma_bf16_bt_p4, __nv_bfloat16, 1)
+// Each schedule for FP16 and BF16, both layouts of B: "tiles" (one block per tile, no suffix),
+// "persistent" (_p, one block per SM), clusters of 2 (_c2, grid 2 x ceil(tiles_m / 2) x tiles_n) and
+// "persistent4" (_p4, 4-stage ring and per-warpgroup epilogues).
+#define HM_WG_SCHEDULE(SUFFIX, FN, ATTRS)                                                                     \
+  HM_WG_ENTRY(gemm_wgmma_f16##SUFFIX, FN, __half, 0, ATTRS)                                                   \
+  HM_WG_ENTRY(gemm_wgmma_f16_bt##SUFFIX, FN, __half, 1, ATTRS)                                                \
+  HM_WG_ENTRY(gemm_wgmma_bf16##SUFFIX, FN, __nv_bfloat16, 0, ATTRS)                                           \
+  HM_WG_ENTRY(gemm_wgmma_bf16_bt##SUFFIX, FN, __nv_bfloat16, 1, ATTRS)
+HM_WG_SCHEDULE(, hm_gemm_wgmma, )
+HM_WG_SCHEDULE(_p, hm_gemm_wgmma_persistent, )
+HM_WG_SCHEDULE(_c2, hm_gemm_wgmma_c2, HM_CLUSTER2)
+HM_WG_SCHEDULE(_p4, hm_gemm_wgmma_persistent4, )

@@ -208,34 +208,22 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
   }
 }
 
-#define HM_PREPROCESS(SUFFIX, T)                                                                               \
-  extern "C" __global__ void __launch_bounds__(256) preprocess_##SUFFIX(                                       \
-      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
-      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
-      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
-      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
+// The three kernels of a type share one parameter list (the host passes the same arguments to each).
+#define HM_PP_PARAMS(T)                                                                                        \
+  const unsigned char *base, const unsigned long long *ptrs, long long frame_stride, int pitch, int in_h,       \
+      int in_w, int fmt, T *out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,    \
+      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,       \
+      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu
+#define HM_PP_ENTRY(NAME, T, BODY)                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) NAME(HM_PP_PARAMS(T)) {                                    \
     PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
-    hm_preprocess<T>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y,  \
-                     box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);           \
-  }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(256) preprocess4_##SUFFIX(                                      \
-      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
-      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
-      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
-      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
-    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
-    hm_preprocess4<T, 4>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x,     \
-                         box_y, box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);   \
-  }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(256) preprocess1w_##SUFFIX(                                     \
-      const unsigned char* base, const unsigned long long* ptrs, long long frame_stride, int pitch, int in_h,    \
-      int in_w, int fmt, T* out, int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w, int box_h,     \
-      float scale_x, float scale_y, float a0, float a1, float a2, float b0, float b1, float b2, float p0,        \
-      float p1, float p2, int swap, float cy, float y0, float crv, float cgu, float cgv, float cbu) {            \
-    PPColor col = {cy, y0, crv, cgu, cgv, cbu};                                                                \
-    hm_preprocess4<T, 1>(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x,     \
-                         box_y, box_w, box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);   \
+    BODY(base, ptrs, frame_stride, pitch, in_h, in_w, fmt, out, out_h, out_w, nhwc, box_x, box_y, box_w,       \
+         box_h, scale_x, scale_y, a0, a1, a2, b0, b1, b2, p0, p1, p2, swap, col);                              \
   }
+#define HM_PREPROCESS(SUFFIX, T)                                                                               \
+  HM_PP_ENTRY(preprocess_##SUFFIX, T, hm_preprocess<T>)                                                        \
+  HM_PP_ENTRY(preprocess4_##SUFFIX, T, (hm_preprocess4<T, 4>))                                                 \
+  HM_PP_ENTRY(preprocess1w_##SUFFIX, T, (hm_preprocess4<T, 1>))
 
 HM_PREPROCESS(f32, float)
 HM_PREPROCESS(f16, __half)

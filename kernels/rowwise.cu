@@ -297,25 +297,10 @@ __device__ __forceinline__ void hm_cp_wait() {
 }
 
 // Visit the thread's vectors of the row: register slots i < K (vector i*g + t), then, with
-// SM, shared-memory slots j < s (vector (K + j)*g + t, kept at sm[j*g + t]).
+// SM, shared-memory slots j < s (vector (K + j)*g + t, kept at sm[j*g + t]). The visitor gets
+// each vector by reference and may replace it (softmax's exp-once pass does).
 template <int K, bool SM, typename F>
-__device__ __forceinline__ void hm_each(const uint4 (&raw)[K], const uint4* sm, int s, int g, int t, int nvec, F f) {
-#pragma unroll
-  for (int i = 0; i < K; ++i) {
-    const int v = i * g + t;
-    if (v < nvec) f(v, raw[i]);
-  }
-  if (SM) {
-    for (int j = 0; j < s; ++j) {
-      const int v = (K + j) * g + t;
-      if (v < nvec) f(v, sm[j * g + t]);
-    }
-  }
-}
-
-// As hm_each, with the vectors writable (the visitor may replace them).
-template <int K, bool SM, typename F>
-__device__ __forceinline__ void hm_each_mut(uint4 (&raw)[K], uint4* sm, int s, int g, int t, int nvec, F f) {
+__device__ __forceinline__ void hm_each(uint4 (&raw)[K], uint4* sm, int s, int g, int t, int nvec, F f) {
 #pragma unroll
   for (int i = 0; i < K; ++i) {
     const int v = i * g + t;
@@ -382,7 +367,7 @@ __device__ __forceinline__ void hm_row_reg(const T* __restrict__ x, const T* __r
       } else {  // 16-bit storage: exp once; the held row is replaced by exp(x - max) in the storage type
         // (one more rounding of a value the output rounds to that type anyway: within one unit of
         // the output's rounding), which halves the exp work of this MUFU-heavy kernel
-        hm_each_mut<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, uint4& q) {
+        hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int, uint4& q) {
           float f[NV];
           hm_unpack<T>(q, f);
 #pragma unroll

@@ -22,8 +22,11 @@ def test_sweep_runs_every_setting_and_records_errors():
     def build(batch, workers):
         if batch == 3 and workers == 2:
             raise RuntimeError("synthetic: unsupported setting")
+        # infer sleeps 4 ms a batch + 1 ms a frame (70-150 ms a run): busy well past SATURATED even
+        # when a loaded 2-core CI machine is slow to schedule the reader (with 1 + 0.1 ms the run's
+        # span was mostly thread start-up there and the analysis rightly said the source paced it)
         return Pipeline([Stage("pre", lambda x: x, workers=workers),
-                         Stage("infer", _infer(1.0, 0.1), batch=batch)], queue_size=8)
+                         Stage("infer", _infer(4.0, 1.0), batch=batch)], queue_size=8)
 
     table = sweep(build, {"batch": [1, 3], "workers": [1, 2]}, source=lambda: range(30),
                   progress=False)

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "benchmarks" / "results" / "sched_fidelity_runs"
 RUNS = STORED / "2026-11-25_h100"
 RUNS2 = STORED / "2026-11-26_h100"  # calibration format 2, H100, 2026-11-26 01:45 UTC
+RUNS3 = STORED / "2026-11-26_0444_h200"  # frozen model, H200, 04:44 UTC (--compact, clock-corrected)
 
 
 def _bench():
@@ -22,7 +23,7 @@ def _bench():
     return mod
 
 
-@pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2"])
+@pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2", RUNS3 / "run1"])
 def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
     bench = _bench()
     bench.replay_run(run, tmp_path)
@@ -33,6 +34,10 @@ def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
                 "slo_real_pct"):
         assert got[col].to_numpy() == pytest.approx(want[col].to_numpy(), rel=1e-9), col
     assert got["ok"].tolist() == want["ok"].tolist()
+    if (run / "fidelity_refined.csv").exists():  # the diagnostic with the run's own host times
+        a, b = pd.read_csv(tmp_path / "fidelity_refined.csv"), pd.read_csv(run / "fidelity_refined.csv")
+        assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
+        assert a["ok"].tolist() == b["ok"].tolist()
 
 
 def test_scenarios_are_the_same_workload_in_every_process():
