@@ -53,6 +53,23 @@ def torch_preprocess_chains(frames) -> tuple[Callable, Callable]:
     return chain, chain_letterbox
 
 
+def reduction_inputs():
+    """The row-reduction cases both benches time, checked once: yields (rows, cols, dtype name,
+    x, bytes moved, row_sum within tolerance of torch, its max error, row_max equal to torch)."""
+    import torch
+
+    import hookmagic.kernels as hk
+
+    for r, c, dtype in ((4096, 4096, torch.float16), (256, 65536, torch.float32), (65536, 256, torch.float16)):
+        x = torch.randn(r, c, device="cuda", dtype=dtype)
+        nb = x.numel() * x.element_size() + r * x.element_size()
+        err = (hk.row_sum(x).float() - x.sum(-1).float()).abs().max().item()
+        tol = 1e-2 * math.sqrt(c) if dtype == torch.float16 else 1e-4 * math.sqrt(c)
+        yield (r, c, str(dtype).removeprefix("torch."), x, nb, err <= tol, err,
+               torch.equal(hk.row_max(x), x.amax(-1)))
+        del x
+
+
 def infer_rows(timer: Callable) -> list[dict]:
     import torch
     F = torch.nn.functional
@@ -109,18 +126,12 @@ def infer_rows(timer: Callable) -> list[dict]:
         _case(rows, timer, label, "GB/s", nb, {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay),
                                                "torch contiguous()": ref, "copy (same bytes)": _copy(nb)}, ok, 0.0)
         del x
-    for r, c, dtype in ((4096, 4096, torch.float16), (256, 65536, torch.float32), (65536, 256, torch.float16)):
-        x = torch.randn(r, c, device="cuda", dtype=dtype)
-        nb = x.numel() * x.element_size() + r * x.element_size()
-        d = str(dtype).removeprefix("torch.")
-        err = (hk.row_sum(x).float() - x.sum(-1).float()).abs().max().item()
-        tol = 1e-2 * math.sqrt(c) if dtype == torch.float16 else 1e-4 * math.sqrt(c)
+    for r, c, d, x, nb, sum_ok, sum_err, max_ok in reduction_inputs():
         _case(rows, timer, f"row_sum {r}x{c} {d}", "GB/s", nb, {"hookmagic": lambda x=x: hk.row_sum(x),
                                                                  "torch sum(-1)": lambda x=x: x.sum(-1),
-                                                                 "copy (same bytes)": _copy(nb)}, err <= tol, err)
-        ok = torch.equal(hk.row_max(x), x.amax(-1))
+                                                                 "copy (same bytes)": _copy(nb)}, sum_ok, sum_err)
         _case(rows, timer, f"row_max {r}x{c} {d}", "GB/s", nb, {"hookmagic": lambda x=x: hk.row_max(x),
-                                                                 "torch amax(-1)": lambda x=x: x.amax(-1)}, ok, 0.0)
+                                                                 "torch amax(-1)": lambda x=x: x.amax(-1)}, max_ok, 0.0)
         del x
 
     # --- attention: seq 4096, FP16, causal and not ----------------------------------------------------

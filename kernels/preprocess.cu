@@ -24,6 +24,33 @@ struct PPColor {  // limited/full-range YUV -> RGB: R = cy (Y - y0) + crv (V - 1
   float cy, y0, crv, cgu, cgv, cbu;
 };
 
+// Bilinear blend of the four taps, then normalise: output channel c from frame channel s (swapped
+// for BGR <-> RGB), r[c] = blend * a[c] + b[c].
+__device__ __forceinline__ void pp_blend(const float* v00, const float* v01, const float* v10, const float* v11,
+                                         float lx0, float lx1, float ly0, float ly1, int swap, const float* a,
+                                         const float* bb, float* r) {
+#pragma unroll
+  for (int c = 0; c < 3; ++c) {
+    const int s = swap ? 2 - c : c;
+    const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
+    r[c] = v * a[c] + bb[c];
+  }
+}
+
+// One output pixel's three channels, NHWC or NCHW.
+template <typename T>
+__device__ __forceinline__ void pp_store(T* out, int b, int oy, int ox, int out_h, int out_w, int nhwc,
+                                         const float* r) {
+  if (nhwc) {
+    T* o = out + (((size_t)b * out_h + oy) * out_w + ox) * 3;
+    pp_st(o, r[0]); pp_st(o + 1, r[1]); pp_st(o + 2, r[2]);
+  } else {
+    const size_t plane = (size_t)out_h * out_w;
+    T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox;
+    pp_st(o, r[0]); pp_st(o + plane, r[1]); pp_st(o + 2 * plane, r[2]);
+  }
+}
+
 // The three channels (in the frame's own order: RGB or BGR; NV12 gives RGB) of pixel (x, y).
 __device__ __forceinline__ void pp_pixel(const unsigned char* __restrict__ f, int pitch, int in_h, int x, int y,
                                          int fmt, const PPColor& col, float* v) {
@@ -77,21 +104,9 @@ __device__ __forceinline__ void hm_preprocess(const unsigned char* __restrict__ 
     pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v10);
     pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v11);
     const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
-#pragma unroll
-    for (int c = 0; c < 3; ++c) {
-      const int s = swap ? 2 - c : c;  // output channel c comes from frame channel s
-      const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
-      r[c] = v * a[c] + bb[c];
-    }
+    pp_blend(v00, v01, v10, v11, lx0, lx1, ly0, ly1, swap, a, bb, r);
   }
-  if (nhwc) {
-    T* o = out + (((size_t)b * out_h + oy) * out_w + ox) * 3;
-    pp_st(o, r[0]); pp_st(o + 1, r[1]); pp_st(o + 2, r[2]);
-  } else {
-    const size_t plane = (size_t)out_h * out_w;
-    T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox;
-    pp_st(o, r[0]); pp_st(o + plane, r[1]); pp_st(o + 2 * plane, r[2]);
-  }
+  pp_store(out, b, oy, ox, out_h, out_w, nhwc, r);
 }
 
 // ---- PX (1 or 4) output pixels per thread, lane-interleaved ----
@@ -173,7 +188,6 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
     ly0 = 1.f - ly1;
   }
   const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
-  const size_t plane = (size_t)out_h * out_w;
 #pragma unroll
   for (int i = 0; i < PX; ++i) {
     const int ox = oxb + 32 * i;
@@ -191,20 +205,9 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
       float v00[3], v01[3], v10[3], v11[3];
       pp_pair(f, pitch, in_h, in_w, x0, x1, y0, fmt, col, v00, v01);
       pp_pair(f, pitch, in_h, in_w, x0, x1, y1, fmt, col, v10, v11);
-#pragma unroll
-      for (int c = 0; c < 3; ++c) {
-        const int s = swap ? 2 - c : c;
-        const float v = ly0 * (lx0 * v00[s] + lx1 * v01[s]) + ly1 * (lx0 * v10[s] + lx1 * v11[s]);
-        r[c] = v * a[c] + bb[c];
-      }
+      pp_blend(v00, v01, v10, v11, lx0, lx1, ly0, ly1, swap, a, bb, r);
     }
-    if (nhwc) {
-      T* o = out + (((size_t)b * out_h + oy) * out_w + ox) * 3;
-      pp_st(o, r[0]); pp_st(o + 1, r[1]); pp_st(o + 2, r[2]);
-    } else {
-      T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox;
-      pp_st(o, r[0]); pp_st(o + plane, r[1]); pp_st(o + 2 * plane, r[2]);
-    }
+    pp_store(out, b, oy, ox, out_h, out_w, nhwc, r);
   }
 }
 

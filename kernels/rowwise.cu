@@ -314,6 +314,26 @@ __device__ __forceinline__ void hm_each(uint4 (&raw)[K], uint4* sm, int s, int g
   }
 }
 
+// LayerNorm of vector v of a row (both the block and the cluster kernels): (x - mean) * rstd,
+// times the weight's vector v and plus the bias's where given (null: none).
+template <typename T>
+__device__ __forceinline__ uint4 hm_layer_norm_vec(const uint4& q, int v, float mean, float rstd,
+                                                   const uint4* __restrict__ wr, const uint4* __restrict__ br) {
+  constexpr int NV = HmVec<T>::N;
+  float f[NV], wv[NV], bv[NV];
+  hm_unpack<T>(q, f);
+  if (wr) hm_unpack<T>(__ldg(wr + v), wv);
+  if (br) hm_unpack<T>(__ldg(br + v), bv);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    float o = (f[j] - mean) * rstd;
+    if (wr) o *= wv[j];
+    if (br) o += bv[j];
+    f[j] = o;
+  }
+  return hm_pack<T>(f);
+}
+
 // SM: the row also spills into dynamic shared memory, s vectors a thread (block mode only):
 // rows of up to (K + s) * blockDim.x vectors are still read from DRAM once.
 template <typename T, int OP, int K, bool SM = false>
@@ -407,18 +427,7 @@ __device__ __forceinline__ void hm_row_reg(const T* __restrict__ x, const T* __r
       const uint4* wr = reinterpret_cast<const uint4*>(w);
       const uint4* br = reinterpret_cast<const uint4*>(b);
       hm_each<K, SM>(raw, hm_row_smem, s, g, t, nvec, [&](int v, const uint4& q) {
-        float f[NV], wv[NV], bv[NV];
-        hm_unpack<T>(q, f);
-        if (w) hm_unpack<T>(__ldg(wr + v), wv);
-        if (b) hm_unpack<T>(__ldg(br + v), bv);
-#pragma unroll
-        for (int j = 0; j < NV; ++j) {
-          float o = (f[j] - mean) * rstd;
-          if (w) o *= wv[j];
-          if (b) o += bv[j];
-          f[j] = o;
-        }
-        yr[v] = hm_pack<T>(f);
+        yr[v] = hm_layer_norm_vec<T>(q, v, mean, rstd, wr, br);
       });
     }
     if (SM) __syncthreads();  // (grid-stride) the next row's copies must not overwrite slots still read
@@ -629,18 +638,7 @@ __device__ __forceinline__ void hm_row_cluster(const T* __restrict__ x, const T*
       const uint4* wr = reinterpret_cast<const uint4*>(w);
       const uint4* br = reinterpret_cast<const uint4*>(b);
       hm_each_range<K>(raw, v0, v1, g, t, [&](int v, const uint4& q) {
-        float f[NV], wv[NV], bv[NV];
-        hm_unpack<T>(q, f);
-        if (w) hm_unpack<T>(__ldg(wr + v), wv);
-        if (b) hm_unpack<T>(__ldg(br + v), bv);
-#pragma unroll
-        for (int j = 0; j < NV; ++j) {
-          float o = (f[j] - mean) * rstd;
-          if (w) o *= wv[j];
-          if (b) o += bv[j];
-          f[j] = o;
-        }
-        yr[v] = hm_pack<T>(f);
+        yr[v] = hm_layer_norm_vec<T>(q, v, mean, rstd, wr, br);
       });
     }
   }

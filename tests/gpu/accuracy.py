@@ -41,3 +41,8 @@ def assert_within_rounding(ours: torch.Tensor, theirs: torch.Tensor, ref: torch.
         worst = int((err - bound).argmax())
         raise AssertionError(f"error {err.flatten()[worst].item():.3g} > bound {bound.flatten()[worst].item():.3g} "
                              f"at flat index {worst} (max error {err.max().item():.3g}, torch's {terr:.3g}, n={n})")
+
+
+#: torch's own form of each fused activation of hookmagic.kernels.gemm (the reference side)
+TORCH_ACTIVATIONS = {None: lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+                     "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}

@@ -15,7 +15,7 @@ from tests.gpu.conftest import skip_reason
 
 torch = pytest.importorskip("torch", reason=skip_reason())
 
-from tests.gpu.accuracy import assert_within_rounding  # noqa: E402
+from tests.gpu.accuracy import TORCH_ACTIVATIONS, assert_within_rounding  # noqa: E402
 
 import hookmagic.kernels as hk  # noqa: E402
 from hookmagic.kernels import build, registry, runtime  # noqa: E402
@@ -75,8 +75,7 @@ def test_fused_epilogues(variant, activation, m, n, k):
     b = torch.randn(k, n, device="cuda", dtype=dtype) / math.sqrt(k)
     bias = torch.randn(n, device="cuda", dtype=dtype)
     res = torch.randn(m, n, device="cuda", dtype=dtype)
-    act = {None: lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
-           "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}[activation]
+    act = TORCH_ACTIVATIONS[activation]
     c = hk.gemm(a, b, bias=bias, activation=activation, residual=res, variant=variant)
     ref = act(a.float() @ b.float() + bias.float()) + res.float()
     _within(c, act(a @ b + bias) + res, ref, dtype, a, b)

@@ -16,7 +16,7 @@ from tests.gpu.conftest import skip_reason
 
 torch = pytest.importorskip("torch", reason=skip_reason())
 
-from tests.gpu.accuracy import ACCUMULATOR_EPS, EPS, assert_within_rounding  # noqa: E402
+from tests.gpu.accuracy import ACCUMULATOR_EPS, EPS, TORCH_ACTIVATIONS, assert_within_rounding  # noqa: E402
 
 import hookmagic.kernels as hk  # noqa: E402
 from hookmagic.kernels import gemm_wgmma  # noqa: E402
@@ -97,8 +97,7 @@ def test_wgmma_fused_epilogues(activation, m, n, k, schedule):
     b = torch.randn(k, n, device="cuda", dtype=dtype) / math.sqrt(k)
     bias = torch.randn(n, device="cuda", dtype=dtype)
     res = torch.randn(m, n, device="cuda", dtype=dtype)
-    act = {None: lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
-           "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}[activation]
+    act = TORCH_ACTIVATIONS[activation]
     c = hk.gemm(a, b, bias=bias, activation=activation, residual=res, variant="wgmma")
     _within(c, act(a @ b + bias) + res, act(a.float() @ b.float() + bias.float()) + res.float(), dtype, a, b)
     c2 = hk.gemm(a, b, bias=bias, variant="wgmma")
