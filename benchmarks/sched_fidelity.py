@@ -255,21 +255,30 @@ def one_process(args) -> None:
     sim_specs = sim_specs_from(info, idle)
     for spec in sim_specs:
         engines[spec.name].spec = spec
-    rows, refined, proc = [], [], []
+    rows, rows_cal, refined, proc = [], [], [], []
     for name, (wl, pol) in scenarios(idle, list(engines), args.seconds).items():
         print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
+        # the probe: the same policy on other arrivals of the same kind, just before
+        probe = S.run(engines, C.probe_workload(wl), pol, backend=make_backend())
         real = S.run(engines, wl, pol, backend=make_backend())
-        specs_here = sim_specs_from(info, idle, len(pol.streams))
+        specs_cal = sim_specs_from(info, idle, len(pol.streams))
+        specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
         sim = S.simulate(specs_here, wl, pol, seed=1)
+        rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1), real)
         if args.compact:  # what --replay needs, a few hundred kB; the sim is recomputed
             save_compact(real, args.out / f"{name}.real")
+            save_compact(probe, args.out / f"{name}.probe")
         else:
             real.save(args.out / f"{name}.real")
+            probe.save(args.out / f"{name}.probe")
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
+        print(f"scenario {name}: probe host ratio {how['host_ratio']:.3f} ({how['clean']} clean "
+              "batches), GPU scale " + ", ".join(f"{m} {v['gpu_scale']:.3f} ({v['batches']})"
+                                                 for m, v in how['models'].items()), flush=True)
         try:  # a diagnostic: never let it cost the measurement
-            refined += refined_rows(name, specs_here, wl, pol, real, proc)
+            refined += refined_rows(name, specs_cal, wl, pol, real, proc, how)
         except Exception as exc:  # noqa: BLE001
             print(f"scenario {name}: DIAGNOSTIC FAILED (refined table, process.csv): {exc!r}",
                   flush=True)
@@ -280,6 +289,8 @@ def one_process(args) -> None:
               f"{time.perf_counter() - t0:.1f} s", flush=True)
     if refined:
         write_process(args.out, refined, proc)
+    pd.concat(rows_cal, ignore_index=True).to_csv(args.out / "fidelity_calibration_only.csv",
+                                                  index=False)
     text = write_tables(args.out, rows, info, engines=list(engines), seconds=args.seconds,
                         graphs=not args.no_graphs, max_batch=args.max_batch,
                         wall_s=time.perf_counter() - t_start)
@@ -290,11 +301,13 @@ def one_process(args) -> None:
 STALL_S = C.STALL_S
 
 
-def refined_rows(name, sim_specs, wl, pol, real, proc: list) -> list:
-    """The comparison again with launch and host times taken from the real run itself
-    (``calibrate.refine_host``: not a prediction, a diagnostic of how much of the error is the
-    host's speed during the run); appends the process's evidence row for ``name`` to ``proc``:
-    the host's stalls and speed, the clock drift, and the groups passing either way."""
+def refined_rows(name, sim_specs, wl, pol, real, proc: list, probe: dict | None = None) -> list:
+    """The comparison again with the calibrated specs ``sim_specs`` given the launch and host
+    times of the real run itself (``calibrate.refine_host``: not a prediction, a diagnostic of
+    how much of the error is the host's speed during the run); appends the process's evidence
+    row for ``name`` to ``proc``: the host's stalls and speed, the clock drift, what the probe
+    run before it measured (``probe``: ``calibrate.refine_from_probe``'s second value), and the
+    groups passing either way."""
     specs, how = C.refine_host(sim_specs, real, pol)
     sim_r = S.simulate(specs, wl, pol, seed=1)
     out = compare(name, sim_r, real)
@@ -310,6 +323,9 @@ def refined_rows(name, sim_specs, wl, pol, real, proc: list) -> list:
         "calibrated_launch_us": (float(np.median([cal_launch[m] for m in clean["model"]])) * 1e3
                                  if len(clean) else float("nan")),
         "host_speed": how["host_speed"],
+        "probe_host_ratio": probe["host_ratio"] if probe else float("nan"),
+        "probe_gpu_scale": (" ".join(f"{m}:{v['gpu_scale']:.3f}" for m, v in probe["models"].items()
+                                     if v["batches"]) if probe else ""),
         "clock_drift_ppm": real.meta.get("clock_drift_ppm", float("nan")),
         "clock_corrected": {True: "driver", "afterwards": "estimated"}.get(
             real.meta.get("clock_corrected"), "no")})
@@ -448,6 +464,29 @@ def stored_run(run_dir: Path):
     return info, idle, {k: v for k, v in built.items() if k in real}, real
 
 
+def stored_probes(run_dir: Path, built: dict, names: list) -> dict:
+    """The probe runs one process stored (``<scenario>.probe.*``, since 2026-11-26 07:00 UTC;
+    none before): {scenario: real result}, each checked against its rebuilt probe workload."""
+    from hookmagic.sched.result import load_result
+    out = {}
+    for name, (wl, pol) in built.items():
+        pw = C.probe_workload(wl)
+        if (run_dir / f"{name}.probe.requests.parquet").exists():
+            res = load_result(run_dir / f"{name}.probe")
+        elif (run_dir / f"{name}.probe.fate.parquet").exists():
+            res = _from_compact(run_dir / f"{name}.probe.fate.parquet",
+                                run_dir / f"{name}.probe.batches.parquet", pw, names,
+                                f"{name} probe")
+        else:
+            continue
+        if not (len(pw) == len(res.requests) and np.allclose(
+                pw.requests["arrival_s"].to_numpy(), res.requests["arrival_s"].to_numpy())
+                and repr(pol) == res.meta.get("policy")):
+            raise SystemExit(f"{run_dir}: the probe of {name} rebuilt differs from the stored one")
+        out[name] = res
+    return out
+
+
 def store_compact(run_dir: Path, dst: Path) -> None:
     """Copy one process's real runs compactly (each request's batch, status and drop time; the
     batches; calibration.json and latency tables): about 0.3 MB instead of 3-7 MB."""
@@ -562,19 +601,26 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
         if cal_runs is None:
             cal_runs = load_calibration_runs(run_dir, names)
         info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
-    sim_specs = sim_specs_from(info, idle)
+    probes = stored_probes(run_dir, built, names)
     out.mkdir(parents=True, exist_ok=True)
-    rows, refined, proc = [], [], []
+    rows, rows_cal, refined, proc = [], [], [], []
     seconds = next(iter(real.values())).meta["duration_s"]
     for name, (wl, pol) in built.items():
-        specs_here = sim_specs_from(info, idle, len(pol.streams))
+        specs_cal = sim_specs_from(info, idle, len(pol.streams))
+        specs_here, how = specs_cal, None
+        if name in probes:
+            specs_here, how = C.refine_from_probe(specs_cal, probes[name], pol)
+            rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1), real[name])
         sim = S.simulate(specs_here, wl, pol, seed=1)
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
         if "dispatch_s" in real[name].batches.columns:
-            refined += refined_rows(name, specs_here, wl, pol, real[name], proc)
+            refined += refined_rows(name, specs_cal, wl, pol, real[name], proc, how)
     if refined:
         write_process(out, refined, proc)
+    if rows_cal:
+        pd.concat(rows_cal, ignore_index=True).to_csv(out / "fidelity_calibration_only.csv",
+                                                      index=False)
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
            if refit else "its calibration.json")
@@ -645,6 +691,10 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                              "longest call ms": f"{x.longest_call_ms:.2f}",
                              "launch gap p50 µs (calibrated)": f"{x.clean_gap_p50_us:.1f} ({x.calibrated_launch_us:.1f})",
                              "host speed": f"{x.host_speed:.2f}",
+                             "probe: host ratio; GPU scale": (
+                                 f"{x.probe_host_ratio:.2f}; {x.probe_gpu_scale}"
+                                 if getattr(x, "probe_host_ratio", float("nan")) == getattr(
+                                     x, "probe_host_ratio", float("nan")) else "no probe"),
                              "clock drift ppm": (f"{x.clock_drift_ppm:+.1f}" + {
                                  "driver": "", "estimated": " (estimated afterwards)"}.get(
                                  str(x.clock_corrected), " (uncorrected)"))
@@ -677,6 +727,16 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                   "call measured in the real run being compared (everything else as calibrated). "
                   f"Passing groups: {int(ragg['ok_all'].sum())} of {len(ragg)}.", ""]
         lines += _minmax_md(ragg)
+    cal = [pd.read_csv(r / "fidelity_calibration_only.csv").assign(run=k)
+           for k, r in enumerate(runs, 1) if (r / "fidelity_calibration_only.csv").exists()]
+    if cal:
+        cagg = _minmax(cal)
+        cagg.to_csv(out / "fidelity_runs_calibration_only.csv", index=False)
+        lines += ["", "## For comparison: the calibration alone, no probe", "",
+                  "The same simulator given the calibration's numbers only (the prediction before "
+                  "2026-11-26 07:00 UTC), against the same real runs. "
+                  f"Passing groups: {int(cagg['ok_all'].sum())} of {len(cagg)}.", ""]
+        lines += _minmax_md(cagg)
     text = "\n".join(lines) + "\n"
     (out / "fidelity_runs.md").write_text(text)
     return text

@@ -32,7 +32,7 @@ from .workloads import Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
            "host_times_in", "refine_host", "launch_by_streams", "launch_for_streams",
-           "host_jitter_of",
+           "host_jitter_of", "probe_workload", "refine_from_probe",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -517,3 +517,68 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
         out.append(s.with_(launch_ms=launch, host_ms=launch + max(0.0, call)))
         used[s.name] = launch
     return out, {"host_speed": ratio, "clean": int(len(c)), "models": used}
+
+
+#: seconds of arrivals in a probe run (:func:`probe_workload`)
+PROBE_S = 1.0
+#: the probe's traffic is drawn with the scenario's seed plus this (other arrivals, same kind)
+PROBE_SEED_OFFSET = 1000
+
+
+def probe_workload(workload: Workload, seconds: float = PROBE_S) -> Workload:
+    """The traffic of a probe run for ``workload``: its sources drawn again with another seed
+    (``workload.seed + PROBE_SEED_OFFSET``) over ``seconds``: traffic of the same kind (models,
+    rates, cameras, bursts, priorities), none of the same arrivals."""
+    if not workload.sources:
+        raise ValueError("a probe needs the workload's sources (make_workload keeps them)")
+    return make_workload(list(workload.sources), seconds,
+                         seed=int(workload.seed or 0) + PROBE_SEED_OFFSET)
+
+
+def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
+                      min_batches: int = 20) -> tuple[list[ModelSpec], dict[str, Any]]:
+    """``specs`` adjusted to how fast the driver's host and the GPU are right now, measured by
+    a short real run of the same policy on traffic of the same kind (:func:`probe_workload`)
+    just before the run to predict: still a prediction (none of the predicted arrivals is used).
+
+    Why: one process's host speed drifts between its calibration and a scenario tens of seconds
+    later (H100/H200 runs of 2026-11-26: clean launch gaps 0.7-2.0x the calibrated ones), the
+    calibration measures the launch gap under FIFO on one queue while EDF with camera round
+    robin decides more slowly (16.5-26.8 µs against 11.3-15.3), and a model of many small
+    kernels computes more slowly while the host launches slowly (the GPU waits for the rest of
+    the graph's launch: mobilenet_v3_large 1,061 µs per batch of 8 in a slow-host calibration,
+    1,028 µs in the scenario after it; stored H200 run of 04:44, process 1).
+
+    Two kinds of number, as :func:`fit` defines them (means; launch calls over :data:`STALL_S`
+    left out), over the probe's clean batches (:func:`host_times_in`: ready when their stream
+    freed, the host free):
+
+    - ``host_ratio``: their launch gaps over the specs' ``launch_ms`` (pooled over models);
+      every model's ``launch_ms`` and ``host_ms`` are scaled by it.
+    - ``gpu_scale`` per model: GPU time (less ``switch_ms`` after another model) over the spec's
+      table, over its clean batches that ran with no other batch beside them; a model with
+      fewer than ``min_batches`` of those keeps its table (1.0). Batches alone after an idle
+      GPU are not used: in the three-stream runs they were 2-4 % slower than in busy periods.
+
+    Switch costs and sharing stay as calibrated. Returns the specs and ``{"host_ratio",
+    "clean", "models": {name: {"gpu_scale", "batches"}}}``.
+    """
+    t = host_times_in(probe, policy)
+    ok = t["clean"].to_numpy() & (t["call_ms"].to_numpy() <= STALL_S * 1e3)
+    cal = {s.name: s for s in specs}
+    c = t[ok & t["model"].isin(list(cal)).to_numpy()]
+    base = float(sum(cal[m].launch_ms for m in c["model"]))
+    ratio = float(c["gap_ms"].sum() / base) if len(c) and base > 0 else 1.0
+    b = after_previous(probe)  # the rows of host_times_in, in its order
+    lone = b[ok & (overlap_by_count(b, 2).sum(axis=1) <= 0)]
+    out, used = [], {}
+    for s in specs:
+        g = lone[lone["model"] == s.name]
+        scale = 1.0
+        if len(g) >= min_batches:
+            spent = 1e3 * g["dur"].to_numpy() - s.switch_ms * (g["prev"] != s.name).to_numpy()
+            scale = float(spent.sum() / np.sum(s.latency(g["size"].to_numpy())))
+        out.append(s.with_(latency_ms=tuple(x * scale for x in s.latency_ms),
+                           launch_ms=s.launch_ms * ratio, host_ms=s.host_ms * ratio))
+        used[s.name] = {"gpu_scale": scale, "batches": int(len(g))}
+    return out, {"host_ratio": ratio, "clean": int(len(c)), "models": used}
