@@ -228,10 +228,26 @@ def load_calibration_runs(run_dir: Path, names) -> dict:
     return runs
 
 
+def pin_cpu(which: str | None) -> int | None:
+    """Keep this process (the driver's one host thread and every thread it starts: call it
+    before CUDA starts) on one CPU: ``"auto"`` the last one it may use (CPU 0 takes most
+    interrupts), a number that CPU, None or ``"none"`` no pinning. The driver's launch gap and
+    launch call are host work that the simulator takes from the calibration; unpinned, they
+    varied 0.7-2.3x between the processes and scenarios of one run (H100, 2026-11-26 06:05 UTC),
+    as the thread moved between cores. Returns the CPU, or None."""
+    import os
+    if which in (None, "none") or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = max(os.sched_getaffinity(0)) if which == "auto" else int(which)
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
 def one_process(args) -> None:
     """Calibrate, run every scenario real and simulated, write the tables (one process)."""
     t_start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
+    pinned = pin_cpu(args.pin_cpu)
     engines, make_backend, label = build(args)
     print("measuring latency tables ...", flush=True)
     tables = measure_all(engines, make_backend, args.max_batch, args.repeats)
@@ -239,7 +255,7 @@ def one_process(args) -> None:
     idle = {n: e.spec for n, e in engines.items()}
     fit = _calibrate(engines, make_backend, idle, args.max_batch, args.out, args.compact)
     info = make_backend().describe()
-    info.update(format=CALIBRATION_FORMAT, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
+    info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
@@ -773,6 +789,9 @@ def main() -> None:
                     help="store the real runs compactly (each request's batch and status, the "
                          "batches, the calibration runs; what --replay needs, ~1 MB per process) "
                          "and not the simulated ones")
+    ap.add_argument("--pin-cpu", default="none", metavar="CPU",
+                    help="keep each process on one CPU: 'auto' (the last one allowed), a CPU "
+                         "number, or 'none' (default)")
     ap.add_argument("--synthetic-cpu", action="store_true",
                     help="no GPU: sleeping CPU threads (synthetic; checks the script only)")
     args = ap.parse_args()
@@ -807,7 +826,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, str(sub), "--seconds", str(args.seconds), "--models",
                args.models, "--max-batch", str(args.max_batch), "--repeats", str(args.repeats)]
         cmd += ["--no-graphs"] * args.no_graphs + ["--synthetic-cpu"] * args.synthetic_cpu
-        cmd += ["--compact"] * args.compact
+        cmd += ["--compact"] * args.compact + ["--pin-cpu", args.pin_cpu]
         print(f"process {k + 1}/{args.processes}: {' '.join(cmd[1:])}", flush=True)
         subprocess.run(cmd, check=False)
         runs.append(sub)
