@@ -12,7 +12,7 @@
 #   python benchmarks/sched_fidelity.py --replay DIR/sched_fidelity OUT [--refit]
 set -eu
 python3 benchmarks/sched_fidelity.py "$OUT/sched_fidelity" --seconds ${SCHED_SECONDS:-3} \
-  --processes ${SCHED_PROCESSES:-3} --compact --pin-cpu ${SCHED_PIN_CPU:-auto}
+  --processes ${SCHED_PROCESSES:-3} --compact --pin-cpu ${SCHED_PIN_CPU:-none}
 # the same tables recomputed from what was stored: must equal the live ones
 rep=$(mktemp -d)
 python3 benchmarks/sched_fidelity.py --replay "$OUT/sched_fidelity" "$rep" > "$OUT/sched_fidelity/replay_check.md"
