@@ -243,6 +243,31 @@ def pin_cpu(which: str | None) -> int | None:
     return cpu
 
 
+def host_counters() -> dict:
+    """The machine's CPU time by kind (``/proc/stat``, ticks) and this thread's involuntary
+    context switches, for :func:`host_interference`; empty where not Linux."""
+    import resource
+    try:
+        with open("/proc/stat") as fh:
+            cpu = [int(x) for x in fh.readline().split()[1:9]]
+        switches = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)).ru_nivcsw
+    except (OSError, ValueError):
+        return {}
+    return {"cpu": cpu, "switches": switches}
+
+
+def host_interference(before: dict, after: dict) -> dict:
+    """What else the host did during a real run (a diagnostic of the driver's slow phases):
+    the share of CPU time the hypervisor gave to others (``steal``, % of all CPU time of the
+    machine) and how often the driver's thread was put off its CPU against its will."""
+    if not before or not after:
+        return {"cpu_steal_pct": float("nan"), "forced_switches": -1}
+    d = [b - a for a, b in zip(before["cpu"], after["cpu"])]
+    total = sum(d)
+    return {"cpu_steal_pct": 100.0 * d[7] / total if total > 0 else float("nan"),
+            "forced_switches": after["switches"] - before["switches"]}
+
+
 def one_process(args) -> None:
     """Calibrate, run every scenario real and simulated, write the tables (one process)."""
     t_start = time.perf_counter()
@@ -277,7 +302,9 @@ def one_process(args) -> None:
         t0 = time.perf_counter()
         # the probe: the same policy on other arrivals of the same kind, just before
         probe = S.run(engines, C.probe_workload(wl), pol, backend=make_backend())
+        host0 = host_counters()
         real = S.run(engines, wl, pol, backend=make_backend())
+        host1 = host_counters()
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
         sim = S.simulate(specs_here, wl, pol, seed=1)
@@ -295,6 +322,7 @@ def one_process(args) -> None:
                                                  for m, v in how['models'].items()), flush=True)
         try:  # a diagnostic: never let it cost the measurement
             refined += refined_rows(name, specs_cal, wl, pol, real, proc, how)
+            proc[-1].update(host_interference(host0, host1))
         except Exception as exc:  # noqa: BLE001
             print(f"scenario {name}: DIAGNOSTIC FAILED (refined table, process.csv): {exc!r}",
                   flush=True)
@@ -707,8 +735,13 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                              "longest call ms": f"{x.longest_call_ms:.2f}",
                              "launch gap p50 µs (calibrated)": f"{x.clean_gap_p50_us:.1f} ({x.calibrated_launch_us:.1f})",
                              "host speed": f"{x.host_speed:.2f}",
+                             "CPU steal %; forced switches": (
+                                 f"{x.cpu_steal_pct:.2f}; {int(x.forced_switches)}"
+                                 if getattr(x, "forced_switches", -1) >= 0 else "n/a"),
                              "probe: host ratio; GPU scale": (
-                                 f"{x.probe_host_ratio:.2f}; {x.probe_gpu_scale}"
+                                 f"{x.probe_host_ratio:.2f}; " + (
+                                     x.probe_gpu_scale if isinstance(x.probe_gpu_scale, str)
+                                     else "no model alone long enough")
                                  if getattr(x, "probe_host_ratio", float("nan")) == getattr(
                                      x, "probe_host_ratio", float("nan")) else "no probe"),
                              "clock drift ppm": (f"{x.clock_drift_ppm:+.1f}" + {

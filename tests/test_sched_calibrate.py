@@ -244,3 +244,60 @@ def test_host_jitter_is_read_off_the_alone_runs():
     plain = C.specs_from_fit(got, idle)
     assert all(s.launch_jitter_ms == () for s in plain)
     assert all(len(s.launch_jitter_ms) == C.JITTER_POINTS for s in C.specs_from_fit(got, idle, jitter=True))
+
+
+def test_probe_workload_is_the_same_kind_of_traffic_with_other_arrivals():
+    """The probe before a scenario draws the scenario's own sources again with another seed:
+    the same models, cameras and rates, none of the same arrival times, the same every time."""
+    srcs = [S.Poisson("det", 400.0, slo_ms=20), S.Cameras("cls", n=4, fps=30.0, jitter_ms=1.0)]
+    wl = S.make_workload(srcs, 3.0, seed=17)
+    a, b = C.probe_workload(wl), C.probe_workload(wl)
+    assert a.duration_s == C.PROBE_S
+    assert np.array_equal(a.requests["arrival_s"], b.requests["arrival_s"])
+    same_span = wl.requests[wl.requests["arrival_s"] < C.PROBE_S]
+    assert sorted(a.requests["model"].unique()) == sorted(wl.requests["model"].unique())
+    assert a.requests["camera"].max() == wl.requests["camera"].max()
+    assert not np.isin(a.requests["arrival_s"], same_span["arrival_s"]).any()
+    # Poisson count over 1 s at 400/s: within 5 sigma of the rate
+    n_det = int((a.requests["model"] == "det").sum())
+    assert abs(n_det - 400) < 5 * 20
+    with pytest.raises(ValueError):
+        C.probe_workload(S.Workload(wl.requests))
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_refine_from_probe_reads_the_hosts_and_the_gpus_speed_off_a_probe(streams):
+    """On a probe run of a simulated driver whose host is 1.6x slower and whose GPU is 3 %
+    slower than the specs say, ``refine_from_probe`` must give back the slower host's launch
+    and host times and, on one stream (every batch alone), the GPU scale 1.03 exactly with the
+    switch cost kept out of it; on two streams only batches with nothing beside them count,
+    and the scale is still 1.03 (or 1.0 where too few ran alone). Switch and sharing stay."""
+    truth = _synthetic_truth(0.0)
+    slow = {n: s.with_(launch_ms=1.6 * s.launch_ms, host_ms=1.6 * s.host_ms,
+                       latency_ms=tuple(1.03 * x for x in s.latency_ms)) for n, s in truth.items()}
+    srcs = [S.Poisson(n, 1.1 * s.throughput(4) / len(truth) * streams, slo_ms=50)
+            for n, s in truth.items()]
+    wl = S.make_workload(srcs, 1.5, seed=8)
+    pol = S.Policy(order="fifo", streams=streams, batching=S.Batching(MAX_BATCH, 0.5))
+    res = S.simulate(list(slow.values()), wl, pol, seed=2)
+    b = res.batches
+    name = b["model"].astype(str)
+    b["dispatch_s"] = (b["start_s"] - name.map({n: s.launch_ms / 1e3 for n, s in slow.items()})
+                       + name.map({n: s.host_ms / 1e3 for n, s in slow.items()})).to_numpy()
+    res.meta["clock_corrected"] = True
+    specs, how = C.refine_from_probe(list(truth.values()), res, pol)
+    assert how["host_ratio"] == pytest.approx(1.6, rel=1e-6)
+    for s in specs:
+        assert s.launch_ms == pytest.approx(slow[s.name].launch_ms, rel=1e-6)
+        assert s.host_ms == pytest.approx(slow[s.name].host_ms, rel=1e-6)
+        used = how["models"][s.name]
+        if streams == 1:
+            assert used["batches"] >= 20
+        expect = 1.03 if used["batches"] >= 20 else 1.0
+        assert used["gpu_scale"] == pytest.approx(expect, rel=1e-9)
+        assert s.latency_ms == pytest.approx(tuple(expect * x for x in truth[s.name].latency_ms))
+        assert s.switch_ms == truth[s.name].switch_ms
+        assert s.share_slowdown == truth[s.name].share_slowdown
+    # the probe's first PROBE_SKIP_S are start-up: not used
+    late = C.host_times_in(res, pol)
+    assert how["clean"] == int((late["clean"] & (late["start_s"] >= C.PROBE_SKIP_S)).sum())

@@ -480,13 +480,14 @@ def host_times_in(res: Any, policy: Policy) -> pd.DataFrame:
     others = (np.searchsorted(disp, b["start_s"].to_numpy())
               - np.searchsorted(disp, np.nan_to_num(prev_end, nan=np.inf)))
     clean = (ready <= prev_end) & (others <= 0)
-    return pd.DataFrame({"model": b["model"].to_numpy(), "clean": clean,
+    return pd.DataFrame({"model": b["model"].to_numpy(), "start_s": b["start_s"].to_numpy(),
+                         "clean": clean,
                          "gap_ms": 1e3 * (b["start_s"].to_numpy() - prev_end),
                          "call_ms": 1e3 * (b["dispatch_s"] - b["start_s"]).to_numpy()})
 
 
 def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
-                min_batches: int = 8) -> tuple[list[ModelSpec], dict[str, Any]]:
+                min_batches: int = 8, since_s: float = 0.0) -> tuple[list[ModelSpec], dict[str, Any]]:
     """``specs`` with launch and host times taken from a real run of the driver itself (the
     issue's "the real driver's own measurements can refine it"): NOT a prediction of that run.
 
@@ -496,10 +497,12 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
     ``host_ms`` = that ``launch_ms`` plus the launch call: the run's median per model where its
     times were corrected for clock drift (``meta["clock_corrected"]``), else the calibrated
     one (``host_ms - launch_ms``: an uncorrected run's calls drift by ~20 µs per second).
-    Everything else (GPU times, switch, sharing) stays as calibrated. Returns the specs and
+    Everything else (GPU times, switch, sharing) stays as calibrated. Batches that started
+    before ``since_s`` (run time) are not used. Returns the specs and
     ``{"host_speed": ratio, "clean": clean batches, "models": {name: launch_ms}}``.
     """
     t = host_times_in(res, policy)
+    t = t[t["start_s"].to_numpy() >= since_s]
     cal = {s.name: s for s in specs}
     c = t[t["clean"] & t["model"].isin(list(cal))]
     base = np.array([cal[m].launch_ms for m in c["model"]])
@@ -523,6 +526,8 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
 PROBE_S = 1.0
 #: the probe's traffic is drawn with the scenario's seed plus this (other arrivals, same kind)
 PROBE_SEED_OFFSET = 1000
+#: the probe's batches that start earlier than this (s) are not used: start-up, not steady work
+PROBE_SKIP_S = 0.3
 
 
 def probe_workload(workload: Workload, seconds: float = PROBE_S) -> Workload:
@@ -536,41 +541,40 @@ def probe_workload(workload: Workload, seconds: float = PROBE_S) -> Workload:
 
 
 def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
-                      min_batches: int = 20) -> tuple[list[ModelSpec], dict[str, Any]]:
+                      min_batches: int = 20, since_s: float = PROBE_SKIP_S
+                      ) -> tuple[list[ModelSpec], dict[str, Any]]:
     """``specs`` adjusted to how fast the driver's host and the GPU are right now, measured by
     a short real run of the same policy on traffic of the same kind (:func:`probe_workload`)
     just before the run to predict: still a prediction (none of the predicted arrivals is used).
 
     Why: one process's host speed drifts between its calibration and a scenario tens of seconds
-    later (H100/H200 runs of 2026-11-26: clean launch gaps 0.7-2.0x the calibrated ones), the
+    later (H100/H200 runs of 2026-11-26: clean launch gaps 0.7-2.3x the calibrated ones), the
     calibration measures the launch gap under FIFO on one queue while EDF with camera round
     robin decides more slowly (16.5-26.8 µs against 11.3-15.3), and a model of many small
     kernels computes more slowly while the host launches slowly (the GPU waits for the rest of
     the graph's launch: mobilenet_v3_large 1,061 µs per batch of 8 in a slow-host calibration,
     1,028 µs in the scenario after it; stored H200 run of 04:44, process 1).
 
-    Two kinds of number, as :func:`fit` defines them (means; launch calls over :data:`STALL_S`
-    left out), over the probe's clean batches (:func:`host_times_in`: ready when their stream
-    freed, the host free):
+    From the probe's batches that started after ``since_s`` (its first moments pay start-up):
 
-    - ``host_ratio``: their launch gaps over the specs' ``launch_ms`` (pooled over models);
-      every model's ``launch_ms`` and ``host_ms`` are scaled by it.
+    - launch and host times as :func:`refine_host` reads them off a run (per model the median
+      clean launch gap and launch call; a model with few clean batches: its calibrated times
+      scaled by the pooled ratio);
     - ``gpu_scale`` per model: GPU time (less ``switch_ms`` after another model) over the spec's
-      table, over its clean batches that ran with no other batch beside them; a model with
-      fewer than ``min_batches`` of those keeps its table (1.0). Batches alone after an idle
-      GPU are not used: in the three-stream runs they were 2-4 % slower than in busy periods.
+      table, over its clean batches (:func:`host_times_in`, launch call under
+      :data:`STALL_S`) that ran with no other batch beside them; with fewer than
+      ``min_batches`` of those the table stays (1.0). Batches alone after an idle GPU are not
+      used: in the three-stream runs they were 2-4 % slower than in busy periods.
 
     Switch costs and sharing stay as calibrated. Returns the specs and ``{"host_ratio",
     "clean", "models": {name: {"gpu_scale", "batches"}}}``.
     """
+    specs, host = refine_host(specs, probe, policy, since_s=since_s)
     t = host_times_in(probe, policy)
-    ok = t["clean"].to_numpy() & (t["call_ms"].to_numpy() <= STALL_S * 1e3)
-    cal = {s.name: s for s in specs}
-    c = t[ok & t["model"].isin(list(cal)).to_numpy()]
-    base = float(sum(cal[m].launch_ms for m in c["model"]))
-    ratio = float(c["gap_ms"].sum() / base) if len(c) and base > 0 else 1.0
     b = after_previous(probe)  # the rows of host_times_in, in its order
-    lone = b[ok & (overlap_by_count(b, 2).sum(axis=1) <= 0)]
+    ok = (t["clean"].to_numpy() & (t["call_ms"].to_numpy() <= STALL_S * 1e3)
+          & (t["start_s"].to_numpy() >= since_s) & (overlap_by_count(b, 2).sum(axis=1) <= 0))
+    lone = b[ok]
     out, used = [], {}
     for s in specs:
         g = lone[lone["model"] == s.name]
@@ -578,7 +582,6 @@ def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
         if len(g) >= min_batches:
             spent = 1e3 * g["dur"].to_numpy() - s.switch_ms * (g["prev"] != s.name).to_numpy()
             scale = float(spent.sum() / np.sum(s.latency(g["size"].to_numpy())))
-        out.append(s.with_(latency_ms=tuple(x * scale for x in s.latency_ms),
-                           launch_ms=s.launch_ms * ratio, host_ms=s.host_ms * ratio))
+        out.append(s.with_(latency_ms=tuple(x * scale for x in s.latency_ms)))
         used[s.name] = {"gpu_scale": scale, "batches": int(len(g))}
-    return out, {"host_ratio": ratio, "clean": int(len(c)), "models": used}
+    return out, {"host_ratio": host["host_speed"], "clean": host["clean"], "models": used}
