@@ -39,11 +39,19 @@ and how much more the bigger those other batches are (``share_by_size``, since 2
 The fourth scenario (three streams, five models, cameras and bursts) is held out: it was never
 used to choose the model or the calibration.
 
+Since 2026-11-26 06:25 UTC each scenario is preceded by a probe: 1 s of the scenario's own sources
+drawn with another seed (``calibrate.probe_workload``), served by the real driver under the same
+policy; from it the simulator's launch and host times and each model's GPU-time scale are taken
+as they are right now (``calibrate.refine_from_probe``; switch costs and sharing stay as
+calibrated). None of the predicted arrivals is in it. ``fidelity.csv`` is that prediction;
+``fidelity_calibration_only.csv`` the same real runs predicted from the calibration alone.
+``--pin-cpu auto`` keeps each process on one CPU (an experiment: not used by ``sched.sh``).
+
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
 are labelled synthetic and prove only that the script works.
 
 Budget per process on one H100: about a minute of model setup and latency tables, ~15 s of
-calibration runs, then ~4 x (seconds + graph capture).
+calibration runs, then ~4 x (1 s probe + seconds + graph capture).
 """
 from __future__ import annotations
 

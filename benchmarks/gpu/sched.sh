@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 18 (scheduler part) on the GPU machine: simulator vs real driver in three fresh
-# processes (min-max), calibration format 2. About 400 s on an H100 (runs of 2026-11-26); run it
-# through `bash benchmarks/gpu/run_all.sh sched:440`, which bundles $OUT into one sched.tgz (the
+# processes (min-max), calibration format 2. About 315-350 s on an H100 or H200 (runs of 2026-11-26 with
+# the probes); run it through `bash benchmarks/gpu/run_all.sh sched:470`, which bundles $OUT into one sched.tgz (the
 # device returns at most 8 files of 16 MiB: a direct run on 2026-11-26 lost its records).
 #
 # What comes back is fully replayable: $OUT/sched_fidelity holds per process the latency
-# tables, calibration.json, the calibration runs and every scenario's real run in compact form
+# tables, calibration.json, the calibration runs, every scenario's real run and the probe before it
+# in compact form
 # (--compact: each request's batch and status, every batch with its GPU and host times; ~1 MB
 # per process), the tables as computed on the device, and replay_check.md (the same tables
 # recomputed from the stored files; the script fails if they differ). Locally:
