@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "benchmarks" / "results" / "sched_fidelity_runs"
 RUNS = STORED / "2026-11-25_h100"
 RUNS2 = STORED / "2026-11-26_h100"  # calibration format 2, H100, 2026-11-26 01:45 UTC
-RUNS3 = STORED / "2026-11-26_0444_h200"  # frozen model, H200, 04:44 UTC (--compact, clock-corrected)
+RUNS3 = STORED / "2026-11-26_0628_h200"  # with the probes, H200, 06:28 UTC (--compact, clock-corrected)
 
 
 def _bench():
@@ -36,6 +36,11 @@ def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
     assert got["ok"].tolist() == want["ok"].tolist()
     if (run / "fidelity_refined.csv").exists():  # the diagnostic with the run's own host times
         a, b = pd.read_csv(tmp_path / "fidelity_refined.csv"), pd.read_csv(run / "fidelity_refined.csv")
+        assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
+        assert a["ok"].tolist() == b["ok"].tolist()
+    if (run / "fidelity_calibration_only.csv").exists():  # the probe's run: without it too
+        a = pd.read_csv(tmp_path / "fidelity_calibration_only.csv")
+        b = pd.read_csv(run / "fidelity_calibration_only.csv")
         assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
         assert a["ok"].tolist() == b["ok"].tolist()
 
