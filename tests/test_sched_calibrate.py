@@ -301,3 +301,19 @@ def test_refine_from_probe_reads_the_hosts_and_the_gpus_speed_off_a_probe(stream
     # the probe's first PROBE_SKIP_S are start-up: not used
     late = C.host_times_in(res, pol)
     assert how["clean"] == int((late["clean"] & (late["start_s"] >= C.PROBE_SKIP_S)).sum())
+
+
+def test_refine_from_probe_refuses_a_simulated_run_and_keeps_specs_for_an_empty_probe():
+    """A probe must be a real driver run (host stamps): a simulated result is refused with the
+    project's error; a probe that served nothing changes nothing."""
+    from hookmagic.common.errors import InvalidArgument
+    truth = _synthetic_truth(0.0)
+    pol = S.Policy(batching=S.Batching(MAX_BATCH, 0.5))
+    wl = S.make_workload([S.Poisson("det", 500.0, slo_ms=50)], 0.5, seed=3)
+    sim = S.simulate(list(truth.values()), wl, pol, seed=1)
+    with pytest.raises(InvalidArgument, match="dispatch_s"):
+        C.refine_from_probe(list(truth.values()), sim, pol)
+    empty = S.simulate(list(truth.values()), S.make_workload([S.Poisson("det", 500.0)], 0.0, seed=3), pol)
+    empty.batches["dispatch_s"] = empty.batches["start_s"]
+    specs, how = C.refine_from_probe(list(truth.values()), empty, pol)
+    assert specs == list(truth.values()) and how["clean"] == 0

@@ -26,6 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
+
 from .models import ModelSpec
 from .policies import Batching, Policy
 from .workloads import Poisson, Workload, make_workload
@@ -535,7 +537,7 @@ def probe_workload(workload: Workload, seconds: float = PROBE_S) -> Workload:
     (``workload.seed + PROBE_SEED_OFFSET``) over ``seconds``: traffic of the same kind (models,
     rates, cameras, bursts, priorities), none of the same arrivals."""
     if not workload.sources:
-        raise ValueError("a probe needs the workload's sources (make_workload keeps them)")
+        raise InvalidArgument("a probe needs the workload's sources (make_workload keeps them)")
     return make_workload(list(workload.sources), seconds,
                          seed=int(workload.seed or 0) + PROBE_SEED_OFFSET)
 
@@ -548,7 +550,7 @@ def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
     just before the run to predict: still a prediction (none of the predicted arrivals is used).
 
     Why: one process's host speed drifts between its calibration and a scenario tens of seconds
-    later (H100/H200 runs of 2026-11-26: clean launch gaps 0.7-2.3x the calibrated ones), the
+    later (H100/H200 runs of 2026-11-26: clean launch gaps 0.7-2.8x the calibrated ones), the
     calibration measures the launch gap under FIFO on one queue while EDF with camera round
     robin decides more slowly (16.5-26.8 µs against 11.3-15.3), and a model of many small
     kernels computes more slowly while the host launches slowly (the GPU waits for the rest of
@@ -567,8 +569,16 @@ def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
       used: in the three-stream runs they were 2-4 % slower than in busy periods.
 
     Switch costs and sharing stay as calibrated. Returns the specs and ``{"host_ratio",
-    "clean", "models": {name: {"gpu_scale", "batches"}}}``.
+    "clean", "models": {name: {"gpu_scale", "batches"}}}``; a probe that served nothing leaves
+    the specs as they are. Raises ``InvalidArgument`` for a run without the real driver's host
+    stamps (``dispatch_s``: a simulated run is no probe).
     """
+    if "dispatch_s" not in probe.batches.columns:
+        raise InvalidArgument("a probe is a run of the real driver (its batches carry dispatch_s); "
+                              "this one has none")
+    if len(probe.batches) == 0:
+        return list(specs), {"host_ratio": 1.0, "clean": 0,
+                             "models": {s.name: {"gpu_scale": 1.0, "batches": 0} for s in specs}}
     specs, host = refine_host(specs, probe, policy, since_s=since_s)
     t = host_times_in(probe, policy)
     b = after_previous(probe)  # the rows of host_times_in, in its order
