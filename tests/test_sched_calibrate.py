@@ -22,18 +22,23 @@ def _synthetic_truth(cv):
                                       host_ms=0.15, switch_ms=0.0, share_slowdown=(0.35, 0.6))}
 
 
+def _driver_run(truth, wl, pol, seed):
+    """``wl`` served by a simulated driver with the true parameters, with the real driver's
+    host stamp ``dispatch_s`` (the launch call returns ``host_ms - launch_ms`` after the start)."""
+    res = S.simulate(list(truth.values()), wl, pol, seed=seed)
+    b = res.batches
+    launch = b["model"].astype(str).map({n: s.launch_ms / 1e3 for n, s in truth.items()})
+    host = b["model"].astype(str).map({n: s.host_ms / 1e3 for n, s in truth.items()})
+    b["dispatch_s"] = b["start_s"] - launch.to_numpy() + host.to_numpy()
+    return res
+
+
 def _simulated_driver(truth):
     """The calibration runs, simulated with the true parameters; ``dispatch_s`` added."""
     idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
     names = list(truth)
-    runs = {}
-    for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items():
-        res = S.simulate(list(truth.values()), wl, pol, seed=4)
-        b = res.batches
-        launch = b["model"].astype(str).map({n: s.launch_ms / 1e3 for n, s in truth.items()})
-        host = b["model"].astype(str).map({n: s.host_ms / 1e3 for n, s in truth.items()})
-        b["dispatch_s"] = b["start_s"] - launch.to_numpy() + host.to_numpy()
-        runs[key] = res
+    runs = {key: _driver_run(truth, wl, pol, seed=4)
+            for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items()}
     return runs, idle, names
 
 
@@ -144,11 +149,7 @@ def test_refine_host_recovers_the_host_times_a_run_paid(streams):
     srcs = [S.Poisson(n, 1.2 * s.throughput(4) / len(truth), slo_ms=50) for n, s in truth.items()]
     wl = S.make_workload(srcs, 2.0, seed=5)
     pol = S.Policy(order="fifo", streams=streams, batching=S.Batching(MAX_BATCH, 0.5))
-    res = S.simulate(list(slow.values()), wl, pol, seed=2)
-    b = res.batches
-    name = b["model"].astype(str)
-    b["dispatch_s"] = (b["start_s"] - name.map({n: s.launch_ms / 1e3 for n, s in slow.items()})
-                       + name.map({n: s.host_ms / 1e3 for n, s in slow.items()})).to_numpy()
+    res = _driver_run(slow, wl, pol, seed=2)
     res.meta["clock_corrected"] = True
     specs, how = C.refine_host(list(truth.values()), res, pol)
     assert how["clean"] > 100
@@ -279,11 +280,7 @@ def test_refine_from_probe_reads_the_hosts_and_the_gpus_speed_off_a_probe(stream
             for n, s in truth.items()]
     wl = S.make_workload(srcs, 1.5, seed=8)
     pol = S.Policy(order="fifo", streams=streams, batching=S.Batching(MAX_BATCH, 0.5))
-    res = S.simulate(list(slow.values()), wl, pol, seed=2)
-    b = res.batches
-    name = b["model"].astype(str)
-    b["dispatch_s"] = (b["start_s"] - name.map({n: s.launch_ms / 1e3 for n, s in slow.items()})
-                       + name.map({n: s.host_ms / 1e3 for n, s in slow.items()})).to_numpy()
+    res = _driver_run(slow, wl, pol, seed=2)
     res.meta["clock_corrected"] = True
     specs, how = C.refine_from_probe(list(truth.values()), res, pol)
     assert how["host_ratio"] == pytest.approx(1.6, rel=1e-6)
