@@ -45,6 +45,12 @@ policy; from it the simulator's launch and host times and each model's GPU-time 
 as they are right now (``calibrate.refine_from_probe``; switch costs and sharing stay as
 calibrated). None of the predicted arrivals is in it. ``fidelity.csv`` is that prediction;
 ``fidelity_calibration_only.csv`` the same real runs predicted from the calibration alone.
+Since 2026-11-26 08:30 UTC a canary process on another CPU measures the machine's own speed
+during each real run (``hookmagic.sched.host_speed.HostCanary``): on the H100 machines the whole
+virtual machine slowed 10-20x for 16-24 ms one to seven times in 3 s, the driver's thread with it.
+Those periods, (start, end, slowdown) from the canary alone, are stored in the run's meta and
+given to the simulator like the arrivals (``simulate(host_windows=...)``): inside them launch and
+host times stretch. ``fidelity_steady_host.csv``: the same prediction without them.
 ``--pin-cpu auto`` keeps each process on one CPU (an experiment: not used by ``sched.sh``).
 
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
@@ -69,6 +75,7 @@ from hookmagic.sched import calibrate as C
 from hookmagic.sched import metrics as M
 from hookmagic.sched.engines import (CudaBackend, SleepEngine, ThreadBackend, TorchEngine,
                                      gpu_available, measure)
+from hookmagic.sched.host_speed import HostCanary
 
 WARMUP_S = 0.5  # requests arriving earlier are left out of both sides
 
@@ -304,19 +311,24 @@ def one_process(args) -> None:
     sim_specs = sim_specs_from(info, idle)
     for spec in sim_specs:
         engines[spec.name].spec = spec
-    rows, rows_cal, refined, proc = [], [], [], []
+    rows, rows_cal, rows_steady, refined, proc = [], [], [], [], []
     for name, (wl, pol) in scenarios(idle, list(engines), args.seconds).items():
         print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
         # the probe: the same policy on other arrivals of the same kind, just before
         probe = S.run(engines, C.probe_workload(wl), pol, backend=make_backend())
         host0 = host_counters()
-        real = S.run(engines, wl, pol, backend=make_backend())
+        with HostCanary() as canary:  # the machine's own speed meanwhile, from another CPU
+            real = S.run(engines, wl, pol, backend=make_backend())
         host1 = host_counters()
+        real.meta.update(host_canary_ok=canary.ok, host_canary_why=canary.why,
+                         host_windows=canary.windows(real.meta["host_t0"]).tolist())
+        win = host_windows(real)
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
-        sim = S.simulate(specs_here, wl, pol, seed=1)
-        rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1), real)
+        sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=win)
+        rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1, host_windows=win), real)
+        rows_steady += compare(name, S.simulate(specs_here, wl, pol, seed=1), real)
         if args.compact:  # what --replay needs, a few hundred kB; the sim is recomputed
             save_compact(real, args.out / f"{name}.real")
             save_compact(probe, args.out / f"{name}.probe")
@@ -325,12 +337,15 @@ def one_process(args) -> None:
             probe.save(args.out / f"{name}.probe")
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
+        print(f"scenario {name}: host slow periods (canary): {len(win)}, "
+              f"{1e3 * float((win[:, 1] - win[:, 0]).sum()):.1f} ms"
+              + ("" if canary.ok else f" (no canary: {canary.why})"), flush=True)
         print(f"scenario {name}: probe host ratio {how['host_ratio']:.3f} ({how['clean']} clean "
               "batches), GPU scale " + ", ".join(f"{m} {v['gpu_scale']:.3f} ({v['batches']})"
                                                  for m, v in how['models'].items()), flush=True)
         try:  # a diagnostic: never let it cost the measurement
             refined += refined_rows(name, specs_cal, wl, pol, real, proc, how)
-            proc[-1].update(host_interference(host0, host1))
+            proc[-1].update(host_interference(host0, host1), **slow_periods(win))
         except Exception as exc:  # noqa: BLE001
             print(f"scenario {name}: DIAGNOSTIC FAILED (refined table, process.csv): {exc!r}",
                   flush=True)
@@ -343,6 +358,8 @@ def one_process(args) -> None:
         write_process(args.out, refined, proc)
     pd.concat(rows_cal, ignore_index=True).to_csv(args.out / "fidelity_calibration_only.csv",
                                                   index=False)
+    pd.concat(rows_steady, ignore_index=True).to_csv(args.out / "fidelity_steady_host.csv",
+                                                     index=False)
     text = write_tables(args.out, rows, info, engines=list(engines), seconds=args.seconds,
                         graphs=not args.no_graphs, max_batch=args.max_batch,
                         wall_s=time.perf_counter() - t_start)
@@ -516,6 +533,20 @@ def stored_run(run_dir: Path):
     return info, idle, {k: v for k, v in built.items() if k in real}, real
 
 
+def host_windows(real) -> np.ndarray:
+    """The host's slow periods a real run stored (``meta["host_windows"]``, measured by a
+    ``HostCanary`` beside it since 2026-11-26 08:30 UTC; none before): (start_s, end_s,
+    slowdown) rows on the run's clock."""
+    return np.asarray(real.meta.get("host_windows") or [], dtype=float).reshape(-1, 3)
+
+
+def slow_periods(win: np.ndarray) -> dict:
+    """process.csv's columns on the host's slow periods during one real run."""
+    return {"host_slow_periods": len(win),
+            "host_slow_ms": 1e3 * float((win[:, 1] - win[:, 0]).sum()),
+            "host_slowdown_max": float(win[:, 2].max()) if len(win) else 1.0}
+
+
 def stored_probes(run_dir: Path, built: dict, names: list) -> dict:
     """The probe runs one process stored (``<scenario>.probe.*``, since 2026-11-26 07:00 UTC;
     none before): {scenario: real result}, each checked against its rebuilt probe workload."""
@@ -548,7 +579,8 @@ def store_compact(run_dir: Path, dst: Path) -> None:
     if info.get("format", 1) >= 2 and (run_dir / "calibration").is_dir():
         cal = load_calibration_runs(run_dir, list(idle))
     for f in ("calibration.json", "latency_tables.csv", "fidelity.csv", "calibration_check.csv",
-              "fidelity_refined.csv", "process.csv", "fidelity.md"):
+              "fidelity_refined.csv", "process.csv", "fidelity.md", "fidelity_steady_host.csv",
+              "fidelity_calibration_only.csv"):
         if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
             (dst / f).write_bytes((run_dir / f).read_bytes())
     targets = [(res, dst / f"{name}.real") for name, res in real.items()]
@@ -655,24 +687,33 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
         info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
     probes = stored_probes(run_dir, built, names)
     out.mkdir(parents=True, exist_ok=True)
-    rows, rows_cal, refined, proc = [], [], [], []
+    rows, rows_cal, rows_steady, refined, proc = [], [], [], [], []
     seconds = next(iter(real.values())).meta["duration_s"]
     for name, (wl, pol) in built.items():
+        win = host_windows(real[name])
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = specs_cal, None
         if name in probes:
             specs_here, how = C.refine_from_probe(specs_cal, probes[name], pol)
-            rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1), real[name])
-        sim = S.simulate(specs_here, wl, pol, seed=1)
+            rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1, host_windows=win),
+                                real[name])
+        sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=win)
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
+        if "host_windows" in real[name].meta:
+            rows_steady += compare(name, S.simulate(specs_here, wl, pol, seed=1), real[name])
         if "dispatch_s" in real[name].batches.columns:
             refined += refined_rows(name, specs_cal, wl, pol, real[name], proc, how)
+            if "host_windows" in real[name].meta:
+                proc[-1].update(slow_periods(win))
     if refined:
         write_process(out, refined, proc)
     if rows_cal:
         pd.concat(rows_cal, ignore_index=True).to_csv(out / "fidelity_calibration_only.csv",
                                                       index=False)
+    if rows_steady:
+        pd.concat(rows_steady, ignore_index=True).to_csv(out / "fidelity_steady_host.csv",
+                                                         index=False)
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
            if refit else "its calibration.json")
@@ -743,6 +784,10 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                              "longest call ms": f"{x.longest_call_ms:.2f}",
                              "launch gap p50 µs (calibrated)": f"{x.clean_gap_p50_us:.1f} ({x.calibrated_launch_us:.1f})",
                              "host speed": f"{x.host_speed:.2f}",
+                             "host slow periods (canary): n; ms; max slowdown": (
+                                 f"{int(x.host_slow_periods)}; {x.host_slow_ms:.1f}; "
+                                 f"{x.host_slowdown_max:.1f}x"
+                                 if getattr(x, "host_slow_periods", -1) >= 0 else "not measured"),
                              "CPU steal %; forced switches": (
                                  f"{x.cpu_steal_pct:.2f}; {int(x.forced_switches)}"
                                  if getattr(x, "forced_switches", -1) >= 0 else "n/a"),
@@ -794,6 +839,16 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                   "2026-11-26 07:00 UTC), against the same real runs. "
                   f"Passing groups: {int(cagg['ok_all'].sum())} of {len(cagg)}.", ""]
         lines += _minmax_md(cagg)
+    steady = [pd.read_csv(r / "fidelity_steady_host.csv").assign(run=k)
+              for k, r in enumerate(runs, 1) if (r / "fidelity_steady_host.csv").exists()]
+    if steady:
+        sagg = _minmax(steady)
+        sagg.to_csv(out / "fidelity_runs_steady_host.csv", index=False)
+        lines += ["", "## For comparison: the host at its probed speed throughout", "",
+                  "The same prediction without the host's slow periods that the canary measured "
+                  "beside each real run (the simulator as if the machine never slowed). "
+                  f"Passing groups: {int(sagg['ok_all'].sum())} of {len(sagg)}.", ""]
+        lines += _minmax_md(sagg)
     text = "\n".join(lines) + "\n"
     (out / "fidelity_runs.md").write_text(text)
     return text

@@ -275,6 +275,7 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
     bat["decide_s"] = rec[:, 7]    # host clock: the dispatcher had chosen it (submit next)
     lag = out.loop_lag
     meta = {"duration_s": workload.duration_s, "policy": repr(policy), "models": names,
+            "host_t0": out.t0,  # time.perf_counter() of run time 0 (HostCanary.windows)
             "seed": workload.seed, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "arrival_lag_p99_ms": float(np.percentile(lag, 99) * 1e3) if lag else 0.0,
             "specs": {s.name: {"batch_sizes": list(s.batch_sizes), "latency_ms": list(s.latency_ms),

@@ -19,6 +19,7 @@ from typing import Sequence
 import numba
 import numpy as np
 
+from .host_speed import NO_WINDOWS, stretched
 from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 
@@ -39,7 +40,7 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 @numba.njit(cache=True, nogil=True)
 def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
             preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, by_size, sized,
-            max_share, ljit, hjit, jittered):
+            max_share, ljit, hjit, jittered, windows):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -205,7 +206,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                     hm += hjit[first]
                     if hm < lm:
                         hm = lm
-                start = t + lm
+                start = stretched(t, lm, windows)  # t + lm unless the host was slow then
                 end = start + dur
                 if sharing:
                     s_rec[s] = nb
@@ -227,7 +228,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                 s_model[s] = m
                 idle -= 1
                 if hm > 0.0:
-                    host_free = t + hm
+                    host_free = stretched(t, hm, windows)
                     if idle > 0:
                         wake = host_free
                     break
@@ -257,9 +258,10 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
 
 
 def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
-             policy: Policy, interference: float = 0.0):
+             policy: Policy, interference: float = 0.0, windows: np.ndarray = NO_WINDOWS):
     """Run the compiled path; returns the raw arrays :func:`.result.assemble` takes.
-    ``interference``: the sharing slowdown of specs without their own (as :func:`.simulate`)."""
+    ``interference``: the sharing slowdown of specs without their own (as :func:`.simulate`);
+    ``windows``: the host's slow periods (``host_speed.check_windows`` rows)."""
     M = len(specs)
     levels, level_idx = np.unique(arrays["priority"], return_inverse=True)
     L = max(1, len(levels))
@@ -304,7 +306,7 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
                   np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
                   preferred, n_pref, L, stream_order, order_code, slow, sharing, by_size, sized,
-                  MAX_SHARE, ljit, hjit, jittered)
+                  MAX_SHARE, ljit, hjit, jittered, np.ascontiguousarray(windows, dtype=float))
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
     drop_s = np.full(n, np.nan)

@@ -38,6 +38,7 @@ from hookmagic.common import checks
 from hookmagic.common.errors import InvalidArgument
 
 from .dispatcher import Dispatcher
+from .host_speed import check_windows, stretched
 from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 from .result import SimResult, assemble
@@ -111,7 +112,7 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
              workload: Workload | Sequence, policy: Policy | None = None, *,
              duration_s: float | None = None, seed: int = 0,
              engine: Literal["auto", "general", "fast"] = "auto",
-             interference: float = 0.0) -> SimResult:
+             interference: float = 0.0, host_windows=None) -> SimResult:
     """Simulate ``policy`` serving ``workload`` on ``models``; deterministic for a given ``seed``.
 
     Parameters
@@ -124,6 +125,10 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     engine : "general" (any policy), "fast" (compiled path: fifo/priority order, dynamic
         batching, plain streams; raises if the policy needs more) or "auto" (fast when it can).
     interference : ``share_slowdown`` for specs that do not set their own (0: independent streams).
+    host_windows : ``(start_s, end_s, slowdown)`` rows: periods in which the driver's host ran
+        ``slowdown`` times slower than calibrated (as :class:`~hookmagic.sched.host_speed.HostCanary`
+        measures beside a real run); every launch and host time falling in one stretches.
+        None: the host keeps its calibrated speed.
 
     Returns a :class:`SimResult`: ``.requests`` (one row per request), ``.batches``,
     ``.metrics()``.
@@ -146,11 +151,12 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
         arrays = dict(arrays, launch_jitter=jit[0], host_jitter=jit[1])
 
     t0 = time.perf_counter()
-    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference)
+    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference, host_windows)
     wall = time.perf_counter() - t0
     req, bat = assemble(workload.requests, names, *raw)
     meta = {"engine": used, "seed": seed, "duration_s": workload.duration_s,
             "policy": repr(policy), "interference": interference,
+            "host_windows": len(check_windows(host_windows)),
             "models": [s.name for s in specs], "sim_wall_s": wall,
             "requests_per_s": len(req) / wall if wall > 0 else float("nan")}
     return SimResult(req, bat, meta)
@@ -165,16 +171,19 @@ def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
 
 
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
-                 policy: Policy, engine: str = "auto", interference: float = 0.0):
+                 policy: Policy, engine: str = "auto", interference: float = 0.0,
+                 host_windows=None):
     """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
 
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     ``arrays`` may hold ``launch_jitter`` and ``host_jitter`` (seconds per request,
-    :func:`host_jitter`); absent, the host times are constant.
+    :func:`host_jitter`); absent, the host times are constant. ``host_windows``: as
+    :func:`simulate`.
     """
     from . import fast
     checks.choice("engine", engine, ENGINES)
     policy.check_models([s.name for s in specs])
+    windows = check_windows(host_windows)
     mult = np.asarray(mult, dtype=float)
     if len(mult) and not (np.isfinite(mult).all() and (mult >= 0).all()):
         # NaN or inf service times would never end: neither engine may see one (issue 17)
@@ -185,13 +194,14 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
         raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
                          "streams only; use engine='general'")
     if engine == "fast" or (engine == "auto" and ok):
-        return fast.run_fast(specs, arrays, mult, policy, interference), "fast"
-    return _run_general(specs, arrays, mult, policy, interference), "general"
+        return fast.run_fast(specs, arrays, mult, policy, interference, windows), "fast"
+    return _run_general(specs, arrays, mult, policy, interference, windows), "general"
 
 
 def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
-                 policy: Policy, interference: float):
-    """The general engine. Returns the raw arrays :func:`assemble` takes."""
+                 policy: Policy, interference: float, windows: np.ndarray):
+    """The general engine. Returns the raw arrays :func:`assemble` takes; ``windows``: the
+    host's slow periods (:func:`~hookmagic.sched.host_speed.check_windows` rows)."""
     d = Dispatcher(policy, specs, arrays)
     arr = arrays["arrival"].tolist()
     n = len(arr)
@@ -206,6 +216,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     lj_l = arrays["launch_jitter"].tolist() if jittered else None
     hj_l = arrays["host_jitter"].tolist() if jittered else None
     host_free = -_INF  # the driver's host thread is launching a batch until then
+    slowed = len(windows) > 0  # host times stretch inside the host's slow periods
     streams = policy.streams
     S = len(streams)
     slow_by_model = share_slowdowns(specs, S, interference)
@@ -305,7 +316,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                     hm += hj_l[ids[0]]
                     if hm < lm:
                         hm = lm
-                start = t + lm
+                start = stretched(t, lm, windows) if slowed else t + lm
                 end = start + dur
                 if sharing:
                     s_rec[s] = len(records)
@@ -323,7 +334,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 s_start[s] = start
                 idle -= 1
                 if hm > 0.0:
-                    host_free = t + hm
+                    host_free = stretched(t, hm, windows) if slowed else t + hm
                     if idle:
                         wake = host_free
                     break

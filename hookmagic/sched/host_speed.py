@@ -1,0 +1,209 @@
+"""The host's speed over time: measured by a canary process, used by the simulator.
+
+The real driver launches every batch from one host thread, so its launch and host times are
+only as quick as the machine's CPUs. On a virtual machine those sometimes all slow down at once:
+on the H100 machine of 2026-11-26 (08:00 UTC) a canary on another CPU and the driver's thread
+both ran 10-20x slower for 16-24 ms, one to seven times in 3 s, with no CPU steal reported and
+the thread on its CPU all along (``benchmarks/sched_host_episodes.py``). The simulator cannot
+foresee such a period, but given it, as it is given the arrivals, it reproduces what the
+scheduler does through it: :class:`HostCanary` measures the periods beside a real run (a second
+process doing a fixed unit of Python work in a loop on another CPU, independent of the driver),
+:func:`slow_windows` turns its passes into ``(start_s, end_s, slowdown)`` rows, and
+``simulate(..., host_windows=...)`` stretches every launch and host time that falls in one
+(:func:`stretched`).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from hookmagic.common.errors import InvalidArgument
+
+__all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "NO_WINDOWS"]
+
+#: no slow periods: the host runs at its calibrated speed throughout
+NO_WINDOWS = np.zeros((0, 3))
+
+# The canary: a fixed unit of interpreter work per pass, each pass's start and length kept
+# (float64 pairs, ~100k passes a second: ~2 MB a second, in memory until it stops).
+_CANARY = r"""
+import os, sys, time
+from array import array
+cpu, stop_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
+if cpu != "-" and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {int(cpu)})
+limit = time.perf_counter() + float(sys.argv[4])
+pc = time.perf_counter
+t, d = array("d"), array("d")
+open(out + ".ready", "w").close()
+k = 0
+while True:
+    a = pc()
+    s = 0
+    for i in range(200):
+        s += i
+    b = pc()
+    t.append(a)
+    d.append(b - a)
+    k += 1
+    if k % 2000 == 0 and (os.path.exists(stop_file) or b > limit):
+        break
+with open(out, "wb") as fh:
+    t.tofile(fh)
+    d.tofile(fh)
+"""
+
+
+class HostCanary:
+    """Measure the host's speed while a block runs: ``with HostCanary() as c: ...``, then
+    ``c.windows(t0)``.
+
+    Starts a second Python process, pinned to ``cpu`` (default: a CPU in the middle of those
+    this process may use, away from CPU 0 that takes most interrupts), which repeats a fixed
+    unit of work (~5-20 µs) and stamps every pass on ``time.perf_counter`` (the system's
+    monotonic clock, the same in every process). It stops when the block ends, or after
+    ``limit_s``. Where processes cannot be started the canary stays empty (``ok`` False,
+    ``why`` says why) and the block still runs.
+    """
+
+    def __init__(self, cpu: int | None = None, limit_s: float = 600.0) -> None:
+        self.cpu, self.limit_s = cpu, float(limit_s)
+        self.starts = np.zeros(0)
+        self.lengths = np.zeros(0)
+        self.ok, self.why = False, "not run"
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "HostCanary":
+        cpu = self.cpu
+        if cpu is None and hasattr(os, "sched_getaffinity"):
+            cpus = sorted(os.sched_getaffinity(0))
+            cpu = cpus[len(cpus) // 2] if len(cpus) > 1 else None
+        self._dir = tempfile.TemporaryDirectory(prefix="hookmagic-canary-")
+        d = Path(self._dir.name)
+        self._stop, self._out = d / "stop", d / "passes.bin"
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _CANARY, "-" if cpu is None else str(cpu),
+                 str(self._stop), str(self._out), str(self.limit_s)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as exc:
+            self.why = f"could not start the canary process: {exc}"
+            return self
+        # wait for its first passes, so the block is measured from its start
+        ready, t_end = Path(f"{self._out}.ready"), time.perf_counter() + 10.0
+        while not ready.exists() and self._proc.poll() is None and time.perf_counter() < t_end:
+            time.sleep(0.005)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._proc is None:
+            self._dir.cleanup()
+            return
+        self._stop.touch()
+        try:
+            _, err = self._proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            _, err = self._proc.communicate()
+        try:
+            raw = np.fromfile(self._out, dtype=np.float64) if self._out.exists() else np.zeros(0)
+        finally:
+            self._dir.cleanup()
+        if self._proc.returncode != 0 or raw.size < 2:
+            self.why = (f"the canary process failed (exit {self._proc.returncode}): "
+                        f"{err.decode(errors='replace').strip()[-300:]}")
+            return
+        half = raw.size // 2
+        self.starts, self.lengths = raw[:half], raw[half:2 * half]
+        self.ok, self.why = True, ""
+
+    def windows(self, t0: float = 0.0, **kw) -> np.ndarray:
+        """:func:`slow_windows` of the passes, with times relative to ``t0`` (a
+        ``perf_counter`` value: the driver's run time 0 is ``RunResult.meta["host_t0"]``)."""
+        return slow_windows(self.starts - t0, self.lengths, **kw)
+
+
+def slow_windows(starts: np.ndarray, lengths: np.ndarray, factor: float = 3.0,
+                 merge_s: float = 1e-3, min_s: float = 1e-3, min_passes: int = 5) -> np.ndarray:
+    """Periods in which the canary's passes ran slow: ``(start_s, end_s, slowdown)`` rows.
+
+    A pass is slow when it took more than ``factor`` times the median pass. Slow passes less
+    than ``merge_s`` apart form one period; periods shorter than ``min_s`` (one interrupt, one
+    preemption of the canary itself) are dropped. A period's ``slowdown`` is its length over
+    the time its passes would have taken at the median speed: the work the host got done in it,
+    whatever the mix of slow and quick passes inside. A period of fewer than ``min_passes``
+    passes is dropped too: one long pass is the canary put off its CPU, not a slow machine
+    (in which every pass is slow: ~100 passes of 0.1-0.3 ms in 20 ms on the H100)."""
+    starts = np.asarray(starts, dtype=float)
+    lengths = np.asarray(lengths, dtype=float)
+    if starts.shape != lengths.shape or starts.ndim != 1:
+        raise InvalidArgument("starts and lengths must be 1-d arrays of the same length")
+    if starts.size < 10:
+        return NO_WINDOWS.copy()
+    typical = float(np.median(lengths))
+    slow = np.flatnonzero(lengths > factor * typical)
+    rows = []
+    k = 0
+    while k < len(slow):
+        i = j = slow[k]
+        while k + 1 < len(slow) and starts[slow[k + 1]] - (starts[j] + lengths[j]) < merge_s:
+            k += 1
+            j = slow[k]
+        a, e = starts[i], starts[j] + lengths[j]
+        if e - a >= min_s and j - i + 1 >= min_passes:
+            rows.append((a, e, max(1.0, (e - a) / ((j - i + 1) * typical))))
+        k += 1
+    return np.array(rows, dtype=float).reshape(-1, 3)
+
+
+def check_windows(windows) -> np.ndarray:
+    """``windows`` as a sorted ``(k, 3)`` float array of ``(start_s, end_s, slowdown)`` rows;
+    raises InvalidArgument for NaN, an end before its start, a slowdown under 1 or overlaps."""
+    if windows is None:
+        return NO_WINDOWS.copy()
+    w = np.asarray(windows, dtype=float)
+    if w.size == 0:
+        return NO_WINDOWS.copy()
+    if w.ndim != 2 or w.shape[1] != 3:
+        raise InvalidArgument(f"host_windows must be (start_s, end_s, slowdown) rows, got shape {w.shape}")
+    if not np.isfinite(w).all():
+        raise InvalidArgument("host_windows must be finite")
+    w = w[np.argsort(w[:, 0], kind="stable")]
+    if (w[:, 1] <= w[:, 0]).any() or (w[:, 2] < 1.0).any():
+        raise InvalidArgument("host_windows: each needs end_s > start_s and slowdown >= 1")
+    if (w[1:, 0] < w[:-1, 1]).any():
+        raise InvalidArgument("host_windows must not overlap")
+    return np.ascontiguousarray(w)
+
+
+@numba.njit(cache=True, nogil=True)
+def stretched(t: float, work: float, windows: np.ndarray) -> float:
+    """When ``work`` seconds of host work (at the calibrated speed) begun at ``t`` end, with
+    the host ``slowdown`` times slower inside each of ``windows`` (sorted, not overlapping)."""
+    pos = t
+    left = work
+    k = windows.shape[0]
+    i = 0
+    while i < k and windows[i, 1] <= pos:
+        i += 1
+    while left > 0.0:
+        if i == k or pos + left <= windows[i, 0]:
+            return pos + left
+        if pos < windows[i, 0]:
+            left -= windows[i, 0] - pos
+            pos = windows[i, 0]
+        f = windows[i, 2]
+        room = (windows[i, 1] - pos) / f  # calibrated-speed work that fits in the rest of it
+        if left <= room:
+            return pos + left * f
+        left -= room
+        pos = windows[i, 1]
+        i += 1
+    return pos

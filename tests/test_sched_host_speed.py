@@ -1,0 +1,137 @@
+"""The host's slow periods: measured by a real canary process, turned into windows, and given to
+both simulator engines (hand-worked timelines with synthetic specs; the stretch against a
+step-by-step integration of the host's speed)."""
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hookmagic import sched as S
+from hookmagic.common.errors import InvalidArgument
+from hookmagic.sched.host_speed import HostCanary, check_windows, slow_windows, stretched
+
+
+def _workload(rows):
+    """Synthetic requests: (arrival_s, model) pairs."""
+    return S.Workload(pd.DataFrame(rows, columns=["arrival_s", "model"]), duration_s=1.0)
+
+
+def _batches(res):
+    b = res.batches.sort_values("start_s").reset_index(drop=True)
+    return [(m, round(s * 1e3, 9), round(e * 1e3, 9)) for m, s, e in zip(b.model, b.start_s, b.end_s)]
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_a_launch_in_a_slow_period_stretches(engine):
+    # one stream; 0.2 ms of launch, 1 ms on the GPU; the host runs 4x slower in [0.1, 0.3) ms.
+    # Decided at 0: 0.1 ms of launch done by 0.1; the rest would take 0.4 ms at a quarter speed
+    # but the period ends at 0.3 after 0.05 ms of it; the last 0.05 ms at full speed: start 0.35.
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
+    res = S.simulate(specs, _workload([(0.0, "a")]), S.Policy(), engine=engine,
+                     host_windows=[(0.1e-3, 0.3e-3, 4.0)])
+    assert _batches(res) == [("a", 0.35, 1.35)]
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_the_host_stays_busy_longer_in_a_slow_period(engine):
+    # two streams, one request each at 0; each dispatch holds the host 0.3 ms (launch 0.1 ms);
+    # the host is 2x slower from 0 to 1 ms: a's launch ends at 0.2, the host frees at 0.6, so
+    # b is decided at 0.6 and starts at 0.8. Without the period: 0.1 and 0.4 (as hand-worked in
+    # test_sched_sharing).
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.1, host_ms=0.3),
+             S.ModelSpec.constant("b", 1.0, launch_ms=0.1, host_ms=0.3)]
+    wl = _workload([(0.0, "a"), (0.0, "b")])
+    res = S.simulate(specs, wl, S.Policy(streams=2), engine=engine, host_windows=[(0.0, 1e-3, 2.0)])
+    assert _batches(res) == [("a", 0.2, 1.2), ("b", 0.8, 1.8)]
+    assert _batches(S.simulate(specs, wl, S.Policy(streams=2), engine=engine)) == [
+        ("a", 0.1, 1.1), ("b", 0.4, 1.4)]
+
+
+def test_stretch_matches_stepping_through_the_host_speed():
+    # independent reference: advance time in 1 µs steps, adding 1/slowdown µs of work per step
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        edges = np.sort(rng.uniform(0, 20e-3, 8))
+        w = np.column_stack([edges[0::2], edges[1::2], rng.uniform(1, 12, 4)])
+        t, work = rng.uniform(0, 15e-3), rng.uniform(0, 3e-3)
+        dt, pos, done = 1e-7, t, 0.0
+        while done < work:
+            inside = (w[:, 0] <= pos) & (pos < w[:, 1])
+            done += dt / (w[inside, 2][0] if inside.any() else 1.0)
+            pos += dt
+        assert stretched(t, work, w) == pytest.approx(pos, abs=2e-6)
+
+
+def test_no_windows_changes_nothing():
+    specs = [S.ModelSpec.linear("det", 2.0, 0.5, 16, launch_ms=0.06, host_ms=0.2),
+             S.ModelSpec.linear("cls", 0.5, 0.1, 32, launch_ms=0.03, host_ms=0.1)]
+    wl = S.make_workload([S.Poisson("det", 200), S.Poisson("cls", 900, priority=1)], 2, seed=3)
+    pol = S.Policy(order="priority", streams=2, batching=S.Batching(8, 1.0))
+    for engine in ("general", "fast"):
+        a = S.simulate(specs, wl, pol, seed=3, engine=engine)
+        b = S.simulate(specs, wl, pol, seed=3, engine=engine, host_windows=np.zeros((0, 3)))
+        pd.testing.assert_frame_equal(a.requests, b.requests)
+
+
+@pytest.mark.parametrize("streams,seed", [(1, 1), (2, 2), (3, 3)])
+def test_fast_and_general_agree_with_slow_periods(streams, seed):
+    specs = [S.ModelSpec.linear("det", 2.0, 0.5, 16, service_cv=0.2, switch_ms=0.05, launch_ms=0.06,
+                                host_ms=0.2, share_slowdown=(0.3, 0.5)),
+             S.ModelSpec.linear("cls", 0.5, 0.1, 32, launch_ms=0.03, host_ms=0.1,
+                                share_slowdown=(0.2, 0.4))]
+    wl = S.make_workload([S.Poisson("det", 300, slo_ms=50), S.Poisson("cls", 1500, slo_ms=20,
+                                                                        priority=1)], 2, seed=seed)
+    pol = S.Policy(order="priority", streams=streams, batching=S.Batching(8, 1.0))
+    win = [(0.2, 0.22, 10.0), (0.9, 0.95, 3.0), (1.5, 1.516, 20.0)]
+    a = S.simulate(specs, wl, pol, seed=seed, engine="general", host_windows=win)
+    b = S.simulate(specs, wl, pol, seed=seed, engine="fast", host_windows=win)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.batches, b.batches)
+    # and the periods cost latency: the same run with a steady host is quicker
+    c = S.simulate(specs, wl, pol, seed=seed, engine="fast")
+    assert a.requests["latency_ms"].mean() > c.requests["latency_ms"].mean()
+
+
+@pytest.mark.parametrize("bad", [[(0.0, float("nan"), 2.0)], [(1.0, 0.5, 2.0)], [(0.0, 1.0, 0.5)],
+                                 [(0.0, 1.0, 2.0), (0.5, 2.0, 2.0)], [(0.0, 1.0)]])
+def test_bad_windows_rejected(bad):
+    with pytest.raises(InvalidArgument):
+        check_windows(bad)
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
+    with pytest.raises(InvalidArgument):
+        S.simulate(specs, _workload([(0.0, "a")]), S.Policy(), host_windows=bad)
+
+
+def test_windows_from_a_synthetic_pass_trace():
+    # synthetic canary trace: 10 µs passes, then 100 passes of 200 µs (a 20 ms period 20x
+    # slower), then 10 µs passes again, and one lone 3 ms pass (the canary put off its CPU)
+    lengths = np.r_[np.full(2000, 10e-6), np.full(100, 200e-6), np.full(2000, 10e-6), [3e-3],
+                    np.full(500, 10e-6)]
+    starts = np.r_[0.0, np.cumsum(lengths)[:-1]]
+    w = slow_windows(starts, lengths)
+    assert w.shape == (1, 3)
+    assert w[0, 0] == pytest.approx(0.02)
+    assert w[0, 1] == pytest.approx(0.04)
+    assert w[0, 2] == pytest.approx(20.0)
+
+
+def test_canary_measures_the_block_it_wraps():
+    with HostCanary() as c:
+        t0 = time.perf_counter()
+        time.sleep(0.3)
+        t1 = time.perf_counter()
+    assert c.ok, c.why
+    # its passes cover the block (it started before and stopped after it)
+    assert c.starts[0] <= t0 and c.starts[-1] + c.lengths[-1] >= t1 - 0.01
+    assert 0 < np.median(c.lengths) < 1e-3
+    w = c.windows(t0)
+    assert (w[:, 2] >= 1).all()
+
+
+def test_a_canary_that_cannot_start_says_why_and_the_block_runs():
+    ran = False
+    with HostCanary(cpu=10 ** 6) as c:  # no such CPU: its process fails at once
+        ran = True
+    assert ran and not c.ok and "canary" in c.why
+    assert c.windows().shape == (0, 3)
