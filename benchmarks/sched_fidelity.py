@@ -316,13 +316,16 @@ def one_process(args) -> None:
         print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
         # the probe: the same policy on other arrivals of the same kind, just before
-        probe = S.run(engines, C.probe_workload(wl), pol, backend=make_backend())
+        with HostCanary() as probe_canary:
+            probe = S.run(engines, C.probe_workload(wl), pol, backend=make_backend())
+        probe.meta.update(host_canary=probe_canary.pass_times(probe.meta["host_t0"]))
         host0 = host_counters()
         with HostCanary() as canary:  # the machine's own speed meanwhile, from another CPU
             real = S.run(engines, wl, pol, backend=make_backend())
         host1 = host_counters()
         real.meta.update(host_canary_ok=canary.ok, host_canary_why=canary.why,
-                         host_windows=canary.windows(real.meta["host_t0"]).tolist())
+                         host_windows=canary.windows(real.meta["host_t0"]).tolist(),
+                         host_canary=canary.pass_times(real.meta["host_t0"]))
         win = host_windows(real)
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
@@ -338,7 +341,9 @@ def one_process(args) -> None:
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
         print(f"scenario {name}: host slow periods (canary): {len(win)}, "
-              f"{1e3 * float((win[:, 1] - win[:, 0]).sum()):.1f} ms"
+              f"{1e3 * float((win[:, 1] - win[:, 0]).sum()):.1f} ms; canary median pass (µs): "
+              f"probe {probe.meta['host_canary']['median_pass_us'] or float('nan'):.2f}, run "
+              f"{real.meta['host_canary']['median_pass_us'] or float('nan'):.2f}"
               + ("" if canary.ok else f" (no canary: {canary.why})"), flush=True)
         print(f"scenario {name}: probe host ratio {how['host_ratio']:.3f} ({how['clean']} clean "
               "batches), GPU scale " + ", ".join(f"{m} {v['gpu_scale']:.3f} ({v['batches']})"

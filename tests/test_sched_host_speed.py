@@ -135,3 +135,13 @@ def test_a_canary_that_cannot_start_says_why_and_the_block_runs():
         ran = True
     assert ran and not c.ok and "canary" in c.why
     assert c.windows().shape == (0, 3)
+
+
+def test_canary_pass_times_per_bin():
+    with HostCanary() as c:
+        t0 = time.perf_counter()
+        time.sleep(0.1)
+    p = c.pass_times(t0, width_s=0.02)
+    assert p["median_pass_us"] == pytest.approx(np.median(c.lengths) * 1e6)
+    assert len(p["bins_us"]) >= 5  # 0.1 s of block in 20 ms bins, and the canary's stop
+    assert all(b is None or b > 0 for b in p["bins_us"])

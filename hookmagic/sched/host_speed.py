@@ -124,6 +124,21 @@ class HostCanary:
         self.starts, self.lengths = raw[:half], raw[half:2 * half]
         self.ok, self.why = True, ""
 
+    def pass_times(self, t0: float = 0.0, width_s: float = 0.01) -> dict:
+        """The canary's median pass (µs) overall and per ``width_s`` bin from ``t0`` (a
+        ``perf_counter`` value) on: the host's speed through the block, to store with a run
+        (a few kB) and compare between runs."""
+        if not self.ok or len(self.starts) == 0:
+            return {"median_pass_us": None, "width_s": width_s, "bins_us": []}
+        rel = self.starts - t0
+        k = np.floor(rel / width_s).astype(np.int64)
+        keep = k >= 0
+        k, d = k[keep], self.lengths[keep]
+        bins = [float(np.median(d[k == j]) * 1e6) if np.any(k == j) else None
+                for j in range(int(k.max()) + 1)] if len(k) else []
+        return {"median_pass_us": float(np.median(self.lengths) * 1e6), "width_s": width_s,
+                "bins_us": bins}
+
     def windows(self, t0: float = 0.0, **kw) -> np.ndarray:
         """:func:`slow_windows` of the passes, with times relative to ``t0`` (a
         ``perf_counter`` value: the driver's run time 0 is ``RunResult.meta["host_t0"]``)."""
