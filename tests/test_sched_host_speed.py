@@ -145,3 +145,11 @@ def test_canary_pass_times_per_bin():
     assert p["median_pass_us"] == pytest.approx(np.median(c.lengths) * 1e6)
     assert len(p["bins_us"]) >= 5  # 0.1 s of block in 20 ms bins, and the canary's stop
     assert all(b is None or b > 0 for b in p["bins_us"])
+
+
+def test_a_mildly_slow_period_is_not_a_stall():
+    # synthetic: 200 passes at 3x the median (a busy sibling core, not the machine stalling)
+    lengths = np.r_[np.full(2000, 10e-6), np.full(200, 30e-6), np.full(2000, 10e-6)]
+    starts = np.r_[0.0, np.cumsum(lengths)[:-1]]
+    assert slow_windows(starts, lengths).shape == (0, 3)
+    assert slow_windows(starts, lengths, factor=2.0, min_slowdown=2.0).shape == (1, 3)

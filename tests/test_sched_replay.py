@@ -14,6 +14,7 @@ STORED = ROOT / "benchmarks" / "results" / "sched_fidelity_runs"
 RUNS = STORED / "2026-11-25_h100"
 RUNS2 = STORED / "2026-11-26_h100"  # calibration format 2, H100, 2026-11-26 01:45 UTC
 RUNS3 = STORED / "2026-11-26_0628_h200"  # with the probes, H200, 06:28 UTC (--compact, clock-corrected)
+RUNS4 = STORED / "2026-11-26_0816_h100"  # with the host canary beside probe and run, H100, 08:16 UTC
 
 
 def _bench():
@@ -23,7 +24,8 @@ def _bench():
     return mod
 
 
-@pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2", RUNS3 / "run1"])
+@pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2", RUNS3 / "run1",
+                                 RUNS4 / "run2"])
 def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
     bench = _bench()
     bench.replay_run(run, tmp_path)
@@ -38,11 +40,12 @@ def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
         a, b = pd.read_csv(tmp_path / "fidelity_refined.csv"), pd.read_csv(run / "fidelity_refined.csv")
         assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
         assert a["ok"].tolist() == b["ok"].tolist()
-    if (run / "fidelity_calibration_only.csv").exists():  # the probe's run: without it too
-        a = pd.read_csv(tmp_path / "fidelity_calibration_only.csv")
-        b = pd.read_csv(run / "fidelity_calibration_only.csv")
-        assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
-        assert a["ok"].tolist() == b["ok"].tolist()
+    for other in ("fidelity_calibration_only.csv",  # the probe's run: without it too
+                  "fidelity_steady_host.csv"):  # the canary's run: without its slow periods
+        if (run / other).exists():
+            a, b = pd.read_csv(tmp_path / other), pd.read_csv(run / other)
+            assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
+            assert a["ok"].tolist() == b["ok"].tolist()
 
 
 def test_scenarios_are_the_same_workload_in_every_process():
