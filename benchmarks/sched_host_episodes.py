@@ -10,7 +10,8 @@ context switches. Requests queued behind those episodes and the held-out scenari
   times each of its host calls (CUDA event create and record, the graph launch, event queries,
   event-time reads) on the wall clock and in the thread's own CPU time;
 - beside it, a canary process on another CPU doing a fixed unit of Python work in a loop and
-  stamping every pass, and a sampler counting the interrupts that reach the driver's CPU.
+  stamping every pass (``hookmagic.sched.host_speed.HostCanary``), and a sampler counting the
+  interrupts that reach the driver's CPU.
 
 An episode is a run of launch calls over 0.2 ms. For each process it writes the calls' times
 inside and outside episodes, the share of the wall time in those calls the thread spent running
@@ -40,30 +41,10 @@ import sched_fidelity as SF  # noqa: E402
 
 from hookmagic import sched as S  # noqa: E402
 from hookmagic.sched.engines import CudaBackend, _CudaHandle, gpu_available  # noqa: E402
+from hookmagic.sched.host_speed import HostCanary  # noqa: E402
 
 EPISODE_LAUNCH_S = 2e-4  # a launch call longer than this is part of an episode
 SCENARIO = "held_out_three_streams"
-
-CANARY = r"""
-import os, sys, time, numpy as np
-os.sched_setaffinity(0, {int(sys.argv[1])})
-stop_file, limit = sys.argv[2], time.perf_counter() + 120
-t, d, m = [], [], []
-pc = time.perf_counter
-k = 0
-while True:
-    a = pc()
-    s = 0
-    for i in range(200):  # a fixed unit of interpreter work, ~5 µs on a quick core
-        s += i
-    b = pc()
-    k += 1
-    if k % 100 == 0 or b - a > 2e-5:  # a sample of all passes, and every slow one
-        t.append(a); d.append(b - a); m.append(k % 100 == 0)
-    if k % 2000 == 0 and (os.path.exists(stop_file) or b > limit):
-        break
-np.save(sys.argv[3], np.array([t, d, m]))
-"""
 
 SAMPLER = r"""
 import os, sys, time, numpy as np
@@ -140,15 +121,17 @@ def child(args) -> None:
     print(f"  tables {time.perf_counter() - T0:.0f} s", file=sys.stderr, flush=True)
     stop = out / "stop"
     stop.unlink(missing_ok=True)
-    procs = [subprocess.Popen([sys.executable, "-c", CANARY, str(canary_cpu), str(stop),
-                               str(out / "canary.npy")]),
-             subprocess.Popen([sys.executable, "-c", SAMPLER, str(sampler_cpu), str(me), str(stop),
-                               str(out / "irq.npy")])]
+    sampler = subprocess.Popen([sys.executable, "-c", SAMPLER, str(sampler_cpu), str(me), str(stop),
+                                str(out / "irq.npy")])
     backend = TimedBackend()
-    res = S.run(list(engines.values()), wl, pol, backend=backend)
+    with HostCanary(cpu=canary_cpu) as canary:
+        res = S.run(list(engines.values()), wl, pol, backend=backend)
     stop.touch()
-    for p in procs:
-        p.wait(timeout=60)
+    sampler.wait(timeout=60)
+    keep = np.arange(len(canary.starts)) % 100 == 0  # a regular sample, and every slow pass
+    keep |= canary.lengths > 2e-5
+    np.save(out / "canary.npy", np.array([canary.starts[keep], canary.lengths[keep],
+                                          (np.arange(len(canary.starts)) % 100 == 0)[keep]]))
     print(f"  served {time.perf_counter() - T0:.0f} s", file=sys.stderr, flush=True)
     pd.DataFrame(backend.calls, columns=["kind", "t", "wall_s", "cpu_s", "sampled"]).to_parquet(
         out / "calls.parquet")
@@ -182,9 +165,9 @@ def summarise(d: Path) -> list[dict]:
     rows = []
     calls["in"] = inside(calls["t"].to_numpy(), eps)
     for (kind, ins), g in calls[calls["sampled"]].groupby(["kind", "in"]):
-        rows.append({"process": d.name, "what": kind, "in episode": ins, "n": len(g),
-                     "median µs": g["wall_s"].median() * 1e6,
-                     "p90 µs": g["wall_s"].quantile(0.9) * 1e6,
+        rows.append({"process": d.name, "what": f"{kind} (µs)", "in episode": ins, "n": len(g),
+                     "median": g["wall_s"].median() * 1e6,
+                     "p90": g["wall_s"].quantile(0.9) * 1e6,
                      "running share": g["cpu_s"].sum() / max(g["wall_s"].sum(), 1e-12)})
     can = np.load(d / "canary.npy")
     can = can[:, can[2] > 0]  # the regular sample
@@ -192,9 +175,9 @@ def summarise(d: Path) -> list[dict]:
     for ins in (False, True):
         sel = can[1][ci == ins]
         if len(sel):
-            rows.append({"process": d.name, "what": "canary pass (other CPU)", "in episode": ins,
-                         "n": len(sel), "median µs": np.median(sel) * 1e6,
-                         "p90 µs": np.quantile(sel, 0.9) * 1e6, "running share": np.nan})
+            rows.append({"process": d.name, "what": "canary pass, other CPU (µs)", "in episode": ins,
+                         "n": len(sel), "median": np.median(sel) * 1e6,
+                         "p90": np.quantile(sel, 0.9) * 1e6, "running share": np.nan})
     irq = np.load(d / "irq.npy")
     if irq.shape[1] > 2:
         rate = np.diff(irq[1]) / np.diff(irq[0]) / 1e3
@@ -203,13 +186,14 @@ def summarise(d: Path) -> list[dict]:
         for ins in (False, True):
             sel = rate[ii == ins]
             if len(sel):
-                rows.append({"process": d.name, "what": "interrupts per ms on driver CPU",
-                             "in episode": ins, "n": len(sel), "median µs": np.median(sel),
-                             "p90 µs": np.quantile(sel, 0.9), "running share": np.nan})
-    rows.append({"process": d.name, "what": f"episodes (launch > {EPISODE_LAUNCH_S * 1e6:.0f} µs runs)",
+                rows.append({"process": d.name, "what": "interrupts per ms on the driver's CPU",
+                             "in episode": ins, "n": len(sel), "median": np.median(sel),
+                             "p90": np.quantile(sel, 0.9), "running share": np.nan})
+    lengths = [1e3 * (e - a) for a, e in eps]
+    rows.append({"process": d.name, "what": "episode length (ms); p90 column: their total",
                  "in episode": True, "n": len(eps),
-                 "median µs": float(np.median([e - a for a, e in eps]) * 1e6) if eps else 0.0,
-                 "p90 µs": float(sum(e - a for a, e in eps) * 1e6), "running share": np.nan})
+                 "median": float(np.median(lengths)) if eps else 0.0,
+                 "p90": float(sum(lengths)), "running share": np.nan})
     return rows
 
 
