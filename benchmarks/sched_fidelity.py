@@ -45,10 +45,11 @@ policy; from it the simulator's launch and host times and each model's GPU-time 
 as they are right now (``calibrate.refine_from_probe``; switch costs and sharing stay as
 calibrated). None of the predicted arrivals is in it. ``fidelity.csv`` is that prediction;
 ``fidelity_calibration_only.csv`` the same real runs predicted from the calibration alone.
-Since 2026-11-26 08:30 UTC a canary process on another CPU measures the machine's own speed
-during each real run (``hookmagic.sched.host_speed.HostCanary``): on the H100 machines the whole
-virtual machine slowed 10-20x for 16-24 ms one to seven times in 3 s, the driver's thread with it.
-Those periods, (start, end, slowdown) from the canary alone, are stored in the run's meta and
+Since 2026-11-26 08:06 UTC a canary process on another CPU measures the machine's own speed
+during each probe and real run (``hookmagic.sched.host_speed.HostCanary``): on an H100 machine
+the whole virtual machine stalled for 16-24 ms one to seven times in 3 s (canary 9-24x slower,
+the driver's CUDA calls 7-9x). Its stall periods (4x or slower since 08:35; runs before that
+stored milder ones too), (start, end, slowdown) from the canary alone, are stored in the run's meta and
 given to the simulator like the arrivals (``simulate(host_windows=...)``): inside them launch and
 host times stretch. ``fidelity_steady_host.csv``: the same prediction without them.
 ``--pin-cpu auto`` keeps each process on one CPU (an experiment: not used by ``sched.sh``).
@@ -540,7 +541,7 @@ def stored_run(run_dir: Path):
 
 def host_windows(real) -> np.ndarray:
     """The host's slow periods a real run stored (``meta["host_windows"]``, measured by a
-    ``HostCanary`` beside it since 2026-11-26 08:30 UTC; none before): (start_s, end_s,
+    ``HostCanary`` beside it since 2026-11-26 08:06 UTC; none before): (start_s, end_s,
     slowdown) rows on the run's clock."""
     return np.asarray(real.meta.get("host_windows") or [], dtype=float).reshape(-1, 3)
 
@@ -752,6 +753,18 @@ def _minmax_md(agg: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _other_table(out: Path, numbered: list, name: str, title: str, what: str) -> list[str]:
+    """A min–max section of fidelity_runs.md for another table the processes wrote (``name``
+    in each of the ``(k, run dir)`` pairs that has it), saved as ``fidelity_runs_<rest>``."""
+    frames = [pd.read_csv(r / name).assign(run=k) for k, r in numbered if (r / name).exists()]
+    if not frames:
+        return []
+    agg = _minmax(frames)
+    agg.to_csv(out / name.replace("fidelity_", "fidelity_runs_", 1), index=False)
+    return (["", f"## {title}", "", f"{what} Passing groups: {int(agg['ok_all'].sum())} of "
+             f"{len(agg)}.", ""] + _minmax_md(agg))
+
+
 def summarize_runs(out: Path, runs: list[Path]) -> str:
     """Min–max over fresh processes of each group's errors; pass only if every run passes.
 
@@ -824,36 +837,21 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
                   + (f" No host evidence stored by process(es) {missing}." if missing else ""), "",
                   "| " + " | ".join(ev.columns) + " |", "|" + "---|" * len(ev.columns)]
         lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in ev.itertuples(index=False)]
-    ref = [pd.read_csv(r / "fidelity_refined.csv").assign(run=k) for k, r in procs
-           if (r / "fidelity_refined.csv").exists()]
-    if ref:
-        ragg = _minmax(ref)
-        ragg.to_csv(out / "fidelity_runs_refined.csv", index=False)
-        lines += ["", "## Diagnostic: launch and host times from each run itself", "",
-                  "Not a prediction: the same simulator with each model's launch gap and launch "
-                  "call measured in the real run being compared (everything else as calibrated). "
-                  f"Passing groups: {int(ragg['ok_all'].sum())} of {len(ragg)}.", ""]
-        lines += _minmax_md(ragg)
-    cal = [pd.read_csv(r / "fidelity_calibration_only.csv").assign(run=k)
-           for k, r in enumerate(runs, 1) if (r / "fidelity_calibration_only.csv").exists()]
-    if cal:
-        cagg = _minmax(cal)
-        cagg.to_csv(out / "fidelity_runs_calibration_only.csv", index=False)
-        lines += ["", "## For comparison: the calibration alone, no probe", "",
-                  "The same simulator given the calibration's numbers only (the prediction before "
-                  "2026-11-26 07:00 UTC), against the same real runs. "
-                  f"Passing groups: {int(cagg['ok_all'].sum())} of {len(cagg)}.", ""]
-        lines += _minmax_md(cagg)
-    steady = [pd.read_csv(r / "fidelity_steady_host.csv").assign(run=k)
-              for k, r in enumerate(runs, 1) if (r / "fidelity_steady_host.csv").exists()]
-    if steady:
-        sagg = _minmax(steady)
-        sagg.to_csv(out / "fidelity_runs_steady_host.csv", index=False)
-        lines += ["", "## For comparison: the host at its probed speed throughout", "",
-                  "The same prediction without the host's slow periods that the canary measured "
-                  "beside each real run (the simulator as if the machine never slowed). "
-                  f"Passing groups: {int(sagg['ok_all'].sum())} of {len(sagg)}.", ""]
-        lines += _minmax_md(sagg)
+    numbered = list(enumerate(runs, 1))
+    lines += _other_table(
+        out, procs, "fidelity_refined.csv", "Diagnostic: launch and host times from each run itself",
+        "Not a prediction: the same simulator with each model's launch gap and launch call "
+        "measured in the real run being compared (everything else as calibrated).")
+    lines += _other_table(
+        out, numbered, "fidelity_calibration_only.csv",
+        "For comparison: the calibration alone, no probe",
+        "The same simulator given the calibration's numbers only (the prediction before "
+        "2026-11-26 07:00 UTC), against the same real runs.")
+    lines += _other_table(
+        out, numbered, "fidelity_steady_host.csv",
+        "For comparison: the host at its probed speed throughout",
+        "The same prediction without the host's slow periods that the canary measured beside "
+        "each real run (the simulator as if the machine never slowed).")
     text = "\n".join(lines) + "\n"
     (out / "fidelity_runs.md").write_text(text)
     return text

@@ -2,9 +2,9 @@
 
 The real driver launches every batch from one host thread, so its launch and host times are
 only as quick as the machine's CPUs. On a virtual machine those sometimes all slow down at once:
-on the H100 machine of 2026-11-26 (08:00 UTC) a canary on another CPU and the driver's thread
-both ran 10-20x slower for 16-24 ms, one to seven times in 3 s, with no CPU steal reported and
-the thread on its CPU all along (``benchmarks/sched_host_episodes.py``). The simulator cannot
+on the H100 machine of 2026-11-26 (08:00 UTC) a canary on another CPU ran 9-24x slower and the
+driver's CUDA calls 7-9x, together, for 16-24 ms, one to seven times in 3 s, with no CPU steal
+reported and the driver's thread on its CPU all along (``benchmarks/sched_host_episodes.py``). The simulator cannot
 foresee such a period, but given it, as it is given the arrivals, it reproduces what the
 scheduler does through it: :class:`HostCanary` measures the periods beside a real run (a second
 process doing a fixed unit of Python work in a loop on another CPU, independent of the driver),
@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numba
 import numpy as np
@@ -69,11 +70,11 @@ class HostCanary:
     this process may use, away from CPU 0 that takes most interrupts), which repeats a fixed
     unit of work (~5-20 µs) and stamps every pass on ``time.perf_counter`` (the system's
     monotonic clock, the same in every process). It stops when the block ends, or after
-    ``limit_s``. Where processes cannot be started the canary stays empty (``ok`` False,
-    ``why`` says why) and the block still runs.
+    ``limit_s`` (its passes take ~1.6 MB a second until then). Where processes cannot be
+    started the canary stays empty (``ok`` False, ``why`` says why) and the block still runs.
     """
 
-    def __init__(self, cpu: int | None = None, limit_s: float = 600.0) -> None:
+    def __init__(self, cpu: int | None = None, limit_s: float = 120.0) -> None:
         self.cpu, self.limit_s = cpu, float(limit_s)
         self.starts = np.zeros(0)
         self.lengths = np.zeros(0)
@@ -185,7 +186,7 @@ def slow_windows(starts: np.ndarray, lengths: np.ndarray, factor: float = 5.0,
     return np.array(rows, dtype=float).reshape(-1, 3)
 
 
-def check_windows(windows) -> np.ndarray:
+def check_windows(windows: np.ndarray | Sequence[Sequence[float]] | None) -> np.ndarray:
     """``windows`` as a sorted ``(k, 3)`` float array of ``(start_s, end_s, slowdown)`` rows;
     raises InvalidArgument for NaN, an end before its start, a slowdown under 1 or overlaps."""
     if windows is None:

@@ -112,7 +112,8 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
              workload: Workload | Sequence, policy: Policy | None = None, *,
              duration_s: float | None = None, seed: int = 0,
              engine: Literal["auto", "general", "fast"] = "auto",
-             interference: float = 0.0, host_windows=None) -> SimResult:
+             interference: float = 0.0,
+             host_windows: np.ndarray | Sequence[Sequence[float]] | None = None) -> SimResult:
     """Simulate ``policy`` serving ``workload`` on ``models``; deterministic for a given ``seed``.
 
     Parameters
@@ -151,12 +152,13 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
         arrays = dict(arrays, launch_jitter=jit[0], host_jitter=jit[1])
 
     t0 = time.perf_counter()
-    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference, host_windows)
+    windows = check_windows(host_windows)
+    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference, windows)
     wall = time.perf_counter() - t0
     req, bat = assemble(workload.requests, names, *raw)
     meta = {"engine": used, "seed": seed, "duration_s": workload.duration_s,
             "policy": repr(policy), "interference": interference,
-            "host_windows": len(check_windows(host_windows)),
+            "host_windows": len(windows),
             "models": [s.name for s in specs], "sim_wall_s": wall,
             "requests_per_s": len(req) / wall if wall > 0 else float("nan")}
     return SimResult(req, bat, meta)
@@ -172,7 +174,7 @@ def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
 
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
                  policy: Policy, engine: str = "auto", interference: float = 0.0,
-                 host_windows=None):
+                 host_windows: np.ndarray | Sequence[Sequence[float]] | None = None):
     """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
 
     For callers that run many configurations (sweeps) and want no DataFrames per run.
