@@ -52,7 +52,8 @@ the driver's CUDA calls 7-9x). Its stall periods (4x or slower since 08:35; runs
 stored milder ones too), (start, end, slowdown) from the canary alone, are stored in the run's meta and
 given to the simulator like the arrivals (``simulate(host_windows=...)``): inside them launch and
 host times stretch. ``fidelity_steady_host.csv``: the same prediction without them.
-``--pin-cpu auto`` keeps each process on one CPU (an experiment: not used by ``sched.sh``).
+``--pin-cpu auto`` keeps each process on one CPU, ``--pin-cpu core`` on the first thread of the
+last physical core (experiments: ``sched.sh`` pins only with ``SCHED_PIN_CPU`` set).
 
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
 are labelled synthetic and prove only that the script works.
@@ -76,7 +77,7 @@ from hookmagic.sched import calibrate as C
 from hookmagic.sched import metrics as M
 from hookmagic.sched.engines import (CudaBackend, SleepEngine, ThreadBackend, TorchEngine,
                                      gpu_available, measure)
-from hookmagic.sched.host_speed import HostCanary
+from hookmagic.sched.host_speed import HostCanary, canary_cpu, cpu_cores
 
 WARMUP_S = 0.5  # requests arriving earlier are left out of both sides
 
@@ -247,14 +248,20 @@ def load_calibration_runs(run_dir: Path, names) -> dict:
 def pin_cpu(which: str | None) -> int | None:
     """Keep this process (the driver's one host thread and every thread it starts: call it
     before CUDA starts) on one CPU: ``"auto"`` the last one it may use (CPU 0 takes most
-    interrupts), a number that CPU, None or ``"none"`` no pinning. The driver's launch gap and
+    interrupts), ``"core"`` the first thread of the last physical core (``host_speed.cpu_cores``:
+    the host canary then runs on another core and nothing of ours on this one's SMT sibling), a
+    number that CPU, None or ``"none"`` no pinning. The driver's launch gap and
     launch call are host work that the simulator takes from the calibration; unpinned, they
     varied 0.7-2.3x between the processes and scenarios of one run (H100, 2026-11-26 06:05 UTC),
-    as the thread moved between cores. Returns the CPU, or None."""
+    as the thread moved between cores, and switched between two speeds ~2x apart within a
+    scenario (08:06 UTC). Returns the CPU, or None."""
     import os
     if which in (None, "none") or not hasattr(os, "sched_setaffinity"):
         return None
-    cpu = max(os.sched_getaffinity(0)) if which == "auto" else int(which)
+    if which == "core":
+        cpu = cpu_cores()[-1][0]
+    else:
+        cpu = max(os.sched_getaffinity(0)) if which == "auto" else int(which)
     os.sched_setaffinity(0, {cpu})
     return cpu
 
@@ -296,6 +303,9 @@ def one_process(args) -> None:
     idle = {n: e.spec for n, e in engines.items()}
     fit = _calibrate(engines, make_backend, idle, args.max_batch, args.out, args.compact)
     info = make_backend().describe()
+    cores = cpu_cores()
+    info.update(cpu_topology={"cpus": sum(map(len, cores)), "cores": len(cores),
+                              "threads_per_core": max(map(len, cores)), "canary_cpu": canary_cpu()})
     info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
@@ -889,8 +899,9 @@ def main() -> None:
                          "batches, the calibration runs; what --replay needs, ~1 MB per process) "
                          "and not the simulated ones")
     ap.add_argument("--pin-cpu", default="none", metavar="CPU",
-                    help="keep each process on one CPU: 'auto' (the last one allowed), a CPU "
-                         "number, or 'none' (default)")
+                    help="keep each process on one CPU: 'auto' (the last one allowed), 'core' "
+                         "(the first thread of the last physical core), a CPU number, or 'none' "
+                         "(default)")
     ap.add_argument("--synthetic-cpu", action="store_true",
                     help="no GPU: sleeping CPU threads (synthetic; checks the script only)")
     args = ap.parse_args()

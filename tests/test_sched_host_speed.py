@@ -9,7 +9,8 @@ import pytest
 
 from hookmagic import sched as S
 from hookmagic.common.errors import InvalidArgument
-from hookmagic.sched.host_speed import HostCanary, check_windows, slow_windows, stretched
+from hookmagic.sched.host_speed import (HostCanary, canary_cpu, check_windows, cpu_cores,
+                                        slow_windows, stretched)
 
 
 def _workload(rows):
@@ -153,3 +154,28 @@ def test_a_mildly_slow_period_is_not_a_stall():
     starts = np.r_[0.0, np.cumsum(lengths)[:-1]]
     assert slow_windows(starts, lengths).shape == (0, 3)
     assert slow_windows(starts, lengths, factor=2.0, min_slowdown=2.0).shape == (1, 3)
+
+
+def test_cpu_cores_read_the_kernels_topology(tmp_path):
+    # a synthetic sysfs: 4 CPUs, two cores of two hardware threads (0,2) and (1,3)
+    (tmp_path / "online").write_text("0-3\n")
+    for cpu, sib in {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"}.items():
+        d = tmp_path / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(sib + "\n")
+    assert cpu_cores(tmp_path) == [(0, 2), (1, 3)]
+    # no topology files: one core per CPU
+    (tmp_path / "cpu3" / "topology" / "thread_siblings_list").unlink()
+    assert cpu_cores(tmp_path)[-1] == (3,)
+    # and this machine's own: every online CPU once
+    mine = cpu_cores()
+    assert sorted(c for core in mine for c in core) == sorted(set(c for core in mine for c in core))
+
+
+def test_the_canary_keeps_off_the_drivers_core():
+    cores = [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert canary_cpu(cores, mine={3}) in (0, 1, 2)           # pinned driver: another core
+    assert canary_cpu(cores, mine={7}) in (0, 1, 2)           # its sibling's core is its own
+    assert canary_cpu(cores, mine=set(range(8))) == 2         # unpinned: the middle core
+    assert canary_cpu([(0, 1)], mine={0}) is None             # one core: nowhere else to go
+    assert canary_cpu([(0,)], mine={0}) is None

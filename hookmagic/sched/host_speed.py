@@ -27,7 +27,8 @@ import numpy as np
 
 from hookmagic.common.errors import InvalidArgument
 
-__all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "NO_WINDOWS"]
+__all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "cpu_cores", "canary_cpu",
+           "NO_WINDOWS"]
 
 #: no slow periods: the host runs at its calibrated speed throughout
 NO_WINDOWS = np.zeros((0, 3))
@@ -62,12 +63,60 @@ with open(out, "wb") as fh:
 """
 
 
+def _cpu_list(text: str) -> list[int]:
+    """'0-3,8' -> [0, 1, 2, 3, 8] (the kernel's CPU list format)."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += range(int(a), int(b) + 1)
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def cpu_cores(root: str | Path = "/sys/devices/system/cpu") -> list[tuple[int, ...]]:
+    """The machine's online CPUs grouped by physical core (hardware threads that share one:
+    ``topology/thread_siblings_list``), ordered by their first CPU; one CPU per group where the
+    topology cannot be read (not Linux)."""
+    root = Path(root)
+    try:
+        online = _cpu_list((root / "online").read_text())
+    except (OSError, ValueError):
+        online = list(range(os.cpu_count() or 1))
+    cores: dict[tuple[int, ...], None] = {}
+    for cpu in online:
+        try:
+            sib = tuple(sorted(_cpu_list(
+                (root / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text())))
+        except (OSError, ValueError):
+            sib = (cpu,)
+        cores[sib] = None
+    return sorted(cores, key=lambda c: c[0])
+
+
+def canary_cpu(cores: Sequence[Sequence[int]] | None = None,
+               mine: set[int] | None = None) -> int | None:
+    """A CPU for the canary on a core that the calling process does not run on: where the
+    process is pinned (its affinity is not every CPU), the middle core of the others; else the
+    middle core's first thread. None on a one-core machine. A canary on the driver's own core
+    (its SMT sibling) would slow the driver it is there to watch."""
+    cores = [tuple(c) for c in (cores if cores is not None else cpu_cores())]
+    if mine is None:
+        mine = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    every = {c for core in cores for c in core}
+    free = cores if not mine or mine >= every else [c for c in cores if not mine & set(c)]
+    if len(free) < (2 if free is cores else 1):
+        return None
+    return free[len(free) // 2][0]
+
+
 class HostCanary:
     """Measure the host's speed while a block runs: ``with HostCanary() as c: ...``, then
     ``c.windows(t0)``.
 
-    Starts a second Python process, pinned to ``cpu`` (default: a CPU in the middle of those
-    this process may use, away from CPU 0 that takes most interrupts), which repeats a fixed
+    Starts a second Python process, pinned to ``cpu`` (default :func:`canary_cpu`: a core the
+    calling process does not run on, away from CPU 0 that takes most interrupts), which repeats a fixed
     unit of work (~5-20 µs) and stamps every pass on ``time.perf_counter`` (the system's
     monotonic clock, the same in every process). It stops when the block ends, or after
     ``limit_s`` (its passes take ~1.6 MB a second until then). Where processes cannot be
@@ -82,10 +131,7 @@ class HostCanary:
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "HostCanary":
-        cpu = self.cpu
-        if cpu is None and hasattr(os, "sched_getaffinity"):
-            cpus = sorted(os.sched_getaffinity(0))
-            cpu = cpus[len(cpus) // 2] if len(cpus) > 1 else None
+        cpu = self.cpu if self.cpu is not None else canary_cpu()
         self._dir = tempfile.TemporaryDirectory(prefix="hookmagic-canary-")
         d = Path(self._dir.name)
         self._stop, self._out = d / "stop", d / "passes.bin"
