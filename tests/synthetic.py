@@ -4,6 +4,8 @@
   (DataFrames or dicts of columns; the rest empty), for tests that build their own small case.
 - :func:`synthetic_tables` / :func:`synthetic_meta`: a small hand-checkable capture with every
   table filled (the ``synthetic_trace`` fixture of tests/conftest.py).
+- :func:`synthetic_requests` / :func:`batch_timeline`: hand-placed scheduler requests and the
+  batches a simulation made of them, in ms, for timelines worked on paper.
 """
 from __future__ import annotations
 
@@ -134,3 +136,15 @@ def synthetic(meta: dict | None = None, **tables) -> Trace:
               for name, t in tables.items()}
     return Trace(frames, {"source": "synthetic"} if meta is None else meta)
 
+
+
+def synthetic_requests(rows):
+    """A scheduler workload of hand-placed requests: ``(arrival_s, model)`` pairs over 1 s."""
+    from hookmagic import sched
+    return sched.Workload(pd.DataFrame(rows, columns=["arrival_s", "model"]), duration_s=1.0)
+
+
+def batch_timeline(res) -> list[tuple[str, float, float]]:
+    """A scheduler result's batches as ``(model, start_ms, end_ms)``, by start, to 1e-9 ms."""
+    b = res.batches.sort_values("start_s").reset_index(drop=True)
+    return [(m, round(s * 1e3, 9), round(e * 1e3, 9)) for m, s, e in zip(b.model, b.start_s, b.end_s)]

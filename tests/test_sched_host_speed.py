@@ -9,18 +9,9 @@ import pytest
 
 from hookmagic import sched as S
 from hookmagic.common.errors import InvalidArgument
+from tests.synthetic import batch_timeline, synthetic_requests
 from hookmagic.sched.host_speed import (HostCanary, canary_cpu, check_windows, cpu_cores,
                                         slow_windows, stretched)
-
-
-def _workload(rows):
-    """Synthetic requests: (arrival_s, model) pairs."""
-    return S.Workload(pd.DataFrame(rows, columns=["arrival_s", "model"]), duration_s=1.0)
-
-
-def _batches(res):
-    b = res.batches.sort_values("start_s").reset_index(drop=True)
-    return [(m, round(s * 1e3, 9), round(e * 1e3, 9)) for m, s, e in zip(b.model, b.start_s, b.end_s)]
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -29,9 +20,9 @@ def test_a_launch_in_a_slow_period_stretches(engine):
     # Decided at 0: 0.1 ms of launch done by 0.1; the rest would take 0.4 ms at a quarter speed
     # but the period ends at 0.3 after 0.05 ms of it; the last 0.05 ms at full speed: start 0.35.
     specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
-    res = S.simulate(specs, _workload([(0.0, "a")]), S.Policy(), engine=engine,
+    res = S.simulate(specs, synthetic_requests([(0.0, "a")]), S.Policy(), engine=engine,
                      host_windows=[(0.1e-3, 0.3e-3, 4.0)])
-    assert _batches(res) == [("a", 0.35, 1.35)]
+    assert batch_timeline(res) == [("a", 0.35, 1.35)]
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -42,10 +33,10 @@ def test_the_host_stays_busy_longer_in_a_slow_period(engine):
     # test_sched_sharing).
     specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.1, host_ms=0.3),
              S.ModelSpec.constant("b", 1.0, launch_ms=0.1, host_ms=0.3)]
-    wl = _workload([(0.0, "a"), (0.0, "b")])
+    wl = synthetic_requests([(0.0, "a"), (0.0, "b")])
     res = S.simulate(specs, wl, S.Policy(streams=2), engine=engine, host_windows=[(0.0, 1e-3, 2.0)])
-    assert _batches(res) == [("a", 0.2, 1.2), ("b", 0.8, 1.8)]
-    assert _batches(S.simulate(specs, wl, S.Policy(streams=2), engine=engine)) == [
+    assert batch_timeline(res) == [("a", 0.2, 1.2), ("b", 0.8, 1.8)]
+    assert batch_timeline(S.simulate(specs, wl, S.Policy(streams=2), engine=engine)) == [
         ("a", 0.1, 1.1), ("b", 0.4, 1.4)]
 
 
@@ -101,7 +92,7 @@ def test_bad_windows_rejected(bad):
         check_windows(bad)
     specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
     with pytest.raises(InvalidArgument):
-        S.simulate(specs, _workload([(0.0, "a")]), S.Policy(), host_windows=bad)
+        S.simulate(specs, synthetic_requests([(0.0, "a")]), S.Policy(), host_windows=bad)
 
 
 def test_windows_from_a_synthetic_pass_trace():

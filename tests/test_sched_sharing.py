@@ -6,16 +6,7 @@ import pytest
 
 from hookmagic import sched as S
 from hookmagic.common.errors import InvalidArgument
-
-
-def _workload(rows):
-    """Synthetic requests: (arrival_s, model) pairs."""
-    return S.Workload(pd.DataFrame(rows, columns=["arrival_s", "model"]), duration_s=1.0)
-
-
-def _batches(res):
-    b = res.batches.sort_values("start_s").reset_index(drop=True)
-    return [(m, round(s * 1e3, 9), round(e * 1e3, 9)) for m, s, e in zip(b.model, b.start_s, b.end_s)]
+from tests.synthetic import batch_timeline, synthetic_requests
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -25,9 +16,9 @@ def test_overlap_slows_both_batches_while_they_share(engine):
     # 1 ms of work by then and runs its last 1 ms alone -> ends at 2.5 ms.
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=0.5),
              S.ModelSpec.constant("b", 2.0, share_slowdown=0.5)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2), engine=engine)
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2), engine=engine)
     assert res.meta["engine"] == engine
-    assert _batches(res) == [("a", 0.0, 1.5), ("b", 0.0, 2.5)]
+    assert batch_timeline(res) == [("a", 0.0, 1.5), ("b", 0.0, 2.5)]
 
 
 def test_each_model_has_its_own_slowdown_and_late_starters_slow_the_running():
@@ -36,21 +27,21 @@ def test_each_model_has_its_own_slowdown_and_late_starters_slow_the_running():
     # then its last 0.2 ms alone -> ends at 1.7 ms.
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=1.0),
              S.ModelSpec.constant("b", 1.0, share_slowdown=0.25)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0005, "b")]), S.Policy(streams=2))
-    assert _batches(res) == [("a", 0.0, 1.5), ("b", 0.5, 1.7)]
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0005, "b")]), S.Policy(streams=2))
+    assert batch_timeline(res) == [("a", 0.0, 1.5), ("b", 0.5, 1.7)]
 
 
 def test_interference_argument_is_the_default_slowdown():
     specs = [S.ModelSpec.constant("a", 1.0), S.ModelSpec.constant("b", 2.0)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2),
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2),
                      interference=0.5)
-    assert _batches(res) == [("a", 0.0, 1.5), ("b", 0.0, 2.5)]
+    assert batch_timeline(res) == [("a", 0.0, 1.5), ("b", 0.0, 2.5)]
 
 
 def test_one_stream_never_shares():
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=3.0)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "a")]), S.Policy())
-    assert _batches(res) == [("a", 0.0, 1.0), ("a", 1.0, 2.0)]
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0, "a")]), S.Policy())
+    assert batch_timeline(res) == [("a", 0.0, 1.0), ("a", 1.0, 2.0)]
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -59,9 +50,9 @@ def test_switch_cost_paid_only_when_the_model_changes(engine):
     # a, a, b, a: the first batch
     # pays a's switch (nothing ran before), the second none, then b's, then a's again.
     specs = [S.ModelSpec.constant("a", 1.0, switch_ms=0.25), S.ModelSpec.constant("b", 2.0, switch_ms=0.5)]
-    wl = _workload([(0.0, "a"), (0.0001, "a"), (0.0002, "b"), (0.0003, "a")])
+    wl = synthetic_requests([(0.0, "a"), (0.0001, "a"), (0.0002, "b"), (0.0003, "a")])
     res = S.simulate(specs, wl, S.Policy(), engine=engine)
-    assert _batches(res) == [("a", 0.0, 1.25), ("a", 1.25, 2.25), ("b", 2.25, 4.75),
+    assert batch_timeline(res) == [("a", 0.0, 1.25), ("a", 1.25, 2.25), ("b", 2.25, 4.75),
                              ("a", 4.75, 6.0)]
 
 
@@ -83,7 +74,7 @@ def test_bad_slowdowns_and_switch_costs_rejected(bad):
     with pytest.raises(ValueError, match="switch_ms"):
         S.ModelSpec.constant("a", 1.0, switch_ms=bad)
     with pytest.raises(ValueError, match="interference"):
-        S.simulate([S.ModelSpec.constant("a", 1.0)], _workload([(0.0, "a")]),
+        S.simulate([S.ModelSpec.constant("a", 1.0)], synthetic_requests([(0.0, "a")]),
                    S.Policy(streams=2), interference=bad)
 
 
@@ -111,9 +102,9 @@ def test_slowdown_per_number_of_others(engine):
     # have done 1.8/2.0 = 0.9 ms of work; their last 0.1 ms takes 0.15 ms: they end at 1.95 ms.
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=(0.5, 0.8)),
              S.ModelSpec.constant("b", 1.0), S.ModelSpec.constant("c", 1.0)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b"), (0.0, "c")]), S.Policy(streams=3),
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0, "b"), (0.0, "c")]), S.Policy(streams=3),
                      interference=0.5, engine=engine)
-    assert _batches(res) == [("a", 0.0, 1.8), ("b", 0.0, 1.95), ("c", 0.0, 1.95)]
+    assert batch_timeline(res) == [("a", 0.0, 1.8), ("b", 0.0, 1.95), ("c", 0.0, 1.95)]
 
 
 def test_slowdown_table_extends_its_last_step():
@@ -128,8 +119,8 @@ def test_launch_time_delays_the_start_and_keeps_the_stream(engine):
     # at 0, starts at 0.2 and ends at 1.2; the second (queued meanwhile) is decided at 1.2,
     # starts at 1.4, ends at 2.4.
     specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0001, "a")]), S.Policy(), engine=engine)
-    assert _batches(res) == [("a", 0.2, 1.2), ("a", 1.4, 2.4)]
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0001, "a")]), S.Policy(), engine=engine)
+    assert batch_timeline(res) == [("a", 0.2, 1.2), ("a", 1.4, 2.4)]
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -140,8 +131,8 @@ def test_a_launching_batch_neither_slows_nor_is_slowed(engine):
     # its last 0.2 ms alone -> ends at 1.6.
     specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2, share_slowdown=0.5),
              S.ModelSpec.constant("b", 1.0, share_slowdown=0.5)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2), engine=engine)
-    assert _batches(res) == [("b", 0.0, 1.4), ("a", 0.2, 1.6)]
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2), engine=engine)
+    assert batch_timeline(res) == [("b", 0.0, 1.4), ("a", 0.2, 1.6)]
 
 
 def test_one_host_thread_launches_one_batch_at_a_time():
@@ -150,8 +141,8 @@ def test_one_host_thread_launches_one_batch_at_a_time():
     # starts at 0.4. Independent streams (no slowdown): a ends at 1.1, b at 1.4.
     specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.1, host_ms=0.3),
              S.ModelSpec.constant("b", 1.0, launch_ms=0.1, host_ms=0.3)]
-    res = S.simulate(specs, _workload([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2))
-    assert _batches(res) == [("a", 0.1, 1.1), ("b", 0.4, 1.4)]
+    res = S.simulate(specs, synthetic_requests([(0.0, "a"), (0.0, "b")]), S.Policy(streams=2))
+    assert batch_timeline(res) == [("a", 0.1, 1.1), ("b", 0.4, 1.4)]
 
 
 def test_launch_time_is_queueing_time_of_an_md1_queue():
@@ -213,10 +204,10 @@ def test_slowdown_grows_with_the_size_of_the_batches_beside(engine):
     specs = [S.ModelSpec.constant("a", 1.0, share_slowdown=(0.25,), share_by_size=(0.1,)),
              S.ModelSpec.constant("b", 1.0, max_batch=4)]
     pol = S.Policy(streams=2, batching=S.Batching(4, 0.0))
-    four = _workload([(0.0, "a")] + [(0.0, "b")] * 4)
-    assert _batches(S.simulate(specs, four, pol, engine=engine)) == [("a", 0.0, 1.4), ("b", 0.0, 1.0)]
-    one = _workload([(0.0, "a"), (0.0, "b")])
-    assert _batches(S.simulate(specs, one, pol, engine=engine)) == [("a", 0.0, 1.3), ("b", 0.0, 1.0)]
+    four = synthetic_requests([(0.0, "a")] + [(0.0, "b")] * 4)
+    assert batch_timeline(S.simulate(specs, four, pol, engine=engine)) == [("a", 0.0, 1.4), ("b", 0.0, 1.0)]
+    one = synthetic_requests([(0.0, "a"), (0.0, "b")])
+    assert batch_timeline(S.simulate(specs, one, pol, engine=engine)) == [("a", 0.0, 1.3), ("b", 0.0, 1.0)]
     assert specs[0].shared_slowdown(1, [4]) == pytest.approx(1 / 0.6)
     # beside two: the count's step extends (1 + 0.5), 1/3 standing still, plus 0.1 * (1 + 1)
     assert specs[0].shared_slowdown(2, [1, 1]) == pytest.approx(1 / (1 - (1 / 3 + 0.2)))
