@@ -393,12 +393,12 @@ def refined_rows(name, sim_specs, wl, pol, real, proc: list, probe: dict | None 
     row for ``name`` to ``proc``: the host's stalls and speed, the clock drift, what the probe
     run before it measured (``probe``: ``calibrate.refine_from_probe``'s second value), and the
     groups passing either way."""
-    specs, how = C.refine_host(sim_specs, real, pol)
+    ht = C.host_times_in(real, pol)
+    specs, how = C.refine_host(sim_specs, real, pol, times=ht)
     sim_r = S.simulate(specs, wl, pol, seed=1)
     out = compare(name, sim_r, real)
     b = real.batches
     call = (b["dispatch_s"] - b["start_s"]).to_numpy()
-    ht = C.host_times_in(real, pol)
     clean = ht[ht["clean"]]
     cal_launch = {s.name: s.launch_ms for s in sim_specs}
     proc.append({

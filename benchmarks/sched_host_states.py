@@ -29,8 +29,8 @@ BIN_S = 0.25
 
 def states(res, pol, specs) -> pd.DataFrame:
     """Per BIN_S of one run: launch gap and call (µs), GPU time over table, canary pass (µs)."""
-    t = C.host_times_in(res, pol)
     b = C.after_previous(res)
+    t = C.host_times_in(res, pol, history=b)
     t["bin"] = (t["start_s"] // BIN_S) * BIN_S
     b["bin"] = (b["start_s"] // BIN_S) * BIN_S
     model = b["model"].value_counts().index[0]

@@ -457,7 +457,7 @@ def self_check(runs: Mapping[str, Any], specs: Sequence[ModelSpec] | Callable[[i
     return w.reset_index()
 
 
-def host_times_in(res: Any, policy: Policy) -> pd.DataFrame:
+def host_times_in(res: Any, policy: Policy, history: pd.DataFrame | None = None) -> pd.DataFrame:
     """The driver's host times as one run paid them, per batch that shows them cleanly.
 
     A batch counts where it could have started the moment its stream freed (its last request
@@ -466,9 +466,11 @@ def host_times_in(res: Any, policy: Policy) -> pd.DataFrame:
     (previous end to its start: noticing, deciding, recording; the simulator's ``launch_ms``)
     is the driver's alone. ``call_ms`` (start to the launch call's return; with
     ``gap_ms`` the simulator's ``host_ms``) is kept for every batch. Returns one row per batch
-    with ``model``, ``clean``, ``gap_ms``, ``call_ms``; needs ``dispatch_s`` (real runs).
+    with ``model``, ``start_s``, ``clean``, ``gap_ms``, ``call_ms``, in the order of
+    ``history`` (:func:`after_previous` of ``res``; made here when not given); needs
+    ``dispatch_s`` (real runs).
     """
-    b = after_previous(res)
+    b = after_previous(res) if history is None else history
     req = res.requests
     served = req[req["batch"] >= 0].groupby("batch")["arrival_s"]
     first = served.min().reindex(b["batch"]).to_numpy()
@@ -489,7 +491,8 @@ def host_times_in(res: Any, policy: Policy) -> pd.DataFrame:
 
 
 def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
-                min_batches: int = 8, since_s: float = 0.0) -> tuple[list[ModelSpec], dict[str, Any]]:
+                min_batches: int = 8, since_s: float = 0.0, times: pd.DataFrame | None = None
+                ) -> tuple[list[ModelSpec], dict[str, Any]]:
     """``specs`` with launch and host times taken from a real run of the driver itself (the
     issue's "the real driver's own measurements can refine it"): NOT a prediction of that run.
 
@@ -500,10 +503,11 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
     times were corrected for clock drift (``meta["clock_corrected"]``), else the calibrated
     one (``host_ms - launch_ms``: an uncorrected run's calls drift by ~20 µs per second).
     Everything else (GPU times, switch, sharing) stays as calibrated. Batches that started
-    before ``since_s`` (run time) are not used. Returns the specs and
+    before ``since_s`` (run time) are not used. ``times``: :func:`host_times_in` of ``res``
+    where the caller has it already. Returns the specs and
     ``{"host_speed": ratio, "clean": clean batches, "models": {name: launch_ms}}``.
     """
-    t = host_times_in(res, policy)
+    t = host_times_in(res, policy) if times is None else times
     t = t[t["start_s"].to_numpy() >= since_s]
     cal = {s.name: s for s in specs}
     c = t[t["clean"] & t["model"].isin(list(cal))]
@@ -579,9 +583,9 @@ def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
     if len(probe.batches) == 0:
         return list(specs), {"host_ratio": 1.0, "clean": 0,
                              "models": {s.name: {"gpu_scale": 1.0, "batches": 0} for s in specs}}
-    specs, host = refine_host(specs, probe, policy, since_s=since_s)
-    t = host_times_in(probe, policy)
-    b = after_previous(probe)  # the rows of host_times_in, in its order
+    b = after_previous(probe)
+    t = host_times_in(probe, policy, history=b)  # the rows of b, in its order
+    specs, host = refine_host(specs, probe, policy, since_s=since_s, times=t)
     ok = (t["clean"].to_numpy() & (t["call_ms"].to_numpy() <= STALL_S * 1e3)
           & (t["start_s"].to_numpy() >= since_s) & (overlap_by_count(b, 2).sum(axis=1) <= 0))
     lone = b[ok]
