@@ -636,6 +636,8 @@ def save_compact(res, stem: Path) -> None:
     for extra in ("dispatch_s", "loop_s", "decide_s"):
         if extra in b.columns:
             cols[extra] = b[extra]
+    if "host_cpu" in b.columns:  # the driver stamps it since 2026-11-26 08:55 UTC
+        cols["host_cpu"] = b["host_cpu"].astype(np.int16)
     bat = pa.Table.from_pandas(pd.DataFrame(cols), preserve_index=False)
     for table, suffix in ((fate, "fate"), (bat, "batches")):
         path = stem.parent / f"{stem.name}.{suffix}.parquet"

@@ -6,7 +6,8 @@ per quarter second: the driver's clean launch gap and launch call (medians;
 that followed the same model and ran with nothing beside them, and, where stored (since
 2026-11-26 08:16 UTC), the host canary's median pass. It shows the H100 host switching between
 two speeds ~2x apart within one run and a model of small kernels taking longer on the GPU while
-the host is slow (its CUDA graph's submission paces it).
+the host is slow (its CUDA graph's submission paces it); where the driver stamped it, the CPUs
+it launched from in each bin.
 
     python benchmarks/sched_host_states.py benchmarks/results/sched_fidelity_runs/2026-11-26_0806_h100/run2
 """
@@ -41,6 +42,10 @@ def states(res, pol, specs) -> pd.DataFrame:
         "launch gap µs": t[t["clean"]].groupby("bin")["gap_ms"].median() * 1e3,
         "launch call µs": t.groupby("bin")["call_ms"].median() * 1e3,
         f"{model} GPU / table": pd.Series(ratio, index=same["bin"].to_numpy()).groupby(level=0).median()})
+    if "host_cpu" in res.batches.columns:  # stamped by the driver since 2026-11-26 08:55 UTC
+        cpu = res.batches.assign(bin=(res.batches["start_s"] // BIN_S) * BIN_S)
+        out["driver CPU"] = cpu.groupby("bin")["host_cpu"].agg(
+            lambda c: "/".join(str(x) for x in sorted(set(c))))
     canary = res.meta.get("host_canary") or {}
     if canary.get("bins_us"):
         w = canary["width_s"]

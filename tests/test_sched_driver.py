@@ -5,6 +5,9 @@ loop (arrival replay, polling, record assembly, the shared dispatcher); how near
 lands to the simulation is checked on the GPU (tests/gpu/test_sched_driver_gpu.py,
 benchmarks/sched_fidelity.py).
 """
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -44,6 +47,11 @@ def test_threads_run_keeps_the_simulators_books():
     last = req[req["batch"] >= 0].groupby("batch")["arrival_s"].max()
     assert (bat.set_index("batch")["decide_s"].loc[last.index] >= last).all()
     assert real.meta["clock_corrected"] is False  # one clock on the thread backend
+    # the CPU each batch was launched from: one this process may run on (Linux), else -1
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    assert bat["host_cpu"].isin(allowed | {-1}).all()
+    if sys.platform.startswith("linux"):
+        assert (bat["host_cpu"] >= 0).all()
     # batches: within the policy's max batch, each request in exactly one, sizes add up
     assert bat["size"].between(1, 4).all() and bat["size"].sum() == len(w)
     assert (req.groupby("batch").size().sort_index().to_numpy()

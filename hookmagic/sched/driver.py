@@ -17,6 +17,8 @@ the GPU spent waiting for the host to launch kernels.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import time
 from bisect import bisect_right
@@ -71,7 +73,8 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     pass that launched the batch began), ``decide_s`` (the dispatcher had chosen it) and
     ``dispatch_s`` (the launch call returned), beside the GPU's ``start_s``/``end_s``: the
     launch gap after the previous batch's end splits into noticing (``loop_s``), deciding
-    (``decide_s``) and recording the start (``start_s``).
+    (``decide_s``) and recording the start (``start_s``); ``host_cpu`` is the CPU the driver's
+    thread launched it from (-1 where the system cannot say).
     """
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
@@ -93,6 +96,23 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     return _result(setup, policy, specs, served)
 
 
+def _cpu_reader():
+    """A function giving the CPU the calling thread runs on (glibc's ``sched_getcpu``, a vDSO
+    read of tens of ns), or -1 where there is none: the driver stamps each batch with it, as
+    its host speed differs between CPUs (H100 machine, 2026-11-26: two speeds ~2x apart)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        getcpu = libc.sched_getcpu
+        getcpu.restype, getcpu.argtypes = ctypes.c_int, []
+        getcpu()
+        return getcpu
+    except (OSError, AttributeError):
+        return lambda: -1
+
+
+_host_cpu = _cpu_reader()
+
+
 @dataclass
 class _Setup:
     """What serving needs, checked: the engines by name, the workload, the backend's lanes."""
@@ -108,7 +128,8 @@ class _Setup:
 class _Served:
     """What the serving loop recorded: one row per batch, the ids served, the dispatcher."""
 
-    records: list[tuple]      # (model, stream, start_s, end_s, size, dispatch_s, loop_s, decide_s)
+    records: list[tuple]      # (model, stream, start_s, end_s, size, dispatch_s, loop_s, decide_s,
+                              #  host_cpu)
     served: list[int]
     dispatcher: Dispatcher
     loop_lag: list[float]     # seconds the loop admitted each arrival batch late
@@ -182,9 +203,9 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
     out.t0 = t0
 
     def record(s: int, job: tuple) -> tuple[float, float]:
-        handle, m, ids, disp, loop_s, decide_s = job
+        handle, m, ids, disp, loop_s, decide_s, cpu = job
         start, end = handle.times()
-        out.records.append((m, s, start - t0, end - t0, len(ids), disp, loop_s, decide_s))
+        out.records.append((m, s, start - t0, end - t0, len(ids), disp, loop_s, decide_s, cpu))
         out.served.extend(ids)
         if metrics is not None:
             metrics.observe_batch(names[m], end - start, len(ids))
@@ -221,7 +242,7 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
             decide = time.perf_counter() - t0
             # bind now: a thread lane runs the launch later, after these names have moved on
             handle = backend.submit(lanes[s], lambda e=eng, b=size, k=s: e.launch(b, k))
-            inflight[s] = (handle, m, ids, time.perf_counter() - t0, now, decide)
+            inflight[s] = (handle, m, ids, time.perf_counter() - t0, now, decide, _host_cpu())
         busy = any(j is not None for j in inflight)
         if p >= n and not busy and (d.queued == 0 or wake == _INF):
             break
@@ -254,7 +275,7 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
 def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served) -> RunResult:
     """The records as the simulator's tables, with the run's meta (backend, GPU, specs)."""
     workload, names, d = setup.workload, setup.names, out.dispatcher
-    rec = np.array(out.records, dtype=float).reshape(-1, 8)
+    rec = np.array(out.records, dtype=float).reshape(-1, 9)
     start, end = rec[:, 2], rec[:, 3]
     clock = {"clock_corrected": False}
     if out.clock is not None:
@@ -273,6 +294,7 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
     bat["dispatch_s"] = rec[:, 5]  # host clock: the launch call returned
     bat["loop_s"] = rec[:, 6]      # host clock: the loop pass that launched it began
     bat["decide_s"] = rec[:, 7]    # host clock: the dispatcher had chosen it (submit next)
+    bat["host_cpu"] = rec[:, 8].astype(np.int64)  # the CPU the driver launched it from (-1: unknown)
     lag = out.loop_lag
     meta = {"duration_s": workload.duration_s, "policy": repr(policy), "models": names,
             "host_t0": out.t0,  # time.perf_counter() of run time 0 (HostCanary.windows)
