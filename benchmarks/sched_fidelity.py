@@ -52,6 +52,17 @@ the driver's CUDA calls 7-9x). Its stall periods (4x or slower since 08:35; runs
 stored milder ones too), (start, end, slowdown) from the canary alone, are stored in the run's meta and
 given to the simulator like the arrivals (``simulate(host_windows=...)``): inside them launch and
 host times stretch. ``fidelity_steady_host.csv``: the same prediction without them.
+Since 2026-11-26 11:30 UTC the prediction takes the host's speed from the driver's own thread
+instead: the driver times a fixed unit of interpreter work about once a ms
+(``meta["host_meter"]``, medians per 50 ms), and each bin's pass over the probe's is a window of
+``simulate(host_windows=...)`` (``host_speed.speed_windows``): launch and host times stretch or
+shrink with it, and each batch's GPU time by its model's ``call_share`` of the change in its
+launch call (the GPU waits through ~0.75 of the call for the graph's kernels; fitted on the
+calibration's alone runs, ``calibrate.call_share_of``). On the H100 the driver's CPU switched
+between two speeds ~2x apart within a run, pinned or not, and the canary on another CPU did not
+follow it; the canary's stall periods stay in process.csv as a diagnostic (and in the
+calibration-only table). ``fidelity_steady_host.csv``: the prediction at the probe's speed
+throughout.
 ``--pin-cpu auto`` keeps each process on one CPU, ``--pin-cpu core`` on the first thread of the
 last physical core (experiments: ``sched.sh`` pins only with ``SCHED_PIN_CPU`` set).
 
@@ -77,7 +88,7 @@ from hookmagic.sched import calibrate as C
 from hookmagic.sched import metrics as M
 from hookmagic.sched.engines import (CudaBackend, SleepEngine, ThreadBackend, TorchEngine,
                                      gpu_available, measure)
-from hookmagic.sched.host_speed import HostCanary, canary_cpu, cpu_cores
+from hookmagic.sched.host_speed import HostCanary, canary_cpu, cpu_cores, speed_windows
 
 WARMUP_S = 0.5  # requests arriving earlier are left out of both sides
 
@@ -337,10 +348,10 @@ def one_process(args) -> None:
         real.meta.update(host_canary_ok=canary.ok, host_canary_why=canary.why,
                          host_windows=canary.windows(real.meta["host_t0"]).tolist(),
                          host_canary=canary.pass_times(real.meta["host_t0"]))
-        win = host_windows(real)
+        win = host_windows(real)  # the canary's stall periods
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
-        sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=win)
+        sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=prediction_windows(real, probe))
         rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1, host_windows=win), real)
         rows_steady += compare(name, S.simulate(specs_here, wl, pol, seed=1), real)
         if args.compact:  # what --replay needs, a few hundred kB; the sim is recomputed
@@ -351,7 +362,9 @@ def one_process(args) -> None:
             probe.save(args.out / f"{name}.probe")
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
-        print(f"scenario {name}: host slow periods (canary): {len(win)}, "
+        meter = [real.meta["host_meter"]["median_pass_us"], meter_reference(probe)]
+        print(f"scenario {name}: driver's host meter median pass (µs): run {meter[0] or 0:.3f}, "
+              f"probe {meter[1] or 0:.3f}; host slow periods (canary): {len(win)}, "
               f"{1e3 * float((win[:, 1] - win[:, 0]).sum()):.1f} ms; canary median pass (µs): "
               f"probe {probe.meta['host_canary']['median_pass_us'] or float('nan'):.2f}, run "
               f"{real.meta['host_canary']['median_pass_us'] or float('nan'):.2f}"
@@ -549,6 +562,26 @@ def stored_run(run_dir: Path):
     return info, idle, {k: v for k, v in built.items() if k in real}, real
 
 
+def meter_reference(probe) -> float | None:
+    """The driver's host meter pass (µs) in the part of a probe its host times are taken from
+    (from ``calibrate.PROBE_SKIP_S`` on, as ``refine_from_probe``): the speed the refined specs
+    hold; None without a meter."""
+    m = (probe.meta.get("host_meter") if probe is not None else None) or {}
+    bins = m.get("bins_us") or []
+    skip = int(round(C.PROBE_SKIP_S / m["width_s"])) if bins else 0
+    kept = [b for b in bins[skip:] if b is not None]
+    return float(np.median(kept)) if kept else None
+
+
+def prediction_windows(real, probe) -> np.ndarray:
+    """The host's speed through a real run as the prediction takes it: since 2026-11-26
+    11:30 UTC the driver's own meter against the probe's (``host_speed.speed_windows``);
+    runs stored before then, the canary's stall periods they were predicted with."""
+    if "host_meter" in real.meta and meter_reference(probe) is not None:
+        return speed_windows(real.meta["host_meter"], meter_reference(probe))
+    return host_windows(real)
+
+
 def host_windows(real) -> np.ndarray:
     """The host's slow periods a real run stored (``meta["host_windows"]``, measured by a
     ``HostCanary`` beside it since 2026-11-26 08:06 UTC; none before): (start_s, end_s,
@@ -715,7 +748,8 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
             specs_here, how = C.refine_from_probe(specs_cal, probes[name], pol)
             rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1, host_windows=win),
                                 real[name])
-        sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=win)
+        sim = S.simulate(specs_here, wl, pol, seed=1,
+                         host_windows=prediction_windows(real[name], probes.get(name)))
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
         if "host_windows" in real[name].meta:
@@ -862,8 +896,9 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
     lines += _other_table(
         out, numbered, "fidelity_steady_host.csv",
         "For comparison: the host at its probed speed throughout",
-        "The same prediction without the host's slow periods that the canary measured beside "
-        "each real run (the simulator as if the machine never slowed).")
+        "The same prediction without the host's speed through each real run (the driver's "
+        "host meter since 2026-11-26 11:30 UTC, the canary's stall periods before): the "
+        "simulator as if the host kept the probe's speed.")
     text = "\n".join(lines) + "\n"
     (out / "fidelity_runs.md").write_text(text)
     return text

@@ -314,3 +314,53 @@ def test_refine_from_probe_refuses_a_simulated_run_and_keeps_specs_for_an_empty_
     empty.batches["dispatch_s"] = empty.batches["start_s"]
     specs, how = C.refine_from_probe(list(truth.values()), empty, pol)
     assert specs == list(truth.values()) and how["clean"] == 0
+
+
+def _paced_run(spec, windows, seed=3):
+    """One model alone on one stream, served by a simulated driver whose host speed follows
+    ``windows`` and whose GPU waits through ``spec.call_share`` of each launch call; with the
+    real driver's stamp ``dispatch_s`` (the call, stretched as the host was, after the start)."""
+    from hookmagic.sched.host_speed import check_windows, stretched
+    wl = S.make_workload([S.Poisson(spec.name, 1.0 * spec.throughput(4), slo_ms=50)], 2.0,
+                         seed=seed)
+    pol = S.Policy(batching=S.Batching(MAX_BATCH, 0.5))
+    res = S.simulate([spec], wl, pol, seed=seed, host_windows=windows)
+    w = check_windows(windows)
+    call = (spec.host_ms - spec.launch_ms) / 1e3
+    res.batches["dispatch_s"] = [stretched(t, call, w) for t in res.batches["start_s"]]
+    res.meta["clock_corrected"] = True
+    return res, wl, pol
+
+
+def test_call_share_of_reads_how_much_of_the_call_the_gpu_waits_through():
+    """On a simulated driver whose GPU waits through 0.6 of each launch call and whose host
+    speed swings between 0.7x and 2.5x every 50 ms (the calls spread 0.08-0.28 ms), the
+    within-size slope of GPU time on the call is 0.6; with a host that never changes speed
+    there is no spread to read it from (0)."""
+    spec = S.ModelSpec.linear("det", 0.9, 0.05, MAX_BATCH, launch_ms=0.05, host_ms=0.16,
+                              call_share=0.6)
+    swings = [(k * 0.05, (k + 1) * 0.05, (0.7, 2.5, 1.0, 1.6)[k % 4]) for k in range(60)]
+    res, _, _ = _paced_run(spec, swings)
+    share, used = C.call_share_of([res])
+    assert used > 200
+    assert share == pytest.approx(0.6, abs=1e-6)
+    steady, _, _ = _paced_run(spec, None)
+    assert C.call_share_of([steady])[0] == 0.0
+
+
+def test_refine_host_moves_gpu_time_with_the_call():
+    """A run of a simulated driver on a host 1.8x slower throughout, whose GPU waits through
+    0.75 of the (longer) launch call: ``refine_host`` on specs with ``call_share`` 0.75 gives
+    back the slow host's launch and host times and GPU times 0.75 x 0.8 x call longer, so that
+    the simulator with those specs and a steady host makes the run again, batch for batch."""
+    spec = S.ModelSpec.linear("det", 0.9, 0.05, MAX_BATCH, launch_ms=0.05, host_ms=0.16,
+                              call_share=0.75)
+    res, wl, pol = _paced_run(spec, [(-1.0, 100.0, 1.8)])
+    (got,), how = C.refine_host([spec], res, pol)
+    assert got.launch_ms == pytest.approx(1.8 * 0.05, rel=1e-6)
+    assert got.host_ms == pytest.approx(1.8 * 0.16, rel=1e-6)
+    assert np.array(got.latency_ms) - np.array(spec.latency_ms) == pytest.approx(
+        0.75 * 0.8 * 0.11, rel=1e-6)
+    again = S.simulate([got], wl, pol, seed=3)
+    np.testing.assert_allclose(again.batches[["start_s", "end_s"]].to_numpy(),
+                               res.batches[["start_s", "end_s"]].to_numpy(), atol=1e-9)

@@ -11,7 +11,8 @@ from hookmagic import sched as S
 from hookmagic.common.errors import InvalidArgument
 from tests.synthetic import batch_timeline, synthetic_requests
 from hookmagic.sched.host_speed import (HostCanary, canary_cpu, check_windows, cpu_cores,
-                                        slow_windows, stretched)
+                                        meter_pass, pass_bins, slow_windows, speed_windows,
+                                        stretched)
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -23,6 +24,39 @@ def test_a_launch_in_a_slow_period_stretches(engine):
     res = S.simulate(specs, synthetic_requests([(0.0, "a")]), S.Policy(), engine=engine,
                      host_windows=[(0.1e-3, 0.3e-3, 4.0)])
     assert batch_timeline(res) == [("a", 0.35, 1.35)]
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_a_faster_host_shrinks_the_launch(engine):
+    # the host runs host work in half the time over [0, 1) ms: 0.2 ms of launch ends at 0.1
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.2)]
+    res = S.simulate(specs, synthetic_requests([(0.0, "a")]), S.Policy(), engine=engine,
+                     host_windows=[(0.0, 1e-3, 0.5)])
+    assert batch_timeline(res) == [("a", 0.1, 1.1)]
+
+
+@pytest.mark.parametrize("engine", ["general", "fast"])
+def test_the_gpu_waits_through_its_share_of_a_slower_call(engine):
+    # launch 0.1 ms, call 0.2 ms (host 0.3), GPU 1 ms of which call_share 0.5 of the call is
+    # the GPU waiting for the graph's kernels. Host 2x slower over [0, 1) ms: the launch ends
+    # at 0.2, the call then takes 0.4 instead of 0.2, so the GPU waits 0.5 * 0.2 = 0.1 ms more:
+    # 0.2 to 1.3. 3x faster over [0, 1): launch ends at 0.1/3, the call takes 0.2/3,
+    # 0.5 * (0.2 - 0.2/3) = 1/15 ms less GPU time. At the specs' speed GPU time stays 1 ms.
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.1, host_ms=0.3, call_share=0.5)]
+    wl = synthetic_requests([(0.0, "a")])
+    slow = S.simulate(specs, wl, S.Policy(), engine=engine, host_windows=[(0.0, 1e-3, 2.0)])
+    assert batch_timeline(slow) == [("a", 0.2, 1.3)]
+    fast = S.simulate(specs, wl, S.Policy(), engine=engine, host_windows=[(0.0, 1e-3, 1 / 3)])
+    ((_, start, end),) = batch_timeline(fast)
+    assert start == pytest.approx(0.1 / 3) and end - start == pytest.approx(1.0 - 1 / 15)
+    assert batch_timeline(S.simulate(specs, wl, S.Policy(), engine=engine)) == [("a", 0.1, 1.1)]
+
+
+def test_call_share_is_a_share():
+    with pytest.raises(InvalidArgument):
+        S.ModelSpec.constant("a", 1.0, call_share=1.5)
+    with pytest.raises(InvalidArgument):
+        S.ModelSpec.constant("a", 1.0, call_share=-0.1)
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])
@@ -80,12 +114,21 @@ def test_fast_and_general_agree_with_slow_periods(streams, seed):
     b = S.simulate(specs, wl, pol, seed=seed, engine="fast", host_windows=win)
     pd.testing.assert_frame_equal(a.requests, b.requests)
     pd.testing.assert_frame_equal(a.batches, b.batches)
+    # a speed that moves both ways all through the run, and GPU time that follows the call
+    paced = [s.with_(call_share=0.75) for s in specs]
+    bins = [(k * 0.05, (k + 1) * 0.05, 0.6 + 0.9 * ((k * 7) % 5) / 4) for k in range(40)]
+    a = S.simulate(paced, wl, pol, seed=seed, engine="general", host_windows=bins)
+    b = S.simulate(paced, wl, pol, seed=seed, engine="fast", host_windows=bins)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.batches, b.batches)
+    a = S.simulate(specs, wl, pol, seed=seed, engine="general", host_windows=win)
     # and the periods cost latency: the same run with a steady host is quicker
     c = S.simulate(specs, wl, pol, seed=seed, engine="fast")
     assert a.requests["latency_ms"].mean() > c.requests["latency_ms"].mean()
 
 
-@pytest.mark.parametrize("bad", [[(0.0, float("nan"), 2.0)], [(1.0, 0.5, 2.0)], [(0.0, 1.0, 0.5)],
+@pytest.mark.parametrize("bad", [[(0.0, float("nan"), 2.0)], [(1.0, 0.5, 2.0)], [(0.0, 1.0, 0.0)],
+                                 [(0.0, 1.0, -1.0)],
                                  [(0.0, 1.0, 2.0), (0.5, 2.0, 2.0)], [(0.0, 1.0)]])
 def test_bad_windows_rejected(bad):
     with pytest.raises(InvalidArgument):
@@ -170,3 +213,45 @@ def test_the_canary_keeps_off_the_drivers_core():
     assert canary_cpu(cores, mine=set(range(8))) == 2         # unpinned: the middle core
     assert canary_cpu([(0, 1)], mine={0}) is None             # one core: nowhere else to go
     assert canary_cpu([(0,)], mine={0}) is None
+
+
+def test_pass_bins_and_speed_windows_from_a_synthetic_meter():
+    # synthetic meter: a 1 µs pass every ms for 0.1 s, 2 µs from 0.05 s on (the host at half
+    # speed), stamped from t0 = 100 s on the perf_counter clock
+    t0 = 100.0
+    at = t0 + np.arange(100) * 1e-3
+    d = np.where(np.arange(100) < 50, 1e-6, 2e-6)
+    m = pass_bins(at, d, t0, 0.025)
+    assert m["width_s"] == 0.025 and m["bins_us"] == pytest.approx([1, 1, 2, 2])
+    w = speed_windows(m, 1.0)
+    np.testing.assert_allclose(w, [(0, 0.025, 1), (0.025, 0.05, 1), (0.05, 0.075, 2),
+                                   (0.075, 0.1, 2)])
+    # against a probe that ran at 2 µs, the first half was twice as fast
+    assert speed_windows(m, 2.0)[:, 2] == pytest.approx([0.5, 0.5, 1, 1])
+    # no meter, no reference, an empty bin: no window there, not a guess
+    assert len(speed_windows(None, 1.0)) == 0 and len(speed_windows(m, None)) == 0
+    gap = dict(m, bins_us=[1.0, None, 4.0])
+    np.testing.assert_allclose(speed_windows(gap, 1.0), [(0, 0.025, 1), (0.05, 0.075, 4)])
+    check_windows(w)  # what the simulator accepts
+
+
+def test_the_meter_times_its_work():
+    # the same unit of work, timed by the meter and by a loop of 200 of them
+    t = time.perf_counter()
+    for _ in range(200):
+        meter_pass()
+    each = (time.perf_counter() - t) / 200
+    passes = [meter_pass() for _ in range(200)]
+    assert 0 < np.median(passes) <= 3 * each
+
+
+def test_the_driver_stores_its_host_meter():
+    from hookmagic.sched.engines import SleepEngine, ThreadBackend
+    spec = S.ModelSpec.linear("a", 1.0, 0.2, 8)
+    wl = S.make_workload([S.Poisson("a", 200)], 0.5, seed=1)
+    res = S.run({"a": SleepEngine(spec)}, wl, S.Policy(), backend=ThreadBackend())
+    m = res.meta["host_meter"]
+    # about one pass a ms through 0.5 s of arrivals, in 50 ms bins from run time 0
+    assert m["width_s"] == 0.05 and len(m["bins_us"]) >= 10
+    assert all(b is None or 0 < b < 1e3 for b in m["bins_us"])
+    assert len(speed_windows(m, m["median_pass_us"])) >= 10

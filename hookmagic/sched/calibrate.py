@@ -34,7 +34,7 @@ from .workloads import Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
            "host_times_in", "refine_host", "launch_by_streams", "launch_for_streams",
-           "host_jitter_of", "probe_workload", "refine_from_probe",
+           "host_jitter_of", "call_share_of", "probe_workload", "refine_from_probe",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -176,7 +176,8 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     (:func:`host_jitter_of`: ``launch_jitter_ms``, ``host_jitter_ms``).
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
-    "share_slowdown": [a1, a2], ...counts}}``.
+    "share_slowdown": [a1, a2], "call_share", ...counts}}``; ``call_share`` (one for every
+    model, :func:`call_share_of` over the ``alone`` runs) since 2026-11-26 11:30 UTC.
     """
     out: dict[str, dict] = {}
     sizes = np.arange(1, max_batch + 1)
@@ -223,6 +224,9 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         # kept for the record: the same model's extra cost among several models (not simulated)
         out[name]["same_model_extra_ms"] = base
 
+    share, used = call_share_of([runs[f"alone:{name}"] for name in idle])
+    for name in idle:
+        out[name]["call_share"], out[name]["call_share_batches"] = share, used
     shared = fit_sharing([res for key, res in runs.items() if key.startswith("share")],
                          {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle}, by_size)
     extra = launch_by_streams(runs, max_batch)
@@ -230,6 +234,41 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         out[name].update(shared[name])
         out[name]["launch_streams_ms"] = extra.get(name, [0.0])
     return out
+
+
+#: launch calls that spread less than this (rms, s) show no share to read
+MIN_CALL_SPREAD_S = 1e-6
+
+
+def call_share_of(results: Sequence[Any], min_batches: int = 50) -> tuple[float, int]:
+    """How much of its launch call a batch's GPU time holds (``ModelSpec.call_share``), from
+    real runs of the driver (the calibration's ``alone`` runs): over batches after one of the
+    same model, with no other batch beside them and no stall (launch call up to
+    :data:`STALL_S`), the slope of GPU time on launch call (``dispatch_s - start_s``) within
+    each (model, batch size), pooled, clipped to 0..1. The host's own drift gives the calls
+    their spread (H100, 2026-11-26: 22-106 µs). Returns (share, batches used); 0 where fewer
+    than ``min_batches`` or the calls spread under :data:`MIN_CALL_SPREAD_S` (runs without
+    ``dispatch_s``: simulated ones)."""
+    xs, ys = [], []
+    for res in results:
+        b = after_previous(res)
+        if "dispatch_s" not in b.columns or len(b) == 0:
+            continue
+        call = (b["dispatch_s"] - b["start_s"]).to_numpy()
+        ok = ((b["prev"] == b["model"]).to_numpy() & (call <= STALL_S)
+              & (overlap_by_count(b, 2).sum(axis=1) <= 0))
+        g = pd.DataFrame({"key": b["model"].astype(str) + ":" + b["size"].astype(str),
+                          "x": call, "y": b["dur"].to_numpy()})[ok]
+        if len(g):
+            xs.append(g["x"] - g.groupby("key")["x"].transform("mean"))
+            ys.append(g["y"] - g.groupby("key")["y"].transform("mean"))
+    if not xs:
+        return 0.0, 0
+    x, y = pd.concat(xs).to_numpy(), pd.concat(ys).to_numpy()
+    spread = float(np.dot(x, x))
+    if len(x) < min_batches or spread <= len(x) * MIN_CALL_SPREAD_S ** 2:
+        return 0.0, int(len(x))
+    return float(np.clip(np.dot(x, y) / spread, 0.0, 1.0)), int(len(x))
 
 
 #: equally likely values kept of the launch / host time distribution (quantiles at (k + ½) / N)
@@ -418,7 +457,8 @@ def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec],
                                 host_jitter_ms=tuple(c.get("host_jitter_ms", ())) if jitter else (),
                                 switch_ms=c["switch_ms"],
                                 share_slowdown=tuple(c["share_slowdown"]),
-                                share_by_size=tuple(c.get("share_by_size", ()))))
+                                share_by_size=tuple(c.get("share_by_size", ())),
+                                call_share=float(c.get("call_share", 0.0))))
     return specs
 
 
@@ -502,7 +542,8 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
     ``host_ms`` = that ``launch_ms`` plus the launch call: the run's median per model where its
     times were corrected for clock drift (``meta["clock_corrected"]``), else the calibrated
     one (``host_ms - launch_ms``: an uncorrected run's calls drift by ~20 µs per second).
-    Everything else (GPU times, switch, sharing) stays as calibrated. Batches that started
+    GPU times change only by the model's ``call_share`` of the change in its launch call;
+    everything else (switch, sharing) stays as calibrated. Batches that started
     before ``since_s`` (run time) are not used. ``times``: :func:`host_times_in` of ``res``
     where the caller has it already. Returns the specs and
     ``{"host_speed": ratio, "clean": clean batches, "models": {name: launch_ms}}``.
@@ -522,8 +563,11 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
         calls = t[t["model"] == s.name]["call_ms"]
         call = (float(calls.median()) if corrected and len(calls) >= min_batches
                 else s.host_ms - s.launch_ms)
-        launch = max(0.0, launch)
-        out.append(s.with_(launch_ms=launch, host_ms=launch + max(0.0, call)))
+        launch, call = max(0.0, launch), max(0.0, call)
+        # the GPU waits through its share of the call: a longer call, a longer batch
+        shift = s.call_share * (call - (s.host_ms - s.launch_ms))
+        out.append(s.with_(launch_ms=launch, host_ms=launch + call,
+                           latency_ms=tuple(max(1e-6, x + shift) for x in s.latency_ms)))
         used[s.name] = launch
     return out, {"host_speed": ratio, "clean": int(len(c)), "models": used}
 

@@ -22,12 +22,13 @@ import ctypes.util
 import gc
 import time
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from .dispatcher import Dispatcher
+from .host_speed import METER_BIN_S, METER_EVERY_S, meter_pass, pass_bins
 from .models import ModelSpec
 from .policies import Policy
 from .result import RunResult, assemble
@@ -74,7 +75,10 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     ``dispatch_s`` (the launch call returned), beside the GPU's ``start_s``/``end_s``: the
     launch gap after the previous batch's end splits into noticing (``loop_s``), deciding
     (``decide_s``) and recording the start (``start_s``); ``host_cpu`` is the CPU the driver's
-    thread launched it from (-1 where the system cannot say).
+    thread launched it from (-1 where the system cannot say). ``meta["host_meter"]``: the
+    host's speed on the driver's thread through the run, a fixed unit of interpreter work timed
+    about once a ms (medians per 50 ms, ``host_speed.pass_bins``), for the simulator's
+    ``host_windows`` (``host_speed.speed_windows``).
     """
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
@@ -133,6 +137,8 @@ class _Served:
     served: list[int]
     dispatcher: Dispatcher
     loop_lag: list[float]     # seconds the loop admitted each arrival batch late
+    meter_at: list[float] = field(default_factory=list)   # perf_counter of each host meter pass
+    meter_s: list[float] = field(default_factory=list)    # its length (host_speed.meter_pass)
     t0: float = 0.0           # host perf_counter of run time 0
     clock: dict | None = None  # the backend's clock_fit() after serving (GPU vs host clock)
 
@@ -199,6 +205,7 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
     stop_at = workload.duration_s + drain_s
     t0 = time.perf_counter() + lead_s
     yield_gil = getattr(backend, "kind", "") == "threads"
+    meter_due = -_INF
 
     out.t0 = t0
 
@@ -248,6 +255,11 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
             break
         if now > stop_at:
             break
+        # the host's speed on this thread, about once a ms (~1-2 µs: host_speed.meter_pass)
+        if now >= meter_due:
+            out.meter_at.append(t0 + now)
+            out.meter_s.append(meter_pass())
+            meter_due = now + METER_EVERY_S
         # wait for the next due arrival or timer; poll while batches run
         nxt = min(arr[p] if p < n else _INF, wake)
         gap = nxt - (time.perf_counter() - t0)
@@ -300,6 +312,9 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
             "host_t0": out.t0,  # time.perf_counter() of run time 0 (HostCanary.windows)
             "seed": workload.seed, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "arrival_lag_p99_ms": float(np.percentile(lag, 99) * 1e3) if lag else 0.0,
+            # the host's speed on the driver's thread through the run (host_speed.speed_windows)
+            "host_meter": pass_bins(np.array(out.meter_at), np.array(out.meter_s), out.t0,
+                                    METER_BIN_S),
             "specs": {s.name: {"batch_sizes": list(s.batch_sizes), "latency_ms": list(s.latency_ms),
                                "service_cv": s.service_cv, "switch_ms": s.switch_ms,
                                "launch_ms": s.launch_ms, "host_ms": s.host_ms,

@@ -40,7 +40,7 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 @numba.njit(cache=True, nogil=True)
 def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
             preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, by_size, sized,
-            max_share, ljit, hjit, jittered, windows):
+            max_share, ljit, hjit, jittered, windows, paced):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -207,6 +207,9 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                     if hm < lm:
                         hm = lm
                 start = stretched(t, lm, windows)  # t + lm unless the host was slow then
+                if paced[m] > 0.0 and windows.shape[0] > 0:  # the GPU waits through the call
+                    dur = max(0.0, dur + paced[m] * (stretched(start, hm - lm, windows)
+                                                     - start - (hm - lm)))
                 end = start + dur
                 if sharing:
                     s_rec[s] = nb
@@ -306,7 +309,8 @@ def run_fast(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np
     out = _kernel(np.ascontiguousarray(arrays["arrival"], dtype=float), qid, qorder, qstart,
                   np.ascontiguousarray(mult, dtype=float), tables, switch, launch, host, max_batch, delay,
                   preferred, n_pref, L, stream_order, order_code, slow, sharing, by_size, sized,
-                  MAX_SHARE, ljit, hjit, jittered, np.ascontiguousarray(windows, dtype=float))
+                  MAX_SHARE, ljit, hjit, jittered, np.ascontiguousarray(windows, dtype=float),
+                  np.array([s.call_share for s in specs], dtype=float))
     n = len(qid)
     status = np.zeros(n, dtype=np.int8)
     drop_s = np.full(n, np.nan)

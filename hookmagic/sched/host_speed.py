@@ -1,16 +1,25 @@
-"""The host's speed over time: measured by a canary process, used by the simulator.
+"""The host's speed over time: measured beside and inside the real driver, used by the simulator.
 
 The real driver launches every batch from one host thread, so its launch and host times are
-only as quick as the machine's CPUs. On a virtual machine those sometimes all slow down at once:
-on the H100 machine of 2026-11-26 (08:00 UTC) a canary on another CPU ran 9-24x slower and the
-driver's CUDA calls 7-9x, together, for 16-24 ms, one to seven times in 3 s, with no CPU steal
-reported and the driver's thread on its CPU all along (``benchmarks/sched_host_episodes.py``). The simulator cannot
-foresee such a period, but given it, as it is given the arrivals, it reproduces what the
-scheduler does through it: :class:`HostCanary` measures the periods beside a real run (a second
-process doing a fixed unit of Python work in a loop on another CPU, independent of the driver),
-:func:`slow_windows` turns its passes into ``(start_s, end_s, slowdown)`` rows, and
-``simulate(..., host_windows=...)`` stretches every launch and host time that falls in one
-(:func:`stretched`).
+only as quick as its CPU. On a virtual machine that speed moves: on the H100 machine of
+2026-11-26 the driver's CPU switched between two speeds ~2x apart within a 3 s run, pinned or
+not (10:15 UTC: CPU 15 throughout; launch gap 24 -> 41 µs, launch call 32 -> 60 µs at 2.0 s),
+and sometimes the whole machine stalled (08:00 UTC: a canary on another CPU 9-24x slower and
+the driver's CUDA calls 7-9x, together, for 16-24 ms, one to seven times in 3 s, with no CPU
+steal reported; ``benchmarks/sched_host_episodes.py``). The simulator cannot foresee either,
+but given the speed over time, as it is given the arrivals, it reproduces what the scheduler
+does through it:
+
+- the driver times a fixed unit of interpreter work on its own thread about once a
+  millisecond (:func:`meter_pass`, ~1-2 µs: 0.1-0.2 % of its time) and stores the medians per
+  :data:`METER_BIN_S` (``RunResult.meta["host_meter"]``); :func:`speed_windows` turns them into
+  ``(start_s, end_s, factor)`` rows against a reference pass (the probe's, whose host times the
+  prediction uses);
+- :class:`HostCanary` does the same from a second process on another CPU (a diagnostic of
+  machine-wide stalls: on the H100 its two speeds did not follow the driver's CPU);
+- ``simulate(..., host_windows=...)`` stretches (factor > 1) or shrinks (< 1) every launch and
+  host time that falls in a window (:func:`stretched`), and a batch's GPU time by its model's
+  ``call_share`` of the change in its launch call (the GPU waits for the graph's submission).
 """
 from __future__ import annotations
 
@@ -28,10 +37,64 @@ import numpy as np
 from hookmagic.common.errors import InvalidArgument
 
 __all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "cpu_cores", "canary_cpu",
-           "NO_WINDOWS"]
+           "meter_pass", "pass_bins", "speed_windows", "NO_WINDOWS", "METER_EVERY_S", "METER_BIN_S"]
 
 #: no slow periods: the host runs at its calibrated speed throughout
 NO_WINDOWS = np.zeros((0, 3))
+#: the driver runs its host meter at most this often (s)
+METER_EVERY_S = 1e-3
+#: the driver's host meter is stored as medians per this many seconds of run time
+METER_BIN_S = 0.05
+#: iterations of the meter's unit of work (~1-2 µs on the H100/H200 machines' CPUs)
+METER_ITERS = 40
+
+
+def meter_pass() -> float:
+    """Seconds one fixed unit of interpreter work takes on the calling thread now: the host's
+    speed as the driver's own thread sees it (``driver.run`` calls it about once a ms)."""
+    pc = time.perf_counter
+    a = pc()
+    s = 0
+    for i in range(METER_ITERS):
+        s += i
+    return pc() - a
+
+
+def pass_bins(starts: np.ndarray, lengths: np.ndarray, t0: float = 0.0,
+              width_s: float = 0.01) -> dict:
+    """Timed passes of a fixed unit of work (their ``perf_counter`` starts, non-decreasing, and
+    lengths in s) as what a run stores: the median pass (µs) overall and per ``width_s`` bin
+    from ``t0`` on (None where a bin has no pass); a few kB."""
+    starts = np.asarray(starts, dtype=float)
+    lengths = np.asarray(lengths, dtype=float)
+    if len(starts) == 0:
+        return {"median_pass_us": None, "width_s": width_s, "bins_us": []}
+    k = np.floor((starts - t0) / width_s).astype(np.int64)
+    keep = k >= 0
+    k, d = k[keep], lengths[keep]
+    bins: list[float | None] = []
+    if len(k):
+        edges = np.searchsorted(k, np.arange(int(k[-1]) + 2))
+        bins = [float(np.median(d[a:b]) * 1e6) if b > a else None
+                for a, b in zip(edges[:-1], edges[1:])]
+    return {"median_pass_us": float(np.median(lengths) * 1e6), "width_s": width_s,
+            "bins_us": bins}
+
+
+def speed_windows(meter: dict | None, reference_us: float | None, least: float = 0.25,
+                  most: float = 20.0) -> np.ndarray:
+    """The host's speed through a run as ``simulate(host_windows=...)`` rows: one
+    ``(start_s, end_s, factor)`` row per bin of ``meter`` (:func:`pass_bins`' dict, as
+    ``RunResult.meta["host_meter"]``), ``factor`` its median pass over ``reference_us`` (the
+    pass of the run whose host times the simulator was given: > 1 slower, < 1 faster), held
+    within ``least``..``most``. Bins without a pass, and a missing meter or reference, give no
+    row (the reference speed)."""
+    if not meter or not meter.get("bins_us") or not reference_us or reference_us <= 0:
+        return NO_WINDOWS.copy()
+    w = float(meter["width_s"])
+    rows = [(k * w, (k + 1) * w, min(most, max(least, b / reference_us)))
+            for k, b in enumerate(meter["bins_us"]) if b is not None and b > 0]
+    return np.array(rows, dtype=float).reshape(-1, 3)
 
 # The canary: a fixed unit of interpreter work per pass, each pass's start and length kept
 # (float64 pairs, ~100k passes a second: ~2 MB a second, in memory until it stops).
@@ -175,18 +238,9 @@ class HostCanary:
         """The canary's median pass (µs) overall and per ``width_s`` bin from ``t0`` (a
         ``perf_counter`` value) on: the host's speed through the block, to store with a run
         (a few kB) and compare between runs."""
-        if not self.ok or len(self.starts) == 0:
-            return {"median_pass_us": None, "width_s": width_s, "bins_us": []}
-        k = np.floor((self.starts - t0) / width_s).astype(np.int64)  # non-decreasing: stamps
-        keep = k >= 0
-        k, d = k[keep], self.lengths[keep]
-        bins: list[float | None] = []
-        if len(k):
-            edges = np.searchsorted(k, np.arange(int(k[-1]) + 2))
-            bins = [float(np.median(d[a:b]) * 1e6) if b > a else None
-                    for a, b in zip(edges[:-1], edges[1:])]
-        return {"median_pass_us": float(np.median(self.lengths) * 1e6), "width_s": width_s,
-                "bins_us": bins}
+        if not self.ok:
+            return pass_bins(np.zeros(0), np.zeros(0), t0, width_s)
+        return pass_bins(self.starts, self.lengths, t0, width_s)
 
     def windows(self, t0: float = 0.0, **kw) -> np.ndarray:
         """:func:`slow_windows` of the passes, with times relative to ``t0`` (a
@@ -235,8 +289,10 @@ def slow_windows(starts: np.ndarray, lengths: np.ndarray, factor: float = 5.0,
 
 
 def check_windows(windows: np.ndarray | Sequence[Sequence[float]] | None) -> np.ndarray:
-    """``windows`` as a sorted ``(k, 3)`` float array of ``(start_s, end_s, slowdown)`` rows;
-    raises InvalidArgument for NaN, an end before its start, a slowdown under 1 or overlaps."""
+    """``windows`` as a sorted ``(k, 3)`` float array of ``(start_s, end_s, factor)`` rows
+    (``factor``: how many times longer host work takes in the window; under 1 the host is
+    faster than calibrated); raises InvalidArgument for NaN, an end before its start, a factor
+    not above 0 or overlaps."""
     if windows is None:
         return NO_WINDOWS.copy()
     w = np.asarray(windows, dtype=float)
@@ -247,8 +303,8 @@ def check_windows(windows: np.ndarray | Sequence[Sequence[float]] | None) -> np.
     if not np.isfinite(w).all():
         raise InvalidArgument("host_windows must be finite")
     w = w[np.argsort(w[:, 0], kind="stable")]
-    if (w[:, 1] <= w[:, 0]).any() or (w[:, 2] < 1.0).any():
-        raise InvalidArgument("host_windows: each needs end_s > start_s and slowdown >= 1")
+    if (w[:, 1] <= w[:, 0]).any() or (w[:, 2] <= 0.0).any():
+        raise InvalidArgument("host_windows: each needs end_s > start_s and a factor > 0")
     if (w[1:, 0] < w[:-1, 1]).any():
         raise InvalidArgument("host_windows must not overlap")
     return np.ascontiguousarray(w)
@@ -257,7 +313,8 @@ def check_windows(windows: np.ndarray | Sequence[Sequence[float]] | None) -> np.
 @numba.njit(cache=True, nogil=True)
 def stretched(t: float, work: float, windows: np.ndarray) -> float:
     """When ``work`` seconds of host work (at the calibrated speed) begun at ``t`` end, with
-    the host ``slowdown`` times slower inside each of ``windows`` (sorted, not overlapping)."""
+    host work taking ``factor`` times as long inside each of ``windows`` (sorted, not
+    overlapping)."""
     pos = t
     left = work
     k = windows.shape[0]

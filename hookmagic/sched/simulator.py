@@ -126,10 +126,12 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
     engine : "general" (any policy), "fast" (compiled path: fifo/priority order, dynamic
         batching, plain streams; raises if the policy needs more) or "auto" (fast when it can).
     interference : ``share_slowdown`` for specs that do not set their own (0: independent streams).
-    host_windows : ``(start_s, end_s, slowdown)`` rows: periods in which the driver's host ran
-        ``slowdown`` times slower than calibrated (as :class:`~hookmagic.sched.host_speed.HostCanary`
-        measures beside a real run); every launch and host time falling in one stretches.
-        None: the host keeps its calibrated speed.
+    host_windows : ``(start_s, end_s, factor)`` rows: periods in which the driver's host work
+        took ``factor`` times as long as in the specs (over 1 slower, under 1 faster; as the
+        driver's host meter measures during a real run,
+        :func:`~hookmagic.sched.host_speed.speed_windows`); every launch and host time falling
+        in one stretches or shrinks, and a batch's GPU time changes by its model's
+        ``call_share`` of the change in its launch call. None: the specs' speed throughout.
 
     Returns a :class:`SimResult`: ``.requests`` (one row per request), ``.batches``,
     ``.metrics()``.
@@ -214,6 +216,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     switch = [spec.switch_ms / 1e3 for spec in specs]
     launch = [spec.launch_ms / 1e3 for spec in specs]
     host = [spec.host_ms / 1e3 for spec in specs]
+    paced = [spec.call_share for spec in specs]
     jittered = "launch_jitter" in arrays
     lj_l = arrays["launch_jitter"].tolist() if jittered else None
     hj_l = arrays["host_jitter"].tolist() if jittered else None
@@ -319,6 +322,9 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                     if hm < lm:
                         hm = lm
                 start = stretched(t, lm, windows) if slowed else t + lm
+                if slowed and paced[m] > 0.0:  # the GPU waits through the slower (faster) call
+                    dur = max(0.0, dur + paced[m] * (stretched(start, hm - lm, windows)
+                                                     - start - (hm - lm)))
                 end = start + dur
                 if sharing:
                     s_rec[s] = len(records)
