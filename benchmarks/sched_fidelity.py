@@ -52,17 +52,24 @@ the driver's CUDA calls 7-9x). Its stall periods (4x or slower since 08:35; runs
 stored milder ones too), (start, end, slowdown) from the canary alone, are stored in the run's meta and
 given to the simulator like the arrivals (``simulate(host_windows=...)``): inside them launch and
 host times stretch. ``fidelity_steady_host.csv``: the same prediction without them.
-Since 2026-11-26 11:30 UTC the prediction takes the host's speed from the driver's own thread
-instead: the driver times a fixed unit of interpreter work about once a ms
-(``meta["host_meter"]``, medians per 50 ms), and each bin's pass over the probe's is a window of
-``simulate(host_windows=...)`` (``host_speed.speed_windows``): launch and host times stretch or
-shrink with it, and each batch's GPU time by its model's ``call_share`` of the change in its
-launch call (the GPU waits through ~0.75 of the call for the graph's kernels; fitted on the
-calibration's alone runs, ``calibrate.call_share_of``). On the H100 the driver's CPU switched
-between two speeds ~2x apart within a run, pinned or not, and the canary on another CPU did not
-follow it; the canary's stall periods stay in process.csv as a diagnostic (and in the
-calibration-only table). ``fidelity_steady_host.csv``: the prediction at the probe's speed
-throughout.
+Since 2026-11-26 10:50 UTC (calibration.json ``"prediction": 3``) the prediction is given the
+host's speed through the run, as it is given the arrivals: on the H100 machine the driver's CPU
+switched between speeds up to ~2x apart within a 3 s run, pinned to one CPU or not, so no
+measurement made before a run can say how fast its host will be. The speed is read off the
+run's launch calls (``calibrate.speed_from_calls``: per 50 ms, the median call over its model's
+call in the probe; a launch call is a fixed piece of host work whatever the scheduler decided);
+launch and host times stretch or shrink with it, and each batch's GPU time follows by its
+model's ``call_share`` of the change in its call (the GPU waits through ~0.75 of the call for
+the graph's kernels; fitted on the calibration's alone runs, ``calibrate.call_share_of``).
+Everything else (GPU times, sharing, switches, batching, queueing, EDF's drops) is simulated,
+and the simulated dispatcher decides from the specs the real one had (``decide_with``: the
+engines' calibrated specs). ``fidelity_meter.csv``: the same with the speed from the driver's
+own meters instead (``meta["backend_meter"]``, an event record and query on a stream of its
+own, else ``meta["host_meter"]``, interpreter work; both about once a ms), which are
+independent of the batches; ``fidelity_steady_host.csv``: the host at the probe's speed
+throughout (the prediction with nothing measured during the run);
+``fidelity_calibration_only.csv``: the calibration alone. The canary's stall periods stay in
+process.csv as a diagnostic.
 ``--pin-cpu auto`` keeps each process on one CPU, ``--pin-cpu core`` on the first thread of the
 last physical core (experiments: ``sched.sh`` pins only with ``SCHED_PIN_CPU`` set).
 
@@ -317,7 +324,7 @@ def one_process(args) -> None:
     cores = cpu_cores()
     info.update(cpu_topology={"cpus": sum(map(len, cores)), "cores": len(cores),
                               "threads_per_core": max(map(len, cores)), "canary_cpu": canary_cpu()})
-    info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
+    info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, prediction=PREDICTION, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
@@ -333,7 +340,7 @@ def one_process(args) -> None:
     sim_specs = sim_specs_from(info, idle)
     for spec in sim_specs:
         engines[spec.name].spec = spec
-    rows, rows_cal, rows_steady, refined, proc = [], [], [], [], []
+    rows, refined, proc, extra = [], [], [], {}
     for name, (wl, pol) in scenarios(idle, list(engines), args.seconds).items():
         print(f"scenario {name}: {wl!r}", flush=True)
         t0 = time.perf_counter()
@@ -351,9 +358,9 @@ def one_process(args) -> None:
         win = host_windows(real)  # the canary's stall periods
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
-        sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=prediction_windows(real, probe))
-        rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1, host_windows=win), real)
-        rows_steady += compare(name, S.simulate(specs_here, wl, pol, seed=1), real)
+        sim, other = predict(name, wl, pol, info, idle, specs_here, real, probe)
+        for table, got in other.items():
+            extra.setdefault(table, []).extend(got)
         if args.compact:  # what --replay needs, a few hundred kB; the sim is recomputed
             save_compact(real, args.out / f"{name}.real")
             save_compact(probe, args.out / f"{name}.probe")
@@ -362,9 +369,11 @@ def one_process(args) -> None:
             probe.save(args.out / f"{name}.probe")
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
-        meter = [real.meta["host_meter"]["median_pass_us"], meter_reference(probe)]
-        print(f"scenario {name}: driver's host meter median pass (µs): run {meter[0] or 0:.3f}, "
-              f"probe {meter[1] or 0:.3f}; host slow periods (canary): {len(win)}, "
+        speed = C.speed_from_calls(real, specs_here)
+        print(f"scenario {name}: host speed from the launch calls over the probe's: "
+              f"{np.percentile(speed[:, 2], 10) if len(speed) else 1:.2f} … "
+              f"{np.percentile(speed[:, 2], 90) if len(speed) else 1:.2f} (p10 … p90 of 50 ms); "
+              f"host slow periods (canary): {len(win)}, "
               f"{1e3 * float((win[:, 1] - win[:, 0]).sum()):.1f} ms; canary median pass (µs): "
               f"probe {probe.meta['host_canary']['median_pass_us'] or float('nan'):.2f}, run "
               f"{real.meta['host_canary']['median_pass_us'] or float('nan'):.2f}"
@@ -385,10 +394,8 @@ def one_process(args) -> None:
               f"{time.perf_counter() - t0:.1f} s", flush=True)
     if refined:
         write_process(args.out, refined, proc)
-    pd.concat(rows_cal, ignore_index=True).to_csv(args.out / "fidelity_calibration_only.csv",
-                                                  index=False)
-    pd.concat(rows_steady, ignore_index=True).to_csv(args.out / "fidelity_steady_host.csv",
-                                                     index=False)
+    for table, got in extra.items():
+        pd.concat(got, ignore_index=True).to_csv(args.out / table, index=False)
     text = write_tables(args.out, rows, info, engines=list(engines), seconds=args.seconds,
                         graphs=not args.no_graphs, max_batch=args.max_batch,
                         wall_s=time.perf_counter() - t_start)
@@ -562,24 +569,56 @@ def stored_run(run_dir: Path):
     return info, idle, {k: v for k, v in built.items() if k in real}, real
 
 
-def meter_reference(probe) -> float | None:
-    """The driver's host meter pass (µs) in the part of a probe its host times are taken from
-    (from ``calibrate.PROBE_SKIP_S`` on, as ``refine_from_probe``): the speed the refined specs
-    hold; None without a meter."""
-    m = (probe.meta.get("host_meter") if probe is not None else None) or {}
+#: how fidelity.csv predicts a real run (calibration.json's "prediction"; stored runs replay as
+#: they were predicted): 1 (absent) the probe's specs, with the canary's stall periods where
+#: stored (2026-11-26 08:06-10:30 UTC); 3 (since 10:50 UTC) the probe's specs with the host's
+#: speed through the run read off its launch calls (``calibrate.speed_from_calls``), GPU time
+#: following the call (``call_share``), and the simulated dispatcher deciding from the specs
+#: the real one had (the engines' calibrated specs: EDF's early drops)
+PREDICTION = 3
+
+
+def predict(name, wl, pol, info, idle, specs_here, real, probe):
+    """The simulation that ``fidelity.csv`` compares with ``real``, and the comparison rows of
+    the other tables ({csv name: rows}), as calibration.json's ``prediction`` says."""
+    version = int(info.get("prediction", 1))
+    specs_cal = sim_specs_from(info, idle, len(pol.streams))
+    stalls = host_windows(real)  # the canary's (empty where it measured none)
+    other = {}
+    if version >= 3:
+        decide = sim_specs_from(info, idle)  # what the engines' specs said (one stream)
+        sim = S.simulate(specs_here, wl, pol, seed=1, decide_with=decide,
+                         host_windows=C.speed_from_calls(real, specs_here))
+        meter = real.meta.get("backend_meter") or real.meta.get("host_meter")
+        ref = meter_reference(probe, "backend_meter" if real.meta.get("backend_meter")
+                              else "host_meter")
+        other["fidelity_meter.csv"] = compare(name, S.simulate(
+            specs_here, wl, pol, seed=1, decide_with=decide,
+            host_windows=speed_windows(meter, ref)), real)
+        other["fidelity_steady_host.csv"] = compare(name, S.simulate(
+            specs_here, wl, pol, seed=1, decide_with=decide), real)
+        other["fidelity_calibration_only.csv"] = compare(name, S.simulate(
+            specs_cal, wl, pol, seed=1, decide_with=decide), real)
+        return sim, other
+    sim = S.simulate(specs_here, wl, pol, seed=1, host_windows=stalls)
+    if probe is not None:
+        other["fidelity_calibration_only.csv"] = compare(name, S.simulate(
+            specs_cal, wl, pol, seed=1, host_windows=stalls), real)
+    if "host_windows" in real.meta:
+        other["fidelity_steady_host.csv"] = compare(name, S.simulate(specs_here, wl, pol, seed=1),
+                                                    real)
+    return sim, other
+
+
+def meter_reference(probe, which: str = "host_meter") -> float | None:
+    """The driver's meter pass (µs; ``which``: ``host_meter`` or ``backend_meter``) in the part
+    of a probe its host times are taken from (from ``calibrate.PROBE_SKIP_S`` on, as
+    ``refine_from_probe``): the speed the refined specs hold; None without a meter."""
+    m = (probe.meta.get(which) if probe is not None else None) or {}
     bins = m.get("bins_us") or []
     skip = int(round(C.PROBE_SKIP_S / m["width_s"])) if bins else 0
     kept = [b for b in bins[skip:] if b is not None]
     return float(np.median(kept)) if kept else None
-
-
-def prediction_windows(real, probe) -> np.ndarray:
-    """The host's speed through a real run as the prediction takes it: since 2026-11-26
-    11:30 UTC the driver's own meter against the probe's (``host_speed.speed_windows``);
-    runs stored before then, the canary's stall periods they were predicted with."""
-    if "host_meter" in real.meta and meter_reference(probe) is not None:
-        return speed_windows(real.meta["host_meter"], meter_reference(probe))
-    return host_windows(real)
 
 
 def host_windows(real) -> np.ndarray:
@@ -629,7 +668,7 @@ def store_compact(run_dir: Path, dst: Path) -> None:
         cal = load_calibration_runs(run_dir, list(idle))
     for f in ("calibration.json", "latency_tables.csv", "fidelity.csv", "calibration_check.csv",
               "fidelity_refined.csv", "process.csv", "fidelity.md", "fidelity_steady_host.csv",
-              "fidelity_calibration_only.csv"):
+              "fidelity_calibration_only.csv", "fidelity_meter.csv"):
         if (run_dir / f).exists():  # fidelity.csv: the table as the process computed it
             (dst / f).write_bytes((run_dir / f).read_bytes())
     targets = [(res, dst / f"{name}.real") for name, res in real.items()]
@@ -738,7 +777,7 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
         info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
     probes = stored_probes(run_dir, built, names)
     out.mkdir(parents=True, exist_ok=True)
-    rows, rows_cal, rows_steady, refined, proc = [], [], [], [], []
+    rows, refined, proc, extra = [], [], [], {}
     seconds = next(iter(real.values())).meta["duration_s"]
     for name, (wl, pol) in built.items():
         win = host_windows(real[name])
@@ -746,26 +785,19 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
         specs_here, how = specs_cal, None
         if name in probes:
             specs_here, how = C.refine_from_probe(specs_cal, probes[name], pol)
-            rows_cal += compare(name, S.simulate(specs_cal, wl, pol, seed=1, host_windows=win),
-                                real[name])
-        sim = S.simulate(specs_here, wl, pol, seed=1,
-                         host_windows=prediction_windows(real[name], probes.get(name)))
+        sim, other = predict(name, wl, pol, info, idle, specs_here, real[name], probes.get(name))
+        for table, got in other.items():
+            extra.setdefault(table, []).extend(got)
         sim.save(out / f"{name}.sim")
         rows += compare(name, sim, real[name])
-        if "host_windows" in real[name].meta:
-            rows_steady += compare(name, S.simulate(specs_here, wl, pol, seed=1), real[name])
         if "dispatch_s" in real[name].batches.columns:
             refined += refined_rows(name, specs_cal, wl, pol, real[name], proc, how)
             if "host_windows" in real[name].meta:
                 proc[-1].update(slow_periods(win))
     if refined:
         write_process(out, refined, proc)
-    if rows_cal:
-        pd.concat(rows_cal, ignore_index=True).to_csv(out / "fidelity_calibration_only.csv",
-                                                      index=False)
-    if rows_steady:
-        pd.concat(rows_steady, ignore_index=True).to_csv(out / "fidelity_steady_host.csv",
-                                                         index=False)
+    for table, got in extra.items():
+        pd.concat(got, ignore_index=True).to_csv(out / table, index=False)
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
     how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
            if refit else "its calibration.json")
@@ -894,11 +926,17 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
         "The same simulator given the calibration's numbers only (the prediction before "
         "2026-11-26 07:00 UTC), against the same real runs.")
     lines += _other_table(
+        out, numbered, "fidelity_meter.csv",
+        "For comparison: the host's speed from the driver's meters instead of its launch calls",
+        "The same prediction with the host's speed through each run taken from the driver's "
+        "meter (a CUDA event record and query on a stream of its own, about once a ms, "
+        "independent of the batches) over the probe's, instead of from the launch calls.")
+    lines += _other_table(
         out, numbered, "fidelity_steady_host.csv",
         "For comparison: the host at its probed speed throughout",
-        "The same prediction without the host's speed through each real run (the driver's "
-        "host meter since 2026-11-26 11:30 UTC, the canary's stall periods before): the "
-        "simulator as if the host kept the probe's speed.")
+        "The same prediction without the host's speed through each real run (its launch "
+        "calls since 2026-11-26 10:50 UTC, the canary's stall periods before): the simulator "
+        "as if the host kept the probe's speed; nothing measured during the run is used.")
     text = "\n".join(lines) + "\n"
     (out / "fidelity_runs.md").write_text(text)
     return text

@@ -3,6 +3,7 @@ import pandas as pd
 import pytest
 
 from hookmagic import sched as S
+from hookmagic.common.errors import InvalidArgument
 
 
 def wl(rows, duration=None):
@@ -71,6 +72,24 @@ def test_edf_drops_requests_that_cannot_meet_deadline():
     assert r["status"].astype(str).tolist() == ["done", "late", "late", "late"]
     kept = sim([A1], rows, S.Policy(order="edf", drop_late=False))
     assert (kept["status"] == "done").all()
+
+
+def test_edf_drops_from_what_the_dispatcher_believes():
+    # a 1 ms model whose dispatcher believes 3 ms (as the real driver decides from its engines'
+    # calibrated specs, not from how long batches take today): a request due 2 ms after
+    # arriving on an idle GPU would make it, but is dropped as late at once; the true 1 ms
+    # batch of the 100 ms request still takes 1 ms
+    rows = [(0.0, "a", 0, 2.0, -1), (0.0, "a", 0, 100, -1)]
+    slow_belief = S.ModelSpec.linear("a", 3.0, 0.0, 16)
+    r = S.simulate([A1], wl(rows), S.Policy(order="edf"), engine="general",
+                   decide_with=[slow_belief]).requests
+    assert r["status"].astype(str).tolist() == ["late", "done"]
+    assert (r["end_s"] - r["start_s"]).iloc[1] == pytest.approx(0.001)
+    same = sim([A1], rows, S.Policy(order="edf"))
+    assert (same["status"] == "done").all()
+    with pytest.raises(InvalidArgument):
+        S.simulate([A1], wl(rows), S.Policy(order="edf"),
+                   decide_with=[S.ModelSpec.linear("b", 3.0, 0.0, 16)])
 
 
 def test_edf_serves_earliest_deadline_first():

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 live, rep = Path(sys.argv[1]), Path(sys.argv[2])
 for f in ("fidelity_runs.csv", "fidelity_runs_refined.csv", "fidelity_runs_calibration_only.csv",
-          "fidelity_runs_steady_host.csv"):
+          "fidelity_runs_steady_host.csv", "fidelity_runs_meter.csv"):
     if not (live / f).exists():
         continue
     a, b = pd.read_csv(live / f), pd.read_csv(rep / f)

@@ -35,6 +35,7 @@ from .workloads import Poisson, Workload, make_workload
 __all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "run_calibration",
            "host_times_in", "refine_host", "launch_by_streams", "launch_for_streams",
            "host_jitter_of", "call_share_of", "probe_workload", "refine_from_probe",
+           "speed_from_calls",
            "fit", "fit_sharing", "specs_from_fit", "self_check"]
 
 
@@ -570,6 +571,35 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
                            latency_ms=tuple(max(1e-6, x + shift) for x in s.latency_ms)))
         used[s.name] = launch
     return out, {"host_speed": ratio, "clean": int(len(c)), "models": used}
+
+
+def speed_from_calls(res: Any, specs: Sequence[ModelSpec], width_s: float = 0.05,
+                     least: float = 0.25, most: float = 20.0) -> np.ndarray:
+    """The host's speed through a real run of the driver, as ``simulate(host_windows=...)``
+    rows ``(start_s, end_s, factor)``: per ``width_s`` of run time, the median over the batches
+    that started in it of each launch call (``dispatch_s - start_s``) over its model's call in
+    ``specs`` (``host_ms - launch_ms``: the probe's, after :func:`refine_from_probe`), held
+    within ``least``..``most``. Bins without a batch, and models whose specs have no call, give
+    no row. The launch call is a fixed piece of host work per model (a CUDA graph's launch and
+    an event record), so its length measures the host's speed for that work whatever the
+    scheduler decided; on the H100 of 2026-11-26 it moved 0.6-1.8x the probe's within 3 s
+    runs, with the launch gap alongside and a canary's or the driver's own interpreter speed
+    not (``benchmarks/results/sched_fidelity.md``)."""
+    b = res.batches
+    if "dispatch_s" not in b.columns:
+        raise InvalidArgument("the host's speed is read off a run of the real driver (its batches "
+                              "carry dispatch_s); this one has none")
+    ref = {s.name: s.host_ms - s.launch_ms for s in specs}
+    r = np.array([ref.get(str(m), 0.0) for m in b["model"]]) / 1e3
+    ok = r > 0
+    if not ok.any():
+        return np.zeros((0, 3))
+    ratio = ((b["dispatch_s"] - b["start_s"]).to_numpy()[ok]) / r[ok]
+    k = np.floor(b["start_s"].to_numpy()[ok] / width_s).astype(np.int64)
+    med = pd.Series(ratio).groupby(k).median()
+    rows = [(i * width_s, (i + 1) * width_s, float(np.clip(v, least, most)))
+            for i, v in med.items() if np.isfinite(v) and v > 0]
+    return np.array(rows, dtype=float).reshape(-1, 3)
 
 
 #: seconds of arrivals in a probe run (:func:`probe_workload`)

@@ -77,8 +77,10 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     (``decide_s``) and recording the start (``start_s``); ``host_cpu`` is the CPU the driver's
     thread launched it from (-1 where the system cannot say). ``meta["host_meter"]``: the
     host's speed on the driver's thread through the run, a fixed unit of interpreter work timed
-    about once a ms (medians per 50 ms, ``host_speed.pass_bins``), for the simulator's
-    ``host_windows`` (``host_speed.speed_windows``).
+    about once a ms (medians per 50 ms, ``host_speed.pass_bins``); ``meta["backend_meter"]``
+    the same for a fixed piece of the backend's own host work (``CudaBackend.meter_pass``: an
+    event record and query on a stream of its own), None for backends without one. Either
+    gives the simulator ``host_windows`` (``host_speed.speed_windows``).
     """
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
@@ -139,6 +141,7 @@ class _Served:
     loop_lag: list[float]     # seconds the loop admitted each arrival batch late
     meter_at: list[float] = field(default_factory=list)   # perf_counter of each host meter pass
     meter_s: list[float] = field(default_factory=list)    # its length (host_speed.meter_pass)
+    backend_meter_s: list[float] = field(default_factory=list)  # backend.meter_pass, same passes
     t0: float = 0.0           # host perf_counter of run time 0
     clock: dict | None = None  # the backend's clock_fit() after serving (GPU vs host clock)
 
@@ -206,6 +209,7 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
     t0 = time.perf_counter() + lead_s
     yield_gil = getattr(backend, "kind", "") == "threads"
     meter_due = -_INF
+    backend_meter = getattr(backend, "meter_pass", None)  # CUDA host work (CudaBackend)
 
     out.t0 = t0
 
@@ -259,6 +263,8 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
         if now >= meter_due:
             out.meter_at.append(t0 + now)
             out.meter_s.append(meter_pass())
+            if backend_meter is not None:
+                out.backend_meter_s.append(backend_meter())
             meter_due = now + METER_EVERY_S
         # wait for the next due arrival or timer; poll while batches run
         nxt = min(arr[p] if p < n else _INF, wake)
@@ -315,6 +321,8 @@ def _result(setup: _Setup, policy: Policy, specs: list[ModelSpec], out: _Served)
             # the host's speed on the driver's thread through the run (host_speed.speed_windows)
             "host_meter": pass_bins(np.array(out.meter_at), np.array(out.meter_s), out.t0,
                                     METER_BIN_S),
+            "backend_meter": (pass_bins(np.array(out.meter_at), np.array(out.backend_meter_s),
+                                        out.t0, METER_BIN_S) if out.backend_meter_s else None),
             "specs": {s.name: {"batch_sizes": list(s.batch_sizes), "latency_ms": list(s.latency_ms),
                                "service_cv": s.service_cv, "switch_ms": s.switch_ms,
                                "launch_ms": s.launch_ms, "host_ms": s.host_ms,

@@ -113,7 +113,8 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
              duration_s: float | None = None, seed: int = 0,
              engine: Literal["auto", "general", "fast"] = "auto",
              interference: float = 0.0,
-             host_windows: np.ndarray | Sequence[Sequence[float]] | None = None) -> SimResult:
+             host_windows: np.ndarray | Sequence[Sequence[float]] | None = None,
+             decide_with: Sequence[ModelSpec] | Mapping[str, ModelSpec] | None = None) -> SimResult:
     """Simulate ``policy`` serving ``workload`` on ``models``; deterministic for a given ``seed``.
 
     Parameters
@@ -132,6 +133,10 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
         :func:`~hookmagic.sched.host_speed.speed_windows`); every launch and host time falling
         in one stretches or shrinks, and a batch's GPU time changes by its model's
         ``call_share`` of the change in its launch call. None: the specs' speed throughout.
+    decide_with : the specs the dispatcher decides from where they differ from how long
+        batches really take (``models``): EDF's early drop and queue timeouts weigh a
+        request's deadline against its model's latency at batch 1 from these, as the real
+        driver's dispatcher does from its engines' specs. Same model names. None: ``models``.
 
     Returns a :class:`SimResult`: ``.requests`` (one row per request), ``.batches``,
     ``.metrics()``.
@@ -155,7 +160,13 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
 
     t0 = time.perf_counter()
     windows = check_windows(host_windows)
-    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference, windows)
+    decide = None
+    if decide_with is not None:
+        decide = _as_specs(decide_with)
+        if [s.name for s in decide] != names:
+            raise InvalidArgument(f"decide_with must name the same models in the same order as "
+                                  f"models: {[s.name for s in decide]} vs {names}")
+    raw, used = simulate_raw(specs, arrays, mult, policy, engine, interference, windows, decide)
     wall = time.perf_counter() - t0
     req, bat = assemble(workload.requests, names, *raw)
     meta = {"engine": used, "seed": seed, "duration_s": workload.duration_s,
@@ -176,13 +187,15 @@ def share_slowdowns(specs: Sequence[ModelSpec], streams: int,
 
 def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
                  policy: Policy, engine: str = "auto", interference: float = 0.0,
-                 host_windows: np.ndarray | Sequence[Sequence[float]] | None = None):
+                 host_windows: np.ndarray | Sequence[Sequence[float]] | None = None,
+                 decide_with: Sequence[ModelSpec] | None = None):
     """Run an engine on prepared arrays; returns (raw arrays for :func:`assemble`, engine used).
 
     For callers that run many configurations (sweeps) and want no DataFrames per run.
     ``arrays`` may hold ``launch_jitter`` and ``host_jitter`` (seconds per request,
-    :func:`host_jitter`); absent, the host times are constant. ``host_windows``: as
-    :func:`simulate`.
+    :func:`host_jitter`); absent, the host times are constant. ``host_windows``,
+    ``decide_with`` (ModelSpecs, same names): as :func:`simulate`; the fast path decides from
+    no latency (it takes no early drops or timeouts), so only the general engine reads it.
     """
     from . import fast
     checks.choice("engine", engine, ENGINES)
@@ -199,14 +212,15 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                          "streams only; use engine='general'")
     if engine == "fast" or (engine == "auto" and ok):
         return fast.run_fast(specs, arrays, mult, policy, interference, windows), "fast"
-    return _run_general(specs, arrays, mult, policy, interference, windows), "general"
+    return _run_general(specs, arrays, mult, policy, interference, windows, decide_with), "general"
 
 
 def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult: np.ndarray,
-                 policy: Policy, interference: float, windows: np.ndarray):
+                 policy: Policy, interference: float, windows: np.ndarray,
+                 decide_with: Sequence[ModelSpec] | None = None):
     """The general engine. Returns the raw arrays :func:`assemble` takes; ``windows``: the
     host's slow periods (:func:`~hookmagic.sched.host_speed.check_windows` rows)."""
-    d = Dispatcher(policy, specs, arrays)
+    d = Dispatcher(policy, specs if decide_with is None else decide_with, arrays)
     arr = arrays["arrival"].tolist()
     n = len(arr)
     arr.append(_INF)  # sentinel: arr[p] is defined for p == n and never due
