@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hookmagic import sched as S
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.sched import calibrate as C
 
 MAX_BATCH = 8
@@ -364,3 +365,22 @@ def test_refine_host_moves_gpu_time_with_the_call():
     again = S.simulate([got], wl, pol, seed=3)
     np.testing.assert_allclose(again.batches[["start_s", "end_s"]].to_numpy(),
                                res.batches[["start_s", "end_s"]].to_numpy(), atol=1e-9)
+
+
+def test_speed_from_calls_reads_the_hosts_speed_off_the_launch_calls():
+    """Hand-placed batches of a real-driver-like run (synthetic): model a's call is 0.1 ms in
+    the probe-refined specs, b's 0.2 ms. In [0, 20) ms a's calls took 0.1 and 0.3 ms (0.4 of
+    0.2: factor 2), in [20, 40) ms a's took 0.05 and b's 0.1 (0.15 of 0.3: 0.5); nothing started
+    in [40, 60); in [60, 80) one stalled call of a took 5 ms (50x, held to 20)."""
+    import pandas as pd
+    specs = [S.ModelSpec.constant("a", 1.0, launch_ms=0.05, host_ms=0.15),
+             S.ModelSpec.constant("b", 1.0, launch_ms=0.05, host_ms=0.25)]
+    start = np.array([0.001, 0.011, 0.021, 0.031, 0.061])
+    call = np.array([0.1e-3, 0.3e-3, 0.05e-3, 0.1e-3, 5e-3])
+    bat = pd.DataFrame({"model": ["a", "a", "a", "b", "a"], "start_s": start,
+                        "end_s": start + 1e-3, "dispatch_s": start + call})
+    w = C.speed_from_calls(S.RunResult(pd.DataFrame(), bat, {}), specs)
+    np.testing.assert_allclose(w, [(0.0, 0.02, 2.0), (0.02, 0.04, 0.5), (0.06, 0.08, 20.0)])
+    with pytest.raises(InvalidArgument):
+        C.speed_from_calls(S.simulate(specs, S.make_workload([S.Poisson("a", 100)], 0.1, seed=1)),
+                           specs)

@@ -573,32 +573,39 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
     return out, {"host_speed": ratio, "clean": int(len(c)), "models": used}
 
 
-def speed_from_calls(res: Any, specs: Sequence[ModelSpec], width_s: float = 0.05,
+#: the bins (s) in which :func:`speed_from_calls` reads the host's speed: about one machine-wide
+#: stall (16-24 ms on the H100 of 2026-11-26), 5-50 launches
+SPEED_BIN_S = 0.02
+
+
+def speed_from_calls(res: Any, specs: Sequence[ModelSpec], width_s: float = SPEED_BIN_S,
                      least: float = 0.25, most: float = 20.0) -> np.ndarray:
     """The host's speed through a real run of the driver, as ``simulate(host_windows=...)``
-    rows ``(start_s, end_s, factor)``: per ``width_s`` of run time, the median over the batches
-    that started in it of each launch call (``dispatch_s - start_s``) over its model's call in
-    ``specs`` (``host_ms - launch_ms``: the probe's, after :func:`refine_from_probe`), held
-    within ``least``..``most``. Bins without a batch, and models whose specs have no call, give
-    no row. The launch call is a fixed piece of host work per model (a CUDA graph's launch and
-    an event record), so its length measures the host's speed for that work whatever the
-    scheduler decided; on the H100 of 2026-11-26 it moved 0.6-1.8x the probe's within 3 s
-    runs, with the launch gap alongside and a canary's or the driver's own interpreter speed
-    not (``benchmarks/results/sched_fidelity.md``)."""
+    rows ``(start_s, end_s, factor)``: per ``width_s`` of run time, how long the launch calls
+    (``dispatch_s - start_s``) of the batches that started in it took, over how long the same
+    calls take in ``specs`` (each model's ``host_ms - launch_ms``: the probe's, after
+    :func:`refine_from_probe`), held within ``least``..``most``. Bins without a batch, and
+    models whose specs have no call, give no row. A launch call is a fixed piece of host work
+    per model (a CUDA graph's launch and an event record) whatever the scheduler decided, so
+    its length measures the host's speed for that work; on the H100 of 2026-11-26 it moved
+    0.6-1.8x the probe's within 3 s runs, with the launch gap alongside and neither a canary's
+    nor the driver's own interpreter speed following (``benchmarks/results/sched_fidelity.md``).
+    Sums, not medians: a stall of a few launches slows the bin as much as the work it held."""
     b = res.batches
     if "dispatch_s" not in b.columns:
         raise InvalidArgument("the host's speed is read off a run of the real driver (its batches "
                               "carry dispatch_s); this one has none")
-    ref = {s.name: s.host_ms - s.launch_ms for s in specs}
-    r = np.array([ref.get(str(m), 0.0) for m in b["model"]]) / 1e3
-    ok = r > 0
+    ref = np.array([{s.name: s.host_ms - s.launch_ms for s in specs}.get(str(m), 0.0)
+                    for m in b["model"]]) / 1e3
+    ok = ref > 0
     if not ok.any():
         return np.zeros((0, 3))
-    ratio = ((b["dispatch_s"] - b["start_s"]).to_numpy()[ok]) / r[ok]
+    took = (b["dispatch_s"] - b["start_s"]).to_numpy()[ok]
     k = np.floor(b["start_s"].to_numpy()[ok] / width_s).astype(np.int64)
-    med = pd.Series(ratio).groupby(k).median()
-    rows = [(i * width_s, (i + 1) * width_s, float(np.clip(v, least, most)))
-            for i, v in med.items() if np.isfinite(v) and v > 0]
+    sums = pd.DataFrame({"k": k, "took": took, "ref": ref[ok]}).groupby("k").sum()
+    factor = (sums["took"] / sums["ref"]).to_numpy()
+    rows = [(i * width_s, (i + 1) * width_s, float(np.clip(f, least, most)))
+            for i, f in zip(sums.index, factor) if np.isfinite(f) and f > 0]
     return np.array(rows, dtype=float).reshape(-1, 3)
 
 
