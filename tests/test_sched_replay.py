@@ -15,6 +15,8 @@ RUNS = STORED / "2026-11-25_h100"
 RUNS2 = STORED / "2026-11-26_h100"  # calibration format 2, H100, 2026-11-26 01:45 UTC
 RUNS3 = STORED / "2026-11-26_0628_h200"  # with the probes, H200, 06:28 UTC (--compact, clock-corrected)
 RUNS4 = STORED / "2026-11-26_0816_h100"  # with the host canary beside probe and run, H100, 08:16 UTC
+RUNS5 = STORED / "2026-11-26_1105_h100"  # prediction 3 (host speed from the launch calls), 11:05 UTC
+RUNS6 = STORED / "2026-11-26_1058_h100"  # the same code, another machine, 10:58 UTC
 
 
 def _bench():
@@ -25,7 +27,7 @@ def _bench():
 
 
 @pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2", RUNS3 / "run1",
-                                 RUNS4 / "run2"])
+                                 RUNS4 / "run2", RUNS5 / "run2", RUNS6 / "run3"])
 def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
     bench = _bench()
     bench.replay_run(run, tmp_path)
@@ -41,7 +43,8 @@ def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
         assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
         assert a["ok"].tolist() == b["ok"].tolist()
     for other in ("fidelity_calibration_only.csv",  # the probe's run: without it too
-                  "fidelity_steady_host.csv"):  # the canary's run: without its slow periods
+                  "fidelity_steady_host.csv",  # without the host's speed through the run
+                  "fidelity_meter.csv"):  # that speed from the driver's meter instead
         if (run / other).exists():
             a, b = pd.read_csv(tmp_path / other), pd.read_csv(run / other)
             assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
