@@ -16,7 +16,7 @@ RUNS2 = STORED / "2026-11-26_h100"  # calibration format 2, H100, 2026-11-26 01:
 RUNS3 = STORED / "2026-11-26_0628_h200"  # with the probes, H200, 06:28 UTC (--compact, clock-corrected)
 RUNS4 = STORED / "2026-11-26_0816_h100"  # with the host canary beside probe and run, H100, 08:16 UTC
 RUNS5 = STORED / "2026-11-26_1105_h100"  # prediction 3 (host speed from the launch calls), 11:05 UTC
-RUNS6 = STORED / "2026-11-26_1058_h100"  # the same code, another machine, 10:58 UTC
+RUNS6 = STORED / "2026-11-26_1116_h100"  # prediction 4 (8 simulator draws pooled), 11:16 UTC
 
 
 def _bench():
@@ -27,7 +27,7 @@ def _bench():
 
 
 @pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2", RUNS3 / "run1",
-                                 RUNS4 / "run2", RUNS5 / "run2", RUNS6 / "run3"])
+                                 RUNS4 / "run2", RUNS5 / "run2", RUNS6 / "run1"])
 def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
     bench = _bench()
     bench.replay_run(run, tmp_path)
