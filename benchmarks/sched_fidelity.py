@@ -56,10 +56,11 @@ Since 2026-11-26 10:50 UTC (calibration.json ``"prediction": 3``) the prediction
 host's speed through the run, as it is given the arrivals: on the H100 machine the driver's CPU
 switched between speeds up to ~2x apart within a 3 s run, pinned to one CPU or not, so no
 measurement made before a run can say how fast its host will be. The speed is read off the
-run's launch calls (``calibrate.speed_from_calls``: per 50 ms, the median call over its model's
-call in the probe; a launch call is a fixed piece of host work whatever the scheduler decided);
+run's launch calls (``calibrate.speed_from_calls``: per 20 ms, how long the calls took over how
+long the same calls took in the probe; a launch call is a fixed piece of host work whatever the
+scheduler decided);
 launch and host times stretch or shrink with it, and each batch's GPU time follows by its
-model's ``call_share`` of the change in its call (the GPU waits through ~0.75 of the call for
+model's ``call_share`` of the change in its call (the GPU waits through ~0.8 of the call for
 the graph's kernels; fitted on the calibration's alone runs, ``calibrate.call_share_of``).
 Everything else (GPU times, sharing, switches, batching, queueing, EDF's drops) is simulated,
 and the simulated dispatcher decides from the specs the real one had (``decide_with``: the
@@ -375,7 +376,8 @@ def one_process(args) -> None:
         speed = C.speed_from_calls(real, specs_here)
         print(f"scenario {name}: host speed from the launch calls over the probe's: "
               f"{np.percentile(speed[:, 2], 10) if len(speed) else 1:.2f} … "
-              f"{np.percentile(speed[:, 2], 90) if len(speed) else 1:.2f} (p10 … p90 of 50 ms); "
+              f"{np.percentile(speed[:, 2], 90) if len(speed) else 1:.2f} (p10 … p90 of "
+              f"{C.SPEED_BIN_S * 1e3:g} ms); "
               f"host slow periods (canary): {len(win)}, "
               f"{1e3 * float((win[:, 1] - win[:, 0]).sum()):.1f} ms; canary median pass (µs): "
               f"probe {probe.meta['host_canary']['median_pass_us'] or float('nan'):.2f}, run "
@@ -587,9 +589,9 @@ SIM_DRAWS = 8
 def simulate_pooled(specs, wl, pol, draws: int = SIM_DRAWS, **kw):
     """``S.simulate`` with seeds 1..``draws``, the requests and batches of all pooled into one
     result: the simulator's expected latency distribution rather than one draw of it. One draw
-    of a 3 s scenario moved a group's p99 by up to ±7 % and an SLO by up to ±0.7 points from seed to
-    seed (H100 runs of 2026-11-26 10:58-11:05 UTC, cameras_bursty_edf), noise the real run does
-    not share; the real run is one draw of its own."""
+    of a 3 s scenario moved a group's p99 by up to ±7 % and an SLO by up to ±0.7 points from
+    seed to seed (H100 runs of 2026-11-26 10:58-11:05 UTC, cameras_bursty_edf), noise the real
+    run does not share; the real run is one draw of its own."""
     sims = [S.simulate(specs, wl, pol, seed=k, **kw) for k in range(1, draws + 1)]
     if draws == 1:
         return sims[0]

@@ -178,7 +178,7 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
     "share_slowdown": [a1, a2], "call_share", ...counts}}``; ``call_share`` (one for every
-    model, :func:`call_share_of` over the ``alone`` runs) since 2026-11-26 11:30 UTC.
+    model, :func:`call_share_of` over the ``alone`` runs) since 2026-11-26 10:30 UTC.
     """
     out: dict[str, dict] = {}
     sizes = np.arange(1, max_batch + 1)

@@ -79,8 +79,8 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     host's speed on the driver's thread through the run, a fixed unit of interpreter work timed
     about once a ms (medians per 50 ms, ``host_speed.pass_bins``); ``meta["backend_meter"]``
     the same for a fixed piece of the backend's own host work (``CudaBackend.meter_pass``: an
-    event record and query on a stream of its own), None for backends without one. Either
-    gives the simulator ``host_windows`` (``host_speed.speed_windows``).
+    event record and query on a stream of its own), None for backends without one
+    (``host_speed.speed_windows`` makes simulator ``host_windows`` of either).
     """
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
@@ -259,7 +259,7 @@ def _serve(setup: _Setup, policy: Policy, specs: list[ModelSpec], lead_s: float,
             break
         if now > stop_at:
             break
-        # the host's speed on this thread, about once a ms (~1-2 µs: host_speed.meter_pass)
+        # the host's speed on this thread, about once a ms (~1-3 µs: host_speed.meter_pass)
         if now >= meter_due:
             out.meter_at.append(t0 + now)
             out.meter_s.append(meter_pass())

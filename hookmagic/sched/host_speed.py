@@ -10,13 +10,16 @@ steal reported; ``benchmarks/sched_host_episodes.py``). The simulator cannot for
 but given the speed over time, as it is given the arrivals, it reproduces what the scheduler
 does through it:
 
-- the driver times a fixed unit of interpreter work on its own thread about once a
-  millisecond (:func:`meter_pass`, ~1-2 µs: 0.1-0.2 % of its time) and stores the medians per
-  :data:`METER_BIN_S` (``RunResult.meta["host_meter"]``); :func:`speed_windows` turns them into
-  ``(start_s, end_s, factor)`` rows against a reference pass (the probe's, whose host times the
-  prediction uses);
-- :class:`HostCanary` does the same from a second process on another CPU (a diagnostic of
-  machine-wide stalls: on the H100 its two speeds did not follow the driver's CPU);
+- the prediction reads the host's speed off the driver's own launch calls
+  (``calibrate.speed_from_calls``: each 20 ms of calls over the same calls in the probe), as
+  neither separate meter below followed them;
+- the driver also times a fixed unit of interpreter work (:func:`meter_pass`, ~1-3 µs) and its
+  backend a CUDA event record and query about once a millisecond, stored as medians per
+  :data:`METER_BIN_S` (``RunResult.meta["host_meter"]``, ``["backend_meter"]``);
+  :func:`speed_windows` turns them into ``(start_s, end_s, factor)`` rows against a reference
+  pass (the probe's), for comparison: on the H100 neither followed the launch calls closely;
+- :class:`HostCanary` measures a second process on another CPU (a diagnostic of machine-wide
+  stalls: its two speeds did not follow the driver's CPU);
 - ``simulate(..., host_windows=...)`` stretches (factor > 1) or shrinks (< 1) every launch and
   host time that falls in a window (:func:`stretched`), and a batch's GPU time by its model's
   ``call_share`` of the change in its launch call (the GPU waits for the graph's submission).
@@ -45,7 +48,7 @@ NO_WINDOWS = np.zeros((0, 3))
 METER_EVERY_S = 1e-3
 #: the driver's host meter is stored as medians per this many seconds of run time
 METER_BIN_S = 0.05
-#: iterations of the meter's unit of work (~1-2 µs on the H100/H200 machines' CPUs)
+#: iterations of the meter's unit of work (~1-3 µs on the H100 machines' CPUs)
 METER_ITERS = 40
 
 
