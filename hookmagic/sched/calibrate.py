@@ -595,8 +595,8 @@ def speed_from_calls(res: Any, specs: Sequence[ModelSpec], width_s: float = SPEE
     if "dispatch_s" not in b.columns:
         raise InvalidArgument("the host's speed is read off a run of the real driver (its batches "
                               "carry dispatch_s); this one has none")
-    ref = np.array([{s.name: s.host_ms - s.launch_ms for s in specs}.get(str(m), 0.0)
-                    for m in b["model"]]) / 1e3
+    call_ms = {s.name: s.host_ms - s.launch_ms for s in specs}
+    ref = b["model"].astype(str).map(call_ms).fillna(0.0).to_numpy(dtype=float) / 1e3
     ok = ref > 0
     if not ok.any():
         return np.zeros((0, 3))

@@ -19,7 +19,7 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from .host_speed import NO_WINDOWS, stretched
+from .host_speed import NO_WINDOWS, paced, stretched
 from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 
@@ -40,7 +40,7 @@ def supports(policy: Policy, specs: Sequence[ModelSpec], interference: float = 0
 @numba.njit(cache=True, nogil=True)
 def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, max_batch, delay,
             preferred, n_pref, n_levels, stream_order, order_code, slow, sharing, by_size, sized,
-            max_share, ljit, hjit, jittered, windows, paced):
+            max_share, ljit, hjit, jittered, windows, share):
     n = arrival.shape[0]
     M = max_batch.shape[0]
     L = n_levels
@@ -207,9 +207,7 @@ def _kernel(arrival, qid, qorder, qstart, mult, tables, switch, launch, host, ma
                     if hm < lm:
                         hm = lm
                 start = stretched(t, lm, windows)  # t + lm unless the host was slow then
-                if paced[m] > 0.0 and windows.shape[0] > 0:  # the GPU waits through the call
-                    dur = max(0.0, dur + paced[m] * (stretched(start, hm - lm, windows)
-                                                     - start - (hm - lm)))
+                dur = paced(dur, share[m], start, hm - lm, windows)  # GPU waits through the call
                 end = start + dur
                 if sharing:
                     s_rec[s] = nb

@@ -39,7 +39,8 @@ import numpy as np
 
 from hookmagic.common.errors import InvalidArgument
 
-__all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "cpu_cores", "canary_cpu",
+__all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "paced", "cpu_cores",
+           "canary_cpu",
            "meter_pass", "pass_bins", "speed_windows", "NO_WINDOWS", "METER_EVERY_S", "METER_BIN_S"]
 
 #: no slow periods: the host runs at its calibrated speed throughout
@@ -338,3 +339,14 @@ def stretched(t: float, work: float, windows: np.ndarray) -> float:
         pos = windows[i, 1]
         i += 1
     return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def paced(dur: float, share: float, start: float, call: float, windows: np.ndarray) -> float:
+    """A batch's GPU time ``dur`` (at the specs' host speed) when its launch call of ``call``
+    seconds begins at ``start`` and the GPU waits through ``share`` of it: longer by ``share``
+    of the time the call takes beyond ``call`` inside ``windows`` (shorter where the host is
+    faster), never below 0. Both engines call it (``ModelSpec.call_share``)."""
+    if share <= 0.0 or windows.shape[0] == 0:
+        return dur
+    return max(0.0, dur + share * (stretched(start, call, windows) - start - call))

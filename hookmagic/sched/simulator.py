@@ -38,7 +38,7 @@ from hookmagic.common import checks
 from hookmagic.common.errors import InvalidArgument
 
 from .dispatcher import Dispatcher
-from .host_speed import check_windows, stretched
+from .host_speed import check_windows, paced, stretched
 from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 from .result import SimResult, assemble
@@ -128,9 +128,10 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
         batching, plain streams; raises if the policy needs more) or "auto" (fast when it can).
     interference : ``share_slowdown`` for specs that do not set their own (0: independent streams).
     host_windows : ``(start_s, end_s, factor)`` rows: periods in which the driver's host work
-        took ``factor`` times as long as in the specs (over 1 slower, under 1 faster; as the
-        driver's host meter measures during a real run,
-        :func:`~hookmagic.sched.host_speed.speed_windows`); every launch and host time falling
+        took ``factor`` times as long as in the specs (over 1 slower, under 1 faster; read
+        off a real run's launch calls by :func:`~hookmagic.sched.calibrate.speed_from_calls`,
+        or a meter's by :func:`~hookmagic.sched.host_speed.speed_windows`); every launch and
+        host time falling
         in one stretches or shrinks, and a batch's GPU time changes by its model's
         ``call_share`` of the change in its launch call. None: the specs' speed throughout.
     decide_with : the specs the dispatcher decides from where they differ from how long
@@ -230,7 +231,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     switch = [spec.switch_ms / 1e3 for spec in specs]
     launch = [spec.launch_ms / 1e3 for spec in specs]
     host = [spec.host_ms / 1e3 for spec in specs]
-    paced = [spec.call_share for spec in specs]
+    share = [spec.call_share for spec in specs]
     jittered = "launch_jitter" in arrays
     lj_l = arrays["launch_jitter"].tolist() if jittered else None
     hj_l = arrays["host_jitter"].tolist() if jittered else None
@@ -336,9 +337,8 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                     if hm < lm:
                         hm = lm
                 start = stretched(t, lm, windows) if slowed else t + lm
-                if slowed and paced[m] > 0.0:  # the GPU waits through the slower (faster) call
-                    dur = max(0.0, dur + paced[m] * (stretched(start, hm - lm, windows)
-                                                     - start - (hm - lm)))
+                if slowed:  # the GPU waits through the slower (faster) call
+                    dur = paced(dur, share[m], start, hm - lm, windows)
                 end = start + dur
                 if sharing:
                     s_rec[s] = len(records)
