@@ -253,7 +253,8 @@ def load_calibration_runs(run_dir: Path, names) -> dict:
     tab = pd.read_csv(run_dir / "latency_tables.csv")
     idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
     runs = {}
-    for key, (wl, pol) in C.calibration_workloads(idle, info["max_batch"]).items():
+    for key, (wl, pol) in C.calibration_workloads(
+            idle, info["max_batch"], version=info.get("calibration_version", 1)).items():
         f = key.replace(":", "_")
         if not (d / f"{f}.fate.parquet").exists():
             continue
@@ -328,7 +329,9 @@ def one_process(args) -> None:
     cores = cpu_cores()
     info.update(cpu_topology={"cpus": sum(map(len, cores)), "cores": len(cores),
                               "threads_per_core": max(map(len, cores)), "canary_cpu": canary_cpu()})
-    info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, prediction=PREDICTION, scenario_version=SCENARIO_VERSION, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
+    info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, prediction=PREDICTION,
+                scenario_version=SCENARIO_VERSION, calibration_version=C.CALIBRATION_VERSION,
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
     (args.out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
