@@ -169,6 +169,25 @@ def run_calibration(engines: Mapping[str, Any], idle: Mapping[str, ModelSpec], m
     return out
 
 
+def _switch_cost(extra: np.ndarray, switched: np.ndarray, size: np.ndarray
+                 ) -> tuple[float, int, int]:
+    """One model's switch cost from its ready batches of one run: per batch size seen both
+    after itself and after another model, the difference of the mean ``extra`` (ms), weighted
+    by ``n_switched * n_same / (n_switched + n_same)``; and the batches those sizes hold, same
+    and switched. ``(nan, 0, 0)`` where no size was seen both ways."""
+    num = den = 0.0
+    n_same = n_sw = 0
+    for z in np.unique(size):
+        at = size == z
+        a, b = extra[at & switched], extra[at & ~switched]
+        if len(a) and len(b):
+            w = len(a) * len(b) / (len(a) + len(b))
+            num += w * (float(a.mean()) - float(b.mean()))
+            den += w
+            n_sw, n_same = n_sw + len(a), n_same + len(b)
+    return (num / den if den else float("nan")), n_same, n_sw
+
+
 def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         by_size: bool = True, skip_stalls: bool = True, jitter: bool = True) -> dict[str, dict]:
     """Fit the simulator's per-model parameters on the calibration runs (nothing else).
@@ -180,8 +199,8 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     ``host_ms`` (the same to the launch call's return, ``dispatch_s``; ``launch_ms`` where the
     run has no ``dispatch_s``). From ``switch``: ``switch_ms``, the mean extra cost (gap and GPU
     time) of a ready batch after another model beyond launch + service, less the same after
-    the same model in that run (0, ``switch_identified`` False, with fewer than
-    :data:`MIN_SWITCH_BATCHES` of either). From ``share<S>``: per batch, its GPU time beyond service and switch cost,
+    the same model in that run at the same batch size (0, ``switch_identified`` False, with
+    fewer than :data:`MIN_SWITCH_BATCHES` of either). From ``share<S>``: per batch, its GPU time beyond service and switch cost,
     regressed without intercept on the time it ran beside exactly one and exactly two other
     batches, ``extra = ov1 c1 + ov2 c2`` (batches whose launch call stalled the host over
     :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
@@ -237,22 +256,24 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     extra = 1e3 * ((r["start_s"] - r["prev_end"]).to_numpy() + r["dur"].to_numpy())
     extra = extra - np.array([out[m]["launch_ms"] for m in r["model"]]) - service_of(r)
     other = (r["prev"] != r["model"]).to_numpy()
+    size = r["size"].to_numpy()
     for name in idle:
         mine = (r["model"] == name).to_numpy()
-        same, sw = extra[mine & ~other], extra[mine & other]
-        # Switched against same-model batches of the same run: the host's speed and anything
-        # else the run shares cancel. Without enough of both the cost is not identified and
-        # none is simulated: measuring it against the alone runs instead (as before 2026-11-26
-        # 13:00 UTC) read the host's drift between runs as a switch cost (0-60 us, other in
-        # every process), where the real scenarios showed none (-2..+5 us on H100 and H200).
-        known = len(same) >= MIN_SWITCH_BATCHES and len(sw) >= MIN_SWITCH_BATCHES
-        base = float(same.mean()) if len(same) else float("nan")
-        out[name]["switch_ms"] = max(0.0, float(sw.mean()) - base) if known else 0.0
+        cost, n_same, n_sw = _switch_cost(extra[mine], other[mine], size[mine])
+        # Against same-model batches of the same run and the same size: the host's speed, and
+        # the table's error at a size, cancel. Without enough of both the cost is not
+        # identified and none is simulated. Read against the alone runs instead (before
+        # 2026-11-26 13:00 UTC) the host's drift since them was taken for a switch cost (0-60
+        # us, other in every process); read across sizes, the smaller switched batches' table
+        # error was (+15-24 us); the real scenarios showed none (-2..+5 us, H100 and H200).
+        known = n_same >= MIN_SWITCH_BATCHES and n_sw >= MIN_SWITCH_BATCHES
+        out[name]["switch_ms"] = max(0.0, cost) if known else 0.0
         out[name]["switch_identified"] = bool(known)
-        out[name]["switches_seen"] = int(len(sw))
-        out[name]["same_seen"] = int(len(same))
+        out[name]["switches_seen"] = int(n_sw)
+        out[name]["same_seen"] = int(n_same)
+        same = extra[mine & ~other]
         # kept for the record: the same model's extra cost among several models (not simulated)
-        out[name]["same_model_extra_ms"] = base
+        out[name]["same_model_extra_ms"] = float(same.mean()) if len(same) else float("nan")
 
     share, used = call_share_of([runs[f"alone:{name}"] for name in idle])
     for name in idle:
