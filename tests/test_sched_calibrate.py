@@ -108,6 +108,32 @@ def test_switch_cost_is_read_against_the_same_run_not_the_alone_runs():
             assert not all(got[n]["switch_identified"] for n in truth)
 
 
+def test_sharing_is_read_net_of_the_hosts_speed_in_the_share_runs():
+    # synthetic: the host runs 1.6x slower in the share runs than in the alone runs and the GPU
+    # waits through 0.8 of the longer launch call; given each model's alone-run call and call
+    # share (what fit passes), fit_sharing takes that wait out before reading sharing. Without
+    # them the same runs read the host's wait as sharing (a1 too high).
+    truth = _synthetic_truth(cv=0.0)
+    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+
+    def slow(s):
+        launch, call = 1.6 * s.launch_ms, 1.6 * (s.host_ms - s.launch_ms)
+        longer = 0.8 * (call - (s.host_ms - s.launch_ms))
+        return s.with_(launch_ms=launch, host_ms=launch + call,
+                       latency_ms=tuple(x + longer for x in s.latency_ms))
+    slow_truth = {n: slow(s) for n, s in truth.items()}
+    runs = {key: _driver_run(slow_truth if key.startswith("share") else truth, wl, pol, seed=4)
+            for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items()}
+    shares = [res for key, res in runs.items() if key.startswith("share")]
+    costs = {n: (list(s.latency(np.arange(1, MAX_BATCH + 1))), s.switch_ms) for n, s in truth.items()}
+    calls = {n: (s.host_ms - s.launch_ms, 0.8) for n, s in truth.items()}
+    net = C.fit_sharing(shares, costs, calls=calls)
+    naive = C.fit_sharing(shares, costs)
+    for n, spec in truth.items():
+        assert net[n]["share_slowdown"] == pytest.approx(list(spec.share_slowdown), rel=1e-6)
+        assert naive[n]["share_slowdown"][0] > spec.share_slowdown[0] + 0.03
+
+
 def test_overlap_by_count_splits_time_by_number_of_others():
     # synthetic intervals (s): a [0, 4], b [1, 3], c [2, 5]
     import pandas as pd
