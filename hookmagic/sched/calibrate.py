@@ -33,7 +33,8 @@ from .models import ModelSpec
 from .policies import Batching, Policy
 from .workloads import Bursty, Poisson, Workload, make_workload
 
-__all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads", "CALIBRATION_VERSION", "run_calibration",
+__all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads",
+           "CALIBRATION_VERSION", "run_calibration",
            "host_times_in", "refine_host", "launch_by_streams", "launch_for_streams",
            "host_jitter_of", "call_share_of", "probe_workload", "refine_from_probe",
            "speed_from_calls",
@@ -133,8 +134,8 @@ def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
     if version >= 2:
         # per model, bursts of ~30 ms that overload the stream (1.3 of it) every ~180 ms over a
         # light background: within a burst a model follows itself, where bursts meet and out of
-        # the background it follows another; on real tables >= 25 same-model and >= 90 switched
-        # ready batches per model (5 models, 1 s)
+        # the background it follows another: 23-68 same-model and 69-175 switched ready batches
+        # per model (5 models, 1 s; H100 and H200 runs of 2026-11-26 12:35-13:37 UTC)
         srcs = [Bursty(n, rate_on=_mixed_rate(s, 1.3), rate_off=_mixed_rate(s, 0.05), on_s=0.03,
                        off_s=0.15, slo_ms=1e6, steady_periods=True) for n, s in idle.items()]
     else:
@@ -200,8 +201,10 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     run has no ``dispatch_s``). From ``switch``: ``switch_ms``, the mean extra cost (gap and GPU
     time) of a ready batch after another model beyond launch + service, less the same after
     the same model in that run at the same batch size (0, ``switch_identified`` False, with
-    fewer than :data:`MIN_SWITCH_BATCHES` of either). From ``share<S>``: per batch, its GPU time beyond service and switch cost,
-    regressed without intercept on the time it ran beside exactly one and exactly two other
+    fewer than :data:`MIN_SWITCH_BATCHES` of either). From ``share<S>``: per batch, its GPU
+    time beyond service and switch cost and beyond ``call_share`` of its launch call's excess
+    over the alone runs' (:func:`fit_sharing`'s ``calls``), regressed without intercept on the
+    time it ran beside exactly one and exactly two other
     batches, ``extra = ov1 c1 + ov2 c2`` (batches whose launch call stalled the host over
     :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
     [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
@@ -273,7 +276,7 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         out[name]["same_seen"] = int(n_same)
         same = extra[mine & ~other]
         # kept for the record: the same model's extra cost among several models (not simulated)
-        out[name]["same_model_extra_ms"] = float(same.mean()) if len(same) else float("nan")
+        out[name]["same_model_extra_ms"] = float(same.mean()) if len(same) else None
 
     share, used = call_share_of([runs[f"alone:{name}"] for name in idle])
     for name in idle:
@@ -435,9 +438,9 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
     so that the host's speed during these runs is not read as sharing. :func:`fit` passes them
     since 2026-11-26 13:30 UTC: on the H100/H200 runs of 12:37-12:56 UTC the fitted a1 of
     resnet18 spread 0.068-0.179 over nine processes without, 0.100-0.173 with, and the one
-    held-out group out of bounds (resnet18 p99 -14.7 %) came within. Returns ``{model: {"share_slowdown": [a1, a2], "share_by_size": [e1, e2]
-    (or [] when left out), "overlap_ms": [ov1, ov2]}}`` (empty lists where a model never ran
-    beside another).
+    held-out group out of bounds (resnet18 p99 -14.7 %) came within. Returns ``{model:
+    {"share_slowdown": [a1, a2], "share_by_size": [e1, e2] (or [] when left out),
+    "overlap_ms": [ov1, ov2]}}`` (empty lists where a model never ran beside another).
     """
     def cost(m: str, size: int, switched: bool) -> float:
         c = costs[m]
@@ -453,8 +456,10 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
         base = np.array([cost(m, int(z), p != m) for m, z, p in zip(b["model"], b["size"], b["prev"])])
         y = 1e3 * b["dur"].to_numpy() - base
         if calls is not None and "dispatch_s" in b.columns:
-            ref = b["model"].map({m: c[0] for m, c in calls.items()}).to_numpy(dtype=float)
-            sh = b["model"].map({m: c[1] for m, c in calls.items()}).to_numpy(dtype=float)
+            # a model without a call given is taken as it ran (share 0)
+            model = b["model"].astype(str)
+            ref = model.map({m: c[0] for m, c in calls.items()}).fillna(0.0).to_numpy(dtype=float)
+            sh = model.map({m: c[1] for m, c in calls.items()}).fillna(0.0).to_numpy(dtype=float)
             y = y - sh * (1e3 * (b["dispatch_s"] - b["start_s"]).to_numpy() - ref)
         ov, it = overlap_and_weight(b, 2)  # over every batch, stalled or not
         x = 1e3 * np.hstack([ov, it])
