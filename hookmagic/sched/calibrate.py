@@ -134,7 +134,7 @@ def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
     if version >= 2:
         # per model, bursts of ~30 ms that overload the stream (1.3 of it) every ~180 ms over a
         # light background: within a burst a model follows itself, where bursts meet and out of
-        # the background it follows another: 23-68 same-model and 69-175 switched ready batches
+        # the background it follows another: 23-156 same-model and 69-271 switched ready batches
         # per model (5 models, 1 s; H100 and H200 runs of 2026-11-26 12:35-13:37 UTC)
         srcs = [Bursty(n, rate_on=_mixed_rate(s, 1.3), rate_off=_mixed_rate(s, 0.05), on_s=0.03,
                        off_s=0.15, slo_ms=1e6, steady_periods=True) for n, s in idle.items()]
