@@ -34,9 +34,25 @@ def _driver_run(truth, wl, pol, seed):
     return res
 
 
+def _idle_of(truth):
+    """The rough idle-GPU tables the calibration workloads are sized from (3 % off the truth)."""
+    return {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+
+
+def _on_a_slower_host(truth, factor=1.6, share=0.8):
+    """``truth`` with launch gap and launch call ``factor`` times longer, the GPU waiting through
+    ``share`` of the longer call (as on the H100/H200 runs of 2026-11-26)."""
+    def slow(s):
+        launch, call = factor * s.launch_ms, factor * (s.host_ms - s.launch_ms)
+        longer = share * (call - (s.host_ms - s.launch_ms))
+        return s.with_(launch_ms=launch, host_ms=launch + call,
+                       latency_ms=tuple(x + longer for x in s.latency_ms))
+    return {n: slow(s) for n, s in truth.items()}
+
+
 def _simulated_driver(truth):
     """The calibration runs, simulated with the true parameters; ``dispatch_s`` added."""
-    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    idle = _idle_of(truth)
     names = list(truth)
     runs = {key: _driver_run(truth, wl, pol, seed=4)
             for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items()}
@@ -84,14 +100,9 @@ def test_switch_cost_is_read_against_the_same_run_not_the_alone_runs():
     # no same-model batches, so its switch cost is unidentified and none is simulated, where
     # the fit before compared with the alone runs and read the host's drift as a switch cost.
     truth = _synthetic_truth(cv=0.0)
-    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    idle = _idle_of(truth)
 
-    def slow(s):
-        launch, call = 1.6 * s.launch_ms, 1.6 * (s.host_ms - s.launch_ms)
-        longer = 0.8 * (call - (s.host_ms - s.launch_ms))
-        return s.with_(launch_ms=launch, host_ms=launch + call,
-                       latency_ms=tuple(x + longer for x in s.latency_ms))
-    slow_truth = {n: slow(s) for n, s in truth.items()}
+    slow_truth = _on_a_slower_host(truth)
     for version in (2, 1):
         runs = {key: _driver_run(slow_truth if key == "switch" else truth, wl, pol, seed=4)
                 for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH,
@@ -114,14 +125,9 @@ def test_sharing_is_read_net_of_the_hosts_speed_in_the_share_runs():
     # share (what fit passes), fit_sharing takes that wait out before reading sharing. Without
     # them the same runs read the host's wait as sharing (a1 too high).
     truth = _synthetic_truth(cv=0.0)
-    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    idle = _idle_of(truth)
 
-    def slow(s):
-        launch, call = 1.6 * s.launch_ms, 1.6 * (s.host_ms - s.launch_ms)
-        longer = 0.8 * (call - (s.host_ms - s.launch_ms))
-        return s.with_(launch_ms=launch, host_ms=launch + call,
-                       latency_ms=tuple(x + longer for x in s.latency_ms))
-    slow_truth = {n: slow(s) for n, s in truth.items()}
+    slow_truth = _on_a_slower_host(truth)
     runs = {key: _driver_run(slow_truth if key.startswith("share") else truth, wl, pol, seed=4)
             for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items()}
     shares = [res for key, res in runs.items() if key.startswith("share")]
@@ -252,7 +258,7 @@ def test_launch_time_per_number_of_streams_is_recovered_and_carried():
     ``specs_from_fit`` hands each engine the launch time of the policy's stream count; the
     other parameters stay exact."""
     truth = _synthetic_truth(cv=0.0)
-    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    idle = _idle_of(truth)
     extra = {1: 0.0, 2: 0.006, 3: 0.009}
     runs = {}
     for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items():
@@ -285,7 +291,7 @@ def test_host_jitter_is_read_off_the_alone_runs():
     dev = np.array([-0.01, -0.008, -0.005, -0.002, 0.0, 0.003, 0.006, 0.016])
     dev = dev - dev.mean()
     truth = {n: s.with_(launch_jitter_ms=tuple(dev), host_jitter_ms=tuple(dev)) for n, s in truth.items()}
-    idle = {n: S.ModelSpec.linear(n, s.latency_ms[0] * 0.97, 0.0, MAX_BATCH) for n, s in truth.items()}
+    idle = _idle_of(truth)
     runs = {}
     for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items():
         res = S.simulate(list(truth.values()), wl, pol, seed=4)
