@@ -455,16 +455,17 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
         # a stream's first batch pays the switch too, as in the simulator
         base = np.array([cost(m, int(z), p != m) for m, z, p in zip(b["model"], b["size"], b["prev"])])
         y = 1e3 * b["dur"].to_numpy() - base
-        if calls is not None and "dispatch_s" in b.columns:
+        call_s = ((b["dispatch_s"] - b["start_s"]).to_numpy() if "dispatch_s" in b.columns
+                  else None)  # the launch call (real runs only)
+        if calls is not None and call_s is not None:
             # a model without a call given is taken as it ran (share 0)
             model = b["model"].astype(str)
             ref = model.map({m: c[0] for m, c in calls.items()}).fillna(0.0).to_numpy(dtype=float)
             sh = model.map({m: c[1] for m, c in calls.items()}).fillna(0.0).to_numpy(dtype=float)
-            y = y - sh * (1e3 * (b["dispatch_s"] - b["start_s"]).to_numpy() - ref)
+            y = y - sh * (1e3 * call_s - ref)
         ov, it = overlap_and_weight(b, 2)  # over every batch, stalled or not
         x = 1e3 * np.hstack([ov, it])
-        keep = ((b["dispatch_s"] - b["start_s"]).to_numpy() <= STALL_S
-                if "dispatch_s" in b.columns else np.ones(len(b), dtype=bool))
+        keep = call_s <= STALL_S if call_s is not None else np.ones(len(b), dtype=bool)
         ys.append(y[keep])
         xs.append(x[keep])
         ms.append(b["model"].to_numpy()[keep])
