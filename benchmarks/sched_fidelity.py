@@ -76,6 +76,14 @@ moved a group's p99 by up to ±7 % from seed to seed, noise the real run does no
 ``--pin-cpu auto`` keeps each process on one CPU, ``--pin-cpu core`` on the first thread of the
 last physical core (experiments: ``sched.sh`` pins only with ``SCHED_PIN_CPU`` set).
 
+``--second-run`` serves each scenario's arrivals a second time, right after the first real run, in
+the same process (stored as ``<scenario>.again``) and writes two more tables:
+``fidelity_again.csv``, the same prediction (its host speed read off the second run's launch
+calls) against the second run, and ``fidelity_repeat.csv``, the machine against itself: the second
+real run in the simulation's place, judged by the same bounds. A group that fails the bounds
+there is one the GPU and host do not reproduce from one run to the next; no prediction can be
+sure to hold it.
+
 ``--synthetic-cpu`` runs the whole pipeline without a GPU on sleeping CPU threads; its tables
 are labelled synthetic and prove only that the script works.
 
@@ -362,18 +370,21 @@ def one_process(args) -> None:
         real.meta.update(host_canary_ok=canary.ok, host_canary_why=canary.why,
                          host_windows=canary.windows(real.meta["host_t0"]).tolist(),
                          host_canary=canary.pass_times(real.meta["host_t0"]))
+        # the same arrivals again, at once: how far the machine reproduces itself
+        again = S.run(engines, wl, pol, backend=make_backend()) if args.second_run else None
         win = host_windows(real)  # the canary's stall periods
         specs_cal = sim_specs_from(info, idle, len(pol.streams))
         specs_here, how = C.refine_from_probe(specs_cal, probe, pol)
         sim, other = predict(name, wl, pol, info, idle, specs_here, real, probe)
+        if again is not None:
+            other.update(second_run_rows(name, wl, pol, info, idle, specs_here, real, again))
         for table, got in other.items():
             extra.setdefault(table, []).extend(got)
-        if args.compact:  # what --replay needs, a few hundred kB; the sim is recomputed
-            save_compact(real, args.out / f"{name}.real")
-            save_compact(probe, args.out / f"{name}.probe")
-        else:
-            real.save(args.out / f"{name}.real")
-            probe.save(args.out / f"{name}.probe")
+        kept = [(real, "real"), (probe, "probe")] + ([(again, "again")] if again is not None else [])
+        for res, kind in kept:  # compact: what --replay needs, a few hundred kB; sims recomputed
+            save_compact(res, args.out / f"{name}.{kind}") if args.compact else \
+                res.save(args.out / f"{name}.{kind}")
+        if not args.compact:
             sim.save(args.out / f"{name}.sim")
         rows += compare(name, sim, real)
         speed = C.speed_from_calls(real, specs_here)
@@ -603,6 +614,24 @@ def simulate_pooled(specs, wl, pol, draws: int = SIM_DRAWS, **kw):
                      dict(sims[0].meta, draws=draws))
 
 
+def predicted(wl, pol, info, idle, specs_here, real):
+    """The prediction of ``real`` (calibration.json's ``prediction`` 3 or later): the probe's
+    specs, the host's speed through the run read off its launch calls, the dispatcher deciding
+    from the engines' specs, pooled over the simulator's draws."""
+    draws = SIM_DRAWS if int(info.get("prediction", 1)) >= 4 else 1
+    return simulate_pooled(specs_here, wl, pol, draws, decide_with=sim_specs_from(info, idle),
+                           host_windows=C.speed_from_calls(real, specs_here))
+
+
+def second_run_rows(name, wl, pol, info, idle, specs_here, real, again) -> dict:
+    """The tables of ``--second-run`` for one scenario: ``fidelity_again.csv`` (the same
+    prediction against the second real run ``again``) and ``fidelity_repeat.csv`` (``again`` in
+    the simulation's place against the first real run ``real``: the machine against itself)."""
+    return {"fidelity_again.csv": compare(name, predicted(wl, pol, info, idle, specs_here, again),
+                                          again),
+            "fidelity_repeat.csv": compare(name, again, real)}
+
+
 def predict(name, wl, pol, info, idle, specs_here, real, probe):
     """The simulation that ``fidelity.csv`` compares with ``real``, and the comparison rows of
     the other tables ({csv name: rows}), as calibration.json's ``prediction`` says."""
@@ -613,8 +642,7 @@ def predict(name, wl, pol, info, idle, specs_here, real, probe):
     if version >= 3:
         draws = SIM_DRAWS if version >= 4 else 1
         decide = sim_specs_from(info, idle)  # what the engines' specs said (one stream)
-        sim = simulate_pooled(specs_here, wl, pol, draws, decide_with=decide,
-                              host_windows=C.speed_from_calls(real, specs_here))
+        sim = predicted(wl, pol, info, idle, specs_here, real)
         meter = real.meta.get("backend_meter") or real.meta.get("host_meter")
         ref = meter_reference(probe, "backend_meter" if real.meta.get("backend_meter")
                               else "host_meter")
@@ -661,25 +689,28 @@ def slow_periods(win: np.ndarray) -> dict:
             "host_slowdown_max": float(win[:, 2].max()) if len(win) else 1.0}
 
 
-def stored_probes(run_dir: Path, built: dict, names: list) -> dict:
+def stored_probes(run_dir: Path, built: dict, names: list, kind: str = "probe") -> dict:
     """The probe runs one process stored (``<scenario>.probe.*``, since 2026-11-26 07:00 UTC;
-    none before): {scenario: real result}, each checked against its rebuilt probe workload."""
+    none before): {scenario: real result}, each checked against its rebuilt probe workload.
+    ``kind="again"``: the second real runs of ``--second-run`` (``<scenario>.again.*``, the
+    scenario's own arrivals) instead."""
     from hookmagic.sched.result import load_result
     out = {}
     for name, (wl, pol) in built.items():
-        pw = C.probe_workload(wl)
-        if (run_dir / f"{name}.probe.requests.parquet").exists():
-            res = load_result(run_dir / f"{name}.probe")
-        elif (run_dir / f"{name}.probe.fate.parquet").exists():
-            res = _from_compact(run_dir / f"{name}.probe.fate.parquet",
-                                run_dir / f"{name}.probe.batches.parquet", pw, names,
-                                f"{name} probe")
+        pw = C.probe_workload(wl) if kind == "probe" else wl
+        if (run_dir / f"{name}.{kind}.requests.parquet").exists():
+            res = load_result(run_dir / f"{name}.{kind}")
+        elif (run_dir / f"{name}.{kind}.fate.parquet").exists():
+            res = _from_compact(run_dir / f"{name}.{kind}.fate.parquet",
+                                run_dir / f"{name}.{kind}.batches.parquet", pw, names,
+                                f"{name} {kind}")
         else:
             continue
         if not (len(pw) == len(res.requests) and np.allclose(
                 pw.requests["arrival_s"].to_numpy(), res.requests["arrival_s"].to_numpy())
                 and repr(pol) == res.meta.get("policy")):
-            raise SystemExit(f"{run_dir}: the probe of {name} rebuilt differs from the stored one")
+            raise SystemExit(f"{run_dir}: the {kind} run of {name} rebuilt differs from the "
+                             "stored one")
         out[name] = res
     return out
 
@@ -802,6 +833,7 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
             cal_runs = load_calibration_runs(run_dir, names)
         info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
     probes = stored_probes(run_dir, built, names)
+    agains = stored_probes(run_dir, built, names, kind="again")
     out.mkdir(parents=True, exist_ok=True)
     rows, refined, proc, extra = [], [], [], {}
     seconds = next(iter(real.values())).meta["duration_s"]
@@ -812,6 +844,9 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
         if name in probes:
             specs_here, how = C.refine_from_probe(specs_cal, probes[name], pol)
         sim, other = predict(name, wl, pol, info, idle, specs_here, real[name], probes.get(name))
+        if name in agains:
+            other.update(second_run_rows(name, wl, pol, info, idle, specs_here, real[name],
+                                         agains[name]))
         for table, got in other.items():
             extra.setdefault(table, []).extend(got)
         sim.save(out / f"{name}.sim")
@@ -857,16 +892,48 @@ def _minmax_md(agg: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _other_table(out: Path, numbered: list, name: str, title: str, what: str) -> list[str]:
+def _other_table(out: Path, numbered: list, name: str, title: str, what: str,
+                 more: str | None = None) -> list[str]:
     """A min–max section of fidelity_runs.md for another table the processes wrote (``name``
-    in each of the ``(k, run dir)`` pairs that has it), saved as ``fidelity_runs_<rest>``."""
+    in each of the ``(k, run dir)`` pairs that has it), saved as ``fidelity_runs_<rest>``;
+    ``more``: a paragraph after the counts."""
     frames = [pd.read_csv(r / name).assign(run=k) for k, r in numbered if (r / name).exists()]
     if not frames:
         return []
     agg = _minmax(frames)
     agg.to_csv(out / name.replace("fidelity_", "fidelity_runs_", 1), index=False)
+    per = ", ".join(f"{int(f['run'].iloc[0])}: {int(f['ok'].sum())}" for f in frames)
     return (["", f"## {title}", "", f"{what} Passing groups: {int(agg['ok_all'].sum())} of "
-             f"{len(agg)}.", ""] + _minmax_md(agg))
+             f"{len(agg)} (per process: {per})."] + ([""] if more is None else ["", more, ""])
+            + _minmax_md(agg))
+
+
+def _repeat_note(numbered: list) -> str | None:
+    """Per process, how the prediction's passes (``fidelity.csv``) line up with the machine's own
+    (``fidelity_repeat.csv``, the second real run against the first): a markdown cross-tab of
+    the groups, and the groups the machine misses in every process."""
+    rows, missed = [], None
+    for k, r in numbered:
+        if not (r / "fidelity_repeat.csv").exists() or not (r / "fidelity.csv").exists():
+            continue
+        key = ["scenario", "group"]
+        both = pd.read_csv(r / "fidelity.csv")[key + ["ok"]].merge(
+            pd.read_csv(r / "fidelity_repeat.csv")[key + ["ok"]], on=key,
+            suffixes=("_pred", "_rep"))
+        pred, rep = both["ok_pred"].astype(bool), both["ok_rep"].astype(bool)
+        rows.append(f"| {k} | {int((pred & rep).sum())} | {int((pred & ~rep).sum())} | "
+                    f"{int((~pred & rep).sum())} | {int((~pred & ~rep).sum())} |")
+        miss = set(both.loc[~rep, "scenario"] + "/" + both.loc[~rep, "group"])
+        missed = miss if missed is None else missed & miss
+    if not rows:
+        return None
+    head = ["Groups per process, the prediction (against the first run) beside the machine "
+            "(second run against the first):", "",
+            "| process | both pass | prediction only | machine only | neither |",
+            "|---|---|---|---|---|"]
+    tail = (["", "Missed by the machine itself in every process: "
+             + ", ".join(sorted(missed)) + "."] if missed else [])
+    return "\n".join(head + rows + tail)
 
 
 def summarize_runs(out: Path, runs: list[Path]) -> str:
@@ -943,6 +1010,16 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
         lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in ev.itertuples(index=False)]
     numbered = list(enumerate(runs, 1))
     lines += _other_table(
+        out, numbered, "fidelity_again.csv", "The same prediction against a second real run",
+        "Each scenario's arrivals served a second time by the real driver, right after the first "
+        "run in the same process (`--second-run`), and predicted as the first (the host's speed "
+        "read off this run's launch calls); the bounds as above.")
+    lines += _other_table(
+        out, numbered, "fidelity_repeat.csv", "The machine against itself",
+        "The second real run in the simulation's place, against the first (same process, same "
+        "arrivals, same policy, a few seconds apart); the bounds as above.",
+        more=_repeat_note(numbered))
+    lines += _other_table(
         out, procs, "fidelity_refined.csv", "Diagnostic: launch and host times from each run itself",
         "Not a prediction: the same simulator with each model's launch gap and launch call "
         "measured in the real run being compared (everything else as calibrated).")
@@ -994,6 +1071,10 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1,
                     help="run the whole measurement in this many fresh processes and write "
                          "fidelity_runs.md with min–max errors")
+    ap.add_argument("--second-run", action="store_true",
+                    help="serve each scenario a second time right after the first (same process) "
+                         "and write fidelity_again.csv (the prediction against it) and "
+                         "fidelity_repeat.csv (the second real run against the first)")
     ap.add_argument("--no-graphs", action="store_true", help="eager PyTorch instead of CUDA graphs")
     ap.add_argument("--compact", action="store_true",
                     help="store the real runs compactly (each request's batch and status, the "
@@ -1037,7 +1118,8 @@ def main() -> None:
         cmd = [sys.executable, __file__, str(sub), "--seconds", str(args.seconds), "--models",
                args.models, "--max-batch", str(args.max_batch), "--repeats", str(args.repeats)]
         cmd += ["--no-graphs"] * args.no_graphs + ["--synthetic-cpu"] * args.synthetic_cpu
-        cmd += ["--compact"] * args.compact + ["--pin-cpu", args.pin_cpu]
+        cmd += ["--compact"] * args.compact + ["--second-run"] * args.second_run
+        cmd += ["--pin-cpu", args.pin_cpu]
         print(f"process {k + 1}/{args.processes}: {' '.join(cmd[1:])}", flush=True)
         subprocess.run(cmd, check=False)
         runs.append(sub)

@@ -18,6 +18,7 @@ RUNS4 = STORED / "2026-11-26_0816_h100"  # with the host canary beside probe and
 RUNS5 = STORED / "2026-11-26_1105_h100"  # prediction 3 (host speed from the launch calls), 11:05 UTC
 RUNS6 = STORED / "2026-11-26_1116_h100"  # prediction 4 (8 simulator draws pooled), 11:16 UTC
 RUNS7 = STORED / "2026-11-26_1256_h100"  # calibration version 2 (switch run in bursts), 12:56 UTC
+RUNS8 = STORED / "2026-11-26_2344_h200"  # --second-run (each scenario served twice), 23:44 UTC
 
 
 def _bench():
@@ -28,7 +29,8 @@ def _bench():
 
 
 @pytest.mark.parametrize("run", [RUNS / "run1", RUNS / "run3", RUNS2 / "run2", RUNS3 / "run1",
-                                 RUNS4 / "run2", RUNS5 / "run2", RUNS6 / "run1", RUNS7 / "run1"])
+                                 RUNS4 / "run2", RUNS5 / "run2", RUNS6 / "run1", RUNS7 / "run1",
+                                 RUNS8 / "run2"])
 def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
     bench = _bench()
     bench.replay_run(run, tmp_path)
@@ -45,11 +47,29 @@ def test_replay_gives_the_table_the_gpu_process_wrote(run, tmp_path):
         assert a["ok"].tolist() == b["ok"].tolist()
     for other in ("fidelity_calibration_only.csv",  # the probe's run: without it too
                   "fidelity_steady_host.csv",  # without the host's speed through the run
-                  "fidelity_meter.csv"):  # that speed from the driver's meter instead
+                  "fidelity_meter.csv",  # that speed from the driver's meter instead
+                  "fidelity_again.csv",  # the same prediction against the second real run
+                  "fidelity_repeat.csv"):  # the second real run against the first
         if (run / other).exists():
             a, b = pd.read_csv(tmp_path / other), pd.read_csv(run / other)
             assert a["p50_sim_ms"].to_numpy() == pytest.approx(b["p50_sim_ms"].to_numpy(), rel=1e-9)
             assert a["ok"].tolist() == b["ok"].tolist()
+
+
+def test_second_run_tables_compare_what_they_say(tmp_path):
+    # fidelity_repeat.csv puts the second real run where the simulation stood: its reference is
+    # the first run (the column fidelity.csv has), its "sim" column the second run, which is
+    # what fidelity_again.csv judges the prediction against.
+    bench = _bench()
+    bench.replay_run(RUNS8 / "run2", tmp_path)
+    first = pd.read_csv(tmp_path / "fidelity.csv")
+    again = pd.read_csv(tmp_path / "fidelity_again.csv")
+    repeat = pd.read_csv(tmp_path / "fidelity_repeat.csv")
+    for q in ("p50", "p99"):
+        assert repeat[f"{q}_real_ms"].to_numpy() == pytest.approx(first[f"{q}_real_ms"].to_numpy())
+        assert repeat[f"{q}_sim_ms"].to_numpy() == pytest.approx(again[f"{q}_real_ms"].to_numpy())
+    # two real runs of the same arrivals are not the same run
+    assert (again["p50_real_ms"] != first["p50_real_ms"]).any()
 
 
 def test_scenarios_are_the_same_workload_in_every_process():

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 18 (scheduler part) on the GPU machine: simulator vs real driver in three fresh
-# processes (min-max), calibration format 2. About 315-350 s on an H100 or H200 (runs of 2026-11-26 with
-# the probes); run it through `bash benchmarks/gpu/run_all.sh sched:470`, which bundles $OUT into one sched.tgz (the
+# processes (min-max), calibration format 2. About 400-490 s on an H100 or H200 with --second-run
+# (runs of 2026-11-26 23:07 to 2026-11-27 00:09 UTC); run it through
+# `bash benchmarks/gpu/run_all.sh sched:540`, which bundles $OUT into one sched.tgz (the
 # device returns at most 8 files of 16 MiB: a direct run on 2026-11-26 lost its records).
 #
 # What comes back is fully replayable: $OUT/sched_fidelity holds per process the latency
@@ -12,8 +13,11 @@
 # recomputed from the stored files; the script fails if they differ). Locally:
 #   python benchmarks/sched_fidelity.py --replay DIR/sched_fidelity OUT [--refit]
 set -eu
+# --second-run (SCHED_SECOND_RUN=0 leaves it out): each scenario served twice, the machine
+# against itself beside the prediction (~40 s more per call)
+second=$([ "${SCHED_SECOND_RUN:-1}" = 1 ] && echo --second-run || true)
 python3 benchmarks/sched_fidelity.py "$OUT/sched_fidelity" --seconds ${SCHED_SECONDS:-3} \
-  --processes ${SCHED_PROCESSES:-3} --compact --pin-cpu ${SCHED_PIN_CPU:-none}
+  --processes ${SCHED_PROCESSES:-3} --compact --pin-cpu ${SCHED_PIN_CPU:-none} $second
 # the same tables recomputed from what was stored: must equal the live ones
 rep=$(mktemp -d)
 python3 benchmarks/sched_fidelity.py --replay "$OUT/sched_fidelity" "$rep" > "$OUT/sched_fidelity/replay_check.md"
@@ -23,7 +27,8 @@ from pathlib import Path
 import pandas as pd
 live, rep = Path(sys.argv[1]), Path(sys.argv[2])
 for f in ("fidelity_runs.csv", "fidelity_runs_refined.csv", "fidelity_runs_calibration_only.csv",
-          "fidelity_runs_steady_host.csv", "fidelity_runs_meter.csv"):
+          "fidelity_runs_steady_host.csv", "fidelity_runs_meter.csv", "fidelity_runs_again.csv",
+          "fidelity_runs_repeat.csv"):
     if not (live / f).exists():
         continue
     a, b = pd.read_csv(live / f), pd.read_csv(rep / f)
