@@ -131,3 +131,23 @@ def test_refit_of_a_version_2_calibration_identifies_the_switch_cost_and_sharing
     bench.replay_run(run, tmp_path, refit=True)
     got = pd.read_csv(tmp_path / "fidelity.csv").set_index(["scenario", "group"])
     assert abs(got.loc[("held_out_three_streams", "resnet18"), "p99_err_pct"]) < 10
+
+
+def test_summary_sets_prediction_beside_the_machine_per_process(tmp_path):
+    # fidelity_runs.md of a --second-run run: per process, how many groups both the prediction
+    # (fidelity.csv) and the machine (fidelity_repeat.csv) pass, and how many only one of them;
+    # counted here again straight from the three processes' stored tables
+    bench = _bench()
+    runs = [RUNS8 / f"run{k}" for k in (1, 2, 3)]
+    bench.summarize_runs(tmp_path, runs)
+    text = (tmp_path / "fidelity_runs.md").read_text()
+    for k, r in enumerate(runs, 1):
+        pred = pd.read_csv(r / "fidelity.csv").set_index(["scenario", "group"])["ok"].astype(bool)
+        rep = pd.read_csv(r / "fidelity_repeat.csv").set_index(["scenario", "group"])["ok"].astype(bool)
+        rep = rep.reindex(pred.index)
+        row = (f"| {k} | {int((pred & rep).sum())} | {int((pred & ~rep).sum())} | "
+               f"{int((~pred & rep).sum())} | {int((~pred & ~rep).sum())} |")
+        assert row in text
+    # the stored summary, written on the GPU machine, says the same
+    assert text.split("## The machine against itself")[1].split("| scenario |")[0] == \
+        (RUNS8 / "fidelity_runs.md").read_text().split("## The machine against itself")[1].split("| scenario |")[0]
