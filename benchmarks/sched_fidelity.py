@@ -908,7 +908,7 @@ def _other_table(out: Path, numbered: list, name: str, title: str, what: str,
             + _minmax_md(agg))
 
 
-def _repeat_note(numbered: list) -> str | None:
+def _prediction_beside_machine(numbered: list) -> str | None:
     """Per process, how the prediction's passes (``fidelity.csv``) line up with the machine's own
     (``fidelity_repeat.csv``, the second real run against the first): a markdown cross-tab of
     the groups, and the groups the machine misses in every process."""
@@ -1018,7 +1018,7 @@ def summarize_runs(out: Path, runs: list[Path]) -> str:
         out, numbered, "fidelity_repeat.csv", "The machine against itself",
         "The second real run in the simulation's place, against the first (same process, same "
         "arrivals, same policy, a few seconds apart); the bounds as above.",
-        more=_repeat_note(numbered))
+        more=_prediction_beside_machine(numbered))
     lines += _other_table(
         out, procs, "fidelity_refined.csv", "Diagnostic: launch and host times from each run itself",
         "Not a prediction: the same simulator with each model's launch gap and launch call "
