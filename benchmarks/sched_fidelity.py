@@ -614,12 +614,18 @@ def simulate_pooled(specs, wl, pol, draws: int = SIM_DRAWS, **kw):
                      dict(sims[0].meta, draws=draws))
 
 
+def sim_draws(info: dict) -> int:
+    """How many simulator draws a prediction pools (calibration.json's ``prediction`` 4 or later:
+    ``SIM_DRAWS``; before: one)."""
+    return SIM_DRAWS if int(info.get("prediction", 1)) >= 4 else 1
+
+
 def predicted(wl, pol, info, idle, specs_here, real):
     """The prediction of ``real`` (calibration.json's ``prediction`` 3 or later): the probe's
     specs, the host's speed through the run read off its launch calls, the dispatcher deciding
     from the engines' specs, pooled over the simulator's draws."""
-    draws = SIM_DRAWS if int(info.get("prediction", 1)) >= 4 else 1
-    return simulate_pooled(specs_here, wl, pol, draws, decide_with=sim_specs_from(info, idle),
+    return simulate_pooled(specs_here, wl, pol, sim_draws(info),
+                           decide_with=sim_specs_from(info, idle),
                            host_windows=C.speed_from_calls(real, specs_here))
 
 
@@ -640,7 +646,7 @@ def predict(name, wl, pol, info, idle, specs_here, real, probe):
     stalls = host_windows(real)  # the canary's (empty where it measured none)
     other = {}
     if version >= 3:
-        draws = SIM_DRAWS if version >= 4 else 1
+        draws = sim_draws(info)
         decide = sim_specs_from(info, idle)  # what the engines' specs said (one stream)
         sim = predicted(wl, pol, info, idle, specs_here, real)
         meter = real.meta.get("backend_meter") or real.meta.get("host_meter")
@@ -689,11 +695,12 @@ def slow_periods(win: np.ndarray) -> dict:
             "host_slowdown_max": float(win[:, 2].max()) if len(win) else 1.0}
 
 
-def stored_probes(run_dir: Path, built: dict, names: list, kind: str = "probe") -> dict:
-    """The probe runs one process stored (``<scenario>.probe.*``, since 2026-11-26 07:00 UTC;
-    none before): {scenario: real result}, each checked against its rebuilt probe workload.
-    ``kind="again"``: the second real runs of ``--second-run`` (``<scenario>.again.*``, the
-    scenario's own arrivals) instead."""
+def stored_side_runs(run_dir: Path, built: dict, names: list, kind: str = "probe") -> dict:
+    """The real runs one process stored beside its scenarios' own: {scenario: real result},
+    each checked against its rebuilt workload. ``kind="probe"``: the probes before each scenario
+    (``<scenario>.probe.*``, since 2026-11-26 07:00 UTC; none before); ``kind="again"``: the
+    second runs of ``--second-run`` after it (``<scenario>.again.*``, the scenario's own
+    arrivals)."""
     from hookmagic.sched.result import load_result
     out = {}
     for name, (wl, pol) in built.items():
@@ -832,8 +839,8 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
         if cal_runs is None:
             cal_runs = load_calibration_runs(run_dir, names)
         info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
-    probes = stored_probes(run_dir, built, names)
-    agains = stored_probes(run_dir, built, names, kind="again")
+    probes = stored_side_runs(run_dir, built, names)
+    agains = stored_side_runs(run_dir, built, names, kind="again")
     out.mkdir(parents=True, exist_ok=True)
     rows, refined, proc, extra = [], [], [], {}
     seconds = next(iter(real.values())).meta["duration_s"]

@@ -61,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     for rd in args.runs:
         info, idle, built, real = SF.stored_run(rd)
-        probes = SF.stored_probes(rd, built, list(idle))
+        probes = SF.stored_side_runs(rd, built, list(idle))
         for name, (wl, pol) in built.items():
             specs = {s.name: s for s in SF.sim_specs_from(info, idle, len(pol.streams))}
             for side, res in (("probe", probes.get(name)), ("real", real[name])):
