@@ -33,3 +33,11 @@ class BadNumbers(InputFileError):
 
 class Unavailable(HookmagicError, RuntimeError):
     """A GPU, driver, library or tool that this call needs is missing; the message says what to install."""
+
+
+class MissingDependency(Unavailable, ImportError):
+    """An optional package is not installed; the message names the extra that installs it."""
+
+
+class CaptureFailed(HookmagicError, RuntimeError):
+    """A capture, run or measurement started but could not finish; the message says why."""
