@@ -28,37 +28,63 @@ __all__ = ["load"]
 
 # -- files --------------------------------------------------------------------------------------
 
-def load(path: str | os.PathLike) -> "Trace":
-    """Open a saved trace (``Trace.save``, ``%%cudahook --save``) or a Chrome/Kineto trace JSON
-    (``torch.profiler``'s ``.json`` / ``.json.gz``) as a :class:`~hookmagic.Trace`.
+def load(path: str | os.PathLike) -> Any:
+    """Open anything hookmagic saved, or a trace another tool wrote, recognised by content.
 
-    Saved traces are recognised by content, not by name. JSON goes to the Kineto importer
-    (:func:`hookmagic.importers.kineto.read_kineto`). Raises
-    :class:`~hookmagic.trace.io.TraceFileError` (a :class:`~hookmagic.HookmagicError`) for a
+    - a saved trace (``Trace.save``, ``%%cudahook --save``) or a rank's trace folder: a
+      :class:`~hookmagic.Trace`;
+    - Chrome/Kineto trace JSON (``torch.profiler``'s ``.json`` / ``.json.gz``): a ``Trace``;
+    - a saved set of ranks (``TraceSet.save``): a :class:`~hookmagic.traceset.TraceSet`;
+    - a saved layer profile (``LayerProfile.save``): a ``LayerProfile``;
+    - a saved scheduler result (``Result.save``): a ``SimResult`` or ``RunResult``;
+    - a saved frame-pipeline run (``PipelineRun.save``): a ``PipelineRun``;
+    - the name of a bundled recording (``hookmagic.recordings.available()``): its ``Trace``.
+
+    Raises an :class:`~hookmagic.common.errors.InputFileError` (a ``HookmagicError``) for a
     missing, damaged or foreign file, saying why.
     """
-    from hookmagic.trace.io import load_trace
-    from hookmagic.trace.model import Trace
+    import importlib
 
     from hookmagic.common.files import open_input
-    from hookmagic.trace.io import TraceFileError
+    from hookmagic.trace.io import TraceFileError, load_trace
+    from hookmagic.trace.model import Trace
 
     path = Path(os.path.expanduser(os.fspath(path)))
+    if not os.path.lexists(path):
+        from hookmagic import recordings
+        if path.name == os.fspath(path) and path.name in recordings.available():
+            return recordings.load(path.name)
+        return load_trace(path)   # its error names the missing file
+    # Each kind's module says whether a path holds its kind (a cheap look at the content);
+    # the first that claims it loads it.
+    for module, sniff, loader in _KINDS:
+        mod = importlib.import_module(module)
+        if getattr(mod, sniff)(path):
+            return getattr(mod, loader)(path)
     if path.is_dir() and (path / "meta.json").is_file():
         # a trace folder (one rank of capture(dir=...)); hookmagic.load_many opens many
         from hookmagic.trace.folder import load_trace_folder
         return load_trace_folder(path)
-    if os.path.lexists(path):
-        # folders, FIFOs and devices are refused here, before anything blocks (issue 17)
-        with open_input(path, "trace file", TraceFileError) as fh:
-            head = fh.read(64)
-            fh.seek(0)
-            is_zip = zipfile.is_zipfile(fh)
-        if not is_zip and (head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"[")):
-            from hookmagic.importers.kineto import read_kineto
-            tables, meta = read_kineto(path)
-            return Trace(tables, meta)
+    # folders, FIFOs and devices are refused here, before anything blocks
+    with open_input(path, "trace file", TraceFileError) as fh:
+        head = fh.read(64)
+        fh.seek(0)
+        is_zip = zipfile.is_zipfile(fh)
+    if not is_zip and (head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"[")):
+        from hookmagic.importers.kineto import read_kineto
+        tables, meta = read_kineto(path)
+        return Trace(tables, meta)
     return load_trace(path)
+
+
+# (module, sniff function, load function) for every saved kind other than Trace; each sniff
+# takes a Path that exists and returns True only for its own kind, without raising.
+_KINDS = (
+    ("hookmagic.traceset.io", "sniff", "load"),
+    ("hookmagic.layers.model", "sniff", "load_profile"),
+    ("hookmagic.sched.result", "sniff", "load_result"),
+    ("hookmagic.pipeline.run", "sniff", "load_run"),
+)
 
 
 # -- Trace --------------------------------------------------------------------------------------
