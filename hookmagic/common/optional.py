@@ -1,6 +1,6 @@
 """One gate for optional dependencies: :func:`require`.
 
-Core hookmagic needs numpy, pandas, pyarrow, plotly, IPython and traitlets. Everything else is
+Core hookmagic needs numpy, pandas, pyarrow, plotly, ipywidgets, IPython, traitlets, numba and tqdm. Everything else is
 imported through :func:`require`, which names the extra that installs it when it is missing.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ __all__ = ["require", "EXTRAS"]
 
 # extra -> what it is for (the same words as docs/install.md)
 EXTRAS = {
-    "pipeline": "frame pipelines: video decoding (PyAV), torchvision models, Prometheus metrics",
+    "pipeline": "frame pipelines: video decoding (PyAV) and Prometheus metrics",
     "kernels": "the CUDA kernel library (NVRTC through cuda-core)",
-    "ray": "capture on Ray workers and the distributed analyses",
-    "multirank": "many ranks' traces analysed out of core (DuckDB)",
+    "ray": "capture on Ray workers and the distributed analyses (Ray)",
+    "ranks": "many ranks' traces analysed out of core (DuckDB)",
     "report": "the demo and HTML reports from notebooks (nbclient, nbconvert)",
     "cuda12": "CuPy and CUPTI for CUDA 12 drivers (Jetson JetPack 6)",
     "cuda13": "CuPy and CUPTI for CUDA 13 drivers",
