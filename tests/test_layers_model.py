@@ -60,8 +60,10 @@ def test_repr_and_mimebundle(mobilenet):
 
 def test_summary_is_json_serialisable(mobilenet):
     s = mobilenet.summary()
-    assert json.loads(json.dumps(s))["layers"] == 72
+    assert json.loads(json.dumps(s.to_dict()))["layers"] == 72
     assert s["weights_mib"] == pytest.approx(3.309, abs=1e-3)
+    frame = s.to_frame()
+    assert frame.loc["layers", "value"] == 72 and frame.loc["weights_mib", "unit"] == "MiB"
 
 
 def test_shipped_samples_are_the_files_these_tests_read():

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.common.format import MiB
+from hookmagic.common.results import SAVED_KIND_KEY, Headline
 
 from .errors import LayerFileError
 
@@ -188,8 +190,17 @@ class LayerProfile:
         return (self.layers.sort_values([by, "order"], ascending=[False, True], kind="stable")
                 .head(n)[cols].reset_index(drop=True))
 
-    def summary(self) -> dict[str, Any]:
-        """Headline numbers as a plain dict (what ``hookmagic trt summary --json`` prints)."""
+    def summary(self) -> Headline:
+        """Headline numbers: layers, layer sum, latency, weights, activations, time by layer
+        type, precisions; the warnings as notes. ``.to_frame()`` gives them as a table,
+        ``.to_dict()`` as what ``hookmagic trt summary --json`` prints."""
+        values = self._summary_values()
+        warnings = values.pop("warnings")
+        return Headline(title=f"LayerProfile {self.name}", values=values, notes=warnings,
+                        units={"total_ms": "ms", "weights_mib": "MiB", "activations_mib": "MiB",
+                               "time_by_type_ms": "ms"})
+
+    def _summary_values(self) -> dict[str, Any]:
         by_type = self.layers.groupby("type", sort=False)["mean_ms"].sum()
         return {
             "name": self.name,
@@ -235,7 +246,7 @@ class LayerProfile:
     def summary_bundle(self, top: int = 5) -> dict[str, str]:
         """The headline numbers and the ``top`` slowest layers as a display bundle (HTML and
         text): what ``%trtprofile --top N`` shows."""
-        s = self.summary()
+        s = self._summary_values()
         head = (f"<b>{_esc(s['name'])}</b> ({_esc(s['source'])}"
                 + (f", {_esc(s['device'])}" if s["device"] else "") + ")<br>"
                 f"{s['layers']} layers, layer sum {s['total_ms']:.3f} ms"
@@ -257,7 +268,8 @@ class LayerProfile:
     # ---- files ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write to ``.parquet`` (layers table; meta, times and the rest in its metadata) or
-        ``.json`` (one document). Both are data only, safe to share."""
+        ``.json`` (one document); returns the path. Both are data only, safe to share;
+        ``hookmagic.load(path)`` opens either."""
         from hookmagic.common import files
         path = Path(path)
         doc = self._aux_doc()
@@ -273,7 +285,7 @@ class LayerProfile:
             text = json.dumps(_finite(doc), default=_json_default, indent=1, allow_nan=False)
             files.atomic_write(path, text.encode("utf-8"), "the layer profile")
         else:
-            raise ValueError(f"{path}: use a .parquet or .json file name")
+            raise InvalidArgument(f"{path}: use a .parquet or .json file name")
         return path
 
     @classmethod
@@ -329,8 +341,10 @@ class LayerProfile:
                                                 f"value(s) that are not numbers, e.g. "
                                                 f"{str(junk[0])[:40]!r}")
             meta = doc.get("meta", {})
-            return cls(layers=make_layers(layers.to_dict("records")),
-                       meta=meta if isinstance(meta, dict) else {},
+            if not isinstance(meta, dict):
+                raise LayerFileError(f"{path}: not a readable LayerProfile (its meta is a "
+                                     f"{type(meta).__name__}, not an object)")
+            return cls(layers=make_layers(layers.to_dict("records")), meta=meta,
                        times=_frame_or_none(doc.get("times")),
                        constants=_frame_or_none(doc.get("constants")) if doc.get("constants") else pd.DataFrame(),
                        kernels=_frame_or_none(doc.get("kernels")))
@@ -341,9 +355,32 @@ class LayerProfile:
                                  f"{exc})") from None
 
     def _aux_doc(self) -> dict[str, Any]:
-        return {"format": _FORMAT, "version": _VERSION, "meta": self.meta,
+        return {"format": _FORMAT, "version": _VERSION, SAVED_KIND_KEY: "layers",
+                "meta": self.meta,
                 "times": _records(self.times), "constants": _records(self.constants),
                 "kernels": _records(self.kernels)}
+
+
+def sniff(path: Path) -> bool:
+    """True when ``path`` is a layer profile written by :meth:`LayerProfile.save` (looks only
+    at the Parquet footer's key or the JSON document's first bytes; never raises)."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+            if head[:4] == b"PAR1":
+                import pyarrow.parquet as pq
+                metadata = pq.read_schema(path).metadata or {}
+                return b"hookmagic" in metadata and _FORMAT.encode() in metadata[b"hookmagic"][:4096]
+        return head.lstrip()[:1] == b"{" and f'"format": "{_FORMAT}"'.encode() in head
+    except Exception:  # a sniff answers "not mine" for anything it cannot read
+        return False
+
+
+def load_profile(path: str | Path) -> "LayerProfile":
+    """Read a profile written by :meth:`LayerProfile.save` (what ``hookmagic.load`` calls)."""
+    return LayerProfile.load(path)
 
 
 def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]] | None:

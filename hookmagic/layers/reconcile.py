@@ -6,6 +6,8 @@ from typing import Any
 
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
+
 from .model import LayerProfile
 
 #: meta key -> row label, in row order (rows appear only for the keys a profile carries)
@@ -43,7 +45,7 @@ def reconcile(profile: LayerProfile, stat: str | None = None) -> pd.DataFrame:
     """
     stat = stat or str(profile.meta.get("reconcile_stat", "mean"))
     if stat not in ("mean", "median"):
-        raise ValueError(f"stat must be 'mean' or 'median', not {stat!r}")
+        raise InvalidArgument(f"stat must be 'mean' or 'median', not {stat!r}")
     total = profile.total_ms
     sums = profile.meta.get("layer_sum_ms")
     if isinstance(sums, dict) and sums.get("median") is not None:

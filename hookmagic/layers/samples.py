@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hookmagic.common.errors import InvalidArgument
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "trtexec"
+
+
+class LayerSampleUnknown(InvalidArgument, KeyError):
+    """No shipped sample has that name; the message lists the names there are."""
+
 
 #: sample name -> (folder, file stem)
 SAMPLES: dict[str, tuple[str, str]] = {
@@ -20,7 +27,7 @@ def sample_files(name: str) -> dict[str, Path]:
     """Paths of one sample's exports: ``profile``, ``layers``, ``times`` (for ``from_trtexec``)
     and the scraped ``build_metadata`` / ``profile_metadata``."""
     if name not in SAMPLES:
-        raise KeyError(f"unknown sample {name!r}; choose from {sorted(SAMPLES)}")
+        raise LayerSampleUnknown(f"unknown sample {name!r}; choose from {sorted(SAMPLES)}")
     folder, stem = SAMPLES[name]
     base = DATA / folder / stem
     return {"profile": Path(f"{base}.profile.json"), "layers": Path(f"{base}.graph.json"),

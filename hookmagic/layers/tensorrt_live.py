@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-from hookmagic.common.errors import Unavailable
 
+from hookmagic.common.errors import CaptureFailed, InvalidArgument, Unavailable
 
 from .model import LayerProfile, make_layers
 from .trtexec import fold_noops, join_timing, latency_stats, layer_info_from_doc, split_constants
@@ -41,6 +41,10 @@ INSTALL_HINT = ("TensorRT is not installed in this kernel. Install it from NVIDI
 
 class TensorRTUnavailable(Unavailable):
     """TensorRT (or a CUDA device for it) is missing; the message says what to do instead."""
+
+
+class EngineBuildError(CaptureFailed, ValueError):
+    """TensorRT could not parse, build or deserialize an engine; the message says which."""
 
 
 def import_tensorrt() -> Any:
@@ -78,7 +82,7 @@ def build_engine(onnx_path: str | os.PathLike, *, fp16: bool = False, int8: bool
 
     ``shapes`` maps input names to one shape or a ``(min, opt, max)`` triple for dynamic inputs.
     ``fp16``/``int8`` set builder flags on TensorRT 10.x; on 11.x (strongly typed, no such flags)
-    they raise ValueError: cast the model or add Q/DQ nodes instead. ``progress`` receives one
+    they raise EngineBuildError: cast the model or add Q/DQ nodes instead. ``progress`` receives one
     line per build phase. The engine cache key covers model bytes, options, ``gpu`` and the
     TensorRT version.
     """
@@ -99,7 +103,7 @@ def build_engine(onnx_path: str | os.PathLike, *, fp16: bool = False, int8: bool
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(model):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise ValueError(f"TensorRT could not parse {onnx_path}: {errors}")
+        raise EngineBuildError(f"TensorRT could not parse {onnx_path}: {errors}")
     config = builder.create_builder_config()
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     if workspace_mb:
@@ -108,7 +112,7 @@ def build_engine(onnx_path: str | os.PathLike, *, fp16: bool = False, int8: bool
         if not wanted:
             continue
         if not hasattr(trt.BuilderFlag, flag):
-            raise ValueError(f"TensorRT {trt.__version__} has no BuilderFlag.{flag}: networks are "
+            raise Unavailable(f"TensorRT {trt.__version__} has no BuilderFlag.{flag}: networks are "
                              "strongly typed, so precision comes from the model (cast it, or add "
                              "Q/DQ nodes for INT8)")
         config.set_flag(getattr(trt.BuilderFlag, flag))
@@ -130,7 +134,7 @@ def build_engine(onnx_path: str | os.PathLike, *, fp16: bool = False, int8: bool
         progress("building engine (this can take minutes)")
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise ValueError(f"TensorRT failed to build an engine for {onnx_path}; see the log above")
+        raise EngineBuildError(f"TensorRT failed to build an engine for {onnx_path}; see the log above")
     data = bytes(serialized)
     if timing_cache is not None and cache_obj is not None:
         Path(timing_cache).write_bytes(bytes(config.get_timing_cache().serialize()))
@@ -203,7 +207,7 @@ def profile_engine(engine: bytes | str | os.PathLike, *, iterations: int = 20, w
     runtime = trt.Runtime(logger)
     eng = runtime.deserialize_cuda_engine(blob)
     if eng is None:
-        raise ValueError("TensorRT could not deserialize the engine (built by another TensorRT "
+        raise EngineBuildError("TensorRT could not deserialize the engine (built by another TensorRT "
                          "version or for another GPU?)")
     ctx = eng.create_execution_context()
     buffers = _bind_io(trt, eng, ctx, backend, input_shapes or {})
@@ -212,7 +216,7 @@ def profile_engine(engine: bytes | str | os.PathLike, *, iterations: int = 20, w
 
     def enqueue() -> None:
         if not ctx.execute_async_v3(handle):
-            raise RuntimeError("execute_async_v3 failed; see TensorRT's log")
+            raise CaptureFailed("execute_async_v3 failed; see TensorRT's log")
 
     for _ in range(max(1, warmup)):          # also flushes deferred allocations before capture
         enqueue()
@@ -259,7 +263,7 @@ def _bind_io(trt: Any, eng: Any, ctx: Any, backend: Any, shapes: dict[str, tuple
         shape = tuple(eng.get_tensor_shape(n))
         if any(d < 0 for d in shape):
             if n not in shapes:
-                raise ValueError(f"input {n!r} has dynamic shape {shape}: give input_shapes={{{n!r}: ...}}")
+                raise InvalidArgument(f"input {n!r} has dynamic shape {shape}: give input_shapes={{{n!r}: ...}}")
             ctx.set_input_shape(n, tuple(shapes[n]))
     keep = []
     for n in names:

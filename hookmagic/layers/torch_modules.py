@@ -44,6 +44,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
+from hookmagic.common.errors import CaptureFailed, InvalidArgument
+
 from .attribution import (ITERATION_PREFIX, OUTSIDE, WARMUP_RANGE, activity, assign_layers,
                           charge_gaps, iteration_summary, kernels_by_layer, layer_times)
 from .model import LayerProfile, make_layers
@@ -292,7 +294,7 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
     from hookmagic import cupti
 
     if iterations < 1:
-        raise ValueError("iterations must be at least 1")
+        raise InvalidArgument("iterations must be at least 1")
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     was_training = model.training
     model.eval()
@@ -325,7 +327,8 @@ def profile_module(model: Any, example_inputs: Any, iterations: int = 20, warmup
         hooks.remove()
         model.train(was_training)
     if trace.status == "unavailable":
-        raise RuntimeError(f"hookmagic: no layer profile: {trace.meta.get('reason', 'nothing captured')}")
+        raise CaptureFailed(f"hookmagic: no layer profile: "
+                            f"{trace.meta.get('reason', 'nothing captured')}")
     latencies = [s.elapsed_time(e) for s, e in events]
     device = torch.cuda.get_device_name(inputs[0].device) if hasattr(inputs[0], "device") else ""
     meta = {"name": name or type(model).__name__, "device": device,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .dtypes import UNKNOWN, precision_of, tensor_bytes
 from hookmagic.common import files, limits
-from hookmagic.common.errors import HookmagicError
+from hookmagic.common.errors import HookmagicError, InvalidArgument
 
 from .errors import LayerFileError, LayerNumbersError
 from .model import LayerProfile, make_layers
@@ -68,7 +68,7 @@ def from_trtexec(profile: PathLike | None = None, layers: PathLike | None = None
     with a one-line reason when a file is missing, not JSON, or not the expected export.
     """
     if profile is None and layers is None:
-        raise ValueError("from_trtexec needs profile=, layers= or both")
+        raise InvalidArgument("from_trtexec needs profile=, layers= or both")
     try:
         with files.gc_paused():
             return _from_trtexec(profile, layers, times, name, meta)
@@ -154,6 +154,10 @@ def read_profile(path: PathLike) -> tuple[list[dict[str, Any]], int | None]:
             raise LayerFileError(f"--exportProfile file {path}: element {i} is not a layer record "
                                  f"(expected name and averageMs/timeMs, got {_short(item)})")
         records.append(item)
+    if not records:
+        raise LayerFileError(f"--exportProfile file {path} holds no layer records (only "
+                             f"{'an iteration count' if count is not None else 'empty items'}): "
+                             "was the engine run with --dumpProfile --exportProfile?")
     return records, count
 
 
