@@ -21,6 +21,7 @@ public:
     void release(uint8_t* buffer, size_t valid);
     uint64_t refused() const { return refused_; }
     uint64_t handed_out() const { return handed_out_; }
+    size_t outstanding() const { return out_; }
     void reset_counters();
 
 private:

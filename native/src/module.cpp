@@ -395,6 +395,10 @@ PYBIND11_MODULE(_native, m) {
         // The last this-many rows of "sync" came from the synchronising API callbacks.
         counters["sync_callback_rows"] = s.hooks.sync.rows();
         counters["fallback_launches"] = s.hooks.fallback_launches();
+        // Exceptions caught where CUPTI calls in (the process survived; this work was lost).
+        counters["faults_buffer_requested"] = s.entry_faults(hookmagic::EntryPoint::buffer_requested);
+        counters["faults_buffer_completed"] = s.entry_faults(hookmagic::EntryPoint::buffer_completed);
+        counters["faults_api_callback"] = s.entry_faults(hookmagic::EntryPoint::api_callback);
         out["counters"] = counters;
         s.reset_tables();
         return out;

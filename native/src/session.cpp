@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "decoder.h"
 #include "selection.h"
@@ -16,18 +17,35 @@ inline uint64_t steady_ns() {
                                      .count());
 }
 
-void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-    Session::instance().on_buffer_requested(buffer, size, max_records);
+// CUPTI's entry points into the session. A C++ exception must never unwind through CUPTI's
+// C frames (that would terminate the process, and with it the user's Jupyter kernel), so each
+// catches everything and counts what it lost; the capture reports the count as dropped.
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) noexcept {
+    try {
+        Session::instance().on_buffer_requested(buffer, size, max_records);
+    } catch (...) {
+        *buffer = nullptr;  // CUPTI drops the records it has no buffer for, and counts them
+        *size = 0;
+        Session::instance().count_entry_fault(EntryPoint::buffer_requested);
+    }
 }
 
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t size,
-                               size_t valid) {
-    Session::instance().on_buffer_completed(ctx, stream, buffer, size, valid);
+                               size_t valid) noexcept {
+    try {
+        Session::instance().on_buffer_completed(ctx, stream, buffer, size, valid);
+    } catch (...) {
+        Session::instance().count_entry_fault(EntryPoint::buffer_completed);
+    }
 }
 
 void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
-                           const void* data) {
-    Session::instance().on_callback(domain, cbid, data);
+                           const void* data) noexcept {
+    try {
+        Session::instance().on_callback(domain, cbid, data);
+    } catch (...) {
+        Session::instance().count_entry_fault(EntryPoint::api_callback);
+    }
 }
 
 // Strings in records that CUPTI wrote: its fields are pointers into CUPTI's own memory.
@@ -67,7 +85,21 @@ uint64_t Session::timestamp() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
+void Session::count_entry_fault(EntryPoint where) noexcept {
+    entry_faults_[static_cast<int>(where)].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Session::entry_faults(EntryPoint where) const noexcept {
+    return entry_faults_[static_cast<int>(where)].load(std::memory_order_relaxed);
+}
+
+void Session::use_api(const CuptiApi& api) {
+    if (running_.load()) throw CaptureError(-2, "cannot replace CUPTI while a capture runs");
+    cupti_ = api;
+}
+
 void Session::reset_tables() {
+    for (auto& f : entry_faults_) f.store(0, std::memory_order_relaxed);
     tables.clear();
     strings.clear();
     hooks.clear();
@@ -229,8 +261,20 @@ void Session::on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_re
 void Session::on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
                                   size_t valid) {
     if (buffer) {
+        // The buffer goes back to the pool however decoding ends, exactly once.
+        struct Release {
+            BufferPool& pool;
+            uint8_t* buffer;
+            size_t valid;
+            ~Release() {
+                try {
+                    pool.release(buffer, valid);
+                } catch (...) {
+                    std::free(buffer);  // not kept for reuse: the pool could not take it back
+                }
+            }
+        } release{buffers_, buffer, valid};
         if (valid > 0) decode(buffer, valid);
-        buffers_.release(buffer, valid);
     }
     size_t dropped = 0;
     if (cupti_.cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped) {

@@ -49,9 +49,23 @@ struct Counters {
     uint64_t detach_ns = 0;            // cuptiFinalize
 };
 
+// CUPTI's three ways into the session; an exception caught at one is counted per entry point.
+enum class EntryPoint : int { buffer_requested = 0, buffer_completed = 1, api_callback = 2 };
+
 class Session {
 public:
     static Session& instance();
+
+    // Binds the session to a CUPTI that the caller resolved: the loaded library (load()), or
+    // a CPU stand-in whose functions fail or throw on purpose, so that the session's error
+    // paths run without a GPU (native/testing/fake_cupti.cpp). Not while a capture runs.
+    void use_api(const CuptiApi& api);
+
+    // Exceptions caught at CUPTI's entry points since the last reset_tables(): each is work
+    // lost (a buffer's records, one callback's row), reported as dropped.
+    void count_entry_fault(EntryPoint where) noexcept;
+    uint64_t entry_faults(EntryPoint where) const noexcept;
+    uint64_t buffers_out() const { return buffers_.outstanding(); }
 
     std::string load(const std::string& cupti_path);
     bool loaded() const { return cupti_.loaded(); }
@@ -108,6 +122,7 @@ private:
     CUpti_SubscriberHandle subscriber_ = nullptr;
     CUptiResult subscribe_error_ = CUPTI_SUCCESS;
     std::vector<CUpti_ActivityKind> enabled_;
+    std::atomic<uint64_t> entry_faults_[3] = {};
     std::mutex tables_mu_;     // decoded tables; never held across a CUPTI call
 };
 

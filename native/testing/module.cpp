@@ -8,7 +8,9 @@
 #include <chrono>
 
 #include "checked_decode.h"
+#include "fake_cupti.h"
 #include "python_stacks.h"
+#include "session.h"
 
 namespace py = pybind11;
 
@@ -124,4 +126,74 @@ PYBIND11_MODULE(hookmagic_decoder_testing, m) {
        "fields are 1-based indices into `names` (0: none). Returns the tables as NumPy columns (as _native.take() does), the "
        "interned strings and counts of decoded/skipped/too_short/bad_string records; raises "
        "ValueError (decoding nothing) if an offset leaves no record inside the buffer.");
+
+    // The real Session over the CPU stand-in for CUPTI (testing/fake_cupti.h): one capture's
+    // lifecycle under a scripted failure, as CUPTI would drive it.
+    m.def("fake_session", [](const std::string& scenario, bool activities_without_callbacks) {
+        using namespace hookmagic;
+        fake::Script script;
+        if (scenario == "throw_in_decode")
+            script.throw_in_next_record = true;
+        else if (scenario == "throw_in_callback")
+            script.throw_in_timestamp = true;
+        else if (scenario == "enable_refused")
+            script.enable_fails_kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        else if (scenario == "subscribe_refused")
+            script.subscribe_result = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+        else if (scenario != "clean")
+            throw py::value_error("unknown scenario " + scenario);
+        Session& s = Session::instance();
+        s.use_api(fake::api(script));
+        CaptureOptions options;
+        options.stacks = false;
+        options.memory = false;
+        options.detach = false;
+        options.activities_without_callbacks = activities_without_callbacks;
+        py::dict out;
+        out["start_error"] = py::none();
+        try {
+            s.start(options, nullptr);
+        } catch (const CaptureError& e) {
+            out["start_error"] = std::string(e.what());
+        }
+        out["running_after_start"] = s.running();
+        out["subscribed"] = s.callbacks_active();
+        if (s.running()) {
+            // CUPTI asks for a buffer, then hands it back holding 64 bytes of records.
+            if (auto request = fake::registered_request()) {
+                uint8_t* buffer = nullptr;
+                size_t size = 0, max_records = 0;
+                request(&buffer, &size, &max_records);
+                out["buffer_bytes"] = size;
+                out["buffers_out_during"] = s.buffers_out();
+                if (auto complete = fake::registered_complete())
+                    complete(nullptr, 0, buffer, size, 64);
+            }
+            // A synchronising runtime call: its entry and exit callbacks.
+            if (auto callback = fake::registered_callback()) {
+                CUpti_CallbackData data{};
+                data.functionName = "cudaStreamSynchronize";
+                data.callbackSite = CUPTI_API_ENTER;
+                callback(nullptr, CUPTI_CB_DOMAIN_RUNTIME_API, fake::kStreamSyncCbid, &data);
+                data.callbackSite = CUPTI_API_EXIT;
+                callback(nullptr, CUPTI_CB_DOMAIN_RUNTIME_API, fake::kStreamSyncCbid, &data);
+            }
+            s.stop();
+        }
+        out["running_after_stop"] = s.running();
+        out["buffers_out_after"] = s.buffers_out();
+        out["faults_buffer_requested"] = s.entry_faults(EntryPoint::buffer_requested);
+        out["faults_buffer_completed"] = s.entry_faults(EntryPoint::buffer_completed);
+        out["faults_api_callback"] = s.entry_faults(EntryPoint::api_callback);
+        out["sync_rows"] = s.hooks.sync.rows();
+        const auto& c = fake::calls();
+        out["calls"] = py::dict(py::arg("subscribe") = c.subscribe, py::arg("unsubscribe") = c.unsubscribe,
+                                py::arg("enable") = c.enable, py::arg("disable") = c.disable,
+                                py::arg("flush") = c.flush, py::arg("finalize") = c.finalize);
+        s.reset_tables();
+        return out;
+    }, py::arg("scenario"), py::arg("activities_without_callbacks") = false,
+       "Run one capture of the real Session over the CPU stand-in for CUPTI, scripted to fail "
+       "as `scenario` says (clean, throw_in_decode, throw_in_callback, enable_refused, "
+       "subscribe_refused); returns what the session did and counted.");
 }
