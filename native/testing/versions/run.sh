@@ -2,7 +2,7 @@
 # The stack walker's module frames (src/python_frames.c) on every CPython this machine has:
 # builds a tiny extension around the real walker for each `pythonX.Y` found (no pybind11, no
 # torch) and runs check.py, a stand-in for torch's Module._call_impl whose `self` is a cell, on
-# its fast and slow (nested `inner`) paths and in a generator. Manual check, not part of CI:
+# its fast and slow (nested `inner`) paths and in a generator. .ci/run runs it on 3.10-3.13:
 #   bash native/testing/versions/run.sh [python3.10 python3.12 ...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
