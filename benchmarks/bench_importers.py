@@ -1,6 +1,6 @@
 """Importer speed at 1x, 10x and 100x input sizes: every importer must scale linearly.
 
-    python benchmarks/bench_importers.py [--out benchmarks/results] [--repeats 3] [--scales 1,10,100]
+    python -m benchmarks run importers
 
 Each importer reads a *synthetic* input (generated here, in a private temporary folder) of a
 base size times each scale, in ``--repeats`` fresh Python processes (so caches and imports do
@@ -16,9 +16,9 @@ ONNX Runtime 200 node events over 10 runs, memory snapshot 2,000 allocator event
 """
 from __future__ import annotations
 
-import argparse
+import re
+
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -164,48 +164,22 @@ def _markdown(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--scales", default="1,10,100")
-    ap.add_argument("--only", default="", help="run only cases whose name contains this")
-    args = ap.parse_args(argv)
-    scales = [int(s) for s in args.scales.split(",")]
-    rows = []
+DESCRIPTION = ("importer speed at 1x, 10x and 100x synthetic inputs (trtexec, Kineto, ONNX "
+               "Runtime, allocator snapshots, saved traces): seconds per import, import time "
+               "excluded")
+PARAMS = {"scales": "1,10,100", "only": ""}
+NEEDS: tuple[str, ...] = ()
+
+
+def measure(scales: str, only: str) -> dict[str, float]:
+    out = {}
     with tempfile.TemporaryDirectory(prefix="hookmagic-bench-") as tmp:
         for name, (make, base, unit, code) in CASES.items():
-            if args.only and args.only.lower() not in name.lower():
+            if only and only.lower() not in name.lower():
                 continue
-            for scale in scales:
+            for scale in (int(s) for s in str(scales).split(",")):
                 folder = Path(tmp) / f"{make.__name__}_{scale}"
                 folder.mkdir()
-                inputs = make(folder, scale)
-                size = sum(os.path.getsize(p) for p in inputs.values())
-                times = [time_once(code, inputs) for _ in range(args.repeats)]
-                rows.append({"importer": name, "scale": scale, "items": base * scale,
-                             "unit": unit, "file_mib": round(size / 2**20, 2),
-                             "min_s": min(times), "max_s": max(times)})
-                print(f"{name:30s} {scale:>4}x {base * scale:>9,} {unit:17s} "
-                      f"{min(times):8.3f}–{max(times):.3f} s", flush=True)
-    table = pd.DataFrame(rows)
-    first = table.groupby("importer")["min_s"].transform("first")
-    table["growth_vs_1x"] = (table["min_s"] / first).round(1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "importers.csv", index=False)
-    from benchmarks.machine import machine_line
-    shown = table.assign(seconds=[f"{a:.3f}–{b:.3f}" for a, b in zip(table.min_s, table.max_s)])
-    md = ["# Importer speed at 1x, 10x and 100x inputs", "",
-          f"{machine_line()} `python benchmarks/bench_importers.py --repeats {args.repeats}`; "
-          f"synthetic inputs; seconds are min–max over {args.repeats} fresh processes (import "
-          "time excluded). Linear scaling shows as growth near the scale.", "",
-          _markdown(shown[["importer", "scale", "items", "unit", "file_mib", "seconds",
-                           "growth_vs_1x"]]), ""]
-    (out / "importers.md").write_text("\n".join(md))
-    print(f"wrote {out / 'importers.md'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                key = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+                out[f"{key}_{scale}x_s"] = time_once(code, make(folder, scale))
+    return out

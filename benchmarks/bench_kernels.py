@@ -1,21 +1,18 @@
 """hookmagic.kernels against cuBLAS (torch.matmul / torch._int_mm), timed with CUDA events.
 
-    python benchmarks/bench_kernels.py --processes 3 --out benchmarks/results   # GPU machine
+    python -m benchmarks run kernels            # on a GPU machine
 
 Each process times every case (median of several launches after a warm-up, CUDA events) and
-its cuBLAS reference in the same process; the parent runs ``--processes`` fresh processes one
-after another and writes ``kernels.md`` / ``kernels.csv`` / ``kernels.json`` with the min-max
-over processes of the TFLOP/s (TOPS for INT8) and of the fraction of cuBLAS. Every kernel's
+its cuBLAS reference in the same process; the runner starts fresh processes and keeps the
+min-max of each case's time. ``summarise`` writes the fraction-of-cuBLAS table from the rows. Every kernel's
 result is checked against its reference once per process; a wrong result is reported as such,
 not timed. FP32 references run with TF32 off (true FP32 SGEMM).
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -209,7 +206,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     except Exception as exc:  # keep the GEMM rows
         print("  memory-bound section FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
-    try:   # preprocess, transposes, row reductions (benchmarks/bench_memory_cases.py)
+    try:   # preprocess, transposes, row reductions (lab/kernels/bench_memory_cases.py)
         if "memory" in sections:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from bench_memory_cases import memory_cases
@@ -217,7 +214,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     except Exception as exc:  # keep the other rows
         print("  memory-bound cases FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
-    if "infer" in sections:  # issue 12's inference kernels (benchmarks/bench_infer_cases.py)
+    if "infer" in sections:  # issue 12's inference kernels (lab/kernels/bench_infer_cases.py)
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from bench_infer_cases import infer_rows
@@ -307,41 +304,26 @@ def _machine() -> dict:
             "nvrtc": nvrtc_version(), "date": dt.date.today().isoformat()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--processes", type=int, default=3)
-    ap.add_argument("--out", default="benchmarks/results")
-    ap.add_argument("--worker", metavar="JSON")
-    ap.add_argument("--timer", choices=("call", "device"), default="call",
-                    help="memory-bound and infer sections: 'call' (events around one call, host launch cost "
-                         "included) or 'device' (calls queued behind a sleep kernel: kernel time only)")
-    ap.add_argument("--sections", default="gemm,memory,infer",
-                    help="comma-separated: gemm (vs cuBLAS), memory (row-wise kernels), infer (issue 12's kernels)")
-    ap.add_argument("--shapes", default="", help="gemm section: only these shape labels, e.g. '4096,8192'")
-    ap.add_argument("--cases", default="", help="gemm section: only these kind:variant pairs, e.g. "
-                    "'f16:wgmma,f16:mma,f16:wgmma@persistent' (variant@schedule: a wgmma schedule)")
-    args = ap.parse_args()
-    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    if args.worker:
-        worker(args.worker, sections, args.shapes, args.cases, args.timer)
-        return
-    import pandas as pd
+DESCRIPTION = ("hookmagic.kernels against cuBLAS/cuDNN/PyTorch on the same GPU: GEMMs, row-wise "
+               "kernels and inference kernels, microseconds per call (CUDA events)")
+PARAMS = {"sections": "gemm,memory,infer", "shapes": "", "cases": "", "timer": "call"}
+NEEDS = ("gpu", "torch")
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    frames = []
-    machine = _machine()
-    machine["timer"] = args.timer
-    for i in range(args.processes):
-        path = out / f"kernels_run{i}.json"
-        print(f"process {i + 1}/{args.processes}", flush=True)
-        subprocess.run([sys.executable, __file__, "--worker", str(path), "--sections", ",".join(sections),
-                        "--shapes", args.shapes, "--cases", args.cases, "--timer", args.timer], check=True,
-                       env=os.environ.copy())
-        f = pd.DataFrame(json.loads(path.read_text()))
-        f["run"] = i
-        frames.append(f)
-        summarise(frames, machine, out)   # after every process, so a cut-short run still leaves a table
+
+def measure(sections: str, shapes: str, cases: str, timer: str) -> dict[str, float]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.json"
+        worker(str(path), tuple(s.strip() for s in sections.split(",") if s.strip()), shapes,
+               cases, timer)
+        rows = json.loads(path.read_text())
+    out = {}
+    for r in rows:
+        if r.get("ok", True) and r.get("seconds"):
+            key = f"{r['kind']}|{r['variant']}|{r['shape']}".replace(" ", "_")
+            out[f"{key}_us"] = float(r["seconds"]) * 1e6
+    return out
 
 
 def summarise(frames, machine: dict, out: Path) -> None:
@@ -357,7 +339,7 @@ def summarise(frames, machine: dict, out: Path) -> None:
         infer.to_csv(out / "kernels_infer_raw.csv", index=False)
         lines = [f"# hookmagic.kernels inference kernels — {machine['gpu']}, driver {machine['driver']}, torch "
                  f"{machine['torch']} (CUDA {machine['cuda']}), NVRTC {machine['nvrtc']}, {machine['date']}", "",
-                 "Re-run: `python benchmarks/bench_kernels.py --sections infer --processes 3`."]
+                 "Re-run: `python -m benchmarks run kernels --set sections=infer`."]
         lines += summarise_infer(infer, nproc)
         (out / "kernels_infer.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines), flush=True)
@@ -388,7 +370,7 @@ def summarise(frames, machine: dict, out: Path) -> None:
              f"(CUDA {machine['cuda']}), NVRTC {machine['nvrtc']}, {machine['date']}", "",
              f"Min–max over {nproc} fresh processes; each the median of several launches timed with CUDA "
              "events; the cuBLAS reference is measured in the same process. TFLOP/s (INT8: TOPS) = 2·M·N·K / time. "
-             "Re-run: `python benchmarks/bench_kernels.py --processes 3`.", "",
+             "Re-run: `python -m benchmarks run kernels`.", "",
              "| shape | dtype | kernel | TFLOP/s | of cuBLAS | ms | correct |", "|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| {r.shape} | {r.kind} | {r.variant} | {rng(r.rate_min, r.rate_max, '{:.3g}')} | "
@@ -432,7 +414,3 @@ def summarise(frames, machine: dict, out: Path) -> None:
         lines += summarise_infer(infer, nproc)
     (out / "kernels.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
-
-
-if __name__ == "__main__":
-    main()

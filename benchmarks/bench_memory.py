@@ -5,20 +5,15 @@ The recording is a synthetic random-size churn replayed through the PyTorch allo
 metric and the map in at most 2 s". Two sizes are measured: 100,000 allocator events (rows of
 the table, all actions) and 100,000 *alloc* events (about 2.3x as many rows).
 
-    PYTHONPATH=. python benchmarks/bench_memory.py [--out benchmarks/results]
+    python -m benchmarks run memory
 
 Writes ``bench_memory.md`` (median of 3 runs after one warm-up; numba's one-off compile, cached
 on disk afterwards, is reported apart).
 """
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import statistics
 import time
-from datetime import date
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -78,53 +73,23 @@ def run_all(trace: Trace) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="benchmarks/results")
-    args = ap.parse_args()
-    t = time.perf_counter()
-    from hookmagic.analysis import fragmentation as F
-    leaf, lo, hi, st = F._range_ops(pd.DataFrame({
-        "action": ["segment_alloc"], "address": np.array([1 << 20], np.uint64), "size": [512],
-        "requested_size": [512], "segment": np.array([1 << 20], np.uint64), "time_ns": [0]}))
-    F._sweep(leaf, lo, hi, st)
-    first_call = time.perf_counter() - t
+DESCRIPTION = ("memory metrics and the fragmentation map on SYNTHETIC allocator recordings of "
+               "100,000 events; median of 3 after a warm-up, seconds")
+PARAMS: dict = {}
+NEEDS: tuple[str, ...] = ()
 
+
+def measure() -> dict[str, float]:
     stacks = synthetic_stacks()
-    results = []
-    for label, n_alloc, cut in (("100,000 allocator events", 45_000, 100_000),
-                                ("100,000 alloc events", 100_000, None)):
+    out = {}
+    for label, n_alloc, cut in (("allocator_events_100k", 45_000, 100_000),
+                                ("alloc_events_100k", 100_000, None)):
         ev = replay(synthetic_requests(n_alloc), TorchCachingModel(capacity=80 << 30)).events
         if cut is not None:
             ev = ev.iloc[:cut].reset_index(drop=True)
-        n_rows, n_allocs = len(ev), int((ev["action"] == "alloc").sum())
         trace = Trace({"allocator_events": ev, "stacks": stacks}, {"synthetic": True})
         run_all(trace)                                       # warm-up
         runs = [run_all(trace) for _ in range(3)]
-        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        results.append((label, n_rows, n_allocs, med))
-        print(label, n_rows, "rows", f"total {med['total']:.2f} s")
-
-    lines = [
-        "# bench_memory: memory metrics and the fragmentation map (SYNTHETIC recording)", "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, {date.today().isoformat()}. "
-        "Median of 3 runs after a warm-up, seconds.",
-        f"First numba call in this process (compile, or load from the on-disk cache): "
-        f"{first_call:.2f} s.", "",
-        "Re-run: `PYTHONPATH=. python benchmarks/bench_memory.py`", "",
-    ]
-    names = list(results[0][3])
-    lines.append("| step | " + " | ".join(f"{r[0]} ({r[1]:,} rows, {r[2]:,} allocs)"
-                                         for r in results) + " |")
-    lines.append("|---|" + "---:|" * len(results))
-    for name in names:
-        lines.append(f"| {name} | " + " | ".join(f"{r[3][name]:.3f}" for r in results) + " |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_memory.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()
+        for k in runs[0]:
+            out[f"{label}_{k}_s"] = statistics.median(r[k] for r in runs)
+    return out

@@ -1,7 +1,7 @@
 """Out-of-core analysis of many ranks (issue 14): time and peak memory of ``hookmagic.load_many``
 and the cross-rank analyses over SYNTHETIC traces (made-up kernels, named as such).
 
-    python benchmarks/bench_multirank.py --ranks 64 --kernels 1000000 --out /tmp/synthetic_ranks
+    python -m benchmarks run multirank --set ranks=64 --set kernels=1000000
 
 Each synthetic rank is a trace folder with ``--kernels`` kernels: steps of compute kernels then
 an NCCL all-reduce, rank ``ranks // 2`` late by 2 ms in every step. Generation is not timed.
@@ -12,13 +12,8 @@ markdown table to ``--table`` (default benchmarks/results/multirank_out_of_core.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -59,7 +54,7 @@ def make_rank(folder: Path, rank: int, ranks: int, kernels: int, per_step: int =
     save_trace_folder(Trace({"kernels": frame}, meta), folder / f"rank={rank}")
 
 
-def measure(folder: str, threads: int | None) -> dict:
+def measure_folder(folder: str, threads: int | None) -> dict:
     """In this (fresh) process: open the set and run the analyses; seconds and peak RSS."""
     import hookmagic
 
@@ -80,63 +75,17 @@ def measure(folder: str, threads: int | None) -> dict:
             "ranks": len(summary)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ranks", type=int, default=64)
-    ap.add_argument("--kernels", type=int, default=1_000_000)
-    ap.add_argument("--out", default="/tmp/hookmagic-synthetic-ranks")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--table", default=str(Path(__file__).parent / "results" /
-                                           "multirank_out_of_core.md"))
-    ap.add_argument("--measure", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.measure:
-        print(json.dumps(measure(args.measure, args.threads)))
-        return
-    out = Path(args.out) / f"r{args.ranks}_k{args.kernels}"
-    if not (out / f"rank={args.ranks - 1}" / "meta.json").exists():
-        t = time.perf_counter()
-        for r in range(args.ranks):
-            make_rank(out, r, args.ranks, args.kernels)
-        print(f"generated {args.ranks} synthetic ranks in {time.perf_counter() - t:.0f} s")
-    runs = []
-    for i in range(args.repeats):
-        cmd = [sys.executable, __file__, "--measure", str(out)]
-        if args.threads:
-            cmd += ["--threads", str(args.threads)]
-        res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
-                                        env=dict(os.environ, PYTHONWARNINGS="ignore")
-                                        ).stdout.strip().splitlines()[-1])
-        print(f"run {i + 1}: {res}")
-        runs.append(res)
-    assert all(r["most_often_last"] == args.ranks // 2 for r in runs), runs
-
-    def span(key: str, scale: float = 1.0, fmt: str = "{:.1f}") -> str:
-        vals = [r[key] * scale for r in runs]
-        return f"{fmt.format(min(vals))}–{fmt.format(max(vals))}"
-
-    size = sum(f.stat().st_size for f in out.rglob("*.parquet"))
-    lines = [
-        "# Out-of-core analysis of many ranks (SYNTHETIC traces)", "",
-        f"`python benchmarks/bench_multirank.py --ranks {args.ranks} --kernels {args.kernels}`"
-        f" on {platform.node()} ({os.cpu_count()} CPUs), {time.strftime('%Y-%m-%d')}; "
-        f"{len(runs)} fresh processes, min–max. DuckDB memory limit 3 GB.", "",
-        f"{args.ranks} synthetic ranks x {args.kernels:,} kernels = {runs[0]['kernels']:,} "
-        f"kernels, {size / 2**20:.0f} MiB of Parquet.", "",
-        "| step | seconds |", "|---|---|",
-        f"| open the set, count kernels | {span('open_s')} |",
-        f"| summary() (overlap, collectives, stragglers per rank) | {span('summary_s')} |",
-        f"| stragglers() afterwards (cached by summary) | {span('stragglers_s', 1, '{:.3f}')} |",
-        f"| total | {span('total_s')} |", "",
-        f"Load average (1 min) at the end of each run: {span('load_1min')} on "
-        f"{os.cpu_count()} CPUs (other work shared the machine).", "",
-        f"Peak resident memory of the process: {span('peak_rss_bytes', 1 / 2**30, '{:.2f}')} GiB. "
-        f"The late rank ({args.ranks // 2}) was named most often last in every run.", ""]
-    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.table).write_text("\n".join(lines))
-    print("\n".join(lines))
+DESCRIPTION = ("out-of-core analysis of many SYNTHETIC ranks in DuckDB: load_many, summary, "
+               "stragglers, overlap; seconds and peak memory")
+PARAMS = {"ranks": 64, "kernels": 1_000_000, "threads": 0,
+          "folder": "/tmp/hookmagic-synthetic-ranks"}
+NEEDS = ("duckdb",)
 
 
-if __name__ == "__main__":
-    main()
+def measure(ranks: int, kernels: int, threads: int, folder: str) -> dict[str, float]:
+    out = Path(folder) / f"r{ranks}_k{kernels}"
+    if not (out / f"rank={ranks - 1}" / "meta.json").exists():
+        for r in range(ranks):
+            make_rank(out, r, ranks, kernels)
+    got = measure_folder(str(out), threads or None)
+    return {k: v for k, v in got.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

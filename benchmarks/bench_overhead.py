@@ -9,19 +9,11 @@ torch.profiler CUDA only: ``events()``), with the GPU synchronised. Each workloa
 runs last in each); in a process, each configuration is interleaved with a plain run and its
 x is the median of the per-repetition ratios. The tables quote min–max over the processes.
 
-    python benchmarks/bench_overhead.py --out benchmarks/results
-
-writes overhead.md, overhead.csv (one row per process) and overhead.json there, after every
-round of processes (so a run cut short keeps what it measured).
+    python -m benchmarks run overhead --set workload=resnet50_fp16_b16
 """
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 #: hookmagic configurations: column name -> capture options
 CONFIGS = {
@@ -199,130 +191,18 @@ def child(name: str, repeats: int, torch_repeats: int) -> dict:
     return row
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="interleaved repetitions of each hookmagic/CUPTI configuration "
-                        "per process (default 5)")
-    parser.add_argument("--torch-repeats", type=int, default=2,
-                        help="repetitions of each torch.profiler configuration per process "
-                        "(default 2: its CPU+CUDA run takes seconds on the tiny-kernel loop)")
-    parser.add_argument("--processes", type=int, default=3,
-                        help="fresh processes per workload (default 3)")
-    parser.add_argument("--deadline-s", type=float, default=0.0,
-                        help="start no new process after this many seconds (0: no limit)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS),
-                        help="which workloads (default: all)")
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args.child, args.repeats, args.torch_repeats)))
-        return 0
-    t0 = time.monotonic()
-    rows: list[dict] = []
-    for round_number in range(args.processes):
-        for name in args.workloads:
-            if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
-                print(f"deadline: {name} round {round_number + 1} not started", flush=True)
-                continue
-            out = subprocess.run([sys.executable, __file__, "--child", name, "--repeats",
-                                  str(args.repeats), "--torch-repeats", str(args.torch_repeats)],
-                                 capture_output=True, text=True)
-            if out.returncode != 0:
-                print(out.stderr, file=sys.stderr)
-                return 1
-            row = json.loads(out.stdout.strip().splitlines()[-1])
-            row["process"] = round_number
-            rows.append(row)
-            print(f"[{time.monotonic() - t0:.0f}s] {name} process {round_number + 1}: "
-                  f"defaults {row['defaults_x']:.3f}x, lite {row['lite_x']:.3f}x, "
-                  f"floor {row['cupti_activity_x']:.3f}x, torch CPU+CUDA "
-                  f"{row['torch_profiler_x']:.2f}x, CUDA only {row['torch_cuda_only_x']:.2f}x",
-                  flush=True)
-        if rows:
-            write_tables(rows, Path(args.out), args)
-    return 0 if rows else 1
+DESCRIPTION = ("capture overhead on a GPU workload: no capture vs %%cudahook defaults, --lite, "
+               "CUPTI's own floors (kernel records alone, + no-op launch callbacks) and "
+               "torch.profiler; x = median of interleaved per-repetition ratios")
+PARAMS = {"workload": "tiny_kernels_20000", "repeats": 5, "torch_repeats": 1}
+NEEDS = ("gpu", "torch")
 
 
-def _span(values, digits: int = 3) -> str:
-    values = [float(v) for v in values]
-    low, high = min(values), max(values)
-    return f"{low:.{digits}f}" if f"{low:.{digits}f}" == f"{high:.{digits}f}" \
-        else f"{low:.{digits}f}–{high:.{digits}f}"
-
-
-def write_tables(rows: list[dict], out: Path, args: argparse.Namespace) -> None:
-    import pandas as pd
-
-    from benchmarks.machine import machine_line
-
-    out.mkdir(parents=True, exist_ok=True)
-    df = pd.DataFrame(rows)
-    df["added_defaults_s"] = df.defaults_s - df.baseline_s
-    df["added_lite_s"] = df.lite_s - df.baseline_s
-    df["added_torch_s"] = df.torch_profiler_s - df.baseline_torch_phase_s
-    df["added_torch_cuda_s"] = df.torch_cuda_only_s - df.baseline_torch_phase_s
-    df["less_added_time_x"] = df.added_torch_s / df.added_defaults_s.clip(lower=1e-9)
-    df["cuda_only_vs_lite_x"] = df.added_torch_cuda_s / df.added_lite_s.clip(lower=1e-9)
-    df["decode_records_per_s"] = df.records / df.decode_s.clip(lower=1e-12)
-    df.drop(columns=["warnings", "lite_warnings", "overhead_ms", "lite_overhead_ms"],
-            errors="ignore").to_csv(out / "overhead.csv", index=False)
-    (out / "overhead.json").write_text(json.dumps(rows, indent=1))
-    command = (f"python benchmarks/bench_overhead.py --out DIR --processes {args.processes} "
-               f"--repeats {args.repeats} --torch-repeats {args.torch_repeats}")
-    lines = [
-        "# Capture overhead", "", machine_line(), "",
-        f"Command: `{command}`. Each workload ran in fresh processes; in each, every "
-        "configuration was interleaved with a plain run, and its x is the median of the "
-        f"per-repetition ratios ({args.repeats} repetitions; torch.profiler "
-        f"{args.torch_repeats}, after one untimed use of each of its configurations, as "
-        "ours are timed after the first capture). Cells are min–max over the processes (one value where they "
-        "agree to the digits shown). Times include getting the tables: hookmagic's "
-        "DataFrames, torch.profiler CPU+CUDA's `key_averages()`, torch.profiler CUDA-only's "
-        "`events()`.", "",
-        "Floors are CUPTI, not hookmagic: the native session with CUPTI's kernel records only "
-        "(no callbacks, no Python, attached and finalized as a capture is), and the same plus "
-        "launch callbacks that return at once. `--lite` records kernels, copies, memsets and "
-        "memory (CUPTI's callback API only for cuMemMap/cuMemUnmap); \"lite, no callbacks\" is "
-        "`capture(lite=True, callbacks=False)`. lite − floor is the issue-10 target (≤ 0.03x).",
-        "",
-        "| workload | processes | no capture (ms) | %%cudahook defaults, x | "
-        "defaults without module names, x | --lite, x | "
-        "lite, no callbacks, x | CUPTI kernel records alone, x | + no-op launch callbacks, x | "
-        "lite − floor | torch.profiler CPU+CUDA, x | torch.profiler CUDA only, x | "
-        "torch CPU+CUDA added ÷ defaults added | torch CUDA-only added ÷ lite added | "
-        "first capture in a process, x | kernels |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, g in df.groupby("workload", sort=False):
-        lines.append(
-            f"| {WORKLOADS.get(name, name)} | {len(g)} | {_span(g.baseline_s * 1e3, 1)} | "
-            f"{_span(g.defaults_x)} | {_span(g.no_module_names_x)} | {_span(g.lite_x)} | {_span(g.lite_no_callbacks_x)} | "
-            f"{_span(g.cupti_activity_x)} | {_span(g.cupti_callbacks_x)} | "
-            f"{_span(g.lite_minus_floor_x)} | {_span(g.torch_profiler_x, 2)} | "
-            f"{_span(g.torch_cuda_only_x, 2)} | {_span(g.less_added_time_x, 1)} | "
-            f"{_span(g.cuda_only_vs_lite_x, 1)} | {_span(g.first_capture_x)} | "
-            f"{_span(g.kernels, 0)} |")
-    lines += ["", "Where a default capture's own time goes (last default capture of each process, "
-              "ms):", ""]
-    for r in rows:
-        parts = r.get("overhead_ms") or {}
-        shown = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in parts.items())
-        lines.append(f"- {r['workload']} process {r.get('process', 0) + 1}: {shown}")
-    lines += ["", "Where a lite capture's own time goes (last lite capture of each process, ms; "
-              "start/stop include CUPTI's attach and finalize, take/build are hookmagic's "
-              "tables):", ""]
-    for r in rows:
-        parts = r.get("lite_overhead_ms") or {}
-        shown = ", ".join(f"{k[:-2]} {v:.2f}" for k, v in parts.items())
-        lines.append(f"- {r['workload']} process {r.get('process', 0) + 1}: {shown}")
-    notes = sorted({w for r in rows for w in r.get("warnings", []) + r.get("lite_warnings", [])})
-    if notes:
-        lines += ["", "Notes the captures carried:", ""] + [f"- {n}" for n in notes]
-    (out / "overhead.md").write_text("\n".join(lines) + "\n")
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.exit(main())
+def measure(workload: str, repeats: int, torch_repeats: int) -> dict[str, float]:
+    row = child(workload, repeats, torch_repeats)
+    out = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    # ours minus CUPTI's floor for the same records: what hookmagic itself adds
+    out["defaults_minus_floor_x"] = row["defaults_x"] - row["cupti_callbacks_x"]
+    for part, ms in (row.get("overhead_ms") or {}).items():
+        out[f"fixed_{part}_ms"] = ms
+    return out

@@ -1,6 +1,6 @@
 """hookmagic.pipeline's own cost, and how well what_if() predicts a faster stage (CPU only).
 
-    python benchmarks/bench_pipeline.py [--out benchmarks/results] [--processes 5]
+    python -m benchmarks run pipeline
 
 Each measurement runs in a fresh Python process (``--worker``), ``--processes`` times; the
 tables give min–max over the processes.
@@ -19,11 +19,6 @@ Writes ``pipeline_overhead.md`` and ``pipeline_overhead.csv``.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,63 +73,12 @@ def worker(frames: int, stages: int) -> dict:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    ap.add_argument("--processes", type=int, default=5)
-    ap.add_argument("--frames", type=int, default=5000)
-    ap.add_argument("--stages", type=int, default=4)
-    ap.add_argument("--worker", action="store_true")
-    args = ap.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args.frames, args.stages)))
-        return 0
-    rows = []
-    for p in range(args.processes):
-        res = subprocess.run([sys.executable, __file__, "--worker", "--frames", str(args.frames),
-                              "--stages", str(args.stages)], capture_output=True, text=True,
-                             check=True)
-        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
-        print(f"process {p}: {rows[-1]}", flush=True)
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "pipeline_overhead.csv", index=False, float_format="%.5g")
-
-    def mm(col, fmt="{:.1f}", scale=1.0):
-        lo, hi = df[col].min() * scale, df[col].max() * scale
-        return f"{fmt.format(lo)}–{fmt.format(hi)}"
-
-    lines = [
-        "# hookmagic.pipeline: framework overhead and what-if accuracy (CPU)", "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. "
-        f"{args.processes} fresh processes; ranges are min–max over them (best of 3 inside "
-        f"each). Re-run: `python benchmarks/bench_pipeline.py`.", "",
-        f"Overhead: {args.frames} frames through {args.stages} no-op stages, `Pipeline.run` vs a "
-        "bare loop calling the same functions, per frame per stage (host time):", "",
-        "| instrumentation | pipeline s | bare loop s | overhead µs / frame / stage |",
-        "|---|---:|---:|---:|",
-        f"| off (`instrument=False`) | {mm('pipeline_off_s', '{:.3f}')} | {mm('loop_s', '{:.4f}')}"
-        f" | {mm('overhead_off_us')} |",
-        f"| on (`instrument=True`; no capture running, so no ranges) | {mm('pipeline_on_s', '{:.3f}')} | "
-        f"{mm('loop_s', '{:.4f}')} | {mm('overhead_on_us')} |", "",
-        "What-if: sleeping stages 2 / 8 / 3 ms, `what_if('infer', 4)` vs the pipeline run with "
-        "infer at 2 ms (150 frames each):", "",
-        "| | predicted | measured | error |", "|---|---:|---:|---:|",
-        f"| fps | {mm('whatif_pred_fps')} | {mm('whatif_meas_fps')} | "
-        f"{mm('whatif_fps_err', '{:+.1f}', 100)} % |",
-        f"| end-to-end p50 ms | {mm('whatif_pred_p50')} | {mm('whatif_meas_p50')} | "
-        f"{mm('whatif_p50_err', '{:+.1f}', 100)} % |", "",
-        "The machine is shared (2 cores, other jobs running): the overhead is what a frame costs "
-        "when threads contend for the GIL and the cores, an upper bound for a quiet machine.",
-    ]
-    (out / "pipeline_overhead.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+DESCRIPTION = ("hookmagic.pipeline on the CPU: framework overhead per frame per stage against a "
+               "bare loop, and what-if accuracy against a pipeline really made faster")
+PARAMS = {"frames": 5000, "stages": 4}
+NEEDS: tuple[str, ...] = ()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def measure(frames: int, stages: int) -> dict[str, float]:
+    return {k: v for k, v in worker(frames, stages).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}

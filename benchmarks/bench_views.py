@@ -6,23 +6,17 @@ measures only how fast hookmagic turns a big trace into tables and figures, not 
 Targets (issue 3): flame tree + kernel summary + diagnosis <= 2 s in total; flame figure
 payload <= 5 MB; timeline first draw (figure built and serialised to JSON) <= 3 s.
 
-Run:  PYTHONPATH=. python benchmarks/bench_views.py [--kernels N] [--repeat R]
+Run:  python -m benchmarks run views
 Writes benchmarks/results/views.md (a Markdown table) and prints it.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import os
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import plotly
 
 from hookmagic.analysis.diagnose import diagnose
 from hookmagic.analysis.flame import flame_tree
@@ -102,74 +96,23 @@ def best_of(fn, repeat: int) -> tuple[float, object]:
     return min(times), out
 
 
-def main(argv: list[str] | None = None) -> str:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    args = ap.parse_args(argv)
+DESCRIPTION = ("views on a SYNTHETIC 1M-kernel trace: flame tree, kernel summary, diagnosis, "
+               "flame and timeline figures (build + JSON), Chrome export; best of `repeat`")
+PARAMS = {"kernels": 1_000_000, "repeat": 3}
+NEEDS: tuple[str, ...] = ()
 
-    t = time.perf_counter()
-    trace = synthetic_trace(args.kernels)
-    build_s = time.perf_counter() - t
-    flame_s, nodes = best_of(lambda: flame_tree(trace), args.repeat)
-    summary_s, _ = best_of(lambda: kernel_summary(trace), args.repeat)
-    diag_s, findings = best_of(lambda: diagnose(trace), args.repeat)
-    fig_s, fig_json = best_of(lambda: flame_figure(trace).to_json(), args.repeat)
-    tl_s, tl_json = best_of(lambda: timeline_figure(trace).to_json(), args.repeat)
+
+def measure(kernels: int, repeat: int) -> dict[str, float]:
+    trace = synthetic_trace(kernels)
+    flame_s, _ = best_of(lambda: flame_tree(trace), repeat)
+    summary_s, _ = best_of(lambda: kernel_summary(trace), repeat)
+    diag_s, _ = best_of(lambda: diagnose(trace), repeat)
+    fig_s, fig_json = best_of(lambda: flame_figure(trace).to_json(), repeat)
+    tl_s, tl_json = best_of(lambda: timeline_figure(trace).to_json(), repeat)
     with tempfile.TemporaryDirectory() as tmp:
-        chrome_s, chrome_path = best_of(lambda: trace.to_chrome_trace(Path(tmp) / "t.json.gz"),
-                                        args.repeat)
-        chrome_mb = os.path.getsize(chrome_path) / 1e6
-    total = flame_s + summary_s + diag_s
-    payload_mb = len(fig_json.encode()) / 1e6
-    tl_mb = len(tl_json.encode()) / 1e6
-
-    def ok(cond: bool) -> str:
-        return "yes" if cond else "**no**"
-
-    rows = [
-        ("flame tree (time)", f"{flame_s:.3f} s", f"{len(nodes):,} nodes", ""),
-        ("kernel summary", f"{summary_s:.3f} s", "", ""),
-        ("diagnosis", f"{diag_s:.3f} s", f"{len(findings)} findings: "
-         + ", ".join(findings["pattern"]), ""),
-        ("**flame + summary + diagnosis**", f"**{total:.3f} s**", "target <= 2 s", ok(total <= 2)),
-        ("flame figure (build + JSON)", f"{fig_s:.3f} s", f"payload {payload_mb:.2f} MB",
-         ok(payload_mb <= 5)),
-        ("timeline first draw (build + JSON)", f"{tl_s:.3f} s",
-         f"payload {tl_mb:.2f} MB; target <= 3 s", ok(tl_s <= 3)),
-        ("Chrome/Perfetto export (.json.gz)", f"{chrome_s:.3f} s", f"{chrome_mb:.1f} MB", ""),
-    ]
-    cpu = os.cpu_count()
-    lines = [
-        "# Views benchmark (CPU)",
-        "",
-        f"Trace: **synthetic**, {args.kernels:,} kernels on 4 streams, {len(trace.api):,} API "
-        f"calls, {len(trace.memcpy):,} copies, 400 Python stacks, 64 ranges (built in "
-        f"{build_s:.1f} s, not timed). Best of {args.repeat} runs. A worst case for the flame "
-        "tree: each kernel's stack, range and name are drawn independently, so the tree has "
-        "far more nodes than a real loop would give.",
-        "",
-        "Figure times are Python-side: building the Plotly figure and serialising it to the JSON "
-        "the notebook sends to the browser; the browser's own WebGL rendering is not timed here.",
-        "",
-        f"Machine: {platform.machine()}, {cpu} CPU cores, {platform.processor() or 'cpu'}; "
-        f"Python {platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}, "
-        f"plotly {plotly.__version__}; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d} (UTC).",
-        "",
-        "| step | time | notes | meets target |",
-        "|---|---|---|---|",
-        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
-        "",
-        "Re-run: `PYTHONPATH=. python benchmarks/bench_views.py`",
-        "",
-    ]
-    text = "\n".join(lines)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
-    return text
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+        chrome_s, _ = best_of(lambda: trace.to_chrome_trace(Path(tmp) / "t.json.gz"), repeat)
+    return {"flame_tree_s": flame_s, "kernel_summary_s": summary_s, "diagnosis_s": diag_s,
+            "flame_summary_diagnosis_s": flame_s + summary_s + diag_s,
+            "flame_figure_s": fig_s, "flame_payload_MB": len(fig_json.encode()) / 1e6,
+            "timeline_first_draw_s": tl_s, "timeline_payload_MB": len(tl_json.encode()) / 1e6,
+            "chrome_export_s": chrome_s}

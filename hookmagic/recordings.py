@@ -2,7 +2,7 @@
 
 Each is a saved :class:`~hookmagic.Trace` whose ``meta["recorded_on"]`` names the GPU, driver
 and date it was made on, and ``meta["description"]`` the workload. They are re-made on a GPU
-machine with ``python benchmarks/make_recordings.py``.
+machine with ``python tools/make_recordings.py``.
 
     >>> import hookmagic
     >>> hookmagic.recordings.available()
@@ -18,7 +18,7 @@ from hookmagic.trace import Trace
 FOLDER = Path(__file__).parent / "data" / "recordings"
 SUFFIX = ".hmtrace"
 #: a real torch.profiler (Kineto) trace of ResNet-18 inference, for ``hookmagic.load``
-#: (``python benchmarks/make_kineto_sample.py`` re-records it)
+#: (``python tools/make_kineto_sample.py`` re-records it)
 KINETO_SAMPLE = FOLDER / "kineto_resnet18.json.gz"
 
 

@@ -17,9 +17,9 @@ from tests.test_memory_sources import SEG, expandable_snapshot
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "notebooks" / "recordings" / "fragmenting_churn.hmtrace"
-RESULTS = ROOT / "benchmarks" / "results" / "memory_fidelity.csv"
-#: the fidelity benchmark's own recordings (H100, 2026-11-26), one per workload and setting
-RUN = ROOT / "benchmarks" / "results" / "memory_fidelity_recordings"
+RESULTS = ROOT / "lab" / "memory" / "memory_fidelity.csv"
+#: the fidelity study's own recordings (made on an H100), one per workload and setting
+RUN = ROOT / "tests" / "data" / "memory_fidelity"
 RUN_RECORDINGS = sorted(RUN.glob("*.hmtrace"))
 
 
@@ -212,7 +212,7 @@ def test_round_trip_through_a_snapshot_loses_nothing_synthetic(seed, expandable)
 @pytest.mark.skipif(not RUN_RECORDINGS, reason="the benchmark's H100 recordings are not here")
 @pytest.mark.parametrize("path", RUN_RECORDINGS, ids=lambda p: p.stem)
 def test_benchmark_recordings_replay_to_the_committed_table(path):
-    """The committed table (benchmarks/results/memory_fidelity.md/.csv) recomputed from the
+    """The committed table (lab/memory/memory_fidelity.md/.csv) recomputed from the
     recordings it was measured on: started from the recorded state the model makes exactly the
     recorded device allocations; started empty it stays within the issue's bounds."""
     trace = hookmagic.load(path)
@@ -258,7 +258,7 @@ def test_saved_snapshot_keeps_what_the_conversion_and_the_seeding_read_synthetic
     """The benchmark saves each snapshot without most of its stack frames; converted, it must
     give the same events and the same start state as the full snapshot (the history's events
     keep a stack, which is how the start state is told apart)."""
-    from benchmarks.memory_model_fidelity import bare_snapshot
+    from hookmagic.memory.fidelity import bare_snapshot
     full = gap_below_snapshot()
     for e in full["device_traces"][0]:
         e["frames"] = e["frames"] * 3                       # deeper stacks than kept

@@ -3,11 +3,9 @@ pick covers the whole row exactly once with the resources its kernel is compiled
 benchmark's memory table (synthetic rows) carries kernel time, host time and the ratios."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,28 +79,6 @@ def test_plan_kernels_compile_without_spills():
     for name, k in info.items():
         if "_reg" in name or "_rs_" in name or "_cl_" in name or "_vec_" in name:
             assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, name
-
-
-def test_memory_table_has_kernel_time_host_time_and_ratios(tmp_path):
-    """Synthetic rows (not measurements) through bench_kernels.summarise."""
-    pd = pytest.importorskip("pandas")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import bench_kernels
-    rows = []
-    for variant, kind, secs in (("torch copy_", "copy", 20e-6), ("torch eager", "softmax", 40e-6),
-                                ("hookmagic", "softmax", 25e-6)):
-        rows.append({"shape": "synthetic 4096x4096", "kind": kind, "variant": variant, "seconds": secs,
-                     "bytes": 64e6, "ok": True, "max_err": 0.0, "host_s": 10e-6})
-    frames = [pd.DataFrame(rows).assign(run=i) for i in range(2)]
-    machine = {"gpu": "synthetic", "driver": "-", "torch": "-", "cuda": "-", "nvrtc": "-", "date": "-",
-               "timer": "device"}
-    bench_kernels.summarise(frames, machine, tmp_path)
-    md = (tmp_path / "kernels.md").read_text()
-    line = next(ln for ln in md.splitlines() if "| softmax | hookmagic |" in ln)
-    assert "| 2560 | 80% | 1.60x | 25.0 | 10.0 | yes |" in line
-    assert "sleep kernel" in md
-    json.loads((tmp_path / "kernels.json").read_text())
-
 
 def test_preprocess_scalar_arguments():
     """The cached scalar arguments of the preprocess kernel, against the formulas they implement."""

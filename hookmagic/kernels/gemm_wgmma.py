@@ -43,7 +43,7 @@ SPEC = register(KernelSpec(
 #: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
 #: (TMA .multicast::cluster); "persistent4": persistent with the 4-stage ring, each consumer warpgroup
 #: storing its rows through its own small staging tile. Set from $HOOKMAGIC_WGMMA_SCHEDULE;
-#: benchmarks/gpu/gemm_candidates.py measures both.
+#: lab/kernels/gemm_candidates.py measures both.
 SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
 _sm_count: dict[int, int] = {}
 

@@ -1,6 +1,6 @@
 """The kernel lab: capture the GEMM journey with hookmagic and attach each launch's declared work.
 
-Used by ``benchmarks/record_kernels.py`` (which makes the bundled recording) and live by
+Used by ``lab/kernels/record_kernels.py`` (which makes the bundled recording) and live by
 ``notebooks/05_kernels.ipynb`` on a GPU.
 """
 from __future__ import annotations

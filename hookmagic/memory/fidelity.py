@@ -1,5 +1,5 @@
 """How well the PyTorch allocator model reproduces a recording: one code path for the fidelity
-benchmark (``benchmarks/memory_model_fidelity.py``) and the memory notebook.
+benchmark (``lab/memory/memory_model_fidelity.py``) and the memory notebook.
 
 The recording's requests (:func:`~hookmagic.memory.replay.requests_from_events`) are replayed
 through :class:`~hookmagic.memory.torch_model.TorchCachingModel` with the recording's allocator
@@ -283,3 +283,25 @@ def config_of(setting: str) -> TorchConfig:
         elif key == "roundup_power2_divisions" and val.strip().isdigit():
             kw["roundup_power2_divisions"] = int(val)
     return TorchConfig(**kw)
+
+
+def bare_snapshot(snap: dict) -> dict:
+    """The parts of a ``torch.cuda.memory._snapshot()`` that
+    :func:`~hookmagic.memory.torch_history.events_from_snapshot` reads, each trace entry with its
+    innermost stack frame only: small enough to keep with a recording, JSON, and loadable with ``load_snapshot``
+    (no pickle). The frame matters beyond the line it names: the history's own events carry a
+    stack, the state that predates the history does not, and that is how
+    :func:`~hookmagic.memory.fidelity.seed_recorded_state` tells them apart."""
+    keep_e = ("action", "addr", "size", "stream", "time_us", "device_free")
+    keep_s = ("device", "address", "total_size", "stream", "segment_type", "is_expandable")
+    keep_b = ("address", "size", "requested_size", "state")
+    keep_f = ("filename", "name", "line")
+    return {"device_traces": [[{**{k: e[k] for k in keep_e if k in e},
+                                "frames": [{k: f[k] for k in keep_f if k in f}
+                                           for f in (e.get("frames") or [])[:1]]}
+                               for e in trace]
+                              for trace in snap.get("device_traces", [])],
+            "segments": [{**{k: s[k] for k in keep_s if k in s},
+                          "blocks": [{k: b[k] for k in keep_b if k in b}
+                                     for b in s.get("blocks", [])]}
+                         for s in snap.get("segments", [])]}

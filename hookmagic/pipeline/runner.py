@@ -12,7 +12,7 @@ with CUDA events on each worker's own stream. The result is a :class:`PipelineRu
 What instrumentation costs per stage execution: host timestamps and one row appended to the
 thread's own list (always); for GPU stages two ``cudaEventRecord`` calls on events reused from
 the pipeline's pool, resolved to times once after the run (``instrument=True``); a range only
-under a capture. See benchmarks/pipeline_instrument.py.
+under a capture. See lab/pipeline/pipeline_instrument.py.
 
 On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
 every thread is joined, the partial run is kept as ``Pipeline.last_run`` (and on the exception

@@ -6,7 +6,7 @@ only as quick as its CPU. On a virtual machine that speed moves: on the H100 mac
 not (10:15 UTC: CPU 15 throughout; launch gap 24 -> 41 µs, launch call 32 -> 60 µs at 2.0 s),
 and sometimes the whole machine stalled (08:00 UTC: a canary on another CPU 9-24x slower and
 the driver's CUDA calls 7-9x, together, for 16-24 ms, one to seven times in 3 s, with no CPU
-steal reported; ``benchmarks/sched_host_episodes.py``). The simulator cannot foresee either,
+steal reported; ``lab/sched/sched_host_episodes.py``). The simulator cannot foresee either,
 but given the speed over time, as it is given the arrivals, it reproduces what the scheduler
 does through it:
 

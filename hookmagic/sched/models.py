@@ -43,13 +43,13 @@ class ModelSpec:
     switch_ms : extra time a batch takes when the previous batch on its stream was another
         model (colder caches, another CUDA graph), milliseconds. Latency tables are measured
         back to back with the same model, so they do not contain it; a calibration that
-        alternates models measures it (``benchmarks/sched_fidelity.py``).
+        alternates models measures it (``lab/sched/sched_fidelity.py``).
     share_slowdown : how much slower this model computes while other streams' batches run on
         the same GPU. With ``k`` others computing it progresses at ``1 / slowdown(k)`` of its own
         speed. A number ``f`` means ``slowdown(k) = 1 + f * k``; a tuple ``(a1, a2, ...)`` gives
         ``1 + a1`` with one other, ``1 + a2`` with two, ... (GPUs share sublinearly: measure
         each ``k``), the last step continuing beyond. 0 or ``()``: streams are independent.
-        Measured per model by the calibration in ``benchmarks/sched_fidelity.py``.
+        Measured per model by the calibration in ``lab/sched/sched_fidelity.py``.
     launch_ms : host time between the decision to run a batch and the batch starting on the GPU
         (the driver noticing the stream is free, choosing, recording the start event),
         milliseconds. The stream is taken meanwhile but the GPU does none of this batch's work,

@@ -7,7 +7,7 @@ pytest.mark.needs("torchvision")`` (any of :data:`NEEDS`); a module that uses to
 time imports it as ``torch = pytest.importorskip("torch", reason=skip_reason())``.
 
 Run them with ``python3 -m pytest tests/gpu -q`` (after ``source benchmarks/gpu_setup.sh`` on
-the GPU machine), or every area's GPU script with ``benchmarks/gpu/run_all.sh``.
+the GPU machine), or all of it with the GPU benchmarks by ``bash benchmarks/gpu_suite.sh``.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ that ran inside them (each range synchronises before it pops: the reference is t
 own order). NVTX reads its injection variable at its first call, so each case runs in a fresh
 interpreter. The ``nvtx`` package's ranges arrive from a named domain (``annotate(...,
 domain="name")``); those of its default domain did not on an H100 (2026-11-26 04:08 UTC,
-benchmarks/gpu/nvtx_domains.py: the package saw both domains enabled, only the named one's
+lab/kernels/nvtx_domains.py: the package saw both domains enabled, only the named one's
 range was recorded), so that case is not asserted."""
 from __future__ import annotations
 
