@@ -106,7 +106,7 @@ def test_cudahook_notebook_captures_or_says_why_once(monkeypatch):
 
 
 def test_cudahook_notebook_shows_gpu_time_by_line_and_the_folded_flame_graph(monkeypatch):
-    """The lines section of 01 (benchmarks/make_notebook_01_lines.py adds it), checked against
+    """The lines section of 01 (tools/make_notebook_01_lines.py adds it), checked against
     the recording it loads."""
     import re
 
@@ -136,3 +136,10 @@ def test_cudahook_notebook_shows_gpu_time_by_line_and_the_folded_flame_graph(mon
     modules = re.search(r"^(\d+) module nodes", flame_text, re.M)
     assert modules and int(modules.group(1)) > 0, flame_text  # module names in the stacks
     assert re.search(r"^\d+ backward nodes, e.g. backward of ", flame_text, re.M), flame_text
+
+
+def test_every_notebook_is_light_on_disk():
+    """Figures and widget state are drawn again when a notebook runs; stored, they would make
+    each notebook megabytes (tools/slim_notebooks.py keeps them out)."""
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        assert path.stat().st_size <= 400_000, (path.name, path.stat().st_size)
