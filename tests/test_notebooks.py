@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from tests.notebook_runner import output_text as _text, run_notebook as _run
+from tests.notebook_runner import NOTEBOOKS, output_text as _text, run_notebook as _run
 
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET = "application/vnd.jupyter.widget-view+json"
