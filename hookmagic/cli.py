@@ -153,7 +153,9 @@ def _trt_summary(args: argparse.Namespace) -> int:
              "by_precision": time_by_precision(p), "reconcile": reconcile(p),
              "findings": findings(p)}
     if args.json:
-        doc = {"summary": p.summary(), **{k: _records(v) for k, v in parts.items()}}
+        head = p.summary()
+        doc = {"summary": {**head.to_dict(), "warnings": head.notes},
+               **{k: _records(v) for k, v in parts.items()}}
         print(_json_text(doc))
     else:
         s = p.summary()
@@ -162,7 +164,7 @@ def _trt_summary(args: argparse.Namespace) -> int:
               f"weights {s['weights_mib']:.1f} MiB, activations {s['activations_mib']:.1f} MiB")
         if s["device"]:
             print(f"device: {s['device']}")
-        for w in s["warnings"]:
+        for w in s.notes:
             print(f"warning: {w}")
         _print_table(f"slowest {args.top} layers", parts["top"][["order", "name", "type", "precision",
                                                                  "mean_ms", "pct"]])
@@ -170,6 +172,11 @@ def _trt_summary(args: argparse.Namespace) -> int:
         _print_table("time by precision", parts["by_precision"])
         _print_table("layer sum vs end-to-end", parts["reconcile"])
         _print_table("findings", parts["findings"][["severity", "finding", "evidence"]])
+    if args.max_ms is not None and not math.isfinite(p.total_ms):
+        # a NaN layer sum compares False with any limit: it must not pass as within it
+        print(f"hookmagic: layer sum is {p.total_ms} (no usable layer times); "
+              f"--max-ms {args.max_ms} cannot be checked", file=sys.stderr)
+        return EXIT_THRESHOLD
     if args.max_ms is not None and p.total_ms > args.max_ms:
         print(f"hookmagic: layer sum {p.total_ms:.3f} ms exceeds --max-ms {args.max_ms}",
               file=sys.stderr)

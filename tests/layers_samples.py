@@ -12,12 +12,12 @@ RESNET = DATA / "tf_resnet50_rtx3090"
 def mobilenet_files() -> dict[str, Path]:
     stem = MOBILENET / "mobilenet.qat.onnx.engine"
     return {"profile": Path(f"{stem}.profile.json"), "layers": Path(f"{stem}.graph.json"),
-            "times": Path(f"{stem}.timing.json")}
+            "times": Path(f"{stem}.timing.json.gz")}
 
 
 def resnet_files(precision: str) -> dict[str, Path]:
     name = "resnet-qat.onnx.engine" if precision == "qat" else "resnet.onnx.engine"
     stem = RESNET / precision / name
     return {"profile": Path(f"{stem}.profile.json"), "layers": Path(f"{stem}.graph.json"),
-            "times": Path(f"{stem}.timing.json")}
+            "times": Path(f"{stem}.timing.json.gz")}
 

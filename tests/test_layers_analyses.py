@@ -1,6 +1,7 @@
 """Analyses over the real samples; expected values come from the export files themselves."""
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 
@@ -100,7 +101,7 @@ def test_classify_and_findings():
 def test_reconcile_uses_the_times_file():
     files = resnet_files("fp16")
     p = from_trtexec(**files)
-    times = json.loads(files["times"].read_text())
+    times = json.loads(gzip.decompress(files["times"].read_bytes()))
     r = reconcile(p).set_index("measure")
     mean = sum(t["latencyMs"] for t in times) / len(times)
     assert r.loc["end-to-end latency", "mean_ms"] == pytest.approx(mean)

@@ -31,7 +31,7 @@ def sample_files(name: str) -> dict[str, Path]:
     folder, stem = SAMPLES[name]
     base = DATA / folder / stem
     return {"profile": Path(f"{base}.profile.json"), "layers": Path(f"{base}.graph.json"),
-            "times": Path(f"{base}.timing.json"),
+            "times": Path(f"{base}.timing.json.gz"),
             "build_metadata": Path(f"{base}.build.metadata.json"),
             "profile_metadata": Path(f"{base}.profile.metadata.json")}
 

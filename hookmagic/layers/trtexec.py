@@ -126,8 +126,9 @@ def read_json(path: PathLike, what: str) -> Any:
     path = Path(path)
     if not os.path.lexists(path):
         raise LayerFileError(f"{what} file {path} does not exist")
-    # bounded (HOOKMAGIC_MAX_BYTES / _JSON_BYTES / _DEPTH); folders, FIFOs, devices refused
-    raw = files.read_input(path, f"{what} file", LayerFileError)
+    # bounded (HOOKMAGIC_MAX_BYTES / _JSON_BYTES / _DEPTH); folders, FIFOs, devices refused;
+    # gzip-compressed exports (e.g. ``t.json.gz``) are inflated within the same budget
+    raw = files.read_input_maybe_gzip(path, f"{what} file", LayerFileError)
     return files.parse_json(raw, f"{what} file {path}", LayerFileError, errors="replace")
 
 
