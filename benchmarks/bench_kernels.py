@@ -315,8 +315,9 @@ def measure(sections: str, shapes: str, cases: str, timer: str) -> dict[str, flo
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.json"
-        worker(str(path), tuple(s.strip() for s in sections.split(",") if s.strip()), shapes,
-               cases, timer)
+        # a single shape given on the command line arrives as a number
+        worker(str(path), tuple(s.strip() for s in str(sections).split(",") if s.strip()),
+               str(shapes), str(cases), timer)
         rows = json.loads(path.read_text())
     out = {}
     for r in rows:

@@ -22,6 +22,7 @@ NEEDS: dict[str, str] = {
     "torchvision": "needs torchvision (the test's models are torchvision architectures)",
     "cupy": "needs CuPy (pip install cupy-cuda12x or cupy-cuda13x)",
     "native": "needs hookmagic's native extension (pip install -e . builds it)",
+    "duckdb": "needs DuckDB (pip install 'hookmagic[ranks]'; carry its wheel to the GPU machine)",
     "two_gpus": "needs two GPUs (run on a machine with several, e.g. nvidia-h100-x2)",
 }
 

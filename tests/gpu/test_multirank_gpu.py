@@ -1,11 +1,15 @@
 """capture(dir=...) on a real GPU: the rank folder names the GPU its kernels ran on (by UUID),
 and load_many reads it back through DuckDB with the same kernels as the Trace in memory.
-(The 2-GPU torchrun job is benchmarks/gpu/multirank.sh.)"""
+(The 2-GPU torchrun job is lab/multirank/multirank_ddp.py.)"""
 from __future__ import annotations
 
 import warnings
 
+import pytest
+
 import hookmagic
+
+pytestmark = pytest.mark.needs("duckdb")
 
 
 def test_capture_dir_names_the_gpu_and_duckdb_reads_the_kernels(tmp_path, monkeypatch):
