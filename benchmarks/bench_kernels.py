@@ -320,10 +320,14 @@ def measure(sections: str, shapes: str, cases: str, timer: str) -> dict[str, flo
                str(shapes), str(cases), timer)
         rows = json.loads(path.read_text())
     out = {}
+    reference = {(r["shape"], r["kind"]): r["seconds"] for r in rows if r["variant"] == "cuBLAS"}
     for r in rows:
-        if r.get("ok", True) and r.get("seconds"):
+        if r.get("ok", True) and r.get("seconds") and r["seconds"] == r["seconds"]:
             key = f"{r['kind']}|{r['variant']}|{r['shape']}".replace(" ", "_")
             out[f"{key}_us"] = float(r["seconds"]) * 1e6
+            ref = reference.get((r["shape"], r["kind"]))
+            if r["variant"] != "cuBLAS" and ref and ref == ref:
+                out[f"{key}_pct_of_cublas"] = 100.0 * ref / float(r["seconds"])
     return out
 
 
