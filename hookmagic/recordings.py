@@ -6,13 +6,17 @@ machine with ``python tools/make_recordings.py``.
 
     >>> import hookmagic
     >>> hookmagic.recordings.available()
-    ['cupy_pipeline', 'mlp_training', 'resnet18_inference_churn']
+    ['cupy_pipeline', 'mlp_training', 'resnet18_inference_churn', 'transformer_training']
     >>> trace = hookmagic.recordings.load("resnet18_inference_churn")
+
+:func:`available` lists them (the ``*.hmtrace`` files in ``hookmagic/data/recordings``), so
+this list is never written down twice.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.trace import Trace
 
 FOLDER = Path(__file__).parent / "data" / "recordings"
@@ -31,7 +35,7 @@ def path(name: str) -> Path:
     """The file of recording ``name``."""
     file = FOLDER / f"{name}{SUFFIX}"
     if not file.is_file():
-        raise ValueError(f"no bundled recording named {name!r}; available: {available()}")
+        raise InvalidArgument(f"no bundled recording named {name!r}; available: {available()}")
     return file
 
 

@@ -72,3 +72,20 @@ def test_demo_page_renders_everything_with_the_network_off(demo_run):
     for name in ("Flame graph", "Timeline"):
         assert seen.tabs[name]["plots"] == 1, (name, seen.tabs[name])
     assert "Error displaying widget" not in seen.text
+
+
+def test_recordings_docstring_lists_what_available_finds():
+    """The module's example is run as a doctest: its listing must be what ``available()`` finds
+    in hookmagic/data/recordings, and asking for an unknown name is a project error."""
+    import doctest
+
+    import pytest
+
+    from hookmagic import recordings
+    from hookmagic.common.errors import InvalidArgument
+
+    result = doctest.testmod(recordings, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 2 and result.failed == 0
+    assert len(recordings.available()) == len(list(recordings.FOLDER.glob("*.hmtrace"))) >= 1
+    with pytest.raises(InvalidArgument, match="available: \\['cupy_pipeline'"):
+        recordings.path("no_such_recording")

