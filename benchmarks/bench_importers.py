@@ -6,7 +6,7 @@ Each importer reads a *synthetic* input (generated here, in a private temporary 
 base size times each scale, in ``--repeats`` fresh Python processes (so caches and imports do
 not flatter later runs); the table gives min–max seconds per size and the growth from 1x to
 100x (linear: about 100x; quadratic: about 10,000x). Writes ``importers.md`` and
-``importers.csv`` with the machine and date. Issue 17's case: a trtexec layer file with 20,000
+``importers.csv`` with the machine and date. The hard case: a trtexec layer file with 20,000
 NoOp layers (the 100x trtexec row) took 115–169 s before NoOp folding was made linear; it must
 take at most 2 s.
 
@@ -40,7 +40,7 @@ def make_trtexec(folder: Path, scale: int) -> dict[str, str]:
         noop = i % 2 == 1
         name = f"layer_{i}"
         # NoOps read a tensor no layer produces, so folding must find "the kept layer before"
-        # for each: the path that was quadratic (115-169 s for 20,000 NoOps, issue 17)
+        # for each: the path that was quadratic (115-169 s for 20,000 NoOps)
         src = f"external_{i}" if noop else f"t{i - 1}"
         layers.append({"Name": name, "LayerType": "NoOp" if noop else "CaskConvolution",
                        "Inputs": [{"Name": src, "Dimensions": [1, 64, 56, 56],

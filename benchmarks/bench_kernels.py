@@ -214,7 +214,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     except Exception as exc:  # keep the other rows
         print("  memory-bound cases FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
-    if "infer" in sections:  # issue 12's inference kernels (lab/kernels/bench_infer_cases.py)
+    if "infer" in sections:  # the inference kernels (lab/kernels/bench_infer_cases.py)
         try:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from bench_infer_cases import infer_rows

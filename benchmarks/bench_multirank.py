@@ -1,4 +1,4 @@
-"""Out-of-core analysis of many ranks (issue 14): time and peak memory of ``hookmagic.load_many``
+"""Out-of-core analysis of many ranks: time and peak memory of ``hookmagic.load_many``
 and the cross-rank analyses over SYNTHETIC traces (made-up kernels, named as such).
 
     python -m benchmarks run multirank --set ranks=64 --set kernels=1000000

@@ -1,7 +1,7 @@
 """Capture overhead on a GPU: no capture vs ``%%cudahook`` defaults, ``--lite``, CUPTI's own
 floors, and torch.profiler (CPU+CUDA, and CUDA only).
 
-Workloads (issues 2 and 10): (a) 20,000 tiny kernels, (b) ResNet-50 fp16 batch 16 inference,
+Workloads: (a) 20,000 tiny kernels, (b) ResNet-50 fp16 batch 16 inference,
 (c) large bf16 GEMMs. Each is timed end to end, from entering the capture to having its
 tables in hand (hookmagic: the Trace's DataFrames; torch.profiler CPU+CUDA: ``key_averages()``;
 torch.profiler CUDA only: ``events()``), with the GPU synchronised. Each workload runs in

@@ -3,7 +3,7 @@
 The trace is SYNTHETIC (random kernels, stacks and ranges shaped like a training loop); it
 measures only how fast hookmagic turns a big trace into tables and figures, not any GPU.
 
-Targets (issue 3): flame tree + kernel summary + diagnosis <= 2 s in total; flame figure
+Targets: flame tree + kernel summary + diagnosis <= 2 s in total; flame figure
 payload <= 5 MB; timeline first draw (figure built and serialised to JSON) <= 3 s.
 
 Run:  python -m benchmarks run views

@@ -1,5 +1,5 @@
 """What a capture could not record is said on screen: the summary and the report show the
-capture's notes (meta["warnings"]), one line each (issue 10, item 5)."""
+capture's notes (meta["warnings"]), one line each."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,4 +1,4 @@
-"""Fuzzing every public importer and constructor (issue 17 item 10), time-bounded.
+"""Fuzzing every public importer and constructor, time-bounded.
 
 Hypothesis feeds random bytes, random JSON and near-valid synthetic documents (right shape,
 wrong values: NaN, infinities, negatives, text for numbers, huge integers, wrong types) to each

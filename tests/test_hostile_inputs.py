@@ -1,4 +1,4 @@
-"""Hostile and broken inputs (issue 17): every loader refuses special files up front, stays
+"""Hostile and broken inputs: every loader refuses special files up front, stays
 within its documented budgets, turns impossible numbers into the project's errors or visible
 warnings, and saves atomically through symlinks while keeping permissions.
 

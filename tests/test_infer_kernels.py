@@ -1,4 +1,4 @@
-"""Issue 12's inference kernels without a GPU: argument checks, shapes, geometry (CPU torch).
+"""the inference kernels without a GPU: argument checks, shapes, geometry (CPU torch).
 
 The kernels themselves compile in tests/test_kernels.py (every registered entry, every CI arch)
 and are checked against torch/torchvision on the GPU machine (tests/gpu/test_infer_gpu.py).

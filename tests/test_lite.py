@@ -1,4 +1,4 @@
-"""Lite captures (issue 10): ``hookmagic.capture(lite=True)`` / ``%%cudahook --lite``.
+"""Lite captures: ``hookmagic.capture(lite=True)`` / ``%%cudahook --lite``.
 
 What CUPTI turns on is decided by the native session's own selection functions (the ones
 ``start()`` uses), so these tests read the real choice without a GPU; the GPU tests

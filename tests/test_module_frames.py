@@ -1,4 +1,4 @@
-"""Module frames read by the native stack walker (issue 10): the real walker and interner
+"""Module frames read by the native stack walker: the real walker and interner
 (src/python_frames.c, src/python_stacks.cpp, through the test extension's StackInterner,
 sampling with the GIL released as a launch callback does) on real CPU nn.Modules. The module
 each ``Module._call_impl`` frame calls is read from its ``self`` cell; hookmagic.cupti.modules

@@ -3,7 +3,7 @@
 No GPU here: SleepEngine sleeps each batch's table latency on a worker thread. That checks the
 loop (arrival replay, polling, record assembly, the shared dispatcher); how near a real run
 lands to the simulation is checked on the GPU (tests/gpu/test_sched_driver_gpu.py,
-benchmarks/sched_fidelity.py).
+lab/sched/sched_fidelity.py).
 """
 import os
 import sys
@@ -27,7 +27,7 @@ def test_threads_run_keeps_the_simulators_books():
     """What the loop must get right however busy the machine: every request served once, in a
     batch the policy allows, never before it arrived, computing at least the model's latency.
     How close real latencies come to simulated ones depends on the host's load, so that is
-    measured on the GPU (tests/gpu/test_sched_driver_gpu.py, benchmarks/sched_fidelity.py)."""
+    measured on the GPU (tests/gpu/test_sched_driver_gpu.py, lab/sched/sched_fidelity.py)."""
     specs = [S.ModelSpec.linear("det", 3.0, 0.5, 8), S.ModelSpec.linear("cls", 2.0, 0.2, 8)]
     w = S.make_workload([S.Cameras("det", n=4, fps=30, jitter_ms=1.0, slo_ms=40),
                          S.Poisson("cls", 60, slo_ms=30, priority=1)], 2.0, seed=2)

@@ -1,4 +1,4 @@
-"""Scheduler inputs (issue 17 item 5, issue 15 item 10): constructors validate, misspelt model
+"""Scheduler inputs: constructors validate, misspelt model
 names and engine names are errors naming what is known, engines cannot loop on non-finite
 times, and an empty workload gives an empty result with every metric column."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scheduled captures of long loops (issue 10): ``hookmagic.capture(schedule=...)``.
+"""Scheduled captures of long loops: ``hookmagic.capture(schedule=...)``.
 
 The step plan is checked against torch.profiler's own ``schedule`` (the reference it copies);
 the windows on a machine without a GPU (each still one Trace, saying why nothing was

@@ -1,4 +1,4 @@
-"""Rough edges a new user found in the views (issue 15, item 9), each checked on real data."""
+"""Rough edges a new user found in the views, each checked on real data."""
 from __future__ import annotations
 
 import re

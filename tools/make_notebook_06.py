@@ -308,7 +308,7 @@ for d in results:
         print(f"process {p}: instrumentation (ranges + CUDA events) on vs off, infer-bound FP16, medians of "
               f"{len(on)} alternations: {np.median(on):.0f} vs {np.median(off):.0f} fps "
               f"({100 * (np.median(on) / np.median(off) - 1):+.1f} %)")"""),
-    ("md", r"""Issue 13 asks for at most 2 % between instrumentation on and off; these runs measured more
+    ("md", r"""The target is at most 2 % between instrumentation on and off; these runs measured more
 than that, on a pipeline running at ~500 frames per second, where each frame pays the ranges and
 events of four stages. That target is not met here."""),
     ("md", r"""### Adaptive batch size under out-of-memory

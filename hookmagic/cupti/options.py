@@ -60,7 +60,7 @@ class CaptureOptions:
         Record synchronisation (stream/device/event/context synchronize, stream wait event)
         from those calls' API callbacks, timed entry to exit, instead of CUPTI's
         SYNCHRONIZATION activity records, which made launch-bound loops ~0.28x slower on the
-        GPU machine (issue 10). Same ``sync`` table; its ``event`` column is unknown (-1 as
+        GPU machine. Same ``sync`` table; its ``event`` column is unknown (-1 as
         uint32 max) for these rows. Falls back to the activity records when callbacks are off
         or held by another tool.
     lite:

@@ -471,7 +471,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
 
 def not_recorded_notes(options: CaptureOptions, *, refused: bool, holder: str,
                        frames_supported: bool, python: str) -> list[str]:
-    """One line for each kind of thing a capture could not record (issue 10, item 5): shown
+    """One line for each kind of thing a capture could not record: shown
     by the printed summary and the report, and kept in ``meta["warnings"]``.
 
     ``refused``: CUPTI refused our callback subscription (``holder`` keeps it, e.g. PyTorch's

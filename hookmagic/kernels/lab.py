@@ -206,7 +206,7 @@ def capture_bandwidth(rows: int = 4096, cols: int = 4096, launches: int = 3, bat
 
 
 def capture_inference(launches: int = 2) -> Any:
-    """Capture issue 12's inference kernels beside the torch / torchvision / cuDNN code they replace
+    """Capture the inference kernels beside the torch / torchvision / cuDNN code they replace
     (``launches`` each, each step in a ``hookmagic.range`` named after it): fused preprocessing of
     eight 1080p frames against the eager chain, NMS of 10,000 boxes, attention at sequence 4096,
     ResNet-50's 56x56 3x3 convolution, an NCHW->NHWC transpose and row reductions.
@@ -269,6 +269,6 @@ def capture_inference(launches: int = 2) -> Any:
     trace.meta["work"] = [asdict(w) for w in registry.launch_log(clear=True)]
     trace.meta["nvrtc"] = {"arch": runtime.device_arch(0)}
     trace.meta["recorded_on"] = recorded_on()
-    trace.meta["description"] = ("hookmagic.kernels inference kernels (issue 12) beside the torch / torchvision / "
+    trace.meta["description"] = ("hookmagic.kernels inference kernels beside the torch / torchvision / "
                                  f"cuDNN code they replace, {launches} launches per step")
     return trace

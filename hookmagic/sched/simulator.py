@@ -204,7 +204,7 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
     windows = check_windows(host_windows)
     mult = np.asarray(mult, dtype=float)
     if len(mult) and not (np.isfinite(mult).all() and (mult >= 0).all()):
-        # NaN or inf service times would never end: neither engine may see one (issue 17)
+        # NaN or inf service times would never end: neither engine may see one
         raise InvalidArgument("service-time multipliers must be finite and >= 0 (is a "
                               "ModelSpec.service_cv extreme?); latencies must be finite")
     ok = fast.supports(policy, specs, interference)
@@ -325,7 +325,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                 if s_prev[s] != m:
                     dur += switch[m]
                     s_prev[s] = m
-                if not 0.0 <= dur < _INF:  # NaN or inf would never end (issue 17)
+                if not 0.0 <= dur < _INF:  # NaN or inf would never end
                     raise InvalidArgument(f"model {specs[m].name!r}: a batch of {size} has a "
                                           f"service time of {dur} s; latencies must be finite")
                 lm, hm = launch[m], host[m]

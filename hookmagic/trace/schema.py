@@ -201,7 +201,7 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
         else:
             arr = np.asarray(values)
             if arr.dtype.kind == "f" and dtype in (I64, I32, U64) and not np.isfinite(arr).all():
-                # NaN would become INT64_MIN (a wall time of 9.2e9 s): refuse it (issue 17)
+                # NaN would become INT64_MIN (a wall time of 9.2e9 s): refuse it
                 from hookmagic.common.errors import BadNumbers
                 bad = int((~np.isfinite(arr)).sum())
                 raise BadNumbers(f"table {name!r}: column {col!r} holds {bad:,} NaN or infinite "

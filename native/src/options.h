@@ -17,7 +17,7 @@ struct CaptureOptions {
     bool detach = true;       // cuptiFinalize after the capture (see hookmagic.capture)
     // Synchronisation from the synchronising API callbacks (stream/device/event/context
     // synchronize, stream wait event) instead of CUPTI's SYNCHRONIZATION activity kind,
-    // which costs ~0.28x on launch-bound code (issue 10). Needs callbacks.
+    // which costs ~0.28x on launch-bound code. Needs callbacks.
     bool sync_from_callbacks = true;
     bool sync = true;         // synchronisation at all (the sync table); off in lite captures
     // Launch, copy and allocation callbacks (thread, Python stack and range of each call).

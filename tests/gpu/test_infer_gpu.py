@@ -1,4 +1,4 @@
-"""Inference kernels of issue 12 on a GPU: preprocess, NMS and box decoding, transpose and row
+"""Inference kernels on a GPU: preprocess, NMS and box decoding, transpose and row
 reductions, attention — each against an independent reference (torchvision, torch).
 
 Run on the GPU machine (about a minute, NVRTC compiles included)::

@@ -1,4 +1,4 @@
-"""Lite captures and scheduled windows on a real GPU (issue 10), against independent
+"""Lite captures and scheduled windows on a real GPU, against independent
 references: torch.profiler's kernel, copy and memset records (in a fresh process: it keeps
 CUPTI afterwards), CUDA events, ``torch.cuda.memory_reserved()``, and the kernel counts each
 loop step launches by construction."""

@@ -1,4 +1,4 @@
-"""The native session's parts on a real GPU (issues 10, 16, 17): synchronisation recorded from
+"""The native session's parts on a real GPU: synchronisation recorded from
 the API callbacks against CUPTI's own SYNCHRONIZATION records in the same capture; options
 reaching the native struct; --no-stacks reaching the allocator recorders."""
 from __future__ import annotations
@@ -181,7 +181,7 @@ def test_backward_kernels_carry_the_stack_that_called_backward():
         with open(os.path.join(out, "backward_attribution.json"), "w") as f:
             json.dump(report, f, indent=1)
     assert any(n.startswith("backward of ") for n in in_ranges), in_ranges
-    # "backward of <module/op>" (issue 10): nodes of a module's parameters by that module, as
+    # "backward of <module/op>": nodes of a module's parameters by that module, as
     # named_modules() names it (the layer is found among this function's locals), others by op
     assert {"backward of linear1 (Linear)", "backward of norm1 (LayerNorm)"} <= in_ranges, in_ranges
     assert any("(" not in n for n in in_ranges if n.startswith("backward of ")), in_ranges
@@ -203,7 +203,7 @@ def test_stacks_name_the_modules_as_named_modules_does():
     from torch.nn.modules import module as module_mod
 
     with hookmagic.capture() as trace:
-        # no global module hook: torch keeps its fast call path (issue 10: +0.85x on ResNet-50)
+        # no global module hook: torch keeps its fast call path (+0.85x on ResNet-50)
         global_hooks = (len(module_mod._global_forward_pre_hooks), len(module_mod._global_forward_hooks))
         model(x)
         torch.cuda.synchronize()

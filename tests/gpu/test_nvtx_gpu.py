@@ -1,4 +1,4 @@
-"""NVTX ranges (issue 10, item 7) on a real GPU: ``capture(nvtx=True)`` injects CUPTI into NVTX,
+"""NVTX ranges on a real GPU: ``capture(nvtx=True)`` injects CUPTI into NVTX,
 so ranges pushed with ``torch.cuda.nvtx`` arrive in
 the trace's ranges table as source "nvtx", named and nested as pushed, and enclosing the kernels
 that ran inside them (each range synchronises before it pops: the reference is the program's
