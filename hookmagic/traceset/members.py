@@ -64,6 +64,9 @@ def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]
         items = [paths]
     else:
         items = list(paths)
+    if not items:
+        raise TraceSetError("no paths given: pass a folder of rank folders, a glob, or a list of "
+                            "trace folders and .hmtrace files")
     out: list[Path] = []
     for item in items:
         text = os.path.expanduser(os.fspath(item))
@@ -116,11 +119,56 @@ def open_member(path: Path, position: int) -> Member:
         return Member(str(path), guess, "damaged", str(err))
     meta = manifest["meta"]
     ident = meta.get("rank") if isinstance(meta.get("rank"), dict) else {}
-    rank = int(ident.get("rank", guess))
-    capture = int(ident.get("capture", int(name_match.group(2) or 0) if name_match else 0))
+    try:
+        rank = _whole(ident.get("rank", guess), "rank", MAX_RANKS - 1)
+        capture = _whole(ident.get("capture", int(name_match.group(2) or 0) if name_match else 0),
+                         "capture", 1 << 20)
+        if "world_size" in ident:
+            _whole(ident["world_size"], "world size", MAX_RANKS, low=1)
+        tables = dict(manifest["tables"])
+        if layout == "folder":
+            for name, info in tables.items():
+                _inside(path, info, name)
+    except InvalidRankFile as err:
+        return Member(str(path), guess, "damaged", str(err))
     status = str(meta.get("status", "complete"))
     return Member(str(path), rank, status, str(meta.get("reason", "")), layout, capture, meta,
-                  dict(manifest["tables"]))
+                  tables)
+
+
+#: the most ranks one set may claim; a tiny file saying world_size=10**9 must not make the set
+#: build a billion "missing" members
+MAX_RANKS = 1 << 20
+
+
+class InvalidRankFile(TraceFileError):
+    """A rank's manifest holds an impossible value or names a file outside its folder."""
+
+
+def _whole(value: Any, what: str, high: int, low: int = 0) -> int:
+    """``value`` as a whole number in [low, high], or :class:`InvalidRankFile`."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InvalidRankFile(f"its {what} is {value!r}, not a whole number")
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidRankFile(f"its {what} is {value!r}, not a whole number") from None
+    if not low <= number <= high:
+        raise InvalidRankFile(f"its {what} is {number}, outside {low}..{high}")
+    return number
+
+
+def _inside(folder: Path, info: Any, table: str) -> None:
+    """A folder's table entry must name a plain file inside that folder (no ``..``, no absolute
+    path, no symlink leading out)."""
+    name = info.get("file") if isinstance(info, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InvalidRankFile(f"its manifest gives table {table!r} no file name")
+    root = folder.resolve()
+    target = (root / name).resolve()
+    if Path(name).is_absolute() or ".." in Path(name).parts or root not in target.parents:
+        raise InvalidRankFile(f"its manifest points table {table!r} outside the trace folder "
+                              f"({name!r}); refused")
 
 
 def _zip_manifest(path: Path) -> dict[str, Any]:

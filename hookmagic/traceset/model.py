@@ -17,7 +17,9 @@ rank's own clock; the analyses (:mod:`hookmagic.analysis.ranks`) align them.
 """
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -31,6 +33,7 @@ import pyarrow.parquet as pq
 
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.devices import gpu_identity
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
 from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
@@ -163,7 +166,7 @@ class TraceSet:
         stage = tempfile.mkdtemp(prefix="hookmagic-traceset-")
         con = duckdb.connect()
         self._finalizer = weakref.finalize(self, _cleanup, con, stage)
-        con.execute(f"SET memory_limit='{self.memory_limit}'")
+        con.execute(f"SET memory_limit='{_memory_limit(self.memory_limit)}'")
         con.execute(f"SET temp_directory='{_sql_str(os.path.join(stage, 'spill'))}'")
         if self.threads:
             con.execute(f"SET threads={int(self.threads)}")
@@ -198,10 +201,20 @@ class TraceSet:
         return f"<hookmagic.TraceSet{job}: {len(self.members)} ranks ({parts})>"
 
     def _repr_html_(self) -> str:
+        # every value here comes from the ranks' files: escaped, never markup
         r = self.ranks[["rank", "status", "host", "gpu", "kernels", "wall_s", "reason"]]
-        job = f" job <code>{self.job_id}</code>" if self.job_id else ""
+        job = f" job <code>{html.escape(str(self.job_id))}</code>" if self.job_id else ""
         return (f"<p><b>hookmagic.TraceSet</b>{job}"
-                f": {len(self.members)} ranks</p>" + r.to_html(index=False))
+                f": {len(self.members)} ranks</p>" + r.to_html(index=False, escape=True))
+
+
+def _memory_limit(text: Any) -> str:
+    """DuckDB's memory limit as ``<number><unit>`` (``"3GB"``, ``"512MiB"``), nothing else: the
+    value is written into a SET statement, which takes no parameters."""
+    value = str(text).strip()
+    if not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", value, re.IGNORECASE):
+        raise InvalidArgument(f"memory_limit={text!r}: give a size such as '3GB' or '512MiB'")
+    return value
 
 
 def _cleanup(con: Any, stage: str) -> None:
@@ -239,7 +252,11 @@ def _stage_member(m: Member, folder: Path) -> None:
         target = folder / f"{name}.parquet"
         info = m.tables.get(name)
         if info and m.layout == "folder":
-            os.symlink(Path(m.path).resolve() / str(info["file"]), target)
+            root = Path(m.path).resolve()
+            source = (root / str(info["file"])).resolve()
+            if root not in source.parents:  # checked when the member was opened; again here
+                raise TraceSetError(f"rank {m.rank}: table {name!r} points outside its folder")
+            os.symlink(source, target)
         elif info and m.layout == "file":
             target.write_bytes(read_zip_entry(m.path, str(info["file"])))
         else:
@@ -260,6 +277,10 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
     Ranks that are missing (below the world size, no trace), damaged or unavailable stay in the
     set with their reason, and one warning lists them; the others are analysed.
     """
+    _memory_limit(memory_limit)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= 4096):
+        raise InvalidArgument(f"threads={threads!r}: give a whole number of threads, 1 or more")
     members = [open_member(p, i) for i, p in enumerate(expand(paths))]
     jobs = describe_jobs(members)
     named = {j: n for j, n in jobs.items() if j}
@@ -292,7 +313,9 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
                           Member(group[0].path, rank, "missing",
                                  f"rank {rank} has no capture {capture}"))
     present = {m.rank for m in chosen}
-    world = max([int(m.identity.get("world_size", 0)) for m in chosen if m.identity] +
+    # rank and world size were bounded when each member was opened (MAX_RANKS)
+    world = max([int(m.identity.get("world_size", 0)) for m in chosen
+                 if m.identity and m.status != "damaged"] +
                 [max(present) + 1 if present else 0])
     for rank in range(world):
         if rank not in present:
