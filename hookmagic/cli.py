@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -259,12 +260,20 @@ def _report(args: argparse.Namespace) -> int:
     from hookmagic.facades import load
     from hookmagic.views.report import report_page
 
-    trace = load(args.trace)
+    from hookmagic.common.errors import InvalidArgument
+    from hookmagic.common.files import atomic_write
+
     name = Path(args.trace).name
     for suffix in (".gz", ".json", ".hmtrace"):
         name = name.removesuffix(suffix)
     out = Path(args.out) if args.out else Path(name + ".html")
-    out.write_text(report_page(trace, title=args.title), encoding="utf-8")
+    source = Path(args.trace)
+    if source.exists() and out.exists() and os.path.samefile(source, out):
+        raise InvalidArgument(f"{out} is the trace being reported on; write the page elsewhere "
+                              "(-o report.html)")
+    trace = load(args.trace)     # a saved trace, torch.profiler JSON or a recording's name
+    page = report_page(trace, title=args.title)
+    atomic_write(out, page.encode("utf-8"), "the report")   # a temporary file, then renamed
     print(out)
     return EXIT_OK
 

@@ -71,3 +71,37 @@ def test_report_renders_every_tab_with_the_network_off(saved_report):
     assert "1,210" in str(seen.tabs["Summary"]["text"])
     assert "cudnn::bn_fw_inf_1C11_kernel_NCHW" in str(seen.tabs["Kernels"]["text"])
     assert str(seen.tabs["Diagnosis"]["text"]).startswith("severity")
+
+
+def test_a_kernel_named_like_markup_cannot_break_the_page_script(tmp_path):
+    """Names from the file land in the page's inline JSON escaped: no JSON script block holds
+    anything that could end it or open a comment, and parsed, the JSON gives the name back."""
+    trace = hookmagic.recordings.load("resnet18_inference_churn")
+    hostile = "<!--<script>&\u2028</script>"
+    trace.kernels["name"] = hostile           # every kernel: it is the top kernel
+    trace.save(tmp_path / "hostile.hmtrace")
+    out = tmp_path / "page.html"
+    assert main(["report", str(tmp_path / "hostile.hmtrace"), "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    blocks = re.findall(r'<script type="application/[^"]*json">(.*?)</script>', page, re.S)
+    assert blocks
+    for body in blocks:
+        assert "<" not in body and ">" not in body and "\u2028" not in body
+    # the summary table shows the name, HTML-escaped inside the (unescaped-back) JSON
+    assert "&lt;!--&lt;script&gt;&amp;" in json.dumps(_state(page), ensure_ascii=False)
+
+
+def test_report_refuses_to_overwrite_its_own_input(tmp_path, capsys):
+    trace = hookmagic.recordings.load("resnet18_inference_churn")
+    src = tmp_path / "t.hmtrace"
+    trace.save(src)
+    before = src.read_bytes()
+    assert main(["report", str(src), "-o", str(src)]) != 0
+    assert src.read_bytes() == before
+    assert "being reported on" in capsys.readouterr().err
+
+
+def test_report_takes_a_bundled_recordings_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "resnet18_inference_churn"]) == 0
+    assert (tmp_path / "resnet18_inference_churn.html").stat().st_size > 100_000

@@ -44,6 +44,15 @@ def exporting() -> Any:
         EXPORTING.reset(token)
 
 
+def script_json(text: str) -> str:
+    """JSON text made safe inside an inline ``<script>``: ``<``, ``>``, ``&``, U+2028 and U+2029
+    written as ``\\uXXXX`` escapes. In JSON they can only stand inside strings, where the escape
+    means the same character, so the data is unchanged while no name from a file (a kernel
+    called ``<!--<script>``) can end the script or start a comment in the page."""
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
 def _inline_js(source: str) -> str:
     """``source`` made safe inside ``<script>...</script>`` (no closing tag, no source map)."""
     lines = [ln for ln in source.splitlines() if not ln.startswith("//# sourceMappingURL=")]
@@ -82,7 +91,7 @@ def figure_html(fig: Any) -> str:
     import plotly.io as pio
 
     div = f"hm-fig-{uuid.uuid4().hex[:12]}"
-    spec = pio.to_json(fig, validate=False).replace("</", "<\\/")
+    spec = script_json(pio.to_json(fig, validate=False))
     return (f'<div id="{div}" class="hm-figure" style="width:100%"></div>'
             "<script>(function(){var fig=" + spec + ";"
             f"function draw(){{var el=document.getElementById('{div}');"
@@ -138,8 +147,8 @@ def widget_page(widgets: Iterable[Any], title: str, subtitle: str = "") -> str:
     data = embed_data(views=views, state=dependency_state(views, drop_defaults=True))
     specs = "\n".join(
         '<script type="application/vnd.jupyter.widget-view+json">'
-        + json.dumps(spec).replace("</", "<\\/") + "</script>" for spec in data["view_specs"])
+        + script_json(json.dumps(spec)) + "</script>" for spec in data["view_specs"])
     return _PAGE.format(title=html.escape(title), subtitle=html.escape(subtitle),
                         plotly=plotly_js(), views=specs, widgets=widgets_js(),
-                        state=json.dumps(data["manager_state"]).replace("</", "<\\/"))
+                        state=script_json(json.dumps(data["manager_state"])))
 
