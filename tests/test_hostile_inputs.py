@@ -279,7 +279,7 @@ def test_trtexec_nan_times_are_shown_not_summed_silently(tmp_path):
     p = from_trtexec(profile=_profile(tmp_path, [{"name": "a", "averageMs": float("nan")},
                                                   {"name": "b", "averageMs": float("nan")}]))
     assert "2 of 2 layer(s) have no time" in repr(p)
-    assert any("NaN" in w for w in p.summary()["warnings"])
+    assert any("NaN" in w for w in p.summary().notes)
 
 
 @pytest.mark.parametrize("bad", [-4.273, float("inf"), "0.5", True])
@@ -302,7 +302,7 @@ def test_trtexec_bad_count_and_times_are_errors(tmp_path):
 def test_layer_profile_with_negative_times_says_so():
     from hookmagic.layers.model import make_layers
     p = LayerProfile(make_layers([{"name": "a", "mean_ms": -1.0}, {"name": "b", "mean_ms": 2.0}]))
-    assert "negative" in repr(p) and any("negative" in w for w in p.summary()["warnings"])
+    assert "negative" in repr(p) and any("negative" in w for w in p.summary().notes)
 
 
 def test_onnxruntime_negative_duration_is_an_error(tmp_path):

@@ -118,8 +118,23 @@ def read_input(path: str | os.PathLike, what: str = "input",
             raise error(f"{what} {str(p)!r} cannot be read: {exc.strerror}") from None
 
 
+#: the most one compressed byte may expand to. Real traces and exports compress 3-30x (JSON) or
+#: about 1x (Parquet inside a ZIP); a file that expands further is a decompression bomb, refused
+#: as soon as its inflated bytes pass this ratio (and ``RATIO_FLOOR``), long before the byte budget
+MAX_RATIO = 200
+RATIO_FLOOR = 16 << 20
+
+
+def _check_ratio(inflated: int, compressed: int, what: str) -> None:
+    if inflated > RATIO_FLOOR and inflated > MAX_RATIO * max(compressed, 1):
+        raise LimitExceeded(f"{what} expands more than {MAX_RATIO}x ({compressed:,} compressed "
+                            f"bytes gave {inflated:,} so far): a decompression bomb, or not a "
+                            "trace; refused")
+
+
 def gunzip_bounded(raw: bytes, what: str, error: type[InputFileError] = InputFileError) -> bytes:
-    """Inflate gzip data (several members allowed) in a stream, at most ``HOOKMAGIC_MAX_BYTES``."""
+    """Inflate gzip data (several members allowed) in a stream, at most ``HOOKMAGIC_MAX_BYTES``
+    and at most ``MAX_RATIO`` times the compressed size."""
     cap = limit(MAX_BYTES)
     out: list[bytes] = []
     total = 0
@@ -136,6 +151,7 @@ def gunzip_bounded(raw: bytes, what: str, error: type[InputFileError] = InputFil
                 total += len(chunk)
                 if cap and total > cap:
                     raise exceeded(MAX_BYTES, f"{what} (after gunzip)", total)
+                _check_ratio(total, len(raw), f"{what} (gzip)")
                 out.append(chunk)
                 if d.eof:
                     break
@@ -170,6 +186,8 @@ def read_zip_member(zf: zipfile.ZipFile, name: str, what: str, spent: int = 0) -
     if cap and spent + info.file_size > cap:
         raise exceeded(MAX_BYTES, f"{what} (member {name!r} declares {info.file_size} bytes)",
                        spent + info.file_size)
+    # the declared sizes first (cheap), then the real ones while inflating (a header may lie)
+    _check_ratio(info.file_size, info.compress_size, f"{what} (member {name!r})")
     out: list[bytes] = []
     total = spent
     with zf.open(info, "r") as fh:
@@ -180,6 +198,7 @@ def read_zip_member(zf: zipfile.ZipFile, name: str, what: str, spent: int = 0) -
             total += len(chunk)
             if cap and total > cap:
                 raise exceeded(MAX_BYTES, f"{what} (member {name!r})", total)
+            _check_ratio(total - spent, info.compress_size, f"{what} (member {name!r})")
             out.append(chunk)
     return b"".join(out)
 
