@@ -2,21 +2,28 @@
 
 repo2docker needs a Docker daemon, which CI does not have; what it would do with this folder is
 ``pip install -r binder/requirements.txt`` and then run ``binder/postBuild`` from the
-repository root. This test does exactly that in a fresh venv on a copy of the checkout, then
-checks that JupyterLab and the package work there. Slow (it installs JupyterLab and builds the
-native extension): marked ``wheel`` with the wheel test, and runs once in CI.
+repository root. The slow test does exactly that in a fresh venv on a copy of the checkout,
+then checks that JupyterLab and the package work there (it installs JupyterLab and CPU torch and
+builds the native extension: marked ``wheel`` with the wheel test, and runs once in CI).
+
+The fast test is what keeps every notebook runnable there on CI's two cores: each module a
+notebook imports (read from its code cells with ``ast``), and each requirement of the extras the
+notebooks use, must be pinned in binder/requirements.txt, at the version this environment (the
+one nbval runs the notebooks in) has installed. Executing the notebooks themselves is what the
+nbval run does.
 """
 from __future__ import annotations
 
+import ast
+import importlib.metadata as md
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_S = 600
@@ -40,6 +47,7 @@ def _copy_checkout(dest: Path) -> None:
         shutil.copy2(src, dest / name, follow_symlinks=False)
 
 
+@pytest.mark.wheel
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
                     reason="needs a git checkout")
 def test_binder_environment_builds_and_runs_the_package(tmp_path):
@@ -64,3 +72,78 @@ def test_binder_environment_builds_and_runs_the_package(tmp_path):
     pins = dict(line.split("==") for line in (ROOT / "binder" / "requirements.txt").read_text()
                 .splitlines() if "==" in line and not line.startswith("#"))
     assert check[2] == pins["jupyterlab"]
+
+
+#: extras whose code the notebooks run (load_many: ranks; 06: pipeline; the demo: report)
+NOTEBOOK_EXTRAS = ("report", "ranks", "pipeline", "sched")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            pins[_norm(name)] = version.strip()
+    return pins
+
+
+def _notebook_imports(path: Path) -> set[str]:
+    """Top-level modules the code cells of notebook ``path`` import (magics and shell lines,
+    which are not Python, left out)."""
+    import json
+
+    found = set()
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        code = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def _extras_requirements() -> set[str]:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    names = set()
+    for extra in NOTEBOOK_EXTRAS:
+        for req in extras.get(extra, []):
+            name = re.match(r"[A-Za-z0-9_.-]+", req).group(0)
+            if name != "hookmagic":
+                names.add(_norm(name))
+    return names
+
+
+def test_every_notebook_import_and_extra_is_pinned_at_the_tested_version():
+    pins = _pins()
+    owners = md.packages_distributions()
+    needed: dict[str, set[str]] = {}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for module in _notebook_imports(nb):
+            if module in sys.stdlib_module_names or module == "hookmagic":
+                continue
+            assert module in owners, f"{nb.name} imports {module}, which nothing here provides"
+            for dist in owners[module]:
+                needed.setdefault(_norm(dist), set()).add(nb.name)
+    for name in _extras_requirements():
+        needed.setdefault(name, set()).add("the notebooks' extras")
+    missing = {name: sorted(why) for name, why in needed.items() if name not in pins}
+    assert not missing, f"not pinned in binder/requirements.txt: {missing}"
+    for name, version in pins.items():   # pinned at what the notebooks are tested with
+        try:
+            installed = md.version(name)
+        except md.PackageNotFoundError:
+            continue    # build tools (cmake, ninja) need not be in the test environment
+        assert installed.split("+")[0] == version, f"{name}: pinned {version}, tested {installed}"
+    assert {"torch", "torchvision", "av", "duckdb"} <= set(pins)
