@@ -19,11 +19,12 @@ import io
 import json
 import os
 import re
+import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from hookmagic.common.files import atomic_write
 from hookmagic.kernels.errors import KernelCompileError, KernelsUnavailable
 
 #: Bump when the cache layout or the compile flags' meaning changes.
@@ -221,7 +222,9 @@ def compile_family(family: str, arch: Any, options: Iterable[str] = (), *, use_c
     core = _core()
     src = source_text(family)  # raises for an unknown family
     key = cache_key(family, arch, options)
-    cdir = cache_dir()
+    cdir = trusted_cache_dir(cache_dir()) if use_cache else None
+    use_cache = cdir is not None
+    cdir = cdir or cache_dir()
     cubin_path, meta_path = cdir / f"{family}-{arch}-{key}.cubin", cdir / f"{family}-{arch}-{key}.json"
     if use_cache:
         hit = _read_entry(cubin_path, meta_path)
@@ -254,10 +257,69 @@ def compile_family(family: str, arch: Any, options: Iterable[str] = (), *, use_c
     return Compiled(family, arch, cubin, info, log, key, False, meta["nvrtc"])
 
 
+def _private(st: os.stat_result) -> bool:
+    """Owned by this user and writable by no one else: nobody else could have planted it."""
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def trusted_cache_dir(cdir: Path) -> Path | None:
+    """``cdir``, created private (mode 700) if missing, when it can hold code this process will
+    load: a real folder (not a symlink) of this user's that no one else can write. ``None``
+    otherwise, after one warning naming the fix: kernels are then compiled without the cache."""
+    try:
+        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(cdir)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode) and _private(st):
+        return cdir
+    if str(cdir) not in _WARNED:
+        _WARNED.add(str(cdir))
+        warnings.warn(f"hookmagic.kernels: not using the kernel cache {cdir}: it is "
+                      f"{'a symlink' if stat.S_ISLNK(st.st_mode) else 'not a folder' if not stat.S_ISDIR(st.st_mode) else 'writable by other users or owned by another user'}"
+                      ", so anyone could plant code there. Point HOOKMAGIC_KERNEL_CACHE at a "
+                      "folder of your own (chmod 700); compiling without the cache meanwhile.",
+                      stacklevel=3)
+    return None
+
+
+_WARNED: set[str] = set()
+
+
+def _read_private(path: Path) -> bytes:
+    """A cache file's bytes, only if it is a regular file (not a symlink) that is private."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _private(st):
+            raise PermissionError(f"{path} is not a private regular file")
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            return fh.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` as a new private file: a temporary file created exclusively (never through
+    a link someone planted), then renamed over whatever is at ``path`` (a planted symlink is
+    replaced, not followed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _read_entry(cubin_path: Path, meta_path: Path) -> tuple[dict, bytes] | None:
     try:
-        meta = json.loads(meta_path.read_text())
-        cubin = cubin_path.read_bytes()
+        meta = json.loads(_read_private(meta_path))
+        cubin = _read_private(cubin_path)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("sha256") != hashlib.sha256(cubin).hexdigest() \
@@ -267,11 +329,10 @@ def _read_entry(cubin_path: Path, meta_path: Path) -> tuple[dict, bytes] | None:
 
 
 def _write_entry(cdir: Path, cubin_path: Path, meta_path: Path, cubin: bytes, meta: dict) -> None:
-    cdir.mkdir(parents=True, exist_ok=True)
     # cubin first, metadata (with the cubin's hash) last: a reader that sees new metadata with
     # an old or missing cubin finds the hash wrong and rebuilds.
-    atomic_write(cubin_path, cubin, what="kernel cache entry")
-    atomic_write(meta_path, json.dumps(meta, indent=1).encode(), what="kernel cache entry")
+    _write_private(cubin_path, cubin)
+    _write_private(meta_path, json.dumps(meta, indent=1).encode())
 
 
 __all__ = ["Compiled", "compile_family", "families", "source_dir", "cache_dir", "cache_key",
