@@ -114,3 +114,18 @@ def load_run(path: str | os.PathLike) -> PipelineRun:
     return PipelineRun(tables["events"], tables["frames"], manifest["meta"])
 
 
+
+
+def sniff(path: Path) -> bool:
+    """True when ``path`` is a run saved by :meth:`PipelineRun.save` (its manifest's format;
+    never raises): what ``hookmagic.load`` asks before opening it with :func:`load_run`."""
+    try:
+        if not path.is_file() or not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo("manifest.json")
+            if info.file_size > 1 << 20:
+                return False
+            return json.loads(zf.read(info)).get("format") == FORMAT
+    except Exception:  # a sniff answers "not mine" for anything it cannot read
+        return False

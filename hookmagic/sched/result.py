@@ -192,3 +192,25 @@ def assemble(workload_requests: pd.DataFrame, model_names: Sequence[str], status
     })
     bat["compute_ms"] = (bat["end_s"] - bat["start_s"]) * 1e3
     return req, bat
+
+
+REQUESTS_SUFFIX = ".requests.parquet"
+
+
+def sniff(path: Path) -> bool:
+    """True when ``path`` is the requests table of a result saved by :meth:`Result.save`
+    (``<prefix>.requests.parquet`` with the scheduler's metadata; never raises)."""
+    try:
+        if not (path.is_file() and path.name.endswith(REQUESTS_SUFFIX)):
+            return False
+        import pyarrow.parquet as pq
+        return b"hookmagic.sched" in (pq.read_schema(path).metadata or {})
+    except Exception:  # a sniff answers "not mine" for anything it cannot read
+        return False
+
+
+def load_saved(path: str | Path) -> Result:
+    """A result from its saved requests table's path (what ``hookmagic.load`` opens); the
+    batches table beside it is read too. :func:`load_result` takes the prefix instead."""
+    path = Path(path)
+    return load_result(path.with_name(path.name.removesuffix(REQUESTS_SUFFIX)))
