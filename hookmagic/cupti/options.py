@@ -40,7 +40,7 @@ class CaptureOptions:
         ``api`` adds every runtime/driver API call (costly on launch-bound code); ``nvtx``
         needs NVTX_INJECTION64_PATH pointing at CUPTI before NVTX's first use (a capture sets it
         if unset). ``torch.cuda.nvtx`` ranges and the ``nvtx`` package's named-domain ranges
-        arrive; its default domain's did not on an H100 (2026-11-26).
+        arrive; its default domain's did not on an H100.
     allocator_history:
         With ``memory``, also record PyTorch's caching-allocator history and CuPy's pool
         hand-outs when those libraries are in use (off by default: costly, see

@@ -53,7 +53,7 @@ register(KernelSpec("preprocess", "fused1w", "preprocess", {d: f"preprocess1w_{s
                                 "NV12 chroma pairs as 2-byte loads"))
 #: "auto" (= "pixel"): one pixel a thread with byte loads; "w1": one pixel a thread with word-wide
 #: tap loads; "w4": four pixels a thread (lane-interleaved) with word-wide tap loads. The benchmark
-#: compares them in one process: on an H100 (2026-11-26 03:51) "pixel" was the fastest in all three
+#: compares them in one process: on an H100 "pixel" was the fastest in all three
 #: cases (benchmarks/results/rowfast/README.md, round 2). From $HOOKMAGIC_PREPROCESS.
 IMPL = os.environ.get("HOOKMAGIC_PREPROCESS", "auto")
 

@@ -110,11 +110,11 @@ def _mixed_rate(spec: ModelSpec, load: float) -> float:
     return load * 4.0 / (float(spec.latency(4)) / 1e3)
 
 
-#: the calibration runs :func:`calibration_workloads` draws by default: 2 (since 2026-11-26
-#: 13:00 UTC) a ``switch`` run of short bursts per model, so that each model's ready batches
-#: follow both itself and other models in the same run; 1 (before) one Poisson stream per model
-#: at 1/m of the load, where almost every batch followed another model (the switch cost was
-#: then unidentified: see :func:`fit`). Stored calibrations rebuild theirs with their version.
+#: the calibration runs :func:`calibration_workloads` draws by default: 2, a ``switch`` run of
+#: short bursts per model, so that each model's ready batches follow both itself and other
+#: models in the same run; 1, one Poisson stream per model at 1/m of the load, where almost
+#: every batch follows another model (the switch cost is then unidentified: see :func:`fit`).
+#: A stored calibration rebuilds its runs with the version it records.
 CALIBRATION_VERSION = 2
 
 
@@ -135,7 +135,7 @@ def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
         # per model, bursts of ~30 ms that overload the stream (1.3 of it) every ~180 ms over a
         # light background: within a burst a model follows itself, where bursts meet and out of
         # the background it follows another: 23-156 same-model and 69-271 switched ready batches
-        # per model (5 models, 1 s; H100 and H200 runs of 2026-11-26 12:35-13:37 UTC)
+        # per model (5 models, 1 s)
         srcs = [Bursty(n, rate_on=_mixed_rate(s, 1.3), rate_off=_mixed_rate(s, 0.05), on_s=0.03,
                        off_s=0.15, slo_ms=1e6, steady_periods=True) for n, s in idle.items()]
     else:
@@ -210,19 +210,17 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
     run of the simulator is fitted back to its parameters.
 
-    ``by_size=False``: sharing by the number of others only (no ``share_by_size``), as
-    fitted before 2026-11-26 02:00 UTC. ``skip_stalls`` (since 2026-11-26 04:00 UTC; False:
-    as fitted before): the ``alone`` batches whose launch call held the host over
+    ``by_size=False``: sharing by the number of others only (no ``share_by_size``).
+    ``skip_stalls`` (False: kept): the ``alone`` batches whose launch call held the host over
     :data:`STALL_S` are left out of ``service_ms``, ``service_cv``, ``launch_ms`` and
-    ``host_ms`` too, as they always were of the sharing fit (such a batch's GPU time includes
-    the GPU waiting for the rest of its launch). On the stored H100 runs of 2026-11-26 02:28
-    (run B) it changed the calibrated GPU time of a size by up to 6 %. ``jitter`` (since
-    2026-11-26 04:30 UTC): also how the launch and host times vary from batch to batch
-    (:func:`host_jitter_of`: ``launch_jitter_ms``, ``host_jitter_ms``).
+    ``host_ms`` too, as they always are of the sharing fit (such a batch's GPU time includes
+    the GPU waiting for the rest of its launch); on stored H100 runs it changed the calibrated
+    GPU time of a size by up to 6 %. ``jitter``: also how the launch and host times vary from
+    batch to batch (:func:`host_jitter_of`: ``launch_jitter_ms``, ``host_jitter_ms``).
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
     "share_slowdown": [a1, a2], "call_share", ...counts}}``; ``call_share`` (one for every
-    model, :func:`call_share_of` over the ``alone`` runs) since 2026-11-26 10:30 UTC.
+    model, :func:`call_share_of` over the ``alone`` runs).
     """
     out: dict[str, dict] = {}
     sizes = np.arange(1, max_batch + 1)
@@ -231,7 +229,7 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         b = b[b["prev"] == name]  # the stream's first batch is a cold start (a switch)
         if skip_stalls and "dispatch_s" in b.columns:
             # a launch call that held the host over STALL_S left the GPU waiting inside the
-            # batch: host time, not the model's (B runs of 2026-11-26: up to +6 % on a size)
+            # batch: host time, not the model's (B runs: up to +6 % on a size)
             b = b[(b["dispatch_s"] - b["start_s"]) <= STALL_S]
         per = b.groupby("size")["dur"].agg(["mean", "std", "count"])
         seen = per[per["count"] >= 8]
@@ -265,9 +263,9 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         cost, n_same, n_sw = _switch_cost(extra[mine], other[mine], size[mine])
         # Against same-model batches of the same run and the same size: the host's speed, and
         # the table's error at a size, cancel. Without enough of both the cost is not
-        # identified and none is simulated. Read against the alone runs instead (before
-        # 2026-11-26 13:00 UTC) the host's drift since them was taken for a switch cost (0-60
-        # us, other in every process); read across sizes, the smaller switched batches' table
+        # identified and none is simulated. Read against the alone runs instead, the host's
+        # drift since them is taken for a switch cost (0-60 us, other in every process); read
+        # across sizes, the smaller switched batches' table
         # error was (+15-24 us); the real scenarios showed none (-2..+5 us, H100 and H200).
         known = n_same >= MIN_SWITCH_BATCHES and n_sw >= MIN_SWITCH_BATCHES
         out[name]["switch_ms"] = max(0.0, cost) if known else 0.0
@@ -304,7 +302,7 @@ def call_share_of(results: Sequence[Any], min_batches: int = 50) -> tuple[float,
     same model, with no other batch beside them and no stall (launch call up to
     :data:`STALL_S`), the slope of GPU time on launch call (``dispatch_s - start_s``) within
     each (model, batch size), pooled, clipped to 0..1. The host's own drift gives the calls
-    their spread (H100, 2026-11-26: 22-106 µs). Returns (share, batches used); 0 where fewer
+    their spread (H100: 22-106 µs). Returns (share, batches used); 0 where fewer
     than ``min_batches`` or the calls spread under :data:`MIN_CALL_SPREAD_S` (runs without
     ``dispatch_s``: simulated ones)."""
     xs, ys = [], []
@@ -363,13 +361,12 @@ def launch_by_streams(runs: Mapping[str, Any], max_batch: int) -> dict[str, list
     ``alone`` run, and then one value for all, the median over models with at least 20 clean
     batches (the loop's pass sets it, not the model). The driver's one loop polls every stream's end event and offers every free stream
     a batch in each pass, so it notices an end later the more streams it watches: on the H100
-    runs of 2026-11-26 (run A) 19.3-19.8 µs alone, 26.0-26.1 on two streams, 27.0-29.7 on
+    runs (run A) 19.3-19.8 µs alone, 26.0-26.1 on two streams, 27.0-29.7 on
     three, and the scenarios with two and three streams paid the same. ``[0]`` without
     ``dispatch_s`` or share runs; a count never calibrated continues the last step (see
     :func:`launch_for_streams`). Medians: a shift between distributions with rare long tails
     (the host's hiccups). Chosen with the stored runs A and B in view (a difference of means
-    fitted them slightly worse), so those runs do not test it; runs after 2026-11-26 04:30
-    UTC do."""
+    fitted them slightly worse), so those runs do not test it; later runs do."""
     pol = Policy(batching=Batching(max_batch, 0.0))
     alone: dict[str, np.ndarray] = {}
     by_s: dict[int, list[pd.DataFrame]] = {}
@@ -435,9 +432,8 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
     as neighbours. ``calls`` (per model: the launch call in ms its ``costs`` were measured at,
     and its ``call_share``): each batch's GPU time is first taken back to that call, less
     ``call_share`` times its own launch call's difference from it (runs with ``dispatch_s``),
-    so that the host's speed during these runs is not read as sharing. :func:`fit` passes them
-    since 2026-11-26 13:30 UTC: on the H100/H200 runs of 12:37-12:56 UTC the fitted a1 of
-    resnet18 spread 0.068-0.179 over nine processes without, 0.100-0.173 with, and the one
+    so that the host's speed during these runs is not read as sharing. :func:`fit` passes them:
+    on H100/H200 calibration runs the fitted a1 of resnet18 spread 0.068-0.179 over nine processes without, 0.100-0.173 with, and the one
     held-out group out of bounds (resnet18 p99 -14.7 %) came within. Returns ``{model:
     {"share_slowdown": [a1, a2], "share_by_size": [e1, e2] (or [] when left out),
     "overlap_ms": [ov1, ov2]}}`` (empty lists where a model never ran beside another).
@@ -647,7 +643,7 @@ def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
 
 
 #: the bins (s) in which :func:`speed_from_calls` reads the host's speed: about one machine-wide
-#: stall (16-24 ms on the H100 of 2026-11-26), 5-50 launches
+#: stall (16-24 ms on an H100), 5-50 launches
 SPEED_BIN_S = 0.02
 
 
@@ -660,7 +656,7 @@ def speed_from_calls(res: Any, specs: Sequence[ModelSpec], width_s: float = SPEE
     :func:`refine_from_probe`), held within ``least``..``most``. Bins without a batch, and
     models whose specs have no call, give no row. A launch call is a fixed piece of host work
     per model (a CUDA graph's launch and an event record) whatever the scheduler decided, so
-    its length measures the host's speed for that work; on the H100 of 2026-11-26 it moved
+    its length measures the host's speed for that work; on an H100 it moved
     0.6-1.8x the probe's within 3 s runs, with the launch gap alongside and neither a canary's
     nor the driver's own interpreter speed following (``benchmarks/results/sched_fidelity.md``).
     Sums, not medians: a stall of a few launches slows the bin as much as the work it held."""
@@ -708,7 +704,7 @@ def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
     just before the run to predict: still a prediction (none of the predicted arrivals is used).
 
     Why: one process's host speed drifts between its calibration and a scenario tens of seconds
-    later (H100/H200 runs of 2026-11-26: clean launch gaps 0.7-2.8x the calibrated ones), the
+    later (H100/H200 runs: clean launch gaps 0.7-2.8x the calibrated ones), the
     calibration measures the launch gap under FIFO on one queue while EDF with camera round
     robin decides more slowly (16.5-26.8 µs against 11.3-15.3), and a model of many small
     kernels computes more slowly while the host launches slowly (the GPU waits for the rest of

@@ -6,7 +6,7 @@ order per step (completions, arrivals, then one offer per free stream in priorit
 batch is launched asynchronously on its stream between two CUDA events; completions are found
 by polling the end events, and start/end times are the events' GPU times mapped onto the host
 clock: through one reference event taken before serving, then corrected for the two clocks'
-different rates by a second one taken after (``CudaBackend.clock_fit``; H100, 2026-11-26: the
+different rates by a second one taken after (``CudaBackend.clock_fit``; H100: the
 GPU's event clock ran 15-20 ppm slow, so uncorrected times drifted ~60 µs early over a 3 s run
 and every latency measured that much short). The result has exactly the simulator's columns.
 
@@ -85,7 +85,7 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
     policy = policy or Policy()
     setup = _setup(_engines(engines), workload, policy, duration_s, seed, backend)
     specs = _measure(setup, policy, measure_repeats)
-    # The one host thread stalls now and then (H100 runs of 2026-11-25: 1-3 % of launch calls
+    # The one host thread stalls now and then (H100 runs: 1-3 % of launch calls
     # took 0.5-3.8 ms instead of ~0.1 ms, leaving streams idle with work queued). Many were
     # first launches of fresh CUDA graphs (engines now launch each once at setup); Python's
     # cyclic garbage collector is another possible source, an artefact of driving the GPU
@@ -105,7 +105,7 @@ def run(engines: Sequence[Any] | Mapping[str, Any], workload: Workload | Sequenc
 def _cpu_reader():
     """A function giving the CPU the calling thread runs on (glibc's ``sched_getcpu``, a vDSO
     read of tens of ns), or -1 where there is none: the driver stamps each batch with it, as
-    its host speed differs between CPUs (H100 machine, 2026-11-26: two speeds ~2x apart)."""
+    its host speed differs between CPUs (H100 machine: two speeds ~2x apart)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         getcpu = libc.sched_getcpu

@@ -151,7 +151,7 @@ class CudaBackend:
 
         Takes a second reference event now and returns ``drift`` (host seconds per GPU second
         minus 1: the two clocks' rates differ by tens of ppm, so GPU times mapped through one
-        reference drift from the host clock by ~20 µs per second; H100 runs of 2026-11-26),
+        reference drift from the host clock by ~20 µs per second; H100 runs),
         ``ref_host`` (host time of the first reference), ``span_s`` and ``uncertainty`` (of
         ``drift``, from both references' round trips). A time ``t`` mapped through the first
         reference is then ``t + drift * (t - ref_host)`` on the host clock."""
@@ -193,7 +193,7 @@ class CudaBackend:
         """Seconds one fixed piece of CUDA host work takes now: recording an event on a stream
         of its own (nothing else runs there) and querying it. The driver times it about once
         a ms beside its interpreter meter (``meta["backend_meter"]``): the launch calls' speed
-        moved without the interpreter's on the H100 of 2026-11-26."""
+        moved without the interpreter's on an H100."""
         if self._meter is None:
             if self.lib == "torch":
                 import torch
@@ -382,7 +382,7 @@ class TorchEngine:
                             self.module(x[:b])
                         graphs[b] = g
                     # A captured graph's first launch uploads it to the GPU: on the H100 runs of
-                    # 2026-11-25 that first launch held the host 0.4-0.65 ms (median; later ones
+                    # that first launch held the host 0.4-0.65 ms (median; later ones
                     # ~0.1 ms) and stalled over 0.5 ms in 38-100 % of cases. Launch each once
                     # here, so that no served batch pays it.
                     for g in graphs.values():

@@ -1,10 +1,10 @@
 """The host's speed over time: measured beside and inside the real driver, used by the simulator.
 
 The real driver launches every batch from one host thread, so its launch and host times are
-only as quick as its CPU. On a virtual machine that speed moves: on the H100 machine of
-2026-11-26 the driver's CPU switched between two speeds ~2x apart within a 3 s run, pinned or
-not (10:15 UTC: CPU 15 throughout; launch gap 24 -> 41 µs, launch call 32 -> 60 µs at 2.0 s),
-and sometimes the whole machine stalled (08:00 UTC: a canary on another CPU 9-24x slower and
+only as quick as its CPU. On a virtual machine that speed moves: on an H100 machine the
+driver's CPU switched between two speeds ~2x apart within a 3 s run, pinned or
+not (CPU 15 throughout; launch gap 24 -> 41 µs, launch call 32 -> 60 µs at 2.0 s),
+and sometimes the whole machine stalled (a canary on another CPU 9-24x slower and
 the driver's CUDA calls 7-9x, together, for 16-24 ms, one to seven times in 3 s, with no CPU
 steal reported; ``lab/sched/sched_host_episodes.py``). The simulator cannot foresee either,
 but given the speed over time, as it is given the arrivals, it reproduces what the scheduler
@@ -265,7 +265,7 @@ def slow_windows(starts: np.ndarray, lengths: np.ndarray, factor: float = 5.0,
     passes is dropped too: one long pass is the canary put off its CPU, not a slow machine
     (in which every pass is slow: ~100 passes of 0.1-0.3 ms in 20 ms on the H100). So is a
     period whose ``slowdown`` is under ``min_slowdown``: with the first thresholds (3x a pass,
-    no least slowdown) the H100 runs of 2026-11-26 08:06 and 08:16 UTC found 1-125 periods of
+    no least slowdown) the H100 runs found 1-125 periods of
     1.2-3.8x per scenario while the driver's launch calls never passed 0.5 ms; given to the
     simulator they made 1 group of 18 worse and none better. The machine-wide stalls that do
     hold the driver up were 10-24x for the canary."""

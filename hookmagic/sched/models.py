@@ -65,7 +65,7 @@ class ModelSpec:
         model does not progress is ``c = (1 - 1 / slowdown(k)) + e_k * sum_j sqrt(b_j)`` (at
         most 0.9), its slowdown ``1 / (1 - c)``: a batch beside a batch of 8 is slowed more than
         beside a batch of 1. ``()``: the slowdown depends on the number of others only. On an
-        H100 (2026-11-26), with the count alone the fitted model was 2.8-3.8 % too fast in
+        H100, with the count alone the fitted model was 2.8-3.8 % too fast in
         heavily loaded three-stream calibration runs and 3.8-6.5 % too slow in lightly loaded
         ones; with the others' sizes, within 1 % in both. The square root (sharing grows less
         than in proportion to the neighbours' requests) fitted those runs as well as a linear
@@ -77,14 +77,14 @@ class ModelSpec:
         first request (as the service-time spread), and pays ``launch_ms + launch_jitter_ms[k]``
         (at least 0) and ``host_ms + host_jitter_ms[k]`` (at least that launch time): a slow
         loop pass is slow for both. ``()``: constant host times. A host whose launch gap has
-        a tail of 0.15-0.3 ms at p99 (H100 machine of 2026-11-26 04:09 UTC) lengthens the
+        a tail of 0.15-0.3 ms at p99 (on an H100) lengthens the
         queues' tails where a constant mean does not.
     call_share : the share of the launch call (``host_ms - launch_ms``) that the GPU waits
         through inside the batch's GPU time: the stream was free, so the batch's start event
         runs at once while the call is still submitting the CUDA graph's kernels. Where the
         host runs slower or faster than calibrated (``simulate(host_windows=...)``), the batch's
         GPU time changes by this share of the change in its call. 0: GPU time independent of
-        the host. On an H100 (2026-11-26) each extra µs of call added 0.77-0.86 µs to resnet18
+        the host. On an H100 each extra µs of call added 0.77-0.86 µs to resnet18
         and resnet50 batches (r 0.95-0.99 over 200-1,500 batches a run).
 
     Latency for a size that was not measured is interpolated linearly between neighbours and

@@ -128,7 +128,7 @@ class Bursty:
     With the default (``False``, kept so that earlier workloads are drawn as before) the number
     of arrivals drawn in one period shifts the random stream the next period's length comes
     from: a rate 1 % different (a latency table measured again) can give other bursts
-    altogether (sched_fidelity's held-out scenario on an H100, 2026-11-26: 298 or 4,536
+    altogether (sched_fidelity's held-out scenario on an H100: 298 or 4,536
     requests for the same source in three processes).
     """
     model: str

@@ -32,7 +32,7 @@ analysis and view works on all of them.
   benchmarks/results/overhead.md).
 - ``dropped`` (dict of counts): records lost, e.g. ``{"activity_records": 12}``.
 - ``recorded_on`` (str): for recordings, the GPU, driver and date they were measured on, e.g.
-  ``"NVIDIA H100 80GB HBM3, driver 580.159.04, 2026-11-22"``.
+  ``"NVIDIA H100 80GB HBM3, driver 580.159.04, YYYY-MM-DD"``.
 - ``description`` (str): for recordings, the workload recorded.
 - ``converted_from`` (str): set on a trace read from an older file format
   (``"hookmagic-allocator-recording"``: see :mod:`hookmagic.trace.legacy`).
