@@ -61,7 +61,11 @@ def test_stragglers_named_with_lateness_and_cause(synthetic_set):
     assert st.loc[1, "cause"] == "host" and st.loc[2, "cause"] == "compute"
     assert st.loc[1, "extra_idle_ns"] == pytest.approx(5 * MS, abs=1)
     assert st.loc[2, "extra_compute_ns"] == pytest.approx(3 * MS, abs=1)
-    assert st.loc[0, "cause"] == ""  # the capture's first collective has nothing before it
+    # the capture's first collective: measured from each rank's capture start (its first
+    # step's start), rank 0's host was 0.4 ms late
+    assert st.loc[0, "cause"] == "host"
+    assert st.loc[0, "extra_idle_ns"] == pytest.approx(0.4 * MS, abs=1)
+    assert (st["capture_start_ns"] == 0).all()  # every rank began capturing together
     # the others waited inside the collective about as long as the straggler was late
     assert st.loc[1, "others_wait_ns"] == pytest.approx(5 * MS, abs=1)
 

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from hookmagic.analysis.nccl import COLLECTIVE_SQL
+from hookmagic.analysis.nccl import COLLECTIVE_SQL, NCCL_PREFIX
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.common.intervals import busy_ns, merge_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +57,10 @@ def clock_alignment(ts: "TraceSet", *, max_error_ns: int = 100_000) -> pd.DataFr
     Columns: ``rank, host, offset_ns`` (subtract it from the rank's times), ``error_ns``
     (NaN where no estimate), ``collectives`` (used), ``method``. Cached in ``ts.cache``.
     """
+    if isinstance(max_error_ns, bool) or not isinstance(max_error_ns, (int, float)) \
+            or not max_error_ns >= 0 or max_error_ns == float("inf"):
+        raise InvalidArgument(f"max_error_ns={max_error_ns!r}: give a finite number of "
+                              "nanoseconds, 0 or more")
     key = ("clock", max_error_ns)
     if key in ts.cache:
         return ts.cache[key]
@@ -70,32 +75,37 @@ def clock_alignment(ts: "TraceSet", *, max_error_ns: int = 100_000) -> pd.DataFr
         ref_rank = int(ranks["rank"].min())
         ref_host = hosts[ref_rank]
         ref = coll[coll["rank"] == ref_rank].set_index(["collective", "seq"])["end_ns"]
-        for host, group in out.groupby("host"):
-            idx = group.index
-            if host == ref_host:
-                out.loc[idx, "method"] = "reference host"
-                continue
-            mine = coll[coll["rank"].isin(group["rank"])]
-            joined = mine.join(ref.rename("ref_end"), on=["collective", "seq"], how="inner")
-            diffs = (joined["end_ns"] - joined["ref_end"]).to_numpy(dtype=np.float64)
-            if diffs.size == 0:
-                out.loc[idx, ["offset_ns", "error_ns", "method"]] = [0, np.nan, "none"]
-                warnings.warn(ClockSkewWarning(
-                    f"clock of host {host!r} (ranks {group['rank'].tolist()}) cannot be "
-                    "aligned: no collective in common with the reference rank; its times "
-                    "stay on its own clock"), stacklevel=2)
-                continue
-            offset = float(np.median(diffs))
-            error = 1.4826 * float(np.median(np.abs(diffs - offset)))
-            out.loc[idx, "offset_ns"] = int(round(offset))
-            out.loc[idx, "error_ns"] = error
-            out.loc[idx, "collectives"] = int(diffs.size)
-            out.loc[idx, "method"] = "ends of collectives"
-            if error > max_error_ns:
-                warnings.warn(ClockSkewWarning(
-                    f"clock of host {host!r} aligned to {offset / 1e6:+.3f} ms with an error "
-                    f"of about {error / 1e3:.0f} us (more than {max_error_ns / 1e3:.0f} us): "
-                    "cross-host timings are uncertain by that much"), stacklevel=2)
+        # one join of every rank's collectives with the reference rank's, one median per host
+        joined = coll.join(ref.rename("ref_end"), on=["collective", "seq"], how="inner")
+        joined["host"] = joined["rank"].map(hosts)
+        joined["diff"] = (joined["end_ns"] - joined["ref_end"]).astype(np.float64)
+        joined = joined[joined["host"] != ref_host]
+        offset = joined.groupby("host")["diff"].median().astype("float64")
+        joined["dev"] = (joined["diff"] - joined["host"].map(offset).astype("float64")).abs()
+        error = (1.4826 * joined.groupby("host")["dev"].median()).astype("float64")
+        used = joined.groupby("host").size().astype("int64")
+        host = out["host"].astype(object)
+        is_ref = (host == ref_host).to_numpy()
+        known = host.isin(list(offset.index)).to_numpy() & ~is_ref
+        lost = ~known & ~is_ref
+        off = host.map(offset.to_dict()).astype("float64").to_numpy()
+        err = host.map(error.to_dict()).astype("float64").to_numpy()
+        n = host.map(used.to_dict()).astype("float64").to_numpy()
+        out["offset_ns"] = np.where(known, np.nan_to_num(np.round(off)), 0).astype("int64")
+        out["error_ns"] = np.where(known, err, np.where(lost, np.nan, 0.0))
+        out["collectives"] = np.where(known, np.nan_to_num(n), 0).astype("int64")
+        out["method"] = np.where(is_ref, "reference host",
+                                 np.where(known, "ends of collectives", "none"))
+        for host, group in out[lost].groupby("host"):
+            warnings.warn(ClockSkewWarning(
+                f"clock of host {host!r} (ranks {group['rank'].tolist()}) cannot be "
+                "aligned: no collective in common with the reference rank; its times "
+                "stay on its own clock"), stacklevel=2)
+        for host in error.index[error > max_error_ns]:
+            warnings.warn(ClockSkewWarning(
+                f"clock of host {host!r} aligned to {offset[host] / 1e6:+.3f} ms with an error "
+                f"of about {error[host] / 1e3:.0f} us (more than {max_error_ns / 1e3:.0f} us): "
+                "cross-host timings are uncertain by that much"), stacklevel=2)
     out["offset_ns"] = out["offset_ns"].astype("int64")
     ts.cache[key] = out
     return out
@@ -148,8 +158,41 @@ def collectives(ts: "TraceSet") -> pd.DataFrame:
     return out
 
 
+def capture_starts(ts: "TraceSet") -> pd.Series:
+    """Each rank's capture start on its own clock (``rank -> ns``): the start of its first
+    captured step when steps are known, else ``meta["start_ns"]`` of a live CUPTI capture
+    (taken on the kernels' clock); ranks whose start is not known are left out."""
+    if "capture_starts" in ts.cache:
+        return ts.cache["capture_starts"]
+    steps = ts.steps_frame()
+    out = steps.groupby("rank")["start_ns"].min() if len(steps) else pd.Series(dtype="int64")
+    for m in ts.members:
+        if m.has_data and m.rank not in out.index and m.meta.get("source") == "cupti":
+            start = m.meta.get("start_ns")
+            if isinstance(start, int) and not isinstance(start, bool) and start > 0:
+                out.loc[m.rank] = start
+    out = out.astype("int64")
+    ts.cache["capture_starts"] = out
+    return out
+
+
+def _capture_delay(ts: "TraceSet", coll: pd.DataFrame) -> pd.Series:
+    """For each rank's first collective of the capture: how much later (aligned clock) its
+    capture began than the earliest rank's; 0 for every other row, and everywhere when a
+    rank's start is not known. Nothing came before a first collective but the capture's own
+    start, so a rank that began capturing later must not be reported as late by that much."""
+    starts = capture_starts(ts)
+    zero = pd.Series(0, index=coll.index, dtype="int64")
+    if coll.empty or not set(coll["rank"]).issubset(starts.index):
+        return zero
+    aligned = starts - _offsets(ts).reindex(starts.index).fillna(0).astype("int64")
+    delay = aligned - aligned.min()
+    first = coll["start_ns"] == coll.groupby("rank")["start_ns"].transform("min")
+    return zero.where(~first, coll["rank"].map(delay)).astype("int64")
+
+
 _SKEW_COLUMNS = ["collective", "seq", "step", "ranks", "first_start_ns", "median_start_ns",
-                 "last_rank", "lateness_ns", "transfer_ns", "max_wait_ns"]
+                 "last_rank", "lateness_ns", "capture_start_ns", "transfer_ns", "max_wait_ns"]
 
 
 def collective_skew(ts: "TraceSet") -> pd.DataFrame:
@@ -157,7 +200,9 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
 
     Columns: ``collective, seq, step, ranks`` (how many ranks ran it), ``first_start_ns``,
     ``median_start_ns``, ``last_rank``, ``lateness_ns`` (last arrival minus the median
-    arrival of the others), ``transfer_ns`` (the shortest kernel: the collective's own time),
+    arrival of the others; at each rank's first collective, arrivals are counted from the
+    rank's own capture start), ``capture_start_ns`` (there: how much later the last rank began
+    capturing than the others; 0 elsewhere), ``transfer_ns`` (the shortest kernel: the collective's own time),
     ``max_wait_ns``; ordered by when the collective started.
     """
     if "skew" in ts.cache:
@@ -166,23 +211,31 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
     if coll.empty:
         return pd.DataFrame(columns=_SKEW_COLUMNS)
     key = ["collective", "seq"]
-    c = coll.sort_values(key + ["start_ns", "rank"], kind="stable").reset_index(drop=True)
+    delay = _capture_delay(ts, coll)
+    c = coll.assign(capture_delay=delay, arrive_ns=coll["start_ns"] - delay)
+    c = c.sort_values(key + ["arrive_ns", "rank"], kind="stable").reset_index(drop=True)
     g = c.groupby(key, sort=False)
     out = g.agg(step=("step", "first"), ranks=("rank", "size"),
                 first_start_ns=("start_ns", "min"), median_start_ns=("start_ns", "median"),
-                last_rank=("rank", "last"), last_start=("start_ns", "last"),
+                last_rank=("rank", "last"), last_start=("arrive_ns", "last"),
+                last_delay=("capture_delay", "last"), mean_delay=("capture_delay", "mean"),
                 transfer_ns=("duration_ns", "min"), max_wait_ns=("wait_ns", "max"))
     # median arrival of the others: the median of each group's sorted starts without its last
     pos = g.cumcount().to_numpy()
     m = c.groupby(key, sort=False)["rank"].transform("size").to_numpy() - 1  # others
     lo, hi = (m - 1) // 2, m // 2
-    starts = c["start_ns"].to_numpy(dtype=np.float64)
+    starts = c["arrive_ns"].to_numpy(dtype=np.float64)
     pick = pd.DataFrame({"collective": c["collective"], "seq": c["seq"],
                          "v": np.where(pos == lo, starts, 0) + np.where(pos == hi, starts, 0),
                          "w": (pos == lo).astype(int) + (pos == hi).astype(int)})
     pick = pick[(m > 0) & (pick["w"] > 0)].groupby(key, sort=False)[["v", "w"]].sum()
     others = (pick["v"] / pick["w"]).reindex(out.index)
     out["lateness_ns"] = (out["last_start"] - others).fillna(0).round().astype("int64")
+    # how much later than the others the last rank's capture began (first collectives only)
+    n = out["ranks"].where(out["ranks"] > 1)
+    others_delay = (out["mean_delay"] * out["ranks"] - out["last_delay"]) / (n - 1)
+    out["capture_start_ns"] = (out["last_delay"] - others_delay).fillna(0).round() \
+        .astype("int64")
     out["median_start_ns"] = out["median_start_ns"].round().astype("int64")
     out = out.reset_index()[_SKEW_COLUMNS]
     out = out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
@@ -199,6 +252,8 @@ def _before_collective(ts: "TraceSet", skew: pd.DataFrame, insts: np.ndarray) ->
     order = skew[["collective", "seq"]].reset_index().rename(columns={"index": "inst"})
     c = coll.merge(order, on=["collective", "seq"]).sort_values(["rank", "inst"])
     c["w_start"] = c.groupby("rank")["end_ns"].shift(1)
+    # before a rank's first collective: from its capture's start, where that is known
+    c["w_start"] = c["w_start"].fillna(c["rank"].map(capture_starts(ts)))
     w = c[c["inst"].isin(insts)].dropna(subset=["w_start"])
     w = w[["rank", "inst", "w_start", "start_ns"]].rename(columns={"start_ns": "w_end"})
     w = w.astype("int64")
@@ -228,7 +283,7 @@ def _before_collective(ts: "TraceSet", skew: pd.DataFrame, insts: np.ndarray) ->
 
 
 _STRAGGLER_COLUMNS = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
-                      "extra_compute_ns", "extra_idle_ns", "others_wait_ns"]
+                      "extra_compute_ns", "extra_idle_ns", "others_wait_ns", "capture_start_ns"]
 
 
 def stragglers(ts: "TraceSet") -> pd.DataFrame:
@@ -238,9 +293,12 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     Columns: ``step, collective, seq`` (the collective of the step where the lateness was
     largest), ``straggler_rank``, ``lateness_ns``, ``cause`` (``"compute"``: its GPU computed
     longer before the collective; ``"host"``: its GPU sat idle longer, waiting for its host;
-    ``""`` when the first collective of the capture, with nothing before it to compare),
-    ``extra_compute_ns``, ``extra_idle_ns`` (the straggler's minus the median other rank's),
-    ``others_wait_ns`` (median time the other ranks waited inside that collective). When
+    ``""`` when the capture's first collective has nothing before it to compare: the ranks'
+    capture starts are not known), ``extra_compute_ns``, ``extra_idle_ns`` (the straggler's
+    minus the median other rank's), ``others_wait_ns`` (median time the other ranks waited
+    inside that collective), ``capture_start_ns`` (first captured step only: how much later
+    the straggler's capture began than the others'; that part of its arrival is the tool's,
+    so ``lateness_ns`` and the cause are measured from each rank's own capture start). When
     steps are known, collectives outside every captured step are left out.
     """
     if "stragglers" in ts.cache:
@@ -277,19 +335,40 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
         "lateness_ns": sel["lateness_ns"].to_numpy(), "cause": cause,
         "extra_compute_ns": d_comp.fillna(0).round().astype("int64").to_numpy(),
         "extra_idle_ns": d_idle.fillna(0).round().astype("int64").to_numpy(),
-        "others_wait_ns": waits.reindex(chosen).to_numpy(dtype=np.float64)})
+        "others_wait_ns": waits.reindex(chosen).to_numpy(dtype=np.float64),
+        "capture_start_ns": sel["capture_start_ns"].to_numpy()})
     ts.cache["stragglers"] = out
     return out
 
 
 # -- per rank --------------------------------------------------------------------------------
 def _rank_kernels(ts: "TraceSet", rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One rank's kernel ``start_ns, end_ns`` and NCCL flags as arrays (DuckDB reads only that
-    rank's file: the rank is the folder's partition key)."""
-    t = ts.con.execute(f"SELECT start_ns, end_ns, {NCCL} AS comm FROM kernels "
-                       "WHERE rank = ?", [int(rank)]).fetchnumpy()
-    return (np.asarray(t["start_ns"], dtype=np.int64), np.asarray(t["end_ns"], dtype=np.int64),
-            np.asarray(t["comm"], dtype=bool))
+    """One rank's kernel ``start_ns, end_ns`` and NCCL flags as arrays, read from that rank's
+    own file (never a query over every rank's files)."""
+    import pyarrow.compute as pc
+
+    t = ts.read_table(rank, "kernels", ["start_ns", "end_ns", "name"])
+    comm = pc.fill_null(pc.starts_with(t["name"], NCCL_PREFIX.lstrip("^")), False)
+    return (t["start_ns"].to_numpy().astype(np.int64, copy=False),
+            t["end_ns"].to_numpy().astype(np.int64, copy=False),
+            comm.to_numpy(zero_copy_only=False).astype(bool, copy=False))
+
+
+def _per_rank(ts: "TraceSet") -> pd.DataFrame:
+    """The map over ranks, one read of each rank's kernel times: ``rank, kernels, first_ns,
+    last_ns, compute_ns, comm_ns, busy_ns`` (unions of kernel intervals, each rank on its own
+    clock). Cached; every per-rank analysis reduces from it."""
+    if "per_rank" in ts.cache:
+        return ts.cache["per_rank"]
+    rows = []
+    for rank in ts.data_ranks:
+        s, e, comm = _rank_kernels(ts, rank)
+        rows.append((rank, s.size, int(s.min()) if s.size else 0, int(e.max()) if e.size else 0,
+                     busy_ns(s[~comm], e[~comm]), busy_ns(s[comm], e[comm]), busy_ns(s, e)))
+    out = pd.DataFrame(rows, columns=["rank", "kernels", "first_ns", "last_ns", "compute_ns",
+                                      "comm_ns", "busy_ns"]).astype("int64")
+    ts.cache["per_rank"] = out
+    return out
 
 
 def overlap(ts: "TraceSet") -> pd.DataFrame:
@@ -303,13 +382,7 @@ def overlap(ts: "TraceSet") -> pd.DataFrame:
     """
     if "overlap" in ts.cache:
         return ts.cache["overlap"]
-    rows = []
-    for rank in ts.data_ranks:
-        s, e, comm = _rank_kernels(ts, rank)
-        compute = busy_ns(s[~comm], e[~comm])
-        communication = busy_ns(s[comm], e[comm])
-        rows.append((rank, compute, communication, busy_ns(s, e)))
-    out = pd.DataFrame(rows, columns=["rank", "compute_ns", "comm_ns", "busy_ns"]).astype("int64")
+    out = _per_rank(ts)[["rank", "compute_ns", "comm_ns", "busy_ns"]].copy()
     out["overlap_ns"] = out["compute_ns"] + out["comm_ns"] - out["busy_ns"]
     with np.errstate(invalid="ignore", divide="ignore"):
         out["overlap_pct"] = np.where(out["comm_ns"] > 0,
@@ -329,8 +402,9 @@ def rank_summary(ts: "TraceSet") -> pd.DataFrame:
     end), ``busy_ns, compute_ns, comm_ns, overlap_pct, wait_ns, times_last, median_lateness_ns``.
     """
     ranks = ts.ranks[["rank", "status", "host", "gpu"]]
-    counts = ts.sql("SELECT rank, count(*) AS kernels, max(end_ns) - min(start_ns) AS span_ns "
-                    "FROM kernels GROUP BY rank")
+    per = _per_rank(ts)
+    counts = pd.DataFrame({"rank": per["rank"], "kernels": per["kernels"],
+                           "span_ns": per["last_ns"] - per["first_ns"]})
     ov = overlap(ts)[["rank", "busy_ns", "compute_ns", "comm_ns", "overlap_pct"]]
     coll = collectives(ts)
     wait = coll.groupby("rank")["wait_ns"].sum().rename("wait_ns")
@@ -353,6 +427,8 @@ def vs_median(ts: "TraceSet", *, top: int = 20) -> pd.DataFrame:
 
     Long form: ``name, rank, time_ns, median_ns, delta_ns`` (rank minus median), ``delta_pct``.
     """
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+        raise InvalidArgument(f"top={top!r}: give a whole number of kernel names, 1 or more")
     per = ts.sql("""
         WITH t AS (SELECT name, rank, sum(duration_ns) AS time_ns FROM kernels GROUP BY ALL),
              names AS (SELECT name FROM t GROUP BY name ORDER BY sum(time_ns) DESC LIMIT 500)
@@ -384,10 +460,12 @@ def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000) -> pd.
     Columns: ``rank, kind, start_ns, end_ns``.
     """
     cols = ["rank", "kind", "start_ns", "end_ns"]
-    span = ts.sql("SELECT min(start_ns) AS a, max(end_ns) AS b FROM kernels")
-    if span.empty or pd.isna(span["a"].iloc[0]):
+    per = _per_rank(ts)
+    per = per[per["kernels"] > 0]
+    if per.empty:
         return pd.DataFrame(columns=cols)
-    gap = max(int((span["b"].iloc[0] - span["a"].iloc[0]) // max(1, max_intervals_per_rank)), 0)
+    gap = max(int((per["last_ns"].max() - per["first_ns"].min()) //
+                  max(1, max_intervals_per_rank)), 0)
     off = _offsets(ts)
     parts = []
     for rank in ts.data_ranks:

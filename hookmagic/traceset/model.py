@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import warnings
 import weakref
+import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -34,6 +35,7 @@ import pyarrow.parquet as pq
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.devices import gpu_identity
 from hookmagic.common.errors import InvalidArgument
+from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
 from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
@@ -62,8 +64,12 @@ class TraceSet:
         self.memory_limit = memory_limit
         self.threads = threads
         self.cache: dict[str, Any] = {}   # analyses keep results they reuse here
+        #: copies of a rank found under other paths, left out: ``(rank, path, kept path)``
+        self.duplicates: list[tuple[int, str, str]] = []
         self._con = None
-        self._stage: str | None = None
+        self._stage = ""
+        self._files: dict[str, dict[int, str]] | None = None
+        self._holder: dict[str, Any] = {"con": None}
         self._finalizer: Any = None
 
     # -- what is in the set ------------------------------------------------------------------
@@ -77,7 +83,7 @@ class TraceSet:
 
     @property
     def world_size(self) -> int:
-        sizes = [int(m.identity.get("world_size", 0)) for m in self.members if m.identity]
+        sizes = [_int(m.identity.get("world_size"), 0) for m in self.members if m.identity]
         return max(sizes + [len(self.members)])
 
     @property
@@ -86,21 +92,22 @@ class TraceSet:
         rows = []
         for m in self.members:
             ident = m.identity
+            device = _int(ident.get("device"), -1)
             rows.append({
                 "rank": m.rank, "status": m.status, "reason": m.reason,
                 "host": str(ident.get("host", m.meta.get("host", ""))),
-                "local_rank": int(ident.get("local_rank", -1)),
-                "world_size": int(ident.get("world_size", 0)),
-                "device": int(ident.get("device", -1)),
-                "gpu_uuid": str(ident.get("gpu_uuid", "")) or _gpu_identity(
-                    m.meta, int(ident.get("device", -1))),
-                "gpu": _gpu_name(m.meta, int(ident.get("device", -1))),
+                "local_rank": _int(ident.get("local_rank"), -1),
+                "world_size": _int(ident.get("world_size"), 0),
+                "device": device,
+                "gpu_uuid": str(ident.get("gpu_uuid", "")) or _gpu_identity(m.meta, device),
+                "gpu": _gpu_name(m.meta, device),
                 "job_id": str(ident.get("job_id", "")),
                 "launcher": str(ident.get("launcher", "")),
-                "kernels": int((m.tables.get("kernels") or {}).get("rows", 0)),
-                "start_ns": int(m.meta.get("start_ns", 0) or 0),
-                "end_ns": int(m.meta.get("end_ns", 0) or 0),
-                "wall_s": float(m.meta.get("wall_s", float("nan")) or float("nan")),
+                "kernels": _int((m.tables.get("kernels") or {}).get("rows")
+                                if isinstance(m.tables.get("kernels"), dict) else 0, 0),
+                "start_ns": _int(m.meta.get("start_ns"), 0),
+                "end_ns": _int(m.meta.get("end_ns"), 0),
+                "wall_s": _float(m.meta.get("wall_s")),
                 "path": m.path,
             })
         return pd.DataFrame(rows, columns=["rank", "status", "reason", "host", "local_rank",
@@ -140,6 +147,7 @@ class TraceSet:
     def con(self):
         """The set's DuckDB connection, with the views described in this module."""
         if self._con is None:
+            self.table_files()
             self._open()
         return self._con
 
@@ -152,7 +160,7 @@ class TraceSet:
         """Close the connection and remove the cache folder (also done when the set is freed)."""
         if self._finalizer is not None:
             self._finalizer()
-        self._con = None
+        self._con, self._files, self._stage = None, None, ""
 
     def __enter__(self) -> "TraceSet":
         return self
@@ -161,21 +169,19 @@ class TraceSet:
         self.close()
 
     def _open(self) -> None:
-        import duckdb
-
-        stage = tempfile.mkdtemp(prefix="hookmagic-traceset-")
-        con = duckdb.connect()
-        self._finalizer = weakref.finalize(self, _cleanup, con, stage)
-        con.execute(f"SET memory_limit='{_memory_limit(self.memory_limit)}'")
-        con.execute(f"SET temp_directory='{_sql_str(os.path.join(stage, 'spill'))}'")
+        duckdb = require("duckdb", extra="ranks")
+        files = self.table_files()
+        # settings go in as configuration values, never pasted into SQL text
+        config = {"memory_limit": _memory_limit(self.memory_limit),
+                  "temp_directory": os.path.join(self._stage, "spill")}
         if self.threads:
-            con.execute(f"SET threads={int(self.threads)}")
-        data = [m for m in self.members if m.has_data]
-        for m in data:
-            _stage_member(m, Path(stage) / f"rank={m.rank}")
+            config["threads"] = int(self.threads)
+        con = duckdb.connect(config=config)
+        self._holder["con"] = con
         for name in schema.TABLE_NAMES:
-            if data:
-                glob = _sql_str(os.path.join(stage, "rank=*", f"{name}.parquet"))
+            if files.get(name):
+                # only this table's non-empty files are under stage/<table>/
+                glob = _sql_str(os.path.join(self._stage, name, "rank=*", "data.parquet"))
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{glob}', "
                             "hive_partitioning=true, hive_types={'rank': BIGINT}, "
                             "union_by_name=true)")
@@ -186,12 +192,73 @@ class TraceSet:
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
         ranks = self.ranks  # noqa: F841 (read by DuckDB below)
         con.execute("CREATE TABLE ranks AS SELECT * FROM ranks")
-        steps = pd.DataFrame(  # noqa: F841 (read by DuckDB below)
-            [(m.rank, int(s[0]), int(s[1]), int(s[2])) for m in data
-             for s in (m.meta.get("steps") or []) if len(s) >= 3],
-            columns=["rank", "step", "start_ns", "end_ns"]).astype("int64")
+        steps = self.steps_frame()  # noqa: F841 (read by DuckDB below)
         con.execute("CREATE TABLE steps AS SELECT * FROM steps")
-        self._con, self._stage = con, stage
+        self._con = con
+
+    # -- the ranks' files ----------------------------------------------------------------------
+    def table_files(self) -> dict[str, dict[int, str]]:
+        """``{table: {rank: Parquet path}}`` for every non-empty table of every rank with data,
+        staged once (links to a folder's files, a ``.hmtrace`` file's entries unpacked). A rank
+        whose files cannot be read (corrupt Parquet, a kernels table without the columns the
+        analyses need) is marked damaged here, with one warning; the others are analysed."""
+        if self._files is not None:
+            return self._files
+        stage = tempfile.mkdtemp(prefix="hookmagic-traceset-")
+        self._stage = stage
+        self._holder = {"con": None}
+        self._finalizer = weakref.finalize(self, _cleanup, self._holder, stage)
+        out: dict[str, dict[int, str]] = {name: {} for name in schema.TABLE_NAMES}
+        damaged = []
+        for m in self.members:
+            if not m.has_data:
+                continue
+            try:
+                staged = _stage_member(m, Path(stage))
+            except (TraceSetError, OSError, KeyError, zipfile.BadZipFile,
+                    pa.ArrowException) as err:
+                m.status, m.reason = "damaged", f"its tables cannot be read ({err})"
+                damaged.append(m)
+                continue
+            for name, path in staged.items():
+                out[name][m.rank] = path
+        self._files = out
+        if damaged:
+            listing = "; ".join(f"rank {m.rank}: {m.reason}" for m in damaged)
+            warnings.warn(f"hookmagic.load_many: {len(damaged)} rank(s) marked damaged (the "
+                          f"others are analysed): {listing}", stacklevel=3)
+        return out
+
+    def read_table(self, rank: int, table: str, columns: list[str]) -> pa.Table:
+        """Columns of one rank's table, read from that rank's own file only (an empty table
+        with those columns when the rank has none)."""
+        path = self.table_files()[table].get(int(rank))
+        if path is None:
+            return pa.Table.from_pandas(schema.empty_table(table)[columns],
+                                        preserve_index=False)
+        return pq.read_table(path, columns=columns)
+
+    def steps_frame(self) -> pd.DataFrame:
+        """``rank, step, start_ns, end_ns`` from every rank's ``meta["steps"]``."""
+        rows = []
+        for m in self.members:
+            if not m.has_data:
+                continue
+            for s in m.meta.get("steps") or []:
+                if isinstance(s, (list, tuple)) and len(s) >= 3:
+                    try:
+                        rows.append((m.rank, int(s[0]), int(s[1]), int(s[2])))
+                    except (TypeError, ValueError, OverflowError):
+                        continue
+        return pd.DataFrame(rows, columns=["rank", "step", "start_ns", "end_ns"]).astype("int64")
+
+    # -- saving --------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the set as one folder at ``path``: a ``rank=<N>`` trace folder per rank with
+        data and a ``traceset.json`` manifest (``"hookmagic_kind": "traceset"``, the job, every
+        rank's status and reason). ``hookmagic.load(path)`` opens it again as a TraceSet."""
+        from hookmagic.traceset.io import save_traceset
+        return save_traceset(self, path)
 
     # -- display -------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -217,9 +284,26 @@ def _memory_limit(text: Any) -> str:
     return value
 
 
-def _cleanup(con: Any, stage: str) -> None:
+def _int(value: Any, default: int) -> int:
+    """A whole number read from a file's meta, or ``default`` for anything else."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value if -(1 << 62) < value < (1 << 62) else default
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 19:
+        return int(value)
+    return default
+
+
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else float("nan")
+
+
+def _cleanup(holder: dict[str, Any], stage: str) -> None:
     try:
-        con.close()
+        if holder.get("con") is not None:
+            holder["con"].close()
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -231,37 +315,62 @@ def _sql_str(text: str) -> str:
 def _gpu_identity(meta: dict[str, Any], device: int) -> str:
     """For captures that recorded no UUID in their rank identity: the device's UUID or PCI
     address from ``meta["devices"]``."""
-    for d in meta.get("devices") or []:
-        if int(d.get("index", -2)) == device:
+    for d in _devices(meta):
+        if _int(d.get("index"), -2) == device:
             return gpu_identity(d)
     return ""
 
 
+def _devices(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    devices = meta.get("devices")
+    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+
+
 def _gpu_name(meta: dict[str, Any], device: int) -> str:
-    for d in meta.get("devices") or []:
-        if int(d.get("index", -2)) == device or device < 0:
+    for d in _devices(meta):
+        if _int(d.get("index"), -2) == device or device < 0:
             return str(d.get("name", ""))
     return ""
 
 
-def _stage_member(m: Member, folder: Path) -> None:
-    """Make ``folder/<table>.parquet`` for every table: links to a trace folder's files, the
-    stored entries of a ``.hmtrace`` file, or an empty table with the schema's columns."""
-    folder.mkdir(parents=True)
+#: columns a rank's kernels table must have for the analyses to use it
+KERNEL_COLUMNS = ("start_ns", "end_ns", "duration_ns", "name")
+
+
+def _stage_member(m: Member, stage: Path) -> dict[str, str]:
+    """``stage/<table>/rank=<N>/data.parquet`` for every non-empty table of ``m``: a link to a
+    trace folder's file or the stored entry of a ``.hmtrace`` file. Each file's footer is read
+    (a corrupt file fails here, not in every query) and a kernels table must have
+    :data:`KERNEL_COLUMNS`. Returns ``{table: path}``."""
+    out: dict[str, str] = {}
     for name in schema.TABLE_NAMES:
-        target = folder / f"{name}.parquet"
         info = m.tables.get(name)
-        if info and m.layout == "folder":
+        if not info or _rows(info) == 0:
+            continue
+        folder = stage / name / f"rank={m.rank}"
+        folder.mkdir(parents=True)
+        target = folder / "data.parquet"
+        if m.layout == "folder":
             root = Path(m.path).resolve()
             source = (root / str(info["file"])).resolve()
             if root not in source.parents:  # checked when the member was opened; again here
-                raise TraceSetError(f"rank {m.rank}: table {name!r} points outside its folder")
+                raise TraceSetError(f"table {name!r} points outside its folder")
             os.symlink(source, target)
-        elif info and m.layout == "file":
-            target.write_bytes(read_zip_entry(m.path, str(info["file"])))
         else:
-            pq.write_table(pa.Table.from_pandas(schema.empty_table(name), preserve_index=False),
-                           target)
+            target.write_bytes(read_zip_entry(m.path, str(info["file"])))
+        names = pq.read_schema(target).names
+        if name == "kernels":
+            lacking = [c for c in KERNEL_COLUMNS if c not in names]
+            if lacking:
+                raise TraceSetError(f"its kernels table lacks {', '.join(lacking)}")
+        out[name] = str(target)
+    return out
+
+
+def _rows(info: Any) -> int:
+    """A table's row count from its manifest entry (unknown counts as rows present)."""
+    rows = info.get("rows") if isinstance(info, dict) else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) else 1
 
 
 def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
@@ -299,6 +408,7 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
     for m in members:
         by_rank.setdefault(m.rank, []).append(m)
     chosen: list[Member] = []
+    duplicates: list[tuple[int, str, str]] = []
     for rank, group in by_rank.items():
         readable = [m for m in group if m.layout]
         if capture is not None:
@@ -308,13 +418,15 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
             pick = [m for m in readable if m.capture == first]
         if pick:
             chosen.append(pick[0])
+            # a copy of this capture under another name is left out, and said so
+            duplicates.extend((rank, m.path, pick[0].path) for m in pick[1:])
         else:
             chosen.append(group[0] if not readable else
                           Member(group[0].path, rank, "missing",
                                  f"rank {rank} has no capture {capture}"))
     present = {m.rank for m in chosen}
     # rank and world size were bounded when each member was opened (MAX_RANKS)
-    world = max([int(m.identity.get("world_size", 0)) for m in chosen
+    world = max([_int(m.identity.get("world_size"), 0) for m in chosen
                  if m.identity and m.status != "damaged"] +
                 [max(present) + 1 if present else 0])
     for rank in range(world):
@@ -323,6 +435,11 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
                                  f"no trace for rank {rank} (world size {world}): the rank "
                                  "did not write one, or stopped before it could"))
     ts = TraceSet(chosen, job_id=job_id, memory_limit=memory_limit, threads=threads)
+    ts.duplicates = duplicates
+    if duplicates:
+        listing = "; ".join(f"rank {r} at {p!r} (kept {k!r})" for r, p, k in duplicates)
+        warnings.warn(f"hookmagic.load_many: {len(duplicates)} trace(s) repeat a rank's capture "
+                      f"already in the set and were left out: {listing}", stacklevel=4)
     bad = ts.problems
     if len(bad):
         listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
