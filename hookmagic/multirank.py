@@ -3,7 +3,9 @@
 ``hookmagic.load_many(dir)`` opens every rank's trace written by ``hookmagic.capture(dir=...)``
 or ``HOOKMAGIC_CAPTURE_DIR``; the :class:`~hookmagic.traceset.TraceSet` it returns answers:
 
-- ``summary()``: one row per rank (GPU time, compute vs communication, overlap, waiting
+- ``summary()``: the set's headline (:class:`~hookmagic.common.results.Headline`: ranks,
+  problems, steps, the rank most often last, ...; ``.to_frame()`` for a table);
+- ``per_rank()``: one row per rank (GPU time, compute vs communication, overlap, waiting
   inside collectives, how often it was last);
 - ``stragglers()``: per step, the rank that arrived last at a collective, by how much, and
   whether its GPU was computing or waiting for its host;
@@ -11,7 +13,8 @@ or ``HOOKMAGIC_CAPTURE_DIR``; the :class:`~hookmagic.traceset.TraceSet` it retur
 - ``overlap()``: communication/computation overlap per rank;
 - ``clock()``: how the ranks' clocks were aligned, with the error of the estimate;
 - ``vs_median()``: GPU time per kernel name of each rank against the median rank;
-- ``timeline()``, ``straggler_figure()``, ``vs_median_figure()``: Plotly figures;
+- ``timeline()``, ``straggler_chart()``, ``vs_median_heatmap()``: Plotly figures;
+- ``save(path)``: one folder that ``hookmagic.load(path)`` opens again as a TraceSet;
 - ``sql(query)``: anything else, in DuckDB over the ``kernels``, ``memcpy``, ... views.
 
 This module only wires the data (:mod:`hookmagic.traceset`), the analyses
@@ -29,6 +32,7 @@ from hookmagic.common.accessors import register_method
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from hookmagic.common.results import Headline
     from hookmagic.traceset.model import TraceSet
 
 __all__ = ["load_many"]
@@ -53,7 +57,15 @@ def load_many(paths: str | os.PathLike | Iterable[str | os.PathLike], *, job: st
 
 
 @register_method("TraceSet")
-def summary(self: "TraceSet") -> "pd.DataFrame":
+def summary(self: "TraceSet") -> "Headline":
+    """The set's headline: ranks (with data, with problems), steps, the rank most often last
+    and its median lateness; ``.to_frame()`` gives it as a table."""
+    from hookmagic.analysis.ranks import describe
+    return describe(self)
+
+
+@register_method("TraceSet")
+def per_rank(self: "TraceSet") -> "pd.DataFrame":
     """One row per rank: GPU time, compute/communication, overlap, waits, times last."""
     from hookmagic.analysis.ranks import rank_summary
     return rank_summary(self)
@@ -109,14 +121,14 @@ def timeline(self: "TraceSet", **kw: Any) -> Any:
 
 
 @register_method("TraceSet")
-def straggler_figure(self: "TraceSet", **kw: Any) -> Any:
+def straggler_chart(self: "TraceSet", **kw: Any) -> Any:
     """Per step: how late the last rank arrived at a collective, coloured by rank."""
-    from hookmagic.views.ranks import straggler_figure as draw
+    from hookmagic.views.ranks import straggler_chart as draw
     return draw(self, **kw)
 
 
 @register_method("TraceSet")
-def vs_median_figure(self: "TraceSet", **kw: Any) -> Any:
+def vs_median_heatmap(self: "TraceSet", **kw: Any) -> Any:
     """Heat map: each rank's GPU time per kernel against the median rank."""
-    from hookmagic.views.ranks import vs_median_figure as draw
+    from hookmagic.views.ranks import vs_median_heatmap as draw
     return draw(self, **kw)

@@ -95,7 +95,7 @@ def test_overlap_against_numpy_unions(synthetic_set):
 
 
 def test_summary_and_vs_median(synthetic_set):
-    summ = synthetic_set.summary().set_index("rank")
+    summ = synthetic_set.per_rank().set_index("rank")
     assert summ.loc[0, "times_last"] == 2 and summ.loc[2, "times_last"] == 1
     assert summ.loc[1, "kernels"] == 12
     vm = synthetic_set.vs_median(top=5)
@@ -187,9 +187,9 @@ def test_empty_and_bad_paths(tmp_path):
 
 
 def test_figures(synthetic_set):
-    fig = synthetic_set.straggler_figure()
+    fig = synthetic_set.straggler_chart()
     assert {t.name for t in fig.data} == {"rank 0 last", "rank 1 last", "rank 2 last"}
-    hm = synthetic_set.vs_median_figure(top=3)
+    hm = synthetic_set.vs_median_heatmap(top=3)
     assert hm.data[0].z.shape == (3, 3)
     tl = synthetic_set.timeline()
     assert {t.name for t in tl.data} == {"compute kernels", "NCCL collectives"}

@@ -38,6 +38,7 @@ import pandas as pd
 
 from hookmagic.analysis.nccl import COLLECTIVE_SQL, NCCL_PREFIX
 from hookmagic.common.errors import InvalidArgument
+from hookmagic.common.results import Headline
 from hookmagic.common.intervals import busy_ns, merge_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -479,11 +480,28 @@ def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000) -> pd.
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 
-def describe(ts: "TraceSet") -> dict[str, Any]:
-    """Headline numbers of a set, for a summary line: ranks, problems, stragglers."""
+def describe(ts: "TraceSet") -> Headline:
+    """The set's headline: ranks, ranks with data, problems, steps analysed, the rank most
+    often last and its median lateness, the duplicates left out (notes say which ranks could
+    not be analysed)."""
     st = stragglers(ts)
     top = st["straggler_rank"].mode() if len(st) else pd.Series(dtype="int64")
-    return {"ranks": len(ts), "with_data": len(ts.data_ranks), "problems": len(ts.problems),
-            "steps": int(len(st)),
-            "most_often_last": int(top.iloc[0]) if len(top) else None,
-            "median_lateness_ns": float(st["lateness_ns"].median()) if len(st) else float("nan")}
+    most = int(top.iloc[0]) if len(top) else None
+    mine = st[st["straggler_rank"] == most] if most is not None else st.iloc[:0]
+    values = {"ranks": len(ts), "with_data": len(ts.data_ranks), "problems": len(ts.problems),
+              "steps": int(len(st)),
+              "stragglers": int(st["straggler_rank"].nunique()) if len(st) else 0,
+              "most_often_last": most if most is not None else "",
+              "times_last": int(len(mine)),
+              "median_lateness_ms": float(mine["lateness_ns"].median()) / 1e6 if len(mine)
+              else float("nan"),
+              "duplicates_left_out": len(getattr(ts, "duplicates", []))}
+    notes = []
+    probs = ts.problems
+    if len(probs):
+        shown = ", ".join(f"{r.rank} ({r.status})" for r in probs.head(10).itertuples())
+        more = f" and {len(probs) - 10} more" if len(probs) > 10 else ""
+        notes.append(f"ranks not analysed: {shown}{more} (see .problems)")
+    job = f" job {ts.job_id}" if ts.job_id else ""
+    return Headline(f"hookmagic.TraceSet{job}", values,
+                    units={"median_lateness_ms": "ms", "steps": "steps"}, notes=notes)

@@ -178,6 +178,7 @@ class TraceSet:
             config["threads"] = int(self.threads)
         con = duckdb.connect(config=config)
         self._holder["con"] = con
+        con.execute("SET enable_progress_bar = false")
         for name in schema.TABLE_NAMES:
             if files.get(name):
                 # only this table's non-empty files are under stage/<table>/
@@ -219,6 +220,8 @@ class TraceSet:
                     pa.ArrowException) as err:
                 m.status, m.reason = "damaged", f"its tables cannot be read ({err})"
                 damaged.append(m)
+                for name in schema.TABLE_NAMES:   # nothing of it stays in the views
+                    shutil.rmtree(Path(stage) / name / f"rank={m.rank}", ignore_errors=True)
                 continue
             for name, path in staged.items():
                 out[name][m.rank] = path
@@ -436,6 +439,7 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
                                  "did not write one, or stopped before it could"))
     ts = TraceSet(chosen, job_id=job_id, memory_limit=memory_limit, threads=threads)
     ts.duplicates = duplicates
+    ts.table_files()   # staged now: a rank with unreadable tables is damaged from the start
     if duplicates:
         listing = "; ".join(f"rank {r} at {p!r} (kept {k!r})" for r, p, k in duplicates)
         warnings.warn(f"hookmagic.load_many: {len(duplicates)} trace(s) repeat a rank's capture "

@@ -54,7 +54,7 @@ def rank_timeline_figure(ts: Any, *, max_intervals_per_rank: int = 4000,
     return fig
 
 
-def straggler_figure(ts: Any, *, title: str | None = None) -> go.Figure:
+def straggler_chart(ts: Any, *, title: str | None = None) -> go.Figure:
     """Bars per step: how late the last rank arrived at a collective, coloured by which rank,
     with the cause (compute or host) in the hover text."""
     st = analysis.stragglers(ts)
@@ -78,7 +78,7 @@ def straggler_figure(ts: Any, *, title: str | None = None) -> go.Figure:
     return fig
 
 
-def vs_median_figure(ts: Any, *, top: int = 20, title: str | None = None) -> go.Figure:
+def vs_median_heatmap(ts: Any, *, top: int = 20, title: str | None = None) -> go.Figure:
     """Heat map of each rank's GPU time per kernel name minus the median rank's (ms)."""
     long = analysis.vs_median(ts, top=top)
     wide = long.pivot_table(index="name", columns="rank", values="delta_ns", fill_value=0)
