@@ -241,3 +241,24 @@ def test_environment_capture_bad_option_is_one_warning(tmp_path):
     assert r.returncode == 0 and "ran" in r.stdout
     assert "no automatic capture" in r.stderr and "buffer_mb" in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name,value", [("HOOKMAGIC_RANK", "abc"), ("HOOKMAGIC_RANK", "-3"),
+                                        ("HOOKMAGIC_WORLD_SIZE", "-1"),
+                                        ("HOOKMAGIC_WORLD_SIZE", "0"),
+                                        ("HOOKMAGIC_WORLD_SIZE", str(10**12))])
+def test_a_bad_override_is_one_warning_and_the_launchers_value_stays(name, value):
+    from hookmagic.distributed.identity import rank_identity
+
+    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", name: value}
+    with pytest.warns(UserWarning, match=name) as caught:
+        ident = rank_identity(env)
+    assert len(caught) == 1
+    assert (ident.rank, ident.world_size) == (1, 4)
+
+
+def test_a_negative_launcher_value_is_not_believed():
+    from hookmagic.distributed.identity import rank_identity
+
+    ident = rank_identity({"RANK": "-1", "WORLD_SIZE": "-1"})
+    assert ident.launcher == "single" and (ident.rank, ident.world_size) == (0, 1)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from hookmagic.common.devices import gpu_identity
+from hookmagic.traceset.members import MAX_RANKS
 
 
 @dataclass
@@ -56,9 +58,10 @@ class RankIdentity:
 
 
 def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int | None:
+    """The first of ``names`` set to a whole number from 0 to :data:`MAX_RANKS`."""
     for name in names:
         value = env.get(name)
-        if value is not None and value.strip().lstrip("-").isdigit():
+        if value is not None and value.strip().isdigit() and int(value) <= MAX_RANKS:
             return int(value)
     return default
 
@@ -110,10 +113,29 @@ def rank_identity(env: Mapping[str, str] | None = None) -> RankIdentity:
                 ident.node_rank = train["node_rank"]
                 ident.extra["ray_train"] = True
             ident.extra.update(ray)
-    ident.rank = _int(env, "HOOKMAGIC_RANK", default=ident.rank)
-    ident.world_size = _int(env, "HOOKMAGIC_WORLD_SIZE", default=ident.world_size)
+    ident.rank = _override(env, "HOOKMAGIC_RANK", ident.rank, low=0)
+    ident.world_size = _override(env, "HOOKMAGIC_WORLD_SIZE", ident.world_size, low=1)
     ident.job_id = env.get("HOOKMAGIC_JOB_ID", ident.job_id)
+    if ident.rank >= ident.world_size:
+        warnings.warn(f"hookmagic: rank {ident.rank} is not below world size "
+                      f"{ident.world_size} (launcher {ident.launcher!r}); the world size is "
+                      f"taken as {ident.rank + 1}", stacklevel=2)
+        ident.world_size = ident.rank + 1
     return ident
+
+
+def _override(env: Mapping[str, str], name: str, found: int, *, low: int) -> int:
+    """``env[name]`` as a whole number in ``[low, MAX_RANKS]``; unset: ``found``; anything
+    else: ``found`` and one warning naming the variable (never a made-up rank or size)."""
+    text = env.get(name)
+    if text is None:
+        return found
+    value = text.strip()
+    if value.isdigit() and low <= int(value) <= MAX_RANKS:
+        return int(value)
+    warnings.warn(f"hookmagic: {name}={text!r} is not a whole number from {low} to "
+                  f"{MAX_RANKS}; it is ignored (using {found} from the launcher)", stacklevel=3)
+    return found
 
 
 def _ray_context() -> dict[str, Any]:
