@@ -38,12 +38,10 @@ def test_recordings_name_the_slowed_rank_within_ten_percent():
             assert (st["straggler_rank"] == slow).all()
             slept = np.array([truth[slow]["sleep_s"][s] for s in st["step"]]) * 1e9
             late = st["lateness_ns"].to_numpy()
-            assert np.all(np.abs(late[1:] - slept[1:]) <= 0.10 * slept[1:]), (job, st, slept)
-            # the first captured step also waits for the slowed rank's own capture start
-            start_ns = ts.meta(slow)["overhead"]["start_s"] * 1e9
-            assert 0.9 * slept[0] <= late[0] <= slept[0] + start_ns, (job, late[0], start_ns)
-            # the capture's first collective has nothing before it to compare; then the host
-            assert st["cause"].iloc[0] == "" and (st["cause"].iloc[1:] == "host").all()
+            # every step, the first too: each rank's first collective is measured from its own
+            # capture start, so attaching CUPTI on the slowed rank is not counted as lateness
+            assert np.all(np.abs(late - slept) <= 0.10 * slept), (job, st, slept)
+            assert (st["cause"] == "host").all(), st
 
 
 def test_notebook_replays_and_labels_the_recordings(monkeypatch):
@@ -53,7 +51,7 @@ def test_notebook_replays_and_labels_the_recordings(monkeypatch):
         meta = json.loads((RUNS / job / "rank=0" / "meta.json").read_text())["meta"]
         assert f"recorded on {meta['recorded_on']}" in text
     assert "rank 1 was slowed; it is named last in 4 of 4 steps" in text
-    assert "from the second captured step on, lateness within" in text
+    assert "in every captured step, lateness within" in text
     titles = [o["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
               for c in code for o in c.outputs
               if "application/vnd.plotly.v1+json" in o.get("data", {})]
