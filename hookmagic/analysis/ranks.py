@@ -30,6 +30,7 @@ How ranks are compared
 """
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ import pandas as pd
 from hookmagic.analysis.nccl import COLLECTIVE_SQL, NCCL_PREFIX
 from hookmagic.common.errors import InvalidArgument
 from hookmagic.common.results import Headline
-from hookmagic.common.intervals import busy_ns, merge_intervals
+from hookmagic.common.intervals import merge_intervals
 
 if TYPE_CHECKING:  # pragma: no cover
     from hookmagic.traceset.model import TraceSet
@@ -355,19 +356,111 @@ def _rank_kernels(ts: "TraceSet", rank: int) -> tuple[np.ndarray, np.ndarray, np
             comm.to_numpy(zero_copy_only=False).astype(bool, copy=False))
 
 
+#: kernels read at once by the map over ranks (many small ranks are read together)
+BATCH_ROWS = 2_000_000
+
+
+def _kernel_batches(ts: "TraceSet"):
+    """The kernels of every rank with data, in batches of whole ranks (about
+    :data:`BATCH_ROWS` rows each): ``(ranks, rank, start_ns, end_ns, comm)`` arrays, each batch
+    read from those ranks' own files in one pass."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    files = ts.table_files()["kernels"]
+    sizes = {m.rank: _manifest_rows(m) for m in ts.members}
+    want = pa.schema([("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()),
+                      ("rank", pa.int64())])
+    batch: list[int] = []
+    rows = 0
+    ranks = [r for r in ts.data_ranks if r in files]
+    for i, rank in enumerate(ranks):
+        batch.append(rank)
+        rows += sizes.get(rank, 1)
+        if rows < BATCH_ROWS and i + 1 < len(ranks):
+            continue
+        base = os.path.dirname(os.path.dirname(files[batch[0]]))
+        data = ds.dataset([files[r] for r in batch], schema=want, format="parquet",
+                          partitioning=ds.partitioning(pa.schema([("rank", pa.int64())]),
+                                                       flavor="hive"),
+                          partition_base_dir=base).to_table()
+        comm = pc.fill_null(pc.starts_with(data["name"], NCCL_PREFIX.lstrip("^")), False)
+        yield (np.asarray(batch, dtype=np.int64), data["rank"].to_numpy(),
+               data["start_ns"].to_numpy(), data["end_ns"].to_numpy(),
+               comm.to_numpy(zero_copy_only=False))
+        batch, rows = [], 0
+
+
+def _manifest_rows(m: Any) -> int:
+    info = m.tables.get("kernels")
+    rows = info.get("rows") if isinstance(info, dict) else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0 else 1
+
+
+def _segmented_unions(ranks: np.ndarray, rank: np.ndarray, s: np.ndarray, e: np.ndarray,
+                      gap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merged ``[start, end)`` intervals of each rank separately, for many ranks at once:
+    ``(rank, start, end)`` of the merged intervals. ``gap`` (per rank, in ``ranks`` order)
+    closes gaps up to that length."""
+    if s.size == 0:
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty
+    e = np.maximum(e, s)
+    if gap is not None:
+        e = e + gap[np.searchsorted(ranks, rank)]
+    order = np.lexsort((s, rank))
+    r, s, e = rank[order], s[order], e[order]
+    new_rank = np.empty(r.size, dtype=bool)
+    new_rank[0] = True
+    new_rank[1:] = r[1:] != r[:-1]
+    # the running furthest end, restarted at each rank: shift each rank's ends above every
+    # end of the ranks before it, so one running maximum serves all of them
+    lift = np.cumsum(new_rank) - 1
+    width = np.int64(max(1, int(e.max()) - int(s.min()) + 1)) if s.size else np.int64(1)
+    if lift[-1] and width > np.iinfo(np.int64).max // (lift[-1] + 2):
+        # spans too wide to lift: rank by rank
+        parts = [merge_intervals(s[r == k], e[r == k]) for k in np.unique(r)]
+        starts = np.concatenate([p[0] for p in parts])
+        ends = np.concatenate([p[1] for p in parts])
+        owner = np.concatenate([np.full(p[0].size, k) for p, k in zip(parts, np.unique(r))])
+        return owner.astype(np.int64), starts, ends
+    low = np.minimum.reduceat(s, np.flatnonzero(new_rank))[lift]
+    reach = np.maximum.accumulate((e - low) + lift * width) - lift * width + low
+    begins = new_rank.copy()
+    begins[1:] |= s[1:] > reach[:-1]
+    first = np.flatnonzero(begins)
+    last = np.r_[first[1:] - 1, s.size - 1]
+    return r[first], s[first], reach[last]
+
+
 def _per_rank(ts: "TraceSet") -> pd.DataFrame:
-    """The map over ranks, one read of each rank's kernel times: ``rank, kernels, first_ns,
-    last_ns, compute_ns, comm_ns, busy_ns`` (unions of kernel intervals, each rank on its own
-    clock). Cached; every per-rank analysis reduces from it."""
+    """The map over ranks, one read of each rank's kernel times (many ranks per read):
+    ``rank, kernels, first_ns, last_ns, compute_ns, comm_ns, busy_ns`` (unions of kernel
+    intervals, each rank on its own clock). Cached; every per-rank analysis reduces from it."""
     if "per_rank" in ts.cache:
         return ts.cache["per_rank"]
-    rows = []
-    for rank in ts.data_ranks:
-        s, e, comm = _rank_kernels(ts, rank)
-        rows.append((rank, s.size, int(s.min()) if s.size else 0, int(e.max()) if e.size else 0,
-                     busy_ns(s[~comm], e[~comm]), busy_ns(s[comm], e[comm]), busy_ns(s, e)))
-    out = pd.DataFrame(rows, columns=["rank", "kernels", "first_ns", "last_ns", "compute_ns",
-                                      "comm_ns", "busy_ns"]).astype("int64")
+    parts = []
+    for ranks, rank, s, e, comm in _kernel_batches(ts):
+        idx = np.searchsorted(ranks, rank)
+        n = np.bincount(idx, minlength=ranks.size)
+        first = np.full(ranks.size, np.iinfo(np.int64).max)
+        last = np.full(ranks.size, np.iinfo(np.int64).min)
+        np.minimum.at(first, idx, s)
+        np.maximum.at(last, idx, e)
+        out = {"rank": ranks, "kernels": n, "first_ns": np.where(n > 0, first, 0),
+               "last_ns": np.where(n > 0, last, 0)}
+        for col, mask in (("compute_ns", ~comm), ("comm_ns", comm), ("busy_ns", None)):
+            sel = slice(None) if mask is None else mask
+            owner, ms, me = _segmented_unions(ranks, rank[sel], s[sel], e[sel])
+            out[col] = np.bincount(np.searchsorted(ranks, owner), weights=me - ms,
+                                   minlength=ranks.size).astype(np.int64)
+        parts.append(pd.DataFrame(out))
+    cols = ["rank", "kernels", "first_ns", "last_ns", "compute_ns", "comm_ns", "busy_ns"]
+    have = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+    # ranks with data but no kernels table rows
+    out = pd.DataFrame({"rank": ts.data_ranks}).merge(have, on="rank", how="left")
+    out = out.fillna(0)[cols].astype("int64")
     ts.cache["per_rank"] = out
     return out
 
@@ -453,31 +546,64 @@ def vs_median(ts: "TraceSet", *, top: int = 20) -> pd.DataFrame:
     return long[["name", "rank", "time_ns", "median_ns", "delta_ns", "delta_pct"]]
 
 
-def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000) -> pd.DataFrame:
+def busy_intervals(ts: "TraceSet", *, max_intervals_per_rank: int = 4000,
+                   ranks: Any = None) -> pd.DataFrame:
     """Merged busy intervals per rank and kind (``compute`` / ``comm``), on the aligned clock,
-    for a timeline with one row per rank. Gaps shorter than the set's span divided by
-    ``max_intervals_per_rank`` are closed, so the result stays small for any trace size.
+    for a timeline. Gaps shorter than the set's span divided by ``max_intervals_per_rank`` are
+    closed, so the result stays small for any trace size; ``ranks`` keeps only those ranks.
 
     Columns: ``rank, kind, start_ns, end_ns``.
     """
     cols = ["rank", "kind", "start_ns", "end_ns"]
+    if isinstance(max_intervals_per_rank, bool) or not isinstance(
+            max_intervals_per_rank, (int, np.integer)) or max_intervals_per_rank < 1:
+        raise InvalidArgument(f"max_intervals_per_rank={max_intervals_per_rank!r}: give a "
+                              "whole number, 1 or more")
+    keep = None if ranks is None else set(int(r) for r in ranks)
     per = _per_rank(ts)
     per = per[per["kernels"] > 0]
     if per.empty:
         return pd.DataFrame(columns=cols)
-    gap = max(int((per["last_ns"].max() - per["first_ns"].min()) //
-                  max(1, max_intervals_per_rank)), 0)
+    gap = max(int((per["last_ns"].max() - per["first_ns"].min()) // max_intervals_per_rank), 0)
     off = _offsets(ts)
     parts = []
-    for rank in ts.data_ranks:
-        s, e, comm = _rank_kernels(ts, rank)
+    for batch, rank, s, e, comm in _kernel_batches(ts):
+        if keep is not None:
+            sel = np.isin(rank, list(keep))
+            rank, s, e, comm = rank[sel], s[sel], e[sel], comm[sel]
         for kind, mask in (("compute", ~comm), ("comm", comm)):
-            ms, me = merge_intervals(s[mask], e[mask] + gap)   # closes gaps up to `gap`
-            if ms.size:
-                shift = int(off.get(rank, 0))
-                parts.append(pd.DataFrame({"rank": rank, "kind": kind, "start_ns": ms - shift,
-                                           "end_ns": me - gap - shift}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+            owner, ms, me = _segmented_unions(batch, rank[mask], s[mask], e[mask],
+                                              np.full(batch.size, gap, np.int64))
+            shift = pd.Series(owner).map(off).fillna(0).to_numpy(dtype=np.int64)
+            parts.append(pd.DataFrame({"rank": owner, "kind": kind, "start_ns": ms - shift,
+                                       "end_ns": me - gap - shift}))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+    return out.sort_values(["rank", "kind", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def busy_share(intervals: pd.DataFrame, groups: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Share of each (group of ranks, time bin) during which its ranks' GPUs were busy:
+    ``intervals`` from :func:`busy_intervals` (one kind), ``groups`` indexed by rank: the group
+    of each rank, ``edges`` the bin edges (ns). Returns ``groups x bins`` in [0, 1], the exact
+    integral of the intervals over each bin (no sampling)."""
+    n_groups = int(groups.max()) + 1 if groups.size else 0
+    out = np.zeros((n_groups, edges.size - 1))
+    if intervals.empty:
+        return out
+    g = groups[intervals["rank"].to_numpy()]
+    for k in np.unique(g):
+        sel = g == k
+        t0 = edges[0]
+        s = np.sort(intervals["start_ns"].to_numpy()[sel] - t0).astype(np.float64)
+        e = np.sort(intervals["end_ns"].to_numpy()[sel] - t0).astype(np.float64)
+        x = (edges - t0).astype(np.float64)
+        cs, ce = np.r_[0, np.cumsum(s)], np.r_[0, np.cumsum(e)]
+        i, j = np.searchsorted(s, x), np.searchsorted(e, x)
+        # covered time up to t: sum over started intervals of (t - s) minus ended ones (t - e)
+        cover = (i * x - cs[i]) - (j * x - ce[j])
+        out[k] = np.diff(cover)
+    size = np.bincount(groups[groups >= 0], minlength=n_groups).astype(np.float64)
+    return out / np.diff(edges)[None, :] / np.maximum(size, 1)[:, None]
 
 
 def describe(ts: "TraceSet") -> Headline:
