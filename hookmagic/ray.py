@@ -35,7 +35,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from hookmagic.common.errors import HookmagicError, Unavailable
+from hookmagic.common.errors import HookmagicError, InvalidArgument, Unavailable
 
 COLLECTOR_NAME = "hookmagic-collector"
 NAMESPACE = "hookmagic"
@@ -51,10 +51,9 @@ class GatherError(HookmagicError, RuntimeError):
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise RayUnavailable("hookmagic.ray needs Ray: pip install 'hookmagic[ray]'") from None
+    from hookmagic.common.optional import require
+
+    ray = require("ray", extra="ray")
     if not ray.is_initialized():
         raise RayUnavailable("Ray is not initialised in this process: call ray.init() first "
                              "(on workers Ray does it)")
@@ -69,6 +68,7 @@ class _Collector:
 
     def begin(self, session: str, key: str, info: dict[str, Any], rank: int | None,
               actor: Any = None) -> int:
+        _check_rank(rank)
         entries = self.sessions.setdefault(session, {})
         if rank is None:
             rank = len(entries)
@@ -77,6 +77,7 @@ class _Collector:
         return rank
 
     def put(self, session: str, key: str, data: bytes, rank: int | None = None) -> int:
+        _check_rank(rank)   # refused before anything is stored
         entries = self.sessions.setdefault(session, {})
         entry = entries.get(key)
         if entry is None:
@@ -128,7 +129,12 @@ def _trace_bytes(trace: Any) -> bytes:
 
 def send(trace: Any, session: str = "default", *, rank: int | None = None,
          timeout_s: float = 60.0) -> int:
-    """Send a finished :class:`~hookmagic.Trace` to the driver's session; returns its rank."""
+    """Send a finished :class:`~hookmagic.Trace` to the driver's session; returns its rank.
+
+    ``rank`` and ``timeout_s`` are checked before anything is stored."""
+    rank = _check_rank(rank)
+    timeout_s = _check_timeout(timeout_s)
+    _check_session(session)
     ray = _ray()
     info = _worker_info()
     meta_rank = dict(trace.meta.get("rank") or {})
@@ -154,7 +160,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.ray.capture(): ...`
 
     def __init__(self, session: str = "default", *, rank: int | None = None,
                  timeout_s: float = 60.0, **capture_kw: Any) -> None:
-        self.session, self.rank, self.timeout_s = session, rank, timeout_s
+        _check_session(session)
+        self.session, self.rank = session, _check_rank(rank)
+        self.timeout_s = _check_timeout(timeout_s)
         self.capture_kw = capture_kw
         self._cap: Any = None
 
@@ -211,6 +219,13 @@ def gather(session: str = "default", *, dir: str | os.PathLike | None = None,  #
     that reason (one warning lists them). The traces are written to ``dir`` (default: a new
     temporary folder) as ``rank=<N>.hmtrace``; ``clear`` forgets them in the collector after.
     """
+    _check_session(session)
+    timeout_s = _check_timeout(timeout_s)
+    if dir is not None:
+        target = Path(os.path.expanduser(os.fspath(dir)))
+        if target.exists() and not target.is_dir():
+            raise InvalidArgument(f"gather(dir={os.fspath(dir)!r}): that path exists and is "
+                                  "not a folder")
     ray = _ray()
     coll = collector(create=False)
     if coll is None:
@@ -237,7 +252,7 @@ def gather(session: str = "default", *, dir: str | os.PathLike | None = None,  #
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for key in done:
-        rank = status[key]["rank"]
+        rank = _check_rank(int(status[key]["rank"]))
         path = out / f"rank={rank}.hmtrace"
         path.write_bytes(blobs[key])
         files.append(path)
@@ -277,6 +292,32 @@ def gather(session: str = "default", *, dir: str | os.PathLike | None = None,  #
     return ts
 
 
+def _check_rank(rank: Any) -> int | None:
+    """A rank given by the caller: None or a whole number in ``[0, MAX_RANKS)`` (it names a
+    file on the driver, so nothing else may pass)."""
+    from hookmagic.traceset.members import MAX_RANKS
+
+    if rank is None:
+        return None
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_RANKS:
+        raise InvalidArgument(f"rank={rank!r}: give a whole number from 0 to {MAX_RANKS - 1}")
+    return rank
+
+
+def _check_timeout(timeout_s: Any) -> float:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not 0 < timeout_s < 7 * 86400:
+        raise InvalidArgument(f"timeout_s={timeout_s!r}: give a number of seconds above 0 "
+                              "(and below a week)")
+    return float(timeout_s)
+
+
+def _check_session(session: Any) -> None:
+    if not isinstance(session, str) or not 0 < len(session) <= 200:
+        raise InvalidArgument(f"session={str(session)[:40]!r}: give a name of 1 to 200 "
+                              "characters")
+
+
 def _actor_dead(ray: Any, actor: Any) -> str:
     """A reason if ``actor`` is dead, "" if alive or unknown (a task has no actor to ask)."""
     if actor is None:
@@ -298,3 +339,53 @@ def shutdown_collector() -> None:
     coll = collector(create=False)
     if coll is not None:
         ray.kill(coll)
+
+
+# -- the analyses where the files are ----------------------------------------------------------
+def _map_ranks(paths: list[str]) -> Any:
+    """On a Ray worker: the per-rank map over the traces at ``paths`` (files this worker can
+    read), the same function the local engine runs."""
+    import hookmagic.multirank  # noqa: F401
+    from hookmagic.analysis.ranks import per_rank_map
+    from hookmagic.traceset.model import build_traceset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ts = build_traceset(paths)
+    try:
+        return per_rank_map(ts), ts.ranks[["rank", "status", "reason", "path"]]
+    finally:
+        ts.close()
+
+
+def overlap(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -> Any:
+    """``TraceSet.overlap()`` computed on the Ray cluster: the traces at ``paths`` (a folder of
+    rank folders, a glob or a list, as :func:`hookmagic.load_many` takes them) are split into
+    tasks of ``ranks_per_task`` ranks, each task runs the per-rank map where it is scheduled
+    (the files must be readable there), and the driver combines the rows with the same reduce
+    as the local engine, so both give equal tables. Ranks a task could not read are left out
+    and listed in one warning."""
+    import pandas as pd
+
+    from hookmagic.analysis.ranks import overlap_from
+    from hookmagic.traceset.members import expand
+
+    timeout_s = _check_timeout(timeout_s)
+    if isinstance(ranks_per_task, bool) or not isinstance(ranks_per_task, int) \
+            or ranks_per_task < 1:
+        raise InvalidArgument(f"ranks_per_task={ranks_per_task!r}: give a whole number, 1 or "
+                              "more")
+    ray = _ray()
+    found = [str(p) for p in expand(paths)]
+    task = ray.remote(num_cpus=1)(_map_ranks)
+    refs = [task.remote(found[i:i + ranks_per_task])
+            for i in range(0, len(found), ranks_per_task)]
+    parts = ray.get(refs, timeout=timeout_s)
+    per = pd.concat([p for p, _ in parts], ignore_index=True)
+    status = pd.concat([r for _, r in parts], ignore_index=True)
+    bad = status[~status["status"].isin(["complete", "partial", "missing"])]
+    if len(bad):
+        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
+        warnings.warn(f"hookmagic.ray.overlap: {len(bad)} rank(s) not analysed: {listing}",
+                      stacklevel=2)
+    return overlap_from(per.drop_duplicates("rank"))

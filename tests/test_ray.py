@@ -12,7 +12,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+import pandas as pd  # noqa: E402
+
+import hookmagic  # noqa: E402
 import hookmagic.ray as hray  # noqa: E402
+from hookmagic.common.errors import InvalidArgument  # noqa: E402
 from tests.synthetic_ranks import MS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,3 +132,34 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_hostile_arguments_refused_before_anything_is_stored(cluster, tmp_path):
+    trace = hookmagic.Trace.empty("synthetic: nothing")
+    for rank in ("../x", -1, 2.0, True, 1 << 40):
+        with pytest.raises(InvalidArgument, match="rank"):
+            hray.send(trace, "hostile", rank=rank)
+    coll = hray.collector(create=False)
+    if coll is not None:
+        assert ray.get(coll.status.remote("hostile"), timeout=T) == {}
+    (tmp_path / "a-file").write_text("synthetic")
+    with pytest.raises(InvalidArgument, match="not a folder"):
+        hray.gather("hostile", dir=tmp_path / "a-file")
+    for bad in (float("nan"), -1, 0, float("inf"), "5"):
+        with pytest.raises(InvalidArgument, match="timeout_s"):
+            hray.gather("hostile", timeout_s=bad)
+    with pytest.raises(InvalidArgument, match="session"):
+        hray.gather(None)
+
+
+def test_overlap_on_ray_equals_the_local_engine(cluster, tmp_path):
+    from hookmagic.trace.folder import save_trace_folder
+    from tests.synthetic_ranks import synthetic_rank_traces
+
+    for r, t in enumerate(synthetic_rank_traces(HOST, EXTRA)):
+        save_trace_folder(t, tmp_path / f"rank={r}")
+    with hookmagic.load_many(tmp_path) as ts:
+        local = ts.overlap()
+    distributed = hray.overlap(tmp_path, ranks_per_task=2, timeout_s=T)   # two tasks
+    pd.testing.assert_frame_equal(distributed, local)
+    assert (distributed["overlap_ns"] == 4 * MS).all()   # by construction of the traces

@@ -476,16 +476,28 @@ def overlap(ts: "TraceSet") -> pd.DataFrame:
     """
     if "overlap" in ts.cache:
         return ts.cache["overlap"]
-    out = _per_rank(ts)[["rank", "compute_ns", "comm_ns", "busy_ns"]].copy()
+    out = overlap_from(_per_rank(ts))
+    ts.cache["overlap"] = out
+    return out
+
+
+def overlap_from(per: pd.DataFrame) -> pd.DataFrame:
+    """The reduce of :func:`overlap`: its columns from the per-rank map's rows (whichever
+    engine made them: this process or Ray workers)."""
+    out = per[["rank", "compute_ns", "comm_ns", "busy_ns"]].copy()
     out["overlap_ns"] = out["compute_ns"] + out["comm_ns"] - out["busy_ns"]
     with np.errstate(invalid="ignore", divide="ignore"):
         out["overlap_pct"] = np.where(out["comm_ns"] > 0,
                                       100.0 * out["overlap_ns"] / out["comm_ns"], np.nan)
     out["exposed_comm_ns"] = out["comm_ns"] - out["overlap_ns"]
-    out = out[["rank", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct", "exposed_comm_ns",
-               "busy_ns"]]
-    ts.cache["overlap"] = out
-    return out
+    return out[["rank", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
+                "exposed_comm_ns", "busy_ns"]].sort_values("rank").reset_index(drop=True)
+
+
+def per_rank_map(ts: "TraceSet") -> pd.DataFrame:
+    """The per-rank map's rows (``rank, kernels, first_ns, last_ns, compute_ns, comm_ns,
+    busy_ns``): what a Ray worker computes for the ranks whose files it holds."""
+    return _per_rank(ts)
 
 
 def rank_summary(ts: "TraceSet") -> pd.DataFrame:
