@@ -99,3 +99,22 @@ def test_rank_with_empty_tables_is_analysed_from_its_kernels_only(tmp_path):
         with hookmagic.load_many(tmp_path) as ts:
             assert len(ts.sql("SELECT * FROM memcpy")) == 0
             assert pa.Table.from_pandas(ts.sql("SELECT * FROM kernels")).num_rows == 24
+
+
+@pytest.mark.parametrize("how", ["link", "subfolder", "absolute"])
+def test_a_table_leading_outside_its_folder_is_refused(four_ranks, tmp_path_factory, how):
+    outside = tmp_path_factory.mktemp("outside") / "secret.parquet"
+    shutil.copyfile(four_ranks / "rank=0" / "kernels.parquet", outside)
+    folder = four_ranks / "rank=2"
+    doc = json.loads((folder / "meta.json").read_text())
+    if how == "link":
+        (folder / "kernels.parquet").unlink()
+        (folder / "kernels.parquet").symlink_to(outside)
+    else:
+        doc["tables"]["kernels"]["file"] = "sub/../../x" if how == "subfolder" else str(outside)
+        (folder / "meta.json").write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match="rank 2"):
+        ts = hookmagic.load_many(four_ranks)
+    with ts:
+        assert ts.member(2).status == "damaged" and "outside" in ts.member(2).reason
+        assert ts.data_ranks == [0, 1, 3]

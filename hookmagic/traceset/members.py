@@ -127,8 +127,9 @@ def open_member(path: Path, position: int) -> Member:
             _whole(ident["world_size"], "world size", MAX_RANKS, low=1)
         tables = dict(manifest["tables"])
         if layout == "folder":
+            root = path.resolve()
             for name, info in tables.items():
-                _inside(path, info, name)
+                _inside(root, info, name)
     except InvalidRankFile as err:
         return Member(str(path), guess, "damaged", str(err))
     status = str(meta.get("status", "complete"))
@@ -158,17 +159,19 @@ def _whole(value: Any, what: str, high: int, low: int = 0) -> int:
     return number
 
 
-def _inside(folder: Path, info: Any, table: str) -> None:
-    """A folder's table entry must name a plain file inside that folder (no ``..``, no absolute
-    path, no symlink leading out)."""
+def _inside(root: Path, info: Any, table: str) -> None:
+    """A folder's table entry must name a plain file directly inside that folder (``root``,
+    resolved): no separator, no ``..``, no absolute path, no symlink leading out."""
     name = info.get("file") if isinstance(info, dict) else None
     if not isinstance(name, str) or not name:
         raise InvalidRankFile(f"its manifest gives table {table!r} no file name")
-    root = folder.resolve()
-    target = (root / name).resolve()
-    if Path(name).is_absolute() or ".." in Path(name).parts or root not in target.parents:
+    if "/" in name or "\\" in name or "\0" in name or name in (".", ".."):
         raise InvalidRankFile(f"its manifest points table {table!r} outside the trace folder "
                               f"({name!r}); refused")
+    target = root / name
+    if target.is_symlink() and root not in target.resolve().parents:
+        raise InvalidRankFile(f"its manifest points table {table!r} outside the trace folder "
+                              f"({name!r}, a link); refused")
 
 
 def _zip_manifest(path: Path) -> dict[str, Any]:
