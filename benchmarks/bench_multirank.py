@@ -5,7 +5,7 @@ and the cross-rank analyses over SYNTHETIC traces (made-up kernels, named as suc
 
 Each synthetic rank is a trace folder with ``--kernels`` kernels: steps of compute kernels then
 an NCCL all-reduce, rank ``ranks // 2`` late by 2 ms in every step. Generation is not timed.
-Timed, in a fresh process per repeat: open the set, then ``summary()`` (which runs overlap,
+Timed, in a fresh process per repeat: open the set, then ``per_rank()`` (which runs overlap,
 collectives and stragglers), each query through DuckDB over the Parquet files. Peak memory is
 the process's maximum resident set (DuckDB runs in-process, so it is included). Writes a
 markdown table to ``--table`` (default benchmarks/results/multirank_out_of_core.md).
@@ -62,7 +62,7 @@ def measure_folder(folder: str, threads: int | None) -> dict:
     ts = hookmagic.load_many(folder, threads=threads)
     n = int(ts.sql("SELECT count(*) AS n FROM kernels")["n"].iloc[0])
     t1 = time.perf_counter()
-    summary = ts.summary()
+    summary = ts.per_rank()
     t2 = time.perf_counter()
     st = ts.stragglers()
     t3 = time.perf_counter()

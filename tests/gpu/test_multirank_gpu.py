@@ -39,3 +39,41 @@ def test_capture_dir_names_the_gpu_and_duckdb_reads_the_kernels(tmp_path, monkey
         assert got["name"].tolist() == want["name"].tolist()
         assert got["start_ns"].tolist() == want["start_ns"].tolist()
         assert ts.ranks["gpu_uuid"].tolist() == [want_uuid]
+
+
+@pytest.mark.needs("two_gpus")
+@pytest.mark.parametrize("slow_rank,slow_ms", [(1, 20.0), (0, 50.0)])
+def test_torchrun_two_ranks_names_the_slowed_rank_in_every_captured_step(tmp_path, slow_rank,
+                                                                        slow_ms):
+    """A real 2-GPU DDP job (lab/multirank/multirank_ddp.py under torchrun), captured by the
+    HOOKMAGIC_CAPTURE_* variables alone: one rank sleeps before each forward pass. In every
+    captured step, the first included, the straggler is that rank, the cause "host", and the
+    lateness within +15 % of the sleep the rank measured itself (time.perf_counter)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, HOOKMAGIC_CAPTURE_DIR=str(tmp_path),
+               HOOKMAGIC_CAPTURE_STEPS="6:10", HOOKMAGIC_CAPTURE_OPTIONS="nvml=0",
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(root / "lab" / "multirank" / "multirank_ddp.py"), "--steps", "12",
+         "--slow-rank", str(slow_rank), "--slow-ms", str(slow_ms)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    truth = json.loads((tmp_path / f"truth_rank={slow_rank}.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ts = hookmagic.load_many(tmp_path)
+    with ts:
+        st = ts.stragglers()
+    assert st["step"].tolist() == [6, 7, 8, 9], st
+    assert (st["straggler_rank"] == slow_rank).all(), st
+    assert (st["cause"] == "host").all(), st
+    for step, late in zip(st["step"], st["lateness_ns"]):
+        slept = truth["sleep_s"][step] * 1e9
+        assert slept < late < 1.15 * slept, (step, late, slept)
