@@ -204,8 +204,8 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
     ``median_start_ns``, ``last_rank``, ``lateness_ns`` (last arrival minus the median
     arrival of the others; at each rank's first collective, arrivals are counted from the
     rank's own capture start), ``capture_start_ns`` (there: how much later the last rank began
-    capturing than the others; 0 elsewhere), ``transfer_ns`` (the shortest kernel: the collective's own time),
-    ``max_wait_ns``; ordered by when the collective started.
+    capturing than the others; 0 elsewhere), ``transfer_ns`` (the shortest kernel: the
+    collective's own time), ``max_wait_ns``; ordered by when the collective started.
     """
     if "skew" in ts.cache:
         return ts.cache["skew"]

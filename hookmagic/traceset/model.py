@@ -260,7 +260,7 @@ class TraceSet:
         """Write the set as one folder at ``path``: a ``rank=<N>`` trace folder per rank with
         data and a ``traceset.json`` manifest (``"hookmagic_kind": "traceset"``, the job, every
         rank's status and reason). ``hookmagic.load(path)`` opens it again as a TraceSet."""
-        from hookmagic.traceset.io import save_traceset
+        from hookmagic.traceset.saved import save_traceset
         return save_traceset(self, path)
 
     # -- display -------------------------------------------------------------------------------
