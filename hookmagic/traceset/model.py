@@ -53,7 +53,7 @@ class TraceSet:
     ``sql(query)`` answers any question over the ``kernels``, ``memcpy``, ... views (each with
     a ``rank`` column); ``trace(rank)`` loads one rank as a :class:`~hookmagic.Trace`.
     The analyses (``summary()``, ``collectives()``, ``stragglers()``, ``overlap()``,
-    ``clock()``, ``vs_median()``) and views (``timeline()``, ``straggler_figure()``) are
+    ``clock()``, ``vs_median()``, ``per_rank()``) and views (``timeline()``, ``straggler_chart()``) are
     attached by :mod:`hookmagic.multirank`.
     """
 
