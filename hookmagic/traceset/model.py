@@ -53,8 +53,8 @@ class TraceSet:
     ``sql(query)`` answers any question over the ``kernels``, ``memcpy``, ... views (each with
     a ``rank`` column); ``trace(rank)`` loads one rank as a :class:`~hookmagic.Trace`.
     The analyses (``summary()``, ``collectives()``, ``stragglers()``, ``overlap()``,
-    ``clock()``, ``vs_median()``, ``per_rank()``) and views (``timeline()``, ``straggler_chart()``) are
-    attached by :mod:`hookmagic.multirank`.
+    ``clock()``, ``vs_median()``, ``per_rank()``) and views (``timeline()``,
+    ``straggler_chart()``) are attached by :mod:`hookmagic.multirank`.
     """
 
     def __init__(self, members: list[Member], *, job_id: str = "",
