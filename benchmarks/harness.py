@@ -38,6 +38,7 @@ REGISTRY = {
     "memory": "benchmarks.bench_memory",
     "pipeline": "benchmarks.bench_pipeline",
     "multirank": "benchmarks.bench_multirank",
+    "multirank_scale": "benchmarks.multirank_scale",
 }
 
 

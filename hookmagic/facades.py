@@ -34,6 +34,7 @@ def load(path: str | os.PathLike) -> Any:
     - a saved trace (``Trace.save``, ``%%cudahook --save``) or a rank's trace folder: a
       :class:`~hookmagic.Trace`;
     - Chrome/Kineto trace JSON (``torch.profiler``'s ``.json`` / ``.json.gz``): a ``Trace``;
+    - a saved set of ranks (``TraceSet.save``): a :class:`~hookmagic.traceset.TraceSet`;
     - a saved layer profile (``LayerProfile.save``): a ``LayerProfile``;
     - a saved scheduler result (``Result.save``; its ``<prefix>.requests.parquet``): a
       ``SimResult`` or ``RunResult``;
@@ -80,6 +81,7 @@ def load(path: str | os.PathLike) -> Any:
 # (module, sniff function, load function) for every saved kind other than Trace; each sniff
 # takes a Path that exists and returns True only for its own kind, without raising.
 _KINDS = (
+    ("hookmagic.traceset.io", "sniff", "load"),
     ("hookmagic.layers.model", "sniff", "load_profile"),
     ("hookmagic.sched.result", "sniff", "load_saved"),
     ("hookmagic.pipeline.run", "sniff", "load_run"),

@@ -72,7 +72,7 @@ starts at the previous step's `optimizer.step()`, and on the slowed rank, whose 
 bottleneck, attaching CUPTI (the `start_s` in each rank's `meta["overhead"]`) delays the
 next step for real; on the fast rank the same start hides in its wait for the GPU. The
 analysis leaves that step's cause empty (nothing before it was captured to compare)."""),
-    ("code", "ts.straggler_figure()"),
+    ("code", "ts.straggler_chart()"),
     ("md", """## The same question on the other two jobs
 
 Without a straggler the last rank is late by little (noise); with rank 0 sleeping 50 ms,
@@ -88,7 +88,7 @@ for job in ("ddp_baseline", "ddp_slow0_50ms"):
     ("md", """## Communication and computation
 
 Overlap (as Holistic Trace Analysis defines it): the share of NCCL kernel time during which a
-compute kernel also ran on the rank's GPU. `wait_ns` in `summary()` is the time spent inside
+compute kernel also ran on the rank's GPU. `wait_ns` in `per_rank()` is the time spent inside
 collectives beyond the shortest kernel of each: waiting for the other rank."""),
     ("code", """# NBVAL_CHECK_OUTPUT
 ov = ts.overlap()
@@ -96,7 +96,7 @@ ns = [c for c in ov.columns if c.endswith("_ns")]
 ms = {c.replace("_ns", "_ms"): (ov[c] / 1e6).round(2) for c in ns}
 ov.assign(**ms).drop(columns=ns).round(1)"""),
     ("code", """# NBVAL_CHECK_OUTPUT
-summ = ts.summary()
+summ = ts.per_rank()
 summ[["rank", "kernels", "times_last"]].assign(
     compute_ms=(summ["compute_ns"] / 1e6).round(2), comm_ms=(summ["comm_ns"] / 1e6).round(2),
     wait_ms=(summ["wait_ns"] / 1e6).round(2))"""),
@@ -112,7 +112,7 @@ ts.clock()"""),
 
 GPU time per kernel name, rank minus median (with two ranks the median is their mean): the
 NCCL kernel of the rank that waited stands out."""),
-    ("code", "ts.vs_median_figure(top=12)"),
+    ("code", "ts.vs_median_heatmap(top=12)"),
     ("md", """## Anything else: SQL
 
 The set's DuckDB connection has one view per trace table, each with a `rank` column."""),
