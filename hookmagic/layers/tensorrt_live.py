@@ -112,7 +112,7 @@ def build_engine(onnx_path: str | os.PathLike, *, fp16: bool = False, int8: bool
         if not wanted:
             continue
         if not hasattr(trt.BuilderFlag, flag):
-            raise Unavailable(f"TensorRT {trt.__version__} has no BuilderFlag.{flag}: networks are "
+            raise EngineBuildError(f"TensorRT {trt.__version__} has no BuilderFlag.{flag}: networks are "
                              "strongly typed, so precision comes from the model (cast it, or add "
                              "Q/DQ nodes for INT8)")
         config.set_flag(getattr(trt.BuilderFlag, flag))
