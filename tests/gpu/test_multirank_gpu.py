@@ -76,4 +76,7 @@ def test_torchrun_two_ranks_names_the_slowed_rank_in_every_captured_step(tmp_pat
     assert (st["cause"] == "host").all(), st
     for step, late in zip(st["step"], st["lateness_ns"]):
         slept = truth["sleep_s"][step] * 1e9
-        assert slept < late < 1.15 * slept, (step, late, slept)
+        # the slowed rank reaches the collective after its sleep plus the host time to launch
+        # its forward pass, less the other rank's own jitter: on 2x H200 the lateness read
+        # -3.0 ... +4.4 ms off a 20 ms sleep (the first captured step included)
+        assert abs(late - slept) < 0.1 * slept + 5e6, (step, late, slept)
