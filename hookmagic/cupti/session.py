@@ -369,7 +369,12 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                             "stacks_sampled": counters["stacks_sampled"]}
         meta["dropped"] = {"activity_records": counters["dropped_cupti"],
                            "over_memory_limit": counters["dropped_limit"],
-                           "buffers_refused": counters["buffers_refused"]}
+                           "buffers_refused": counters["buffers_refused"],
+                           # exceptions caught where CUPTI calls in: that buffer's records or
+                           # that callback's row were lost, the process kept running
+                           "native_faults": int(sum(counters.get(k, 0) for k in (
+                               "faults_buffer_requested", "faults_buffer_completed",
+                               "faults_api_callback")))}
         meta["records"] = int(counters["records"])
         meta["detached"] = bool(counters["detached"])
         # launches from threads without Python frames attributed to the caller of backward()
