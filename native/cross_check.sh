@@ -11,16 +11,22 @@ python=${PYTHON:-python}
 "$python" -c "import ziglang" 2>/dev/null || "$python" -m pip install -q ziglang
 "$python" -c "import pybind11" 2>/dev/null || "$python" -m pip install -q pybind11
 zig=$("$python" -c "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))")
-cuda=$("$python" find_cuda_headers.py)
-pyinc=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
-pb=$("$python" -c "import pybind11; print(pybind11.get_include())")
 objs=$(mktemp -d)
 trap 'rm -rf "$objs"' EXIT
+# the CUDA and CUPTI headers the build uses (pyproject's build requirements), in a private folder
+"$python" -m pip install -q --no-deps --target "$objs/headers" \
+  "nvidia-cuda-cupti==13.0.*" "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-crt==13.0.*"
+cuda=$(PYTHONPATH="$objs/headers" "$python" find_cuda_headers.py)
+incs=()
+IFS=';' read -r -a dirs <<< "$cuda"
+for d in "${dirs[@]}"; do incs+=(-I"$d"); done
+pyinc=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+pb=$("$python" -c "import pybind11; print(pybind11.get_include())")
 n=0
 for src in src/*.cpp src/*.c; do
   case "$src" in *.c) tool=cc; std=-std=c11 ;; *) tool=c++; std=-std=c++17 ;; esac
   "$zig" "$tool" -target "$arch-linux-gnu.2.28" $std -O2 -fPIC -Wall -Wno-unused-parameter \
-    -I"$cuda" -I"$pyinc" -I"$pb" -c "$src" -o "$objs/$(basename "$src").o"
+    "${incs[@]}" -I"$pyinc" -I"$pb" -c "$src" -o "$objs/$(basename "$src").o"
   n=$((n + 1))
 done
 echo "native: $n translation units compile for $arch (glibc 2.28)"
