@@ -150,3 +150,17 @@ def test_overhead_adds_seconds_not_counts(synthetic_trace):
                                         "decode_s": 0.0007, "callbacks": 1401,
                                         "stacks_sampled": 1401}
     assert summarize(synthetic_trace).overhead_s == pytest.approx(0.0075)
+
+
+def test_summary_to_frame_is_the_shared_headline_table(synthetic_trace):
+    s = summarize(synthetic_trace)
+    frame = s.to_frame()
+    assert list(frame.columns) == ["value", "unit"] and frame.index.name == "name"
+    # the same hand-computed numbers as above, in the shared name/value/unit shape
+    assert frame.loc["busy_s", "value"] == pytest.approx(5.1e-3)
+    assert frame.loc["busy_s", "unit"] == "s"
+    assert frame.loc["kernel_count", "value"] == 3
+    assert frame.loc["wall_s", "value"] == pytest.approx(0.01)
+    assert s["idle_fraction"] == pytest.approx(0.49)
+    assert s.to_dict()["kernel_time_s"] == pytest.approx(4.5e-3)
+    assert synthetic_trace.summary().to_frame().equals(frame)

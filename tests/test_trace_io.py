@@ -19,7 +19,8 @@ from hookmagic.trace.model import Trace
 
 def test_round_trip_preserves_tables_dtypes_and_meta(tmp_path, synthetic_trace):
     path = tmp_path / "synthetic.hmtrace"
-    assert synthetic_trace.save(path) == str(path)
+    assert synthetic_trace.save(path) == path
+    assert isinstance(synthetic_trace.save(str(path)), Path)
     loaded = load_trace(path)
     for name, frame in synthetic_trace.tables.items():
         pd.testing.assert_frame_equal(getattr(loaded, name), frame, check_exact=True)
@@ -36,6 +37,7 @@ def test_file_is_stored_zip_of_zstd_parquet(tmp_path, synthetic_trace):
         assert set(infos) == {"meta.json"} | {f"{n}.parquet" for n in synthetic_trace.tables}
         assert all(i.compress_type == zipfile.ZIP_STORED for i in infos.values())
         manifest = json.loads(zf.read("meta.json"))
+        assert manifest["hookmagic_kind"] == "trace"
         meta = pq.read_metadata(pa.BufferReader(zf.read("kernels.parquet")))
         assert meta.row_group(0).column(0).compression == "ZSTD"
     assert manifest["format"] == "hookmagic.trace"

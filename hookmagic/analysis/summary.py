@@ -12,6 +12,7 @@ import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.intervals import busy_ns, merge_intervals  # noqa: F401 (public here)
+from hookmagic.common.results import Headline
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from hookmagic.trace.model import Trace
@@ -103,6 +104,33 @@ class Summary:
         """The largest per-device peak of memory allocated during the capture."""
         return max(self.peak_memory.values(), default=0)
 
+    def headline(self) -> Headline:
+        """The scalar numbers as the shared :class:`~hookmagic.common.results.Headline`
+        (name, value, unit); the tables (top kernels, copies, per device) stay fields."""
+        values = {name: getattr(self, name) for name in _HEADLINE_UNITS}
+        notes = ([self.reason] if self.reason else []) + list(self.warnings)
+        title = f"Trace {self.label!r}" if self.label else "Trace"
+        return Headline(title, values, {k: u for k, u in _HEADLINE_UNITS.items() if u}, notes)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The scalar numbers as a DataFrame: index ``name``, columns ``value`` and ``unit``
+        (as every result's ``summary().to_frame()``)."""
+        return self.headline().to_frame()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scalar numbers as a plain dict."""
+        return self.headline().to_dict()
+
+    def __getitem__(self, name: str) -> Any:
+        return self.headline()[name]
+
+
+#: the scalar fields of a Summary that its headline table shows, with their units
+_HEADLINE_UNITS = {
+    "status": "", "wall_s": "s", "busy_s": "s", "idle_fraction": "fraction",
+    "kernel_count": "", "kernel_time_s": "s", "peak_memory_bytes": "bytes",
+    "allocations": "", "frees": "", "api_calls": "", "overhead_s": "s",
+}
 
 
 _AROUND_THE_CELL = ("start_s", "stop_s", "take_s", "build_s")

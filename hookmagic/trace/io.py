@@ -3,8 +3,9 @@
 The file is a ZIP container with entries *stored* (not compressed: the Parquet inside is
 already zstd-compressed, and stored entries can be read without inflating twice):
 
-- ``meta.json``: ``{"format": "hookmagic.trace", "format_version": 1, "tables": {name:
-  {"file": "kernels.parquet", "rows": N, "extra_columns": [...]}}, "meta": {...}}``
+- ``meta.json``: ``{"format": "hookmagic.trace", "hookmagic_kind": "trace", "format_version": 1,
+  "tables": {name: {"file": "kernels.parquet", "rows": N, "extra_columns": [...]}},
+  "meta": {...}}``
 - ``<table>.parquet`` for every non-empty table.
 
 No pickle anywhere, so a trace received from someone else is safe to open. Files written by a
@@ -30,10 +31,13 @@ from hookmagic.common import files, limits
 from hookmagic.common.accessors import register_method
 from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
 from hookmagic.common.progress import progress
+from hookmagic.common.results import SAVED_KIND_KEY
 from hookmagic.trace import legacy, schema
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
 FORMAT = "hookmagic.trace"
+#: what a saved trace records under ``hookmagic_kind`` in its meta.json
+KIND = "trace"
 META_ENTRY = "meta.json"
 
 
@@ -45,14 +49,14 @@ class TraceNumbersError(TraceFileError, BadNumbers):
     """A trace file holds NaN or infinite times, or text where numbers belong."""
 
 
-def save_trace(trace: Trace, path: str | os.PathLike) -> str:
+def save_trace(trace: Trace, path: str | os.PathLike) -> Path:
     """Write ``trace`` to ``path`` (a ZIP of Parquet tables and meta.json); returns the path.
 
     The write is atomic: a crash midway leaves any earlier file at ``path`` untouched.
     """
     path = Path(os.path.expanduser(os.fspath(path)))
-    manifest: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                                "tables": {}, "meta": _jsonable(trace.meta)}
+    manifest: dict[str, Any] = {"format": FORMAT, SAVED_KIND_KEY: KIND,
+                                "format_version": FORMAT_VERSION, "tables": {}, "meta": _jsonable(trace.meta)}
     entries: list[tuple[str, bytes]] = []
     for name, frame in trace.tables.items():
         if frame.empty:
@@ -78,11 +82,11 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> str:
                 zf.writestr(entry, data)
 
     files.atomic_write(path, write, "the trace")
-    return str(path)
+    return path
 
 
 @register_method("Trace")
-def save(self: Trace, path: str | os.PathLike) -> str:
+def save(self: Trace, path: str | os.PathLike) -> Path:
     """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
 
     Read it back with ``hookmagic.load(path)``. The file holds data only (no pickle), so it
