@@ -240,11 +240,12 @@ def test_kineto_nan_and_infinite_times_are_errors(tmp_path):
             read_kineto(_kineto(tmp_path, [_kernel(ts, dur)]))
 
 
-def test_kineto_negative_duration_is_a_visible_warning(tmp_path):
-    trace = hookmagic.load(_kineto(tmp_path, [_kernel(10, 5), _kernel(20, -3)]))
-    assert any("negative" in w for w in trace.meta["warnings"])
-    assert "negative" in repr(trace)
-    assert "negative" in repr(trace.summary())
+def test_kineto_negative_duration_is_refused_not_summed(tmp_path):
+    path = _kineto(tmp_path, [_kernel(10, 5), _kernel(20, -3)])
+    with pytest.raises(BadNumbers, match=r"traceEvents\[1\].*negative duration"):
+        hookmagic.load(path)
+    with pytest.raises(TraceNumbersError):
+        read_kineto(path)
 
 
 def test_saved_trace_with_nan_times_is_refused_not_int64_min(tmp_path):
@@ -260,13 +261,25 @@ def test_saved_trace_with_text_times_is_damaged(tmp_path):
         load_trace(_zip_trace(tmp_path, {"kernels": table}))
 
 
-def test_saved_trace_with_negative_durations_warns(tmp_path):
+def test_saved_trace_with_negative_durations_is_refused(tmp_path):
     table = pa.table({"start_ns": pa.array([10, 20], pa.int64()),
                       "end_ns": pa.array([15, 5], pa.int64()),
                       "duration_ns": pa.array([5, -15], pa.int64())})
-    trace = load_trace(_zip_trace(tmp_path, {"kernels": table}))
-    text = repr(trace)
-    assert "negative duration_ns" in text and "end before they start" in text
+    path = _zip_trace(tmp_path, {"kernels": table})
+    with pytest.raises(BadNumbers) as err:
+        hookmagic.load(path)
+    assert "negative duration_ns" in str(err.value) and "end before they start" in str(err.value)
+
+
+def test_saved_trace_folder_with_negative_durations_is_refused(tmp_path, synthetic_trace):
+    from hookmagic.trace.folder import load_trace_folder, save_trace_folder
+    kernels = synthetic_trace.kernels.copy()
+    kernels.loc[0, "duration_ns"] = -1
+    bad = Trace({**synthetic_trace.tables, "kernels": kernels}, synthetic_trace.meta)
+    folder = tmp_path / "rank0"
+    save_trace_folder(bad, folder)
+    with pytest.raises(BadNumbers, match="negative duration_ns"):
+        load_trace_folder(folder)
 
 
 def _profile(tmp_path, records, name="synthetic.profile.json"):

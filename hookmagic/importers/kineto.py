@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.trace import schema
 from hookmagic.trace.correlation import CorrelationIndex
 from hookmagic.trace.io import TraceFileError
@@ -107,7 +108,7 @@ def _events_of(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
 def _ns(value: Any) -> int:
     """Microseconds (int, float or decimal text) -> integer nanoseconds, rounded half up."""
     if isinstance(value, bool):
-        raise ValueError("a boolean is not a time")
+        raise InvalidArgument("a boolean is not a time")
     if isinstance(value, int):
         return value * 1000
     if isinstance(value, float):
@@ -183,6 +184,12 @@ def _convert(events: list[Any], header: dict[str, Any], path: Path
             raise TraceFileError(
                 f"{str(path)!r}: traceEvents[{i}] ({cat} {str(ev.get('name'))[:60]!r}) has no "
                 f"valid 'ts'/'dur' ({err!r})") from err
+        if dur < 0:
+            # A measured time cannot run backwards; summed, it would silently shrink totals.
+            from hookmagic.trace.io import TraceNumbersError
+            raise TraceNumbersError(
+                f"{str(path)!r}: traceEvents[{i}] ({cat} {str(ev.get('name'))[:60]!r}) has a "
+                f"negative duration (dur {ev.get('dur')!r}); the file is damaged")
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         name = str(ev.get("name", ""))
         base = {"start_ns": start, "end_ns": start + dur, "duration_ns": dur}
@@ -419,12 +426,6 @@ def _meta(tables: dict[str, pd.DataFrame], header: dict[str, Any], path: Path,
                             "ignored": ignored}
     if starts:
         meta["start_ns"], meta["end_ns"] = min(starts), max(ends)
-    negative = {n: int((t["duration_ns"] < 0).sum()) for n, t in tables.items()
-                if len(t) and "duration_ns" in t}
-    problems = [f"{n}: {k:,} event(s) with a negative duration (dur < 0)"
-                for n, k in negative.items() if k]
-    if problems:
-        meta["warnings"] = problems
     if not any(len(tables[n]) for n in ("kernels", "memcpy", "memset")):
         meta["reason"] = "the Kineto trace holds no GPU events (was CUDA activity profiled?)"
     return meta

@@ -29,8 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hookmagic.common import files
+from hookmagic.common.results import SAVED_KIND_KEY
 from hookmagic.trace import schema
-from hookmagic.trace.io import FORMAT, META_ENTRY, TraceFileError, _jsonable
+from hookmagic.trace.io import (FORMAT, KIND, META_ENTRY, TraceFileError, _jsonable,
+                                trace_from_file)
 from hookmagic.trace.model import FORMAT_VERSION, Trace
 
 LAYOUT = "folder"
@@ -48,8 +50,8 @@ def save_trace_folder(trace: Trace, path: str | os.PathLike) -> str:
                              "choose another path")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    manifest: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                                "layout": LAYOUT, "tables": {}, "meta": _jsonable(trace.meta)}
+    manifest: dict[str, Any] = {"format": FORMAT, SAVED_KIND_KEY: KIND,
+                                "format_version": FORMAT_VERSION, "layout": LAYOUT, "tables": {}, "meta": _jsonable(trace.meta)}
     try:
         tmp.mkdir()
         for name, frame in trace.tables.items():
@@ -131,7 +133,7 @@ def load_trace_folder(path: str | os.PathLike) -> Trace:
             file, rows = path / str(info["file"]), int(info["rows"])
             extras = set(info.get("extra_columns", []))
             if file.resolve().parent != path.resolve():
-                raise ValueError(f"its file {info['file']!r} is outside the folder")
+                raise TraceFileError(f"its file {info['file']!r} is outside the folder")
             table = files.read_parquet(file, f"table {name!r} of {str(path)!r}",
                                        TraceFileError)
         except (KeyError, TypeError, ValueError, pa.ArrowException, OSError) as err:
@@ -145,4 +147,4 @@ def load_trace_folder(path: str | os.PathLike) -> Trace:
         if newer:
             table = table.drop_columns(newer)
         tables[name] = table.to_pandas()
-    return Trace(tables, manifest["meta"])
+    return trace_from_file(tables, manifest["meta"], path)

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from hookmagic.common import files, limits
 from hookmagic.common.accessors import register_method
-from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
+from hookmagic.common.errors import BadNumbers, HookmagicError, InputFileError, LimitExceeded
 from hookmagic.common.progress import progress
 from hookmagic.common.results import SAVED_KIND_KEY
 from hookmagic.trace import legacy, schema
@@ -46,7 +46,12 @@ class TraceFileError(InputFileError):
 
 
 class TraceNumbersError(TraceFileError, BadNumbers):
-    """A trace file holds NaN or infinite times, or text where numbers belong."""
+    """A trace file holds NaN, infinite or negative times or sizes, or intervals that end
+    before they start."""
+
+
+class UnsavableMeta(HookmagicError, TypeError):
+    """A trace's meta holds a value that is not JSON-like, so the trace cannot be saved."""
 
 
 def save_trace(trace: Trace, path: str | os.PathLike) -> Path:
@@ -137,9 +142,13 @@ def load_trace(path: str | os.PathLike) -> Trace:
             tables, meta = _read_tables(zf, path)
     if "allocator_events" in tables:
         tables["allocator_events"] = _known_actions(tables["allocator_events"], path)
-    problems = number_warnings(tables)
-    if problems:
-        meta = {**meta, "warnings": list(meta.get("warnings") or []) + problems}
+    return trace_from_file(tables, meta, path)
+
+
+def trace_from_file(tables: dict[str, Any], meta: dict[str, Any], path: Path) -> Trace:
+    """The Trace of tables and meta read from ``path``; impossible numbers and tables that do
+    not fit the schema raise :class:`TraceNumbersError` / :class:`TraceFileError`."""
+    refuse_bad_numbers(tables, str(path))
     try:
         return Trace(tables, meta)
     except BadNumbers as err:
@@ -168,10 +177,18 @@ def _read_tables(zf: zipfile.ZipFile, path: Path) -> tuple[dict[str, Any], dict[
 _NON_NEGATIVE = ("duration_ns", "bytes", "size", "requested_size")
 
 
-def number_warnings(tables: dict[str, Any]) -> list[str]:
-    """Warnings about impossible numbers in trace tables: negative durations or sizes, and
-    intervals that end before they start. Loaders put them in ``meta["warnings"]``, which the
-    trace's repr and summary show (never a silent total)."""
+def refuse_bad_numbers(tables: dict[str, Any], where: str) -> None:
+    """Raise :class:`TraceNumbersError` when trace tables read from ``where`` hold impossible
+    numbers (see :func:`number_problems`): summed, they would silently shrink totals."""
+    problems = number_problems(tables)
+    if problems:
+        raise TraceNumbersError(f"{where!r} is damaged: {'; '.join(problems)} (measured times "
+                                "and sizes are never negative)")
+
+
+def number_problems(tables: dict[str, Any]) -> list[str]:
+    """Impossible numbers in trace tables, in words: negative durations or sizes, and
+    intervals that end before they start."""
     out = []
     for name, frame in tables.items():
         if frame is None or not len(frame):
@@ -303,5 +320,5 @@ def _jsonable(value: Any) -> Any:
         return str(value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    raise TypeError(f"trace meta value {value!r} ({type(value).__name__}) cannot be saved; "
-                    "meta must hold JSON-like values")
+    raise UnsavableMeta(f"trace meta value {value!r} ({type(value).__name__}) cannot be saved; "
+                        "meta must hold JSON-like values")
