@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import importlib.util
 import json
 import os
 import platform
