@@ -2,7 +2,8 @@
 import pytest
 
 from hookmagic.memory import torch_rules as R
-from hookmagic.memory.allocators import BestFitModel, CupyPoolModel, OutOfMemory
+from hookmagic.common.errors import HookmagicError
+from hookmagic.memory.allocators import BestFitModel, CupyPoolModel, InvalidFree, OutOfMemory
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
 
 MiB = 1 << 20
@@ -156,3 +157,25 @@ def test_best_fit_picks_smallest_hole_and_shrinks_top():
     m.free(d)                           # top block: heap shrinks
     # its 512 B remainder merged with the freed top block, so the top drops to c + 1536
     assert m.reserved == 4096 + 1024 + 1536 and m.peak_reserved == 4096 + 1024 + 2048 + 512
+
+
+@pytest.mark.parametrize("make", [lambda: TorchCachingModel(TorchConfig()), CupyPoolModel,
+                                  BestFitModel])
+def test_freeing_what_was_not_allocated_is_a_project_error(make):
+    model = make()
+    addr = model.malloc(4096)
+    model.free(addr)
+    # a second free, and a free of an address never handed out, are refused: a model that
+    # accepted them would count the bytes twice
+    with pytest.raises(InvalidFree):
+        model.free(addr)
+    with pytest.raises(InvalidFree):
+        model.free(addr + 12345)
+    assert issubclass(InvalidFree, HookmagicError) and issubclass(InvalidFree, KeyError)
+
+
+def test_out_of_memory_is_in_the_project_hierarchy():
+    model = BestFitModel(capacity=1 << 20)
+    with pytest.raises(OutOfMemory) as err:
+        model.malloc(4 << 20)
+    assert isinstance(err.value, HookmagicError) and isinstance(err.value, RuntimeError)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from hookmagic.analysis.frames import fold_stacks
 from hookmagic.analysis.tables import event_mask, root_label, table
+from hookmagic.common.errors import InvalidArgument
 
 Weight = Literal["time", "launches", "bytes"]
 WEIGHTS: tuple[str, ...] = ("time", "launches", "bytes")
@@ -193,7 +194,7 @@ def flame_tree(trace: Any, weight: Weight = "time", device: int | Iterable[int] 
     root into a path that identifies a node across traces). Parents come before children.
     """
     if weight not in WEIGHTS:
-        raise ValueError(f"weight must be one of {WEIGHTS}, not {weight!r}")
+        raise InvalidArgument(f"weight must be one of {WEIGHTS}, not {weight!r}")
     stack_ids, range_ids, leaf, w, _, leaf_labels, leaf_kinds = _leaf_events(
         trace, weight, device, stream)
     root = label if label is not None else root_label(trace)

@@ -41,3 +41,8 @@ class MissingDependency(Unavailable, ImportError):
 
 class CaptureFailed(HookmagicError, RuntimeError):
     """A capture, run or measurement started but could not finish; the message says why."""
+
+
+class MissingAttribute(HookmagicError, AttributeError):
+    """An object or module has no attribute of that name (``hasattr`` and ``getattr`` with a
+    default treat it as the built-in ``AttributeError``)."""

@@ -15,11 +15,11 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from hookmagic.memory.linked import absorb_next, link_after
-from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
+from hookmagic.memory.model_base import MODEL_VA_BASE, InvalidFree, ModelBase, OutOfMemory
 from hookmagic.memory.torch_model import TorchCachingModel, TorchConfig
 
 __all__ = ["BestFitModel", "CupyPoolModel", "TorchCachingModel", "TorchConfig", "OutOfMemory",
-           "ModelBase", "standard_models"]
+           "InvalidFree", "ModelBase", "standard_models"]
 
 ALIGN = 512
 
@@ -78,6 +78,8 @@ class BestFitModel(ModelBase):
         return addr
 
     def free(self, address: int) -> None:
+        if address not in self._live:
+            raise InvalidFree(f"{self.name}: free of {address:#x}, which is not allocated")
         size, requested = self._live.pop(address)
         self._emit("free_requested", address, size, requested, self.base, 0, "")
         self._emit("free_completed", address, size, requested, self.base, 0, "")
@@ -171,7 +173,9 @@ class CupyPoolModel(ModelBase):
         return c.addr
 
     def free(self, address: int) -> None:
-        c = self._chunks[address]
+        c = self._chunks.get(address)
+        if c is None or not c.allocated:
+            raise InvalidFree(f"{self.name}: free of {address:#x}, which is not allocated")
         c.allocated = False
         self._emit("free_requested", c.addr, c.size, c.requested, c.segment, c.stream, "")
         self._emit("free_completed", c.addr, c.size, c.requested, c.segment, c.stream, "")

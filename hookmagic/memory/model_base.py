@@ -6,19 +6,26 @@ a captured one.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import pandas as pd
 
+from hookmagic.common.errors import HookmagicError
 from hookmagic.trace import schema
 
 #: Where model address spaces start; far from real device pointers so the two never mix.
 MODEL_VA_BASE = 0x7F00_0000_0000
 
 
-class OutOfMemory(RuntimeError):
+class OutOfMemory(HookmagicError, RuntimeError):
     """The model could not satisfy a request within its ``capacity``."""
 
 
-class ModelBase:
+class InvalidFree(HookmagicError, KeyError):
+    """A model was asked to free an address it did not hand out, or one already freed."""
+
+
+class ModelBase(ABC):
     """Byte accounting and event logging for allocator models.
 
     Subclasses call :meth:`_emit` for every allocator action; the counters follow from the
@@ -84,13 +91,13 @@ class ModelBase:
         return schema.conform("allocator_events", frame)
 
     # -- the interface the replayer drives ------------------------------------------------
-    def malloc(self, size: int, stream: int = 0) -> int:  # pragma: no cover - abstract
+    @abstractmethod
+    def malloc(self, size: int, stream: int = 0) -> int:
         """Hand out a block for ``size`` requested bytes; return its address."""
-        raise NotImplementedError
 
-    def free(self, address: int) -> None:  # pragma: no cover - abstract
+    @abstractmethod
+    def free(self, address: int) -> None:
         """Return the block at ``address``."""
-        raise NotImplementedError
 
     def empty_cache(self) -> None:
         """Give cached free memory back to the device (models without a cache: nothing)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from hookmagic.common.errors import InvalidArgument
 from hookmagic.memory import torch_rules as R
 from hookmagic.memory.linked import absorb_next, link_after
-from hookmagic.memory.model_base import MODEL_VA_BASE, ModelBase, OutOfMemory
+from hookmagic.memory.model_base import MODEL_VA_BASE, InvalidFree, ModelBase, OutOfMemory
 
 _INF = 1 << 62
 
@@ -183,9 +183,9 @@ class TorchCachingModel(ModelBase):
         self._insert_free(r)
 
     def free(self, address: int) -> None:
-        b = self._blocks[address]
-        if not b.allocated:
-            raise KeyError(f"double free of {address:#x}")
+        b = self._blocks.get(address)
+        if b is None or not b.allocated:
+            raise InvalidFree(f"{self.name}: free of {address:#x}, which is not allocated")
         b.allocated = False
         pool = self._pool(b)
         self._emit("free_requested", b.addr, b.size, b.requested, b.segment, b.stream, pool)

@@ -12,6 +12,8 @@ from typing import Literal
 
 import numpy as np
 
+from hookmagic.common.errors import InvalidArgument
+
 __all__ = ["CorrelationIndex"]
 
 
@@ -36,7 +38,7 @@ class CorrelationIndex:
         if keep == "last":
             rows = rows[::-1]
         elif keep != "first":
-            raise ValueError(f"keep must be 'first' or 'last', not {keep!r}")
+            raise InvalidArgument(f"keep must be 'first' or 'last', not {keep!r}")
         tie = tie[rows] if keep == "first" else -tie[rows]
         # sort by id, then by the tie key; keep the first row of each id
         order = rows[np.lexsort((tie, corr[rows]))]

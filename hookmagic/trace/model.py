@@ -44,6 +44,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
+from hookmagic.common.errors import InvalidArgument, MissingAttribute
 from hookmagic.trace import schema
 
 FORMAT_VERSION = 1
@@ -95,14 +96,14 @@ class Trace:
               meta: Mapping[str, Any] | None) -> None:
         """Replace every table and the meta in place (the capture fills the Trace it handed out).
 
-        Raises ValueError for a table name the schema does not know: a typo there would
+        Raises InvalidArgument (a ValueError) for a table name the schema does not know: a typo there would
         otherwise silently drop data.
         """
         tables = dict(tables or {})
         unknown = sorted(set(tables) - set(schema.TABLE_NAMES))
         if unknown:
-            raise ValueError(f"unknown trace table(s) {unknown}; expected some of "
-                             f"{list(schema.TABLE_NAMES)}")
+            raise InvalidArgument(f"unknown trace table(s) {unknown}; expected some of "
+                                  f"{list(schema.TABLE_NAMES)}")
         for name in schema.TABLE_NAMES:
             frame = tables.get(name)
             if frame is None:
@@ -121,7 +122,7 @@ class Trace:
             frame = schema.empty_table(name)
             setattr(self, name, frame)
             return frame
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise MissingAttribute(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- data access ----------------------------------------------------------------------
     @property

@@ -25,6 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from hookmagic.common.errors import Unavailable
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 VENDOR = DATA / "vendor" / "html-manager"
 TEMPLATES = DATA / "nbconvert"
@@ -70,7 +72,7 @@ def widgets_js() -> str:
     """The ipywidgets HTML manager (embed.js, ~1.9 MB), ready to inline into a ``<script>``."""
     source = (VENDOR / "embed.js").read_text(encoding="utf-8")
     if source.count(_PUBLIC_PATH[0]) != 1:
-        raise RuntimeError("vendored embed.js changed: update _PUBLIC_PATH in views/offline.py")
+        raise Unavailable("vendored embed.js changed: update _PUBLIC_PATH in views/offline.py")
     return _inline_js(source.replace(*_PUBLIC_PATH))
 
 
