@@ -30,11 +30,7 @@ def _k(name: str) -> tuple[str, int]:
        nvec=st.integers(1, 40_000), nv=st.sampled_from([4, 8]),
        impl=st.sampled_from(["auto", "rs", "k8"]), smem_limit=st.sampled_from([99 * 1024, 162 * 1024, 226 * 1024]))
 def test_row_plans_cover_every_vector_once(op, rows, nvec, nv, impl, smem_limit):
-    saved, rw.IMPL = rw.IMPL, impl
-    try:
-        plan = rw._fast_plan(op, rows, nvec * nv, nv, smem_limit)
-    finally:
-        rw.IMPL = saved
+    plan = rw._fast_plan(op, rows, nvec * nv, nv, smem_limit, impl)
     if plan is None:   # only rows too long for registers + shared memory go multi-pass
         assert (-(-nvec // 1024) - 4) * 1024 * 16 > smem_limit
         return

@@ -9,6 +9,7 @@ stream and return the same kind::
     kernels.available()                          # every kernel and its variants
     c = kernels.sgemm(a, b, variant="warptile")  # FP32 SIMT, the optimisation journey
     y = kernels.gemm(x, w, bias=b, activation="gelu")   # FP16/BF16 Tensor Cores, FP32 accumulate
+    kernels.explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")  # what runs, why
     p = kernels.softmax(scores); h = kernels.layer_norm(x, w, b); r = kernels.rms_norm(x, w)
     x = kernels.preprocess(frames, (640, 640), mean, std, letterbox=True)   # uint8 frames -> FP16 NCHW, one kernel
     keep = kernels.nms(boxes, scores, 0.5); xyxy = kernels.decode_boxes(head[..., :4])
@@ -21,7 +22,7 @@ Install the optional extra: ``pip install 'hookmagic[kernels]'``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -37,6 +38,7 @@ from hookmagic.kernels.layout import row_max, row_sum, transpose
 from hookmagic.kernels.attention import attention
 from hookmagic.kernels.conv import conv2d, depthwise_conv2d, pack_conv_weight
 from hookmagic.kernels import gemm_wgmma as _gemm_wgmma  # noqa: F401  registers gemm(variant='wgmma')
+from hookmagic.kernels.dispatch import explain
 
 #: The architectures ``hookmagic kernels check`` covers in CI (A100, Jetson Orin, H100 and H100 arch-specific).
 CI_ARCHS = ("sm_80", "sm_87", "sm_90", "sm_90a")
@@ -58,14 +60,20 @@ def _expected_spills() -> set[str]:
     return {e for s in registry.SPECS.values() if s.expected_spills for e in s.entries.values()}
 
 
-def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
+def check(arch: Any = "sm_90", use_cache: bool = True,
+          progress: Callable[[int, int, str, str], None] | None = None) -> pd.DataFrame:
     """Compile every family for ``arch`` with NVRTC (no GPU needed) and report each kernel's
     registers, static shared memory, stack and spill bytes. ``ok`` is False for a kernel that
-    spills without declaring it; a family that does not compile raises :class:`KernelCompileError`."""
+    spills without declaring it; a family that does not compile raises :class:`KernelCompileError`.
+    ``progress(done, total, family, arch)`` is called before each family compiles (``done``
+    families finished of ``total``) and once more at the end with ``family=''``: a CLI shows it."""
     arch = normalize_arch(arch)
     expected = _expected_spills()
     rows = []
-    for fam in families():
+    fams = families()
+    for i, fam in enumerate(fams):
+        if progress is not None:
+            progress(i, len(fams), fam, arch)
         c = compile_family(fam, arch, use_cache=use_cache)
         if not c.kernels:  # every family defines kernels: ptxas -v said nothing about them
             raise KernelCompileError(
@@ -77,9 +85,11 @@ def check(arch: Any = "sm_90", use_cache: bool = True) -> pd.DataFrame:
             rows.append({"arch": arch, "family": fam, "kernel": name, **info,
                          "spills_expected": name in expected, "ok": spills == 0 or name in expected,
                          "nvrtc": c.nvrtc, "cached": c.from_cache})
+    if progress is not None:
+        progress(len(fams), len(fams), "", arch)
     return pd.DataFrame(rows)
 
 
 __all__ = ["available", "check", "sgemm", "gemm", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
            "CI_ARCHS", "preprocess", "nms", "batched_nms", "decode_boxes", "transpose", "row_sum", "row_max", "attention", "conv2d", "depthwise_conv2d", "pack_conv_weight", "letterbox_params", "LetterboxParams", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
-           "record", "LaunchWork", "compile_family", "families"]
+           "record", "LaunchWork", "compile_family", "families", "explain"]

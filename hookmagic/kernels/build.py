@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from hookmagic.common.errors import HookmagicError
 from hookmagic.kernels.errors import KernelCompileError, KernelsUnavailable
 
 #: Bump when the cache layout or the compile flags' meaning changes.
@@ -92,7 +93,7 @@ def nvrtc_version() -> str:
         from cuda.bindings import nvrtc
         err, major, minor = nvrtc.nvrtcVersion()
         if int(err) != 0:
-            raise RuntimeError(f"nvrtcVersion returned {err}")
+            raise KernelsUnavailable(f"nvrtcVersion returned {err}")
     except Exception as exc:
         raise KernelsUnavailable(f"NVRTC could not be loaded ({exc}); {_INSTALL_HINT}") from exc
     return f"{major}.{minor}"
@@ -286,13 +287,17 @@ def trusted_cache_dir(cdir: Path) -> Path | None:
 _WARNED: set[str] = set()
 
 
+class _NotPrivate(HookmagicError, PermissionError):
+    """A cache file that this user did not write alone (caught inside this module: a cache miss)."""
+
+
 def _read_private(path: Path) -> bytes:
     """A cache file's bytes, only if it is a regular file (not a symlink) that is private."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not _private(st):
-            raise PermissionError(f"{path} is not a private regular file")
+            raise _NotPrivate(f"{path} is not a private regular file")
         with os.fdopen(fd, "rb") as fh:
             fd = -1
             return fh.read()

@@ -100,6 +100,24 @@ register(KernelSpec("gemm", "mma", "gemm_mma",
 GEMM_VARIANTS = ("wmma", "mma", "wgmma")   # "wgmma" runs on sm_90 (H100/H200) only
 
 
+_auto_cache: dict[tuple, str] = {}
+
+
+def _auto(device: int, dtype: str, a_shape: tuple, b_shape: tuple) -> str:
+    """The dispatch table's variant for this device, dtype and shape class (cached per key)."""
+    from hookmagic.kernels import dispatch
+    cls = dispatch.shape_class("gemm", (a_shape, b_shape))
+    key = (device, dtype, cls)
+    v = _auto_cache.get(key)
+    if v is None:
+        try:
+            v = dispatch.choose("gemm", runtime.device_arch(device), dtype, (a_shape, b_shape)).variant
+        except KernelArgumentError:
+            v = "mma"   # an unsupported dtype: the operand checks name it
+        _auto_cache[key] = v
+    return v
+
+
 def _check_vector(x: Any, name: str, ref: runtime.ArrayInfo, shape: tuple[int, ...]) -> runtime.ArrayInfo:
     xi = runtime.inspect_array(x, name)
     both = f"{name} is {xi.where()}, a is {ref.where()}"
@@ -111,7 +129,7 @@ def _check_vector(x: Any, name: str, ref: runtime.ArrayInfo, shape: tuple[int, .
 
 
 def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residual: Any = None,
-         variant: str = "mma") -> Any:
+         variant: str = "auto", schedule: str = "tiles") -> Any:
     """``activation(a @ b + bias) + residual`` on Tensor Cores.
 
     - FP16 / BF16 ``a`` (M x K) and ``b`` (K x N) accumulate in FP32 and return the input dtype;
@@ -120,14 +138,25 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     - INT8 ``a`` and ``b`` accumulate in INT32 and return int32 (like ``torch._int_mm``); no
       epilogue. ``b`` is fastest column-major (``b = bt.t()`` of a contiguous N x K ``bt``);
       a row-major ``b`` is transposed by a copy first.
-    Variants: ``'mma'`` (mma.sync + ldmatrix + 3-stage cp.async, all dtypes), ``'wmma'``
+    ``variant='auto'`` (the default) runs what :mod:`hookmagic.kernels.dispatch` picks for the
+    device's architecture, the dtype and the shape (``kernels.explain('gemm', a.shape, b.shape,
+    dtype=..., arch=...)`` says what and why: wgmma for large FP16/BF16 GEMMs on sm_90, mma
+    elsewhere). Variants: ``'mma'`` (mma.sync + ldmatrix + 3-stage cp.async, all dtypes), ``'wmma'``
     (FP16/BF16) and ``'wgmma'`` (FP16/BF16 on sm_90 only: wgmma + TMA, see
     :mod:`hookmagic.kernels.gemm_wgmma`; a column-major ``b`` is read without a copy). Operands of
     any size; non-contiguous ones are copied first. Runs on the caller's current stream; returns
-    a new array of the operands' kind.
+    a new array of the operands' kind. ``schedule`` is wgmma's tile schedule
+    (:data:`hookmagic.kernels.gemm_wgmma.SCHEDULES`).
     """
+    if variant == "auto":
+        ai0 = runtime.inspect_array(a, "a")
+        bi0 = runtime.inspect_array(b, "b")
+        if ai0.device >= 0 and len(ai0.shape) == 2 and len(bi0.shape) == 2:
+            variant = _auto(ai0.device, ai0.dtype, tuple(ai0.shape), tuple(bi0.shape))
+        else:
+            variant = "mma"   # the operand checks below name what is wrong
     if variant not in GEMM_VARIANTS:
-        raise KernelArgumentError(f"gemm: unknown variant {variant!r}; one of {', '.join(GEMM_VARIANTS)}")
+        raise KernelArgumentError(f"gemm: unknown variant {variant!r}; one of auto, {', '.join(GEMM_VARIANTS)}")
     if activation not in ACTIVATIONS:
         raise KernelArgumentError(f"gemm: activation {activation!r} is not one of None, 'relu', 'gelu', 'gelu_tanh'")
     spec = registry.SPECS[("gemm", variant)]
@@ -144,7 +173,7 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
         from hookmagic.kernels.gemm_wgmma import gemm_wgmma
         return gemm_wgmma(ai, bi, _check_vector(bias, "bias", ai, (n,)) if bias is not None else None,
                           _check_vector(residual, "residual", ai, (m, n)) if residual is not None else None,
-                          ACTIVATIONS[activation])
+                          ACTIVATIONS[activation], schedule)
     if int8:
         # the kernel reads B transposed (N x K, K-contiguous): a column-major b is used as it is
         bt = b.t() if ai.kind == "torch" else b.T

@@ -14,7 +14,6 @@ and the stores are guarded, so any M, N, K works.
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
 
 from hookmagic.kernels import registry, runtime, tma
@@ -42,9 +41,9 @@ SPEC = register(KernelSpec(
 #: while the consumers store this one through a separate output tile in shared memory; "cluster2": like "tiles", launched
 #: as clusters of 2 blocks along M that load half of the shared B tile each and multicast it
 #: (TMA .multicast::cluster); "persistent4": persistent with the 4-stage ring, each consumer warpgroup
-#: storing its rows through its own small staging tile. Set from $HOOKMAGIC_WGMMA_SCHEDULE;
-#: lab/kernels/gemm_candidates.py measures both.
-SCHEDULE = os.environ.get("HOOKMAGIC_WGMMA_SCHEDULE", "tiles")
+#: storing its rows through its own small staging tile. Chosen by ``gemm(..., schedule=)``;
+#: lab/kernels/gemm_candidates.py measures them.
+SCHEDULES = ("tiles", "persistent", "persistent4", "cluster2")
 _sm_count: dict[int, int] = {}
 
 
@@ -110,7 +109,7 @@ def _kernel(name: str, ordinal: int) -> Any:
 
 
 def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.ArrayInfo | None,
-               res_i: runtime.ArrayInfo | None, act: int) -> Any:
+               res_i: runtime.ArrayInfo | None, act: int, schedule: str = "tiles") -> Any:
     """``act(a @ b + bias) + residual`` with the wgmma kernel; operands already checked by
     :func:`hookmagic.kernels.gemm` (2-D, same FP16/BF16 dtype and device; bias (N,), residual M x N;
     K > 0: the caller runs K == 0 elsewhere, since TMA cannot map an empty operand).
@@ -135,7 +134,7 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     if k_major:
         b_t = _tma_ready(bt)                                    # N x K(pad) row-major
         name = SPEC.entries[ai.dtype] + "_bt"
-        box_n = BN // 2 if SCHEDULE == "cluster2" else BN       # a cluster's CTAs load half each
+        box_n = BN // 2 if schedule == "cluster2" else BN       # a cluster's CTAs load half each
         map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], n, b_t.shape[1] * 2, (BK, box_n))
     else:
         b_t = _tma_ready(runtime.contiguous(bi))                # K x N(pad) row-major
@@ -143,19 +142,19 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
         map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], k, b_t.shape[1] * 2, (64, BK))
     map_a = tma.encode_2d(a_t.ptr, ai.dtype, kpad, m, kpad * 2, (BK, BM))
     tiles = -(-m // BM) * -(-n // BN)
-    if SCHEDULE == "tiles":
+    if schedule == "tiles":
         grid = (tiles, 1, 1)
-    elif SCHEDULE == "persistent":
+    elif schedule == "persistent":
         name += "_p"
         grid = (min(tiles, _sms(dev)), 1, 1)
-    elif SCHEDULE == "persistent4":
+    elif schedule == "persistent4":
         name += "_p4"
         grid = (min(tiles, _sms(dev)), 1, 1)
-    elif SCHEDULE == "cluster2":
+    elif schedule == "cluster2":
         name += "_c2"
         grid = (2 * -(-m // (2 * BM)) * -(-n // BN), 1, 1)
     else:
-        raise KernelArgumentError(f"HOOKMAGIC_WGMMA_SCHEDULE={SCHEDULE!r}: use 'tiles', 'persistent', 'persistent4' or 'cluster2'")
+        raise KernelArgumentError(f"gemm: schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
     kern = _kernel(name, dev)
     vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
     args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
@@ -170,4 +169,4 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     return c
 
 
-__all__ = ["gemm_wgmma", "check_device", "SPEC", "SMEM_BYTES"]
+__all__ = ["gemm_wgmma", "check_device", "SPEC", "SMEM_BYTES", "SCHEDULES"]

@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -30,9 +29,9 @@ register(KernelSpec("transpose", "pairs", "layout", {"2-byte": "transpose2_b2", 
                     (32, 8, 1), (64, 64), min_arch=70,
                     description="2/4-byte transpose moving element pairs with 4/8-byte accesses through a 64x64 "
                                 "tile (even R and C)"))
-#: "auto": the pair kernels where they apply (2/4-byte elements, even sizes); "tile": always the
-#: 32x32 one-element kernels (for comparisons). From $HOOKMAGIC_TRANSPOSE.
-IMPL = os.environ.get("HOOKMAGIC_TRANSPOSE", "auto")
+#: transpose's ``impl=``: "auto": the pair kernels where they apply (2/4-byte elements, even
+#: sizes); "tile": always the 32x32 one-element kernels (for comparisons).
+TRANSPOSE_IMPLS = ("auto", "tile")
 for _op in ("row_sum", "row_max"):
     register(KernelSpec(_op, "rowwise", "layout", {d: f"{_op}_{s}" for d, s in _RED_SUFFIX.items()}, (256, 1, 1),
                         (1, 1), min_arch=70, description=f"{_op.replace('row_', '')} over the last dimension, FP32 "
@@ -44,13 +43,15 @@ def _device_check(xi: runtime.ArrayInfo, op: str) -> None:
         raise KernelArgumentError(f"{op}: x must be on a CUDA device, got {xi.where()}")
 
 
-def transpose(x: Any, layout: str | None = None) -> Any:
+def transpose(x: Any, layout: str | None = None, impl: str = "auto") -> Any:
     """A transposed, contiguous copy of ``x`` (torch tensor or CuPy array of any 1/2/4/8-byte dtype).
 
     ``layout=None``: ``(R, C) -> (C, R)``, or batched ``(B, R, C) -> (B, C, R)``.
     ``layout='NCHW->NHWC'``: ``(N, C, H, W) -> (N, H, W, C)``; ``'NHWC->NCHW'`` the reverse.
-    Non-contiguous inputs are first copied to row-major.
+    Non-contiguous inputs are first copied to row-major. ``impl``: one of :data:`TRANSPOSE_IMPLS`.
     """
+    if impl not in TRANSPOSE_IMPLS:
+        raise KernelArgumentError(f"transpose: impl must be one of {', '.join(TRANSPOSE_IMPLS)}, got {impl!r}")
     xi = runtime.inspect_array(x, "x")
     if xi.dtype not in _SIZE:
         raise KernelArgumentError(f"transpose: x must have a 1, 2, 4 or 8-byte dtype, got {xi.where()}")
@@ -79,7 +80,7 @@ def transpose(x: Any, layout: str | None = None) -> Any:
         return y
     size = _SIZE[xi.dtype]
     yi = runtime.inspect_array(y, "y")
-    if IMPL != "tile" and size in (2, 4) and r % 2 == 0 and c % 2 == 0 and xi.ptr % (2 * size) == 0 \
+    if impl != "tile" and size in (2, 4) and r % 2 == 0 and c % 2 == 0 and xi.ptr % (2 * size) == 0 \
             and yi.ptr % (2 * size) == 0 and -(-c // 64) <= 65535 and b <= 65535:
         name = f"transpose2_b{size}"
         kern = runtime.get_kernel("layout", name, xi.device)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -54,8 +53,8 @@ register(KernelSpec("preprocess", "fused1w", "preprocess", {d: f"preprocess1w_{s
 #: "auto" (= "pixel"): one pixel a thread with byte loads; "w1": one pixel a thread with word-wide
 #: tap loads; "w4": four pixels a thread (lane-interleaved) with word-wide tap loads. The benchmark
 #: compares them in one process: on an H100 "pixel" was the fastest in all three
-#: cases (benchmarks/results/rowfast/README.md, round 2). From $HOOKMAGIC_PREPROCESS.
-IMPL = os.environ.get("HOOKMAGIC_PREPROCESS", "auto")
+#: cases (benchmarks/results/rowfast/README.md, round 2). Chosen by preprocess's ``impl=``.
+IMPLS = {"auto": ("fused", 1), "pixel": ("fused", 1), "w1": ("fused1w", 1), "w4": ("fused4", 4)}
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ def _table_ptr(table: Any) -> int:
 def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (1.0, 1.0, 1.0),
                layout: str = "NCHW", dtype: Any = "float16", letterbox: bool = False, *,
                format: str = "RGB", channels: str = "RGB", pad_value: Any = 114,
-               color_matrix: str = "bt601", full_range: bool = False) -> Any:
+               color_matrix: str = "bt601", full_range: bool = False, impl: str = "auto") -> Any:
     """Resize and normalise a batch of uint8 frames in one kernel; returns a new array of the
     frames' kind (torch tensor or CuPy array) on their device, on the caller's current stream.
 
@@ -270,7 +269,10 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
     ``pad_value`` (pixel units, normalised like the pixels). ``channels`` is the output's channel
     order ('RGB' or 'BGR'); ``layout`` 'NCHW' -> ``(batch, 3, h, w)``, 'NHWC' -> ``(batch, h, w, 3)``;
     ``dtype`` float16, bfloat16 or float32. A single frame still gives a batch of one.
+    ``impl`` picks the kernel design (:data:`IMPLS`; "auto" is the fastest measured).
     """
+    if impl not in IMPLS:
+        raise KernelArgumentError(f"preprocess: impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     fmt = str(format).upper()
     if fmt not in FORMATS:
         raise KernelArgumentError(f"preprocess: format must be one of {FORMATS}, got {format!r}")
@@ -299,7 +301,7 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
         raise KernelArgumentError(f"preprocess: at most 65535 frames per call, got {fr.batch}")
     optr = int(out.data_ptr()) if fr.ref.kind == "torch" else runtime.inspect_array(out, "out").ptr
     head, tail = _scalars(fr.height, fr.width, fr.pitch, fmt, chans, lay, oh, ow, bool(letterbox), m, s, pad, col)
-    variant, px = {"w1": ("fused1w", 1), "w4": ("fused4", 4)}.get(IMPL, ("fused", 1))
+    variant, px = IMPLS[impl]
     spec = registry.SPECS[("preprocess", variant)]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)

@@ -10,13 +10,12 @@ kernels: the row is read from DRAM once, 16 bytes per load, into registers (a wa
 hold (two 512-thread blocks an SM for rows over 2,048 vectors), reduced with warp shuffles, then
 normalised and written from there. Other rows take multi-pass kernels (read, reduce, read again).
 On an H100 (benchmarks/results/rowfast/) the register-resident kernels reach 91–99% of a
-device-to-device copy's bandwidth on 4096-wide rows. ``IMPL`` selects other designs for
+device-to-device copy's bandwidth on 4096-wide rows. ``impl=`` selects other designs for
 comparison (the benchmark times them in one process).
 """
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -66,9 +65,9 @@ register(KernelSpec("bias_gelu", "vec", "rowwise", {d: f"bias_gelu_vec_{s}" for 
 #: beyond), "reg" (as auto but without the two-blocks-an-SM step: registers alone up to 1024 x 8
 #: vectors), "k8" (block-per-row rows with 8 vectors a thread where 4
 #: would do: half the threads), "cluster" (sm_90+, rows of >= 2,048 vectors: a cluster of 8 blocks
-#: a row) or "multipass" (always the multi-pass kernels). The
-#: benchmark compares them in one process. Set from $HOOKMAGIC_ROWWISE at import.
-IMPL = os.environ.get("HOOKMAGIC_ROWWISE", "auto")
+#: a row), "rs" (as auto) or "multipass" (always the multi-pass kernels). The benchmark compares
+#: them in one process through each function's ``impl=`` argument.
+IMPLS = ("auto", "reg", "k8", "cluster", "rs", "multipass")
 #: rows per block in warp mode, and the block size of bias+GELU
 _WARP_BLOCK = 256
 
@@ -109,7 +108,14 @@ def _vec(cols: int, dtype: str, *infos: runtime.ArrayInfo | None) -> tuple[int, 
 _plans: dict[tuple, tuple] = {}
 
 
-def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple, out_name: str = "y") -> Any:
+def _impl(impl: str, op: str) -> str:
+    if impl not in IMPLS:
+        raise KernelArgumentError(f"{op}: impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+    return impl
+
+
+def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple,
+         impl: str = "auto", out_name: str = "y") -> Any:
     if xi.kind == "torch":   # the cheap path: same shape, dtype and device, row-major
         import torch
         y = torch.empty_like(xi.obj, memory_format=torch.contiguous_format)
@@ -124,29 +130,30 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     nv = 16 // ITEMSIZE[xi.dtype]
     ptrs = [p.ptr if p is not None else 0 for p in params]
     vec = int(cols % nv == 0 and xi.ptr % 16 == 0 and yptr % 16 == 0 and all(q % 16 == 0 for q in ptrs))
-    key = (op, xi.shape, xi.dtype, xi.device, vec, IMPL, tuple(p is None for p in params), extra)
+    key = (op, xi.shape, xi.dtype, xi.device, vec, impl, tuple(p is None for p in params), extra)
     plan = _plans.get(key)   # the launch of this shape/dtype/alignment, worked out once
     if plan is None:
         if len(_plans) > 4096:   # many shapes: start over rather than grow without bound
             _plans.clear()
-        plan = _plans[key] = _plan(op, xi, params, extra, n, cols, nv, vec)
+        plan = _plans[key] = _plan(op, xi, params, extra, n, cols, nv, vec, impl)
     kern, grid, block, smem, name, tail, flops, nbytes, rows = plan
     runtime.launch(kern, xi, grid, block, (xi.ptr, *ptrs, yptr, *tail), smem)
     registry.record(name, flops, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
     return y
 
 
-def _plan(op: str, xi: runtime.ArrayInfo, params: list, extra: tuple, n: int, cols: int, nv: int, vec: int) -> tuple:
+def _plan(op: str, xi: runtime.ArrayInfo, params: list, extra: tuple, n: int, cols: int, nv: int, vec: int,
+          impl: str = "auto") -> tuple:
     """(kernel, grid, block, dynamic smem, name, scalar arguments after the pointers, flops, bytes,
     rows) of one launch."""
     rows = n // cols
     spec = registry.SPECS[(op, "rowwise")]
     plan = None
-    if vec and IMPL == "cluster" and op != "bias_gelu" and cols // nv >= 2048 \
+    if vec and impl == "cluster" and op != "bias_gelu" and cols // nv >= 2048 \
             and arch_number(runtime.device_arch(xi.device)) >= 90:
         plan = _cluster_plan(op, rows, cols // nv)
-    if plan is None and vec and IMPL != "multipass":
-        plan = _fast_plan(op, rows, cols, nv, _smem_limit(xi.device))
+    if plan is None and vec and impl != "multipass":
+        plan = _fast_plan(op, rows, cols, nv, _smem_limit(xi.device), impl)
     smem = 0
     if plan is not None:
         name, grid, threads, warp_mode, smem = plan
@@ -175,7 +182,7 @@ def _plan(op: str, xi: runtime.ArrayInfo, params: list, extra: tuple, n: int, co
     return (kern, (grid, 1, 1), (threads, 1, 1), smem, name, tail, _OPS_PER_ELEMENT[op] * n, nbytes, rows)
 
 
-def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 1024
+def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 1024, impl: str = "auto"
                ) -> tuple[str, int, int, int, int] | None:
     """(kernel name without dtype suffix, grid, threads, last int argument, dynamic shared memory
     bytes) of the register-resident / vectorised kernels for an aligned row of ``cols`` elements
@@ -187,7 +194,7 @@ def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 10
         tasks = -(-rows // 4) * nvec
         return "bias_gelu_vec", max(1, min(-(-tasks // _WARP_BLOCK), _MAX_GRID)), _WARP_BLOCK, 0, 0
     grid = min(rows, _MAX_GRID)
-    if IMPL in ("auto", "rs") and nvec > 2048:   # long rows: two 512-thread blocks an SM, 4 vectors a thread
+    if impl in ("auto", "rs") and nvec > 2048:   # long rows: two 512-thread blocks an SM, 4 vectors a thread
         # in registers and the rest in shared memory (H100: 80% of copy for 65k fp16 softmax vs 76% for
         # one 1024-thread block an SM, benchmarks/results/rowfast/round1_rows65k.md)
         s = -(-nvec // 512) - 4
@@ -197,7 +204,7 @@ def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 10
         k = 4 if nvec <= 32 * 4 else 8
         rpb = _WARP_BLOCK // 32
         return f"{op}_reg{k}", max(1, min(-(-rows // rpb), _MAX_GRID)), _WARP_BLOCK, 1, 0
-    for k in ((8, 4) if IMPL == "k8" else (4, 8)):   # a block per row, <= 1024 threads (LayerNorm at K=8: 512)
+    for k in ((8, 4) if impl == "k8" else (4, 8)):   # a block per row, <= 1024 threads (LayerNorm at K=8: 512)
         threads = -(-nvec // k)
         if threads <= (512 if (op == "layer_norm" and k == 8) else 1024):
             return f"{op}_reg{k}", grid, -(-threads // 32) * 32, 0, 0
@@ -218,7 +225,7 @@ def _cluster_plan(op: str, rows: int, nvec: int) -> tuple[str, int, int, int, in
 
 #: most dynamic shared memory the ``rs`` kernels ask for: one block an SM (the device's opt-in
 #: limit less 1 KiB of static shared memory: 226 KiB on an H100, 162 KiB on an A100), two blocks an
-#: SM (``IMPL='rs'``)
+#: SM (``impl='rs'``)
 _RS_SMEM_2 = 100 * 1024
 _optin: dict[int, int] = {}
 
@@ -235,10 +242,11 @@ def _smem_limit(ordinal: int) -> int:
     return v
 
 
-def softmax(x: Any, dim: int = -1) -> Any:
+def softmax(x: Any, dim: int = -1, impl: str = "auto") -> Any:
     """``softmax(x, dim)`` like ``torch.softmax``: online (running max and sum in one pass over
     the row, a second pass writes). Any row length; a ``dim`` other than the last is moved there
-    by a copy."""
+    by a copy. ``impl`` picks the kernel design (:data:`IMPLS`; "auto" is the fastest measured)."""
+    _impl(impl, "softmax")
     xi = runtime.inspect_array(x, "x")
     nd = len(xi.shape)
     if nd and not -nd <= dim < nd:
@@ -246,31 +254,36 @@ def softmax(x: Any, dim: int = -1) -> Any:
     last = nd == 0 or dim % nd == nd - 1
     if not last:
         moved = x.movedim(dim, -1) if xi.kind == "torch" else __import__("cupy").moveaxis(x, dim, -1)
-        y = softmax(moved, -1)
+        y = softmax(moved, -1, impl)
         return y.movedim(-1, dim) if xi.kind == "torch" else __import__("cupy").moveaxis(y, -1, dim)
     xi = _check(x, "softmax", xi)
-    return _run("softmax", xi, [], ())
+    return _run("softmax", xi, [], (), impl)
 
 
-def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, impl: str = "auto") -> Any:
     """``torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)``: mean and (biased)
     variance by Welford in one pass, then normalise; ``weight``/``bias`` of shape (cols,) or None."""
+    _impl(impl, "layer_norm")
     xi = _check(x, "layer_norm")
     return _run("layer_norm", xi, [_param(weight, "weight", xi, "layer_norm"), _param(bias, "bias", xi, "layer_norm")],
-                (np.float32(eps),))
+                (np.float32(eps),), impl)
 
 
-def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6) -> Any:
+def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, impl: str = "auto") -> Any:
     """``torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight``."""
+    _impl(impl, "rms_norm")
     xi = _check(x, "rms_norm")
-    return _run("rms_norm", xi, [_param(weight, "weight", xi, "rms_norm")], (np.float32(eps),))
+    return _run("rms_norm", xi, [_param(weight, "weight", xi, "rms_norm")], (np.float32(eps),),
+                impl)
 
 
-def bias_gelu(x: Any, bias: Any = None, approximate: str = "none") -> Any:
+def bias_gelu(x: Any, bias: Any = None, approximate: str = "none", impl: str = "auto") -> Any:
     """``gelu(x + bias)`` with ``bias`` of shape (x.shape[-1],) or None; ``approximate`` is
     ``'none'`` (exact erf, torch's default) or ``'tanh'``."""
     if approximate not in ("none", "tanh"):
         raise KernelArgumentError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    _impl(impl, "bias_gelu")
     xi = _check(x, "bias_gelu")
     act = 3 if approximate == "none" else 2
-    return _run("bias_gelu", xi, [_param(bias, "bias", xi, "bias_gelu")], (np.int32(act),))
+    return _run("bias_gelu", xi, [_param(bias, "bias", xi, "bias_gelu")], (np.int32(act),),
+                impl)

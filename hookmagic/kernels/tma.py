@@ -123,7 +123,7 @@ def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], b
         elif isinstance(a, ctypes._SimpleCData):
             addrs.append(ctypes.addressof(a))
         else:
-            raise TypeError(f"kernel argument {a!r}: pass a CUtensorMap or a ctypes scalar")
+            raise KernelArgumentError(f"kernel argument {a!r}: pass a CUtensorMap or a ctypes scalar")
     params = (ctypes.c_void_p * len(addrs))(*addrs)
     f = _function(kernel, ordinal)
     if smem > 48 * 1024 and _smem_allowed.get((id(kernel), ordinal), 0) < smem and isinstance(f, driver.CUfunction):

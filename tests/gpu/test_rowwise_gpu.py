@@ -106,19 +106,18 @@ def test_cupy_softmax():
 @pytest.mark.parametrize("impl", ["reg", "k8", "rs", "multipass", "cluster"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(64, 4096), (8, 65536), (3, 32768)])
-def test_every_row_design_matches_torch(shape, dtype, impl, monkeypatch):
-    """The designs the benchmark compares (hookmagic.kernels.rowwise.IMPL) are all correct, not
+def test_every_row_design_matches_torch(shape, dtype, impl):
+    """The designs the benchmark compares (``impl=`` of the row-wise functions) are all correct, not
     just the default: registers only, 8 vectors a thread, registers + shared memory with two
     blocks an SM, multi-pass, and (sm_90+) a cluster of 8 blocks a row."""
-    import hookmagic.kernels.rowwise as rw
     if impl == "cluster" and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("cluster kernels need sm_90")
-    monkeypatch.setattr(rw, "IMPL", impl)
     c = shape[-1]
     x = (torch.randn(shape, device="cuda") * 3 + 1).to(dtype)
     w = torch.randn(c, device="cuda").to(dtype)
     b = torch.randn(c, device="cuda").to(dtype)
-    _within(hk.softmax(x), torch.softmax(x, -1), torch.softmax(x.double(), -1), dtype)
-    _within(hk.layer_norm(x, w, b), F.layer_norm(x, (c,), w, b, 1e-5),
+    _within(hk.softmax(x, impl=impl), torch.softmax(x, -1), torch.softmax(x.double(), -1), dtype)
+    _within(hk.layer_norm(x, w, b, impl=impl), F.layer_norm(x, (c,), w, b, 1e-5),
             F.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5), dtype)
-    _within(hk.rms_norm(x, w), F.rms_norm(x, (c,), w, 1e-6), F.rms_norm(x.double(), (c,), w.double(), 1e-6), dtype)
+    _within(hk.rms_norm(x, w, impl=impl), F.rms_norm(x, (c,), w, 1e-6),
+            F.rms_norm(x.double(), (c,), w.double(), 1e-6), dtype)

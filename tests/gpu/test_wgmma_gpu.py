@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason=skip_reason())
 from tests.gpu.accuracy import ACCUMULATOR_EPS, EPS, TORCH_ACTIVATIONS, assert_within_rounding  # noqa: E402
 
 import hookmagic.kernels as hk  # noqa: E402
-from hookmagic.kernels import gemm_wgmma  # noqa: E402
+from hookmagic.kernels import gemm_wgmma  # noqa: E402,F401
 
 # without any GPU, conftest skips with its one reason; on another GPU, this one
 pytestmark = pytest.mark.skipif(skip_reason() is None and torch.cuda.get_device_capability() != (9, 0),
@@ -30,10 +30,9 @@ SHAPES = [(1, 1, 1), (1, 8, 8), (17, 255, 33), (128, 256, 64), (128, 128, 128), 
 
 
 @pytest.fixture(params=["tiles", "persistent", "persistent4", "cluster2"])
-def schedule(request, monkeypatch):
+def schedule(request):
     """Every schedule of the kernel: a block per tile, a block per SM walking the tiles (two
     epilogue designs), and clusters of 2 blocks sharing B by TMA multicast."""
-    monkeypatch.setattr(gemm_wgmma, "SCHEDULE", request.param)
     return request.param
 
 
@@ -83,7 +82,7 @@ def test_wgmma_matches_torch(m, n, k, dtype, b_layout, schedule):
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = (torch.randn(k, n, device="cuda", dtype=dtype) if b_layout == "row_major"
          else torch.randn(n, k, device="cuda", dtype=dtype).t())
-    c = hk.gemm(a, b, variant="wgmma")
+    c = hk.gemm(a, b, variant="wgmma", schedule=schedule)
     torch.cuda.synchronize()
     assert c.shape == (m, n) and c.dtype == dtype and c.is_contiguous()
     _within(c, a @ b, a.float() @ b.float(), dtype, a, b)
@@ -98,9 +97,9 @@ def test_wgmma_fused_epilogues(activation, m, n, k, schedule):
     bias = torch.randn(n, device="cuda", dtype=dtype)
     res = torch.randn(m, n, device="cuda", dtype=dtype)
     act = TORCH_ACTIVATIONS[activation]
-    c = hk.gemm(a, b, bias=bias, activation=activation, residual=res, variant="wgmma")
+    c = hk.gemm(a, b, bias=bias, activation=activation, residual=res, variant="wgmma", schedule=schedule)
     _within(c, act(a @ b + bias) + res, act(a.float() @ b.float() + bias.float()) + res.float(), dtype, a, b)
-    c2 = hk.gemm(a, b, bias=bias, variant="wgmma")
+    c2 = hk.gemm(a, b, bias=bias, variant="wgmma", schedule=schedule)
     _within(c2, a @ b + bias, a.float() @ b.float() + bias.float(), dtype, a, b)
 
 
@@ -142,6 +141,6 @@ def test_wgmma_runs_on_the_callers_stream_and_declares_its_work():
 def test_wgmma_repeated_calls_are_deterministic(schedule):
     a = torch.randn(1024, 2048, device="cuda", dtype=torch.float16)
     b = torch.randn(2048, 1536, device="cuda", dtype=torch.float16)
-    first = hk.gemm(a, b, variant="wgmma")
+    first = hk.gemm(a, b, variant="wgmma", schedule=schedule)
     for _ in range(5):
-        assert torch.equal(hk.gemm(a, b, variant="wgmma"), first)
+        assert torch.equal(hk.gemm(a, b, variant="wgmma", schedule=schedule), first)
