@@ -166,7 +166,7 @@ def test_bad_arguments_raise_value_errors(bad):
 def test_save_and_load_give_the_same_tables(tmp_path):
     run = Pipeline([Stage("a", lambda x: x, batch=3)]).run(range(20))
     path = run.save(tmp_path / "synthetic_run")
-    assert path.endswith(".hmpipe")
+    assert path.suffix == ".hmpipe" and path.is_file()
     back = load_run(path)
     assert back.events.equals(run.events) and back.frame_outcomes.equals(run.frame_outcomes)
     assert back.meta["stages"] == run.meta["stages"]

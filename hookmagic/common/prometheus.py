@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hookmagic.common.errors import Unavailable
+from hookmagic.common.errors import InvalidArgument, Unavailable
 
 #: histogram buckets in seconds, dense below 5 ms where per-frame stages live
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02,
@@ -32,8 +32,16 @@ class Server:
     ``stop()`` shuts it down; also a context manager."""
 
     def __init__(self, registry: Any, port: int = 0, addr: str = "127.0.0.1") -> None:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise InvalidArgument(f"port must be an int in 0..65535, got {port!r}")
+        if not isinstance(addr, str) or not addr:
+            raise InvalidArgument(f"addr must be a host name or address, got {addr!r}")
         prom = client()
-        self._server, self._thread = prom.start_http_server(port, addr=addr, registry=registry)
+        try:
+            self._server, self._thread = prom.start_http_server(port, addr=addr,
+                                                                registry=registry)
+        except OSError as err:  # busy port, unknown host, an address not on this machine
+            raise Unavailable(f"cannot serve metrics on {addr}:{port}: {err}") from err
         self.addr = addr
         self.port = int(self._server.server_port)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.errors import InvalidArgument
+from hookmagic.common.results import Headline
 from hookmagic.pipeline.run import PipelineRun
 
 #: a stage busier than this (fraction of the run, per worker) counts as saturated
@@ -23,6 +24,14 @@ def _span(run: PipelineRun) -> tuple[int, int]:
     t0 = int(min(ev["enqueue_ns"].min(), ev["start_ns"].min()))
     t1 = int(max(ev["end_ns"].max(), ev["put_ns"].max()))
     return t0, max(t1, t0 + 1)
+
+
+def require_events(run: PipelineRun, what: str) -> None:
+    """Refuse (InvalidArgument) to draw or model a run that recorded no stage execution: an
+    empty chart or model would look like a measurement of nothing."""
+    if run.events.empty:
+        raise InvalidArgument(f"{what}: the run recorded no frame at any stage "
+                              f"({len(run.frame_outcomes)} frames): nothing to show")
 
 
 def stage_meta(run: PipelineRun, stage: str) -> dict:
@@ -51,6 +60,10 @@ def batches(run: PipelineRun, stage: str) -> pd.DataFrame:
 def queue_depth(run: PipelineRun, stage: str) -> pd.DataFrame:
     """Frames waiting in ``stage``'s input queue over time (a step function): columns
     ``t_ms`` (after the run start) and ``depth``. The read stage has no input queue."""
+    queued = run.stage_names[1:]
+    if stage not in queued:
+        raise InvalidArgument(f"no stage {stage!r} with an input queue in this run "
+                              f"(stages: {queued})")
     ev = run.events[(run.events["stage"] == stage) & (run.events["stage_index"] > 0)]
     t0, _ = _span(run)
     if ev.empty:
@@ -163,6 +176,31 @@ def throughput(run: PipelineRun) -> dict:
     pct = (lambda q: float(np.percentile(e2e, q))) if len(e2e) else (lambda q: np.nan)
     return {"fps": done / ((t1 - t0) / 1e9), "frames_done": done,
             "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99)}
+
+
+def headline(run: PipelineRun) -> Headline:
+    """The run's headline: done fps, frames by outcome, end-to-end latency p50/p99 and the
+    bottleneck stage (``"-"`` when no frame finished: nothing limited a run that did nothing)."""
+    thr = throughput(run)
+    counts = run.outcomes
+    values: dict = {"fps": thr["fps"]}
+    units = {"fps": "frames/s"}
+    for outcome in ("done", "dropped", "failed", "cancelled"):
+        values[f"frames_{outcome}"] = int(counts.get(outcome, 0))
+        units[f"frames_{outcome}"] = "frames"
+    values.update(latency_p50=thr["p50_ms"], latency_p99=thr["p99_ms"])
+    units.update(latency_p50="ms", latency_p99="ms")
+    notes = [run.label]
+    if values["frames_done"]:
+        values["bottleneck"] = bottleneck(run).stage or "none (the source paced the run)"
+    else:
+        values["bottleneck"] = "-"
+        notes.append("no frame finished: no throughput, latency or bottleneck to report")
+    for s in run.meta.get("stuck_workers") or []:
+        notes.append(f"worker {s.get('worker')} of stage {s.get('stage')!r} never returned "
+                     "(left behind when the run ended)")
+    return Headline(f"Pipeline run {run.meta.get('pipeline', '')}: "
+                    + " → ".join(run.stage_names), values, units, notes)
 
 
 def per_batch(run: PipelineRun) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.common.prometheus import LATENCY_BUCKETS, Server, client
 
 
@@ -33,6 +34,17 @@ class PipelineExporter:
         prom = client()
         self.pipeline = pipeline
         self.registry = registry if registry is not None else prom.CollectorRegistry()
+        try:
+            self._make_metrics(prom)
+        except ValueError as err:  # prometheus_client: "Duplicated timeseries in registry"
+            raise InvalidArgument(f"this registry already holds the pipeline metrics (one "
+                                  f"exporter per registry; {err})") from err
+        self._nvml = _nvml_handles() if gpu_memory else []
+        self._last_gpu = 0.0
+        self._lock = threading.Lock()
+        self.server = Server(self.registry, port, addr) if port is not None else None
+
+    def _make_metrics(self, prom: Any) -> None:
         r = self.registry
         self.stage_duration = prom.Histogram(
             "hookmagic_stage_duration_seconds", "Time of one execution of a pipeline stage",
@@ -46,10 +58,6 @@ class PipelineExporter:
                                       ["pipeline", "stage"], registry=r)
         self.gpu_memory = prom.Gauge("hookmagic_gpu_memory_used_bytes",
                                      "Device memory in use (NVML)", ["gpu"], registry=r)
-        self._nvml = _nvml_handles() if gpu_memory else []
-        self._last_gpu = 0.0
-        self._lock = threading.Lock()
-        self.server = Server(self.registry, port, addr) if port is not None else None
 
     @property
     def port(self) -> int | None:

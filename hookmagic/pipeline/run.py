@@ -12,8 +12,10 @@
 - ``meta``: the stages (name, workers, batch, device), queue size, overflow policy, source,
   start time; recordings add ``recorded_on`` (GPU, driver, date) and ``description``.
 
-Analyses (``run.stages()``, ``run.bottleneck()``, ``run.what_if()``) and views (``run.gantt()``)
-are attached to :class:`PipelineRun` by :mod:`hookmagic.pipeline`.
+Analyses (``run.summary()``, ``run.stages()``, ``run.bottleneck()``, ``run.what_if()``) and
+charts (``run.gantt()``, ``run.stage_chart()``) are registered on :class:`PipelineRun` by
+:mod:`hookmagic.pipeline` through :mod:`hookmagic.common.accessors` (the data model imports
+nothing above it).
 """
 from __future__ import annotations
 
@@ -25,14 +27,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.errors import InputFileError, LimitExceeded
+from hookmagic.common.results import SAVED_KIND_KEY
 
 SUFFIX = ".hmpipe"
 FORMAT = "hookmagic.pipeline_run/1"
 #: the most bytes a saved run may expand to when loaded (HOOKMAGIC_MAX_PIPE_BYTES overrides)
 MAX_BYTES = 1 << 30
+KIND = "pipeline_run"
+#: the columns every saved run's tables must have (what the analyses read)
+EVENT_COLUMNS = ("frame", "stage", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
+                 "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error")
+FRAME_COLUMNS = ("frame", "source", "index", "created_ns", "outcome", "reason", "error", "stage")
 
 
+@accepts_methods("PipelineRun")
 class PipelineRun:
     """What :meth:`Pipeline.run` measured: ``events``, ``frames`` and ``meta`` (see the module)."""
 
@@ -72,8 +82,9 @@ class PipelineRun:
                 f" {len(self._frames)} frames ({counts}); {self.label}>")
 
     # -- files --------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str:
-        """Write the run to one file (a zip of Parquet tables and a JSON manifest)."""
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the run to one file (a zip of Parquet tables and a JSON manifest) at ``path``
+        (``.hmpipe`` appended when it has another suffix); ``hookmagic.load`` opens it."""
         path = Path(path)
         if path.suffix != SUFFIX:
             path = path.with_name(path.name + SUFFIX)
@@ -83,10 +94,10 @@ class PipelineRun:
                 buf = io.BytesIO()
                 table.to_parquet(buf, index=False)
                 zf.writestr(f"{name}.parquet", buf.getvalue())
-            zf.writestr("manifest.json", json.dumps({"format": FORMAT, "meta": self.meta},
-                                                   default=str))
+            zf.writestr("manifest.json", json.dumps(
+                {"format": FORMAT, SAVED_KIND_KEY: KIND, "meta": self.meta}, default=str))
         os.replace(tmp, path)
-        return str(path)
+        return path
 
 
 def load_run(path: str | os.PathLike) -> PipelineRun:
@@ -102,18 +113,28 @@ def load_run(path: str | os.PathLike) -> PipelineRun:
                 raise LimitExceeded(f"{path}: expands to {total} bytes, over the {limit}-byte "
                                     "limit (raise HOOKMAGIC_MAX_PIPE_BYTES)")
             manifest = json.loads(zf.read("manifest.json"))
-            if manifest.get("format") != FORMAT:
-                raise InputFileError(f"{path}: not a saved pipeline run "
-                                     f"(format {manifest.get('format')!r})")
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                found = manifest.get("format") if isinstance(manifest, dict) else "not an object"
+                raise InputFileError(f"{path}: not a saved pipeline run (format {found!r})")
+            meta = manifest.get("meta")
+            if not isinstance(meta, dict) or not _valid_stages(meta.get("stages")):
+                raise InputFileError(f"{path}: the manifest's meta lacks a list of named stages")
             tables = {n: pd.read_parquet(io.BytesIO(zf.read(f"{n}.parquet")))
                       for n in ("events", "frames")}
+            for n, cols in (("events", EVENT_COLUMNS), ("frames", FRAME_COLUMNS)):
+                missing = [c for c in cols if c not in tables[n].columns]
+                if missing:
+                    raise InputFileError(f"{path}: the {n} table lacks columns {missing}")
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as err:
         if isinstance(err, InputFileError):
             raise
         raise InputFileError(f"{path}: not a readable pipeline run ({err})") from err
-    return PipelineRun(tables["events"], tables["frames"], manifest["meta"])
+    return PipelineRun(tables["events"], tables["frames"], meta)
 
 
+def _valid_stages(stages: object) -> bool:
+    return (isinstance(stages, list) and len(stages) > 0
+            and all(isinstance(s, dict) and isinstance(s.get("name"), str) for s in stages))
 
 
 def sniff(path: Path) -> bool:
@@ -126,6 +147,7 @@ def sniff(path: Path) -> bool:
             info = zf.getinfo("manifest.json")
             if info.file_size > 1 << 20:
                 return False
-            return json.loads(zf.read(info)).get("format") == FORMAT
+            manifest = json.loads(zf.read(info))
+            return isinstance(manifest, dict) and manifest.get("format") == FORMAT
     except Exception:  # a sniff answers "not mine" for anything it cannot read
         return False

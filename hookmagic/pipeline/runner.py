@@ -15,7 +15,9 @@ the pipeline's pool, resolved to times once after the run (``instrument=True``);
 under a capture. See lab/pipeline/pipeline_instrument.py.
 
 On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
-every thread is joined, the partial run is kept as ``Pipeline.last_run`` (and on the exception
+threads get :data:`LEAVE_S` to leave (a worker still inside its stage's ``fn`` then is left
+behind and listed in ``meta["stuck_workers"]``, as it is when ``seconds`` ran out and in-flight
+frames did not finish within :data:`DRAIN_S`), the partial run is kept as ``Pipeline.last_run`` (and on the exception
 as ``err.pipeline_run``), and the error is re-raised once.
 """
 from __future__ import annotations
@@ -28,7 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from hookmagic.common.errors import InvalidArgument
+import math
+
+from hookmagic.common.errors import InvalidArgument, Unavailable
 from hookmagic.pipeline.run import PipelineRun
 from hookmagic.pipeline.sources import Source, as_source
 
@@ -37,6 +41,24 @@ _POLL_S = 0.05   # how often blocked threads look at the stop flag
 #: GPU batches a worker keeps as CUDA-event pairs before it turns the oldest into times inside the
 #: run, two per stage execution (a run shorter than this resolves them all after it ends)
 _RESOLVE_EVERY = 4096
+#: the most worker threads one stage may ask for, and one pipeline in all (checked before any
+#: thread starts: a thread per worker, and no machine this runs on has use for more)
+MAX_WORKERS = 256
+MAX_THREADS = 1024
+#: the most frames one batch may hold
+MAX_BATCH = 1 << 16
+#: how long in-flight frames may take to finish after ``seconds`` ran out, and how long threads
+#: get to leave after a stop, before the run returns without them (their workers reported stuck)
+DRAIN_S = 1.0
+LEAVE_S = 0.5
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 @dataclass(frozen=True)
@@ -63,14 +85,32 @@ class Stage:
             raise InvalidArgument(f"a stage needs a non-empty name, got {self.name!r}")
         if not callable(self.fn):
             raise InvalidArgument(f"stage {self.name!r}: fn is not callable")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise InvalidArgument(f"stage {self.name!r}: workers must be an int >= 1")
-        if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
-            raise InvalidArgument(f"stage {self.name!r}: batch must be None or an int >= 1")
+        if not _is_int(self.workers) or not 1 <= self.workers <= MAX_WORKERS:
+            raise InvalidArgument(f"stage {self.name!r}: workers must be an int in 1..{MAX_WORKERS}"
+                                  f", got {self.workers!r}")
+        if self.batch is not None and (not _is_int(self.batch)
+                                       or not 1 <= self.batch <= MAX_BATCH):
+            raise InvalidArgument(f"stage {self.name!r}: batch must be None or an int in "
+                                  f"1..{MAX_BATCH}, got {self.batch!r}")
         if self.device not in ("cpu", "cuda"):
             raise InvalidArgument(f"stage {self.name!r}: device must be 'cpu' or 'cuda'")
-        if not (self.batch_wait_ms >= 0):
-            raise InvalidArgument(f"stage {self.name!r}: batch_wait_ms must be >= 0")
+        if not _is_number(self.batch_wait_ms) or self.batch_wait_ms < 0:
+            raise InvalidArgument(f"stage {self.name!r}: batch_wait_ms must be a finite number "
+                                  f">= 0, got {self.batch_wait_ms!r}")
+        if self.device == "cuda":
+            _require_cuda(self.name)
+
+
+def _require_cuda(stage: str) -> None:
+    """Refuse a GPU stage on a machine where PyTorch sees no CUDA device."""
+    try:
+        import torch
+        ok = torch.cuda.is_available()
+    except ImportError:
+        ok = False
+    if not ok:
+        raise Unavailable(f"stage {stage!r} asks for device='cuda', but PyTorch sees no CUDA "
+                          "device here")
 
 
 class _Frame:
@@ -131,7 +171,13 @@ class Pipeline:
     def __init__(self, stages: Sequence[Stage], queue_size: int = 8, overflow: str = "block",
                  on_error: str = "continue", instrument: bool = True,
                  name: str = "pipeline") -> None:
-        stages = list(stages)
+        if isinstance(stages, Stage):
+            raise InvalidArgument("Pipeline takes a list of stages: Pipeline([Stage(...), ...])")
+        try:
+            stages = list(stages)
+        except TypeError:
+            raise InvalidArgument(f"Pipeline takes a list of stages, got "
+                                  f"{type(stages).__name__}") from None
         if not stages:
             raise InvalidArgument("a pipeline needs at least one stage")
         if not all(isinstance(s, Stage) for s in stages):
@@ -140,7 +186,11 @@ class Pipeline:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise InvalidArgument(f"duplicate stage names: {dupes}")
-        if not isinstance(queue_size, int) or queue_size < 1:
+        threads = sum(s.workers for s in stages)
+        if threads > MAX_THREADS:
+            raise InvalidArgument(f"the stages ask for {threads} worker threads in all, over the "
+                                  f"{MAX_THREADS} a pipeline may start")
+        if not _is_int(queue_size) or queue_size < 1:
             raise InvalidArgument(f"queue_size must be an int >= 1, got {queue_size!r}")
         if overflow not in ("block", "drop_oldest"):
             raise InvalidArgument(f"overflow must be 'block' or 'drop_oldest', got {overflow!r}")
@@ -169,11 +219,14 @@ class Pipeline:
         ``observers`` get ``on_stage(stage, seconds, n)``, ``on_frame(source, outcome)`` and
         ``on_queues({stage: depth})`` calls while it runs (the Prometheus exporter is one).
         """
-        if frames is not None and (not isinstance(frames, int) or frames < 1):
+        if frames is not None and (not _is_int(frames) or frames < 1):
             raise InvalidArgument(f"frames must be None or an int >= 1, got {frames!r}")
-        if seconds is not None and not (seconds > 0):
-            raise InvalidArgument(f"seconds must be None or > 0, got {seconds!r}")
+        if seconds is not None and (not _is_number(seconds) or seconds <= 0):
+            raise InvalidArgument(f"seconds must be None or a finite number > 0, got {seconds!r}")
         src = as_source(source)
+        if src.stage in {s.name for s in self.stages}:
+            raise InvalidArgument(f"a stage is named {src.stage!r}, the name of the source's own "
+                                  "read stage: rename it")
         return _Run(self, src, frames, seconds, list(observers)).execute()
 
 
@@ -190,6 +243,11 @@ class _Run:
         self.sources_alive = len(src.streams)
         self.alive_lock = threading.Lock()
         self.error: BaseException | None = None
+        # (stage index, worker) -> the frames it is running its stage's fn on now: what a worker
+        # that never returns was holding
+        self.busy: dict[tuple[int, int], list[int]] = {}
+        self.finished: set[int] = set()     # indices of the threads that have left
+        self.finished_cv = threading.Condition()
         self.cuda = any(s.device == "cuda" for s in pipe.stages)
         self.gpu_ref: tuple[Any, int] | None = None
 
@@ -335,6 +393,7 @@ class _Run:
                 pair = timed_pair = None
                 start = time.perf_counter_ns()
                 status, error, outs = "ok", "", None
+                self.busy[(k, worker)] = [it.fid for it in items]
                 try:
                     arg = [it.payload for it in items] if batched else first.payload
                     if timed:
@@ -357,6 +416,7 @@ class _Run:
                     if pipe.on_error == "stop":
                         self._fail(err)
                 end = time.perf_counter_ns()
+                del self.busy[(k, worker)]
                 n = len(items)
                 if observers:
                     self._notify_stage(name, (end - start) / 1e9, n)
@@ -460,35 +520,48 @@ class _Run:
         threads = []
         for k, st in enumerate(pipe.stages):
             for w in range(st.workers):
-                threads.append(threading.Thread(target=self._work, args=(k, w),
-                                                name=f"hookmagic-{st.name}-{w}", daemon=True))
+                threads.append(self._thread(len(threads), f"hookmagic-{st.name}-{w}",
+                                            self._work, (k, w)))
         t0 = time.perf_counter()
         started_ns = time.perf_counter_ns()
         wall_start = time.time()
         for sidx, stream in enumerate(self.src.streams):
-            threads.append(threading.Thread(target=self._read, args=(stream, sidx, t0),
-                                            name=f"hookmagic-read-{stream.name}", daemon=True))
-        for t in threads:
-            t.start()
+            threads.append(self._thread(len(threads), f"hookmagic-read-{stream.name}",
+                                        self._read, (stream, sidx, t0)))
+        everyone = len(threads)
+        cv = self.finished_cv
         interrupted: BaseException | None = None
         try:
-            while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.start()
+            while True:
+                # a Condition, not Thread.join: a KeyboardInterrupt inside join(timeout) can
+                # mark a still-running thread as stopped (CPython 3.11), hiding a stuck worker
+                with cv:
+                    if len(self.finished) == everyone:
+                        break
+                    cv.wait(0.02)
                 if self.seconds is not None and time.perf_counter() - t0 >= self.seconds:
                     self.stop_reading.set()
+                    if time.perf_counter() - t0 >= self.seconds + DRAIN_S:
+                        break  # frames still in flight are cancelled below
                 if self.observers:
                     depth = {st.name: self.queues[k].qsize() for k, st in enumerate(pipe.stages)}
                     for ob in self.observers:
                         ob.on_queues(depth)
-                for t in threads:
-                    t.join(timeout=0.02)
         except BaseException as err:  # KeyboardInterrupt in the caller's thread
             interrupted = err
             self.stop.set()
         finally:
+            # a worker inside a stage's fn sees the stop only when fn returns: wait a moment,
+            # then leave without the ones that do not (daemon threads; reported as stuck)
             self.stop.set()
-            for t in threads:
-                t.join()
-        run = self._result(started_ns, wall_start)
+            with cv:
+                # threads an interrupt kept from starting will not leave: they never came
+                self.finished.update(i for i, t in enumerate(threads) if t.ident is None)
+                cv.wait_for(lambda: len(self.finished) == everyone, timeout=LEAVE_S)
+        stuck = [key for i, key in enumerate(self._worker_keys()) if i not in self.finished]
+        run = self._result(started_ns, wall_start, stuck)
         pipe.last_run = run
         err = interrupted or self.error
         if err is not None:
@@ -499,11 +572,36 @@ class _Run:
             raise err
         return run
 
-    def _result(self, started_ns: int, wall_start: float) -> PipelineRun:
+    def _thread(self, i: int, name: str, target: Callable[..., None],
+                args: tuple) -> threading.Thread:
+        """Thread ``i`` of the run, which adds ``i`` to :attr:`finished` when it leaves."""
+        def main() -> None:
+            try:
+                target(*args)
+            finally:
+                with self.finished_cv:
+                    self.finished.add(i)
+                    self.finished_cv.notify_all()
+        return threading.Thread(target=main, name=name, daemon=True)
+
+    def _worker_keys(self) -> list[tuple[int, int]]:
+        """(stage index, worker) of each worker thread, in the order :meth:`execute` starts them."""
+        return [(k, w) for k, st in enumerate(self.pipe.stages) for w in range(st.workers)]
+
+    def _result(self, started_ns: int, wall_start: float,
+                stuck: list[tuple[int, int]]) -> PipelineRun:
         import numpy as np
         import pandas as pd
 
         rec, pipe = self.rec, self.pipe
+        stuck_meta = []
+        for k, w in stuck:
+            name = pipe.stages[k].name
+            held = list(self.busy.get((k, w), []))
+            stuck_meta.append({"stage": name, "worker": w, "frames": held})
+            for fid in held:
+                rec.finish(fid, "cancelled", f"stage {name!r} did not return (worker stuck)",
+                           stage=name)
         for fid, row in enumerate(rec.frames):
             if row[3] == "in_flight":
                 row[3], row[4] = "cancelled", "run stopped"
@@ -517,9 +615,9 @@ class _Run:
                 self._resolve(pending, done)
         rows: list[tuple] = []
         gpu: list[tuple] = []
-        for trows, _, tdone in rec.threads:
+        for trows, _, tdone in list(rec.threads):
             offset = len(rows)
-            rows.extend(trows)
+            rows.extend(trows[:])  # a stuck worker's list: what it had recorded by now
             gpu.extend((offset + first, n, a, b) for first, n, a, b in tdone)
         # column by column (pandas' row-wise constructor costs ~5 µs per row)
         columns = list(zip(*rows)) if rows else [()] * len(names)
@@ -556,6 +654,7 @@ class _Run:
             "source": self.src.description,
             "streams": [{"name": s.name, "fps": s.fps} for s in self.src.streams],
             "source_meta": self.src.meta,
+            "stuck_workers": stuck_meta,
             "started_ns": started_ns, "started_at": time.strftime(
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_start)),
             "clock": "time.perf_counter_ns (host); GPU times from CUDA events on each worker's "

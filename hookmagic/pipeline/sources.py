@@ -39,6 +39,12 @@ class Source:
     description: str = ""
     meta: dict = field(default_factory=dict)
 
+    def __iter__(self) -> Iterator[Any]:
+        """The frames themselves, without a pipeline: each stream in turn, unpaced
+        (``for frame in video_file(path)``)."""
+        for stream in self.streams:
+            yield from stream.open()
+
 
 def frames(iterable: Iterable[Any], name: str = "frames", fps: float | None = None) -> Source:
     """Frames from any iterable (NumPy arrays, tensors, anything a stage accepts)."""
@@ -51,6 +57,16 @@ def frames(iterable: Iterable[Any], name: str = "frames", fps: float | None = No
 def _check_fps(fps: float) -> None:
     if not isinstance(fps, (int, float)) or not np.isfinite(fps) or fps <= 0:
         raise InvalidArgument(f"fps must be a finite number > 0, got {fps!r}")
+
+
+#: the largest synthetic frame side, in pixels (8K is 7680)
+MAX_SIDE = 8192
+
+
+def _check_size(width: Any, height: Any) -> None:
+    for what, v in (("width", width), ("height", height)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_SIDE:
+            raise InvalidArgument(f"{what} must be an int in 1..{MAX_SIDE}, got {v!r}")
 
 
 def _import_av():
@@ -360,6 +376,7 @@ def synthetic_cameras(n: int, fps: float, height: int = 720, width: int = 1280,
     if not isinstance(n, int) or n < 1:
         raise InvalidArgument(f"n (cameras) must be an int >= 1, got {n!r}")
     _check_fps(fps)
+    _check_size(width, height)
     rng = np.random.default_rng(seed)
     pool = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(4)]
 
@@ -396,6 +413,12 @@ def write_synthetic_video(path: str | os.PathLike, frames: int = 60, width: int 
 
     For tests, notebooks and benchmarks: the file is really encoded, the pictures are generated.
     """
+    if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 1_000_000:
+        raise InvalidArgument(f"frames must be an int in 1..1000000, got {frames!r}")
+    _check_size(width, height)
+    if width % 2 or height % 2:
+        raise InvalidArgument(f"yuv420p needs an even width and height, got {width}x{height}")
+    _check_fps(fps)
     av = _import_av()
     path = Path(path)
     rng = np.random.default_rng(seed)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.errors import InvalidArgument
-from hookmagic.pipeline.analysis import batches, bottleneck, stage_stats
+from hookmagic.pipeline.analysis import batches, bottleneck, require_events, stage_stats
 from hookmagic.pipeline.run import PipelineRun
 
 
@@ -36,6 +36,7 @@ def to_sched(run: PipelineRun, stage: str | None = None, slo_ms: float = 66.0,
     (default: each stream's pacing, or the run's measured fps per stream when unpaced)."""
     import hookmagic.sched as S
 
+    require_events(run, "to_sched")
     if stage is None:
         batched = [s["name"] for s in run.meta["stages"] if s.get("batch")]
         stage = batched[0] if batched else (bottleneck(run).stage or run.stage_names[-1])

@@ -6,7 +6,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hookmagic.pipeline.analysis import bottleneck, kernels_by_frame, queue_depth, stage_stats
+from hookmagic.pipeline.analysis import (bottleneck, kernels_by_frame, queue_depth, require_events,
+                                         stage_stats)
 from hookmagic.pipeline.run import PipelineRun
 
 _COLORS = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692",
@@ -18,11 +19,12 @@ def _go():
     return go
 
 
-def gantt_figure(run: PipelineRun, frames: int = 40, start: int = 0, title: str | None = None,
-                 trace: Any = None):
+def frame_gantt_figure(run: PipelineRun, frames: int = 40, start: int = 0,
+                       title: str | None = None, trace: Any = None):
     """Frames ``start`` .. ``start+frames`` as rows; per stage a bar while it ran (solid), the
     queue wait before it (faint), and for GPU stages the CUDA-event span (dark, thin). With
     ``trace`` (a capture taken around the run) each frame's GPU kernels are drawn too."""
+    require_events(run, "gantt")
     go = _go()
     ev = run.events
     ids = sorted(ev["frame"].unique())[start:start + frames]
@@ -69,6 +71,7 @@ def gantt_figure(run: PipelineRun, frames: int = 40, start: int = 0, title: str 
 
 def stages_figure(run: PipelineRun, title: str | None = None):
     """Per stage: latency p50 with p99 whiskers, and utilisation; the bottleneck in red."""
+    require_events(run, "stage_chart")
     go = _go()
     from plotly.subplots import make_subplots
 
