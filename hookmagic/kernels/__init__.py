@@ -38,7 +38,7 @@ from hookmagic.kernels.layout import row_max, row_sum, transpose
 from hookmagic.kernels.attention import attention
 from hookmagic.kernels.conv import conv2d, depthwise_conv2d, pack_conv_weight
 from hookmagic.kernels import gemm_wgmma as _gemm_wgmma  # noqa: F401  registers gemm(variant='wgmma')
-from hookmagic.kernels.dispatch import explain
+from hookmagic.kernels.explain import explain
 
 #: The architectures ``hookmagic kernels check`` covers in CI (A100, Jetson Orin, H100 and H100 arch-specific).
 CI_ARCHS = ("sm_80", "sm_87", "sm_90", "sm_90a")

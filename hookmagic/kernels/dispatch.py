@@ -3,7 +3,7 @@
 Each :class:`Rule` says, for one operation, which architectures, dtypes and shape class it
 covers, the variant it picks, and the measurement that justifies the pick. :func:`choose`
 returns the first rule that matches (the table is ordered, most specific first);
-:func:`explain` says in words what a call would run and why. A caller's ``variant=`` always
+:func:`hookmagic.kernels.explain` says in words what a call would run and why. A caller's ``variant=`` always
 wins over the table.
 """
 from __future__ import annotations
@@ -74,54 +74,14 @@ def _covered(op: str) -> str:
     return "; ".join(f"sm_{r.min_arch}+ {'/'.join(r.dtypes)}" for r in TABLE if r.op == op)
 
 
-def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any = "sm_90") -> str:
-    """What ``op`` would run for operands of ``shapes`` and ``dtype`` on ``arch``, and why.
-
-    ``explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")`` names the
-    variant, the shape class and the measurement behind the choice. GEMMs go through the
-    dispatch table; the row-wise operations (softmax, layer_norm, rms_norm, bias_gelu) name the
-    kernel their launch plan picks for the row length.
-    """
-    shapes = tuple(tuple(int(v) for v in s) for s in shapes)
-    arch = normalize_arch(arch)
-    if op in ("gemm", "sgemm"):
-        r = choose(op, arch, dtype, shapes)
-        (m, k), (_, n) = shapes
-        return (f"{op} {m}x{k} @ {k}x{n} {dtype} on {arch}: variant={r.variant!r} "
-                f"(shape class {shape_class(op, shapes)}; rule sm_{r.min_arch}"
-                f"{'' if r.max_arch == r.min_arch else '+' if r.max_arch >= 999 else f'-{r.max_arch}'}"
-                f" {'/'.join(r.dtypes)} {r.shape_class}). Why: {r.why}. Override with variant=.")
-    from hookmagic.kernels import rowwise
-    if op in ("softmax", "layer_norm", "rms_norm", "bias_gelu"):
-        if len(shapes) != 1 or not shapes[0]:
-            raise KernelArgumentError(f"{op}: give the shape of x, e.g. (8, 4096); got {shapes}")
-        if dtype not in rowwise._DTYPES:
-            raise KernelArgumentError(f"{op}: dtype must be one of {', '.join(rowwise._DTYPES)}, got {dtype!r}")
-        cols = shapes[0][-1]
-        rows = 1
-        for v in shapes[0][:-1]:
-            rows *= v
-        nv = 16 // rowwise.ITEMSIZE[dtype]
-        plan = rowwise._fast_plan(op, rows, cols, nv, _SMEM_OPTIN.get(arch_number(arch), 99 * 1024) - 1024) \
-            if cols % nv == 0 else None
-        if plan is None:
-            return (f"{op} of {rows} rows x {cols} {dtype} on {arch}: the multi-pass kernel "
-                    f"({op}_{rowwise._SUFFIX[dtype]}): the row is not a whole number of 16-byte vectors "
-                    f"or does not fit registers + shared memory (16-byte aligned rows take the "
-                    f"register-resident kernels). Override with impl=.")
-        name, grid, threads, _last, smem = plan
-        return (f"{op} of {rows} rows x {cols} {dtype} on {arch}: {name}_{rowwise._SUFFIX[dtype]} "
-                f"(grid {grid}, {threads} threads, {smem} B dynamic shared memory) when x is 16-byte "
-                f"aligned: the row is read from DRAM once into registers"
-                f"{' and shared memory' if smem else ''} (91-99 % of a device copy's bandwidth on an "
-                f"H100 for 4096-wide rows). Override with impl=.")
-    raise KernelArgumentError(f"explain: no dispatch for op {op!r}; one of gemm, sgemm, softmax, "
-                              f"layer_norm, rms_norm, bias_gelu")
+def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch: str) -> str:
+    """In words: the variant the table picks for a GEMM of ``shapes`` and why."""
+    r = choose(op, arch, dtype, shapes)
+    (m, k), (_, n) = shapes
+    span = "" if r.max_arch == r.min_arch else "+" if r.max_arch >= 999 else f"-{r.max_arch}"
+    return (f"{op} {m}x{k} @ {k}x{n} {dtype} on {arch}: variant={r.variant!r} "
+            f"(shape class {shape_class(op, shapes)}; rule sm_{r.min_arch}{span} {'/'.join(r.dtypes)} "
+            f"{r.shape_class}). Why: {r.why}. Override with variant=.")
 
 
-#: per-block opt-in shared memory by architecture number (CUDA programming guide, compute
-#: capabilities table), for explaining without a GPU
-_SMEM_OPTIN = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
-
-
-__all__ = ["Rule", "TABLE", "choose", "explain", "shape_class", "LARGE_GEMM_OUTPUT", "LARGE_GEMM_K"]
+__all__ = ["Rule", "TABLE", "choose", "explain_gemm", "shape_class", "LARGE_GEMM_OUTPUT", "LARGE_GEMM_K"]

@@ -1,0 +1,35 @@
+"""``kernels.explain``: what a call would run, and why, without a GPU."""
+from __future__ import annotations
+
+from typing import Any
+
+from hookmagic.kernels import dispatch, rowwise
+from hookmagic.kernels.build import normalize_arch
+from hookmagic.kernels.errors import KernelArgumentError
+
+_ROWWISE = ("softmax", "layer_norm", "rms_norm", "bias_gelu")
+
+
+def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any = "sm_90") -> str:
+    """What ``op`` would run for operands of ``shapes`` and ``dtype`` on ``arch``, and why.
+
+    ``explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")`` names the
+    variant the dispatch table (:mod:`hookmagic.kernels.dispatch`) picks, the shape class and the
+    measurement behind the pick. The row-wise operations (softmax, layer_norm, rms_norm,
+    bias_gelu; one shape, x's) name the kernel their launch plan picks for the row length.
+    """
+    try:
+        shapes = tuple(tuple(int(v) for v in s) for s in shapes)
+    except (TypeError, ValueError):
+        raise KernelArgumentError(f"explain: shapes must be tuples of ints, got {shapes!r}") from None
+    arch = normalize_arch(arch)
+    if op in ("gemm", "sgemm"):
+        return dispatch.explain_gemm(op, shapes, dtype, arch)
+    if op in _ROWWISE:
+        if len(shapes) != 1:
+            raise KernelArgumentError(f"{op}: give the shape of x, e.g. (8, 4096); got {shapes}")
+        return rowwise.explain_plan(op, shapes[0], dtype, arch)
+    raise KernelArgumentError(f"explain: no dispatch for op {op!r}; one of gemm, sgemm, {', '.join(_ROWWISE)}")
+
+
+__all__ = ["explain"]
