@@ -38,8 +38,8 @@ from hookmagic.common.errors import InputFileError, InvalidArgument, LimitExceed
 from hookmagic.common.limits import MAX_BYTES, MAX_DEPTH, MAX_JSON_BYTES, exceeded, limit
 
 __all__ = ["open_input", "read_input", "read_input_maybe_gzip", "gunzip_bounded",
-           "read_zip_member", "read_parquet", "gc_paused", "parse_json", "load_json_file", "json_depth", "atomic_write",
-           "check_output_path"]
+           "read_zip_member", "check_ratio", "read_parquet", "gc_paused", "parse_json",
+           "load_json_file", "json_depth", "atomic_write", "check_output_path"]
 
 _CHUNK = 1 << 20
 _KIND = [(stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO (named pipe)"),
@@ -96,11 +96,20 @@ def open_input(path: str | os.PathLike, what: str = "input",
 
 
 def _read_bounded(fh: BinaryIO, cap: int, what: str) -> bytes:
-    """Read all of ``fh``, but raise LimitExceeded past ``cap`` bytes (0: no cap)."""
-    data = fh.read(cap + 1) if cap else fh.read()
-    if cap and len(data) > cap:
-        raise exceeded(MAX_BYTES, what, len(data))
-    return data
+    """Read all of ``fh`` in chunks, but raise LimitExceeded past ``cap`` bytes (0: no cap).
+
+    Not ``fh.read(cap + 1)``: that allocates the whole budget (2 GiB) up front, however
+    small the file."""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        chunk = fh.read(_CHUNK)
+        if not chunk:
+            return b"".join(parts)
+        total += len(chunk)
+        if cap and total > cap:
+            raise exceeded(MAX_BYTES, what, total)
+        parts.append(chunk)
 
 
 def read_input(path: str | os.PathLike, what: str = "input",
@@ -111,7 +120,8 @@ def read_input(path: str | os.PathLike, what: str = "input",
         cap = limit(MAX_BYTES)
         size = os.fstat(fh.fileno()).st_size
         if cap and size > cap:
-            raise exceeded(MAX_BYTES, f"{what} {str(p)!r}", size)
+            # the file may be gzip: its JSON inflates up to about 30x
+            raise exceeded(MAX_BYTES, f"{what} {str(p)!r}", size, headroom=32)
         try:
             return _read_bounded(fh, cap, f"{what} {str(p)!r}")
         except OSError as exc:
@@ -119,28 +129,52 @@ def read_input(path: str | os.PathLike, what: str = "input",
 
 
 #: the most one compressed byte may expand to. Real traces and exports compress 3-30x (JSON) or
-#: about 1x (Parquet inside a ZIP); a file that expands further is a decompression bomb, refused
-#: as soon as its inflated bytes pass this ratio (and ``RATIO_FLOOR``), long before the byte budget
+#: about 1x (Parquet inside a ZIP); a file that expands further is a decompression bomb. It is
+#: refused before inflating when its headers declare such a ratio, and otherwise as soon as
+#: the bytes inflated so far pass this ratio to the compressed bytes consumed so far (and
+#: ``RATIO_FLOOR``): a 1 MB file claiming 1 GiB stops after about ``RATIO_FLOOR`` bytes.
 MAX_RATIO = 200
 RATIO_FLOOR = 16 << 20
 
 
-def _check_ratio(inflated: int, compressed: int, what: str) -> None:
+def check_ratio(inflated: int, compressed: int, what: str, declared: bool = False) -> None:
+    """Raise :class:`LimitExceeded` when ``inflated`` bytes from ``compressed`` ones are past
+    ``MAX_RATIO`` (and ``RATIO_FLOOR``); ``declared``: the sizes come from headers, before
+    anything was inflated."""
     if inflated > RATIO_FLOOR and inflated > MAX_RATIO * max(compressed, 1):
+        told = "declare" if declared else "gave"
         raise LimitExceeded(f"{what} expands more than {MAX_RATIO}x ({compressed:,} compressed "
-                            f"bytes gave {inflated:,} so far): a decompression bomb, or not a "
+                            f"bytes {told} {inflated:,}): a decompression bomb, or not a "
                             "trace; refused")
 
 
+def _gzip_declared_size(raw: bytes) -> int | None:
+    """The inflated size a single-member gzip stream declares in its trailer (ISIZE: the size
+    modulo 2**32, so it can only under-state a larger one), or None when it cannot be told."""
+    if len(raw) < 18 or raw[-4:] == b"\0\0\0\0":
+        return None   # too short for a header and trailer, or zero padding after the member
+    return int.from_bytes(raw[-4:], "little")
+
+
 def gunzip_bounded(raw: bytes, what: str, error: type[InputFileError] = InputFileError) -> bytes:
-    """Inflate gzip data (several members allowed) in a stream, at most ``HOOKMAGIC_MAX_BYTES``
-    and at most ``MAX_RATIO`` times the compressed size."""
+    """Inflate gzip data (several members allowed) in bounded chunks, at most
+    ``HOOKMAGIC_MAX_BYTES`` and at most ``MAX_RATIO`` times the compressed bytes consumed.
+
+    The trailer's declared size is checked first, so a plain bomb is refused before anything
+    is inflated; a forged trailer is caught while inflating.
+    """
     cap = limit(MAX_BYTES)
+    declared = _gzip_declared_size(raw)
+    if declared is not None:
+        check_ratio(declared, len(raw), f"{what} (gzip)", declared=True)
+        if cap and declared > cap:
+            raise exceeded(MAX_BYTES, f"{what} (gzip, declared size)", declared)
     out: list[bytes] = []
     total = 0
     rest = raw
     try:
         while rest:
+            before = len(raw) - len(rest)     # compressed bytes of the members already read
             d = zlib.decompressobj(wbits=31)
             pos = 0
             while pos < len(rest) or d.unconsumed_tail:
@@ -151,7 +185,7 @@ def gunzip_bounded(raw: bytes, what: str, error: type[InputFileError] = InputFil
                 total += len(chunk)
                 if cap and total > cap:
                     raise exceeded(MAX_BYTES, f"{what} (after gunzip)", total)
-                _check_ratio(total, len(raw), f"{what} (gzip)")
+                check_ratio(total, before + pos - len(d.unconsumed_tail), f"{what} (gzip)")
                 out.append(chunk)
                 if d.eof:
                     break
@@ -187,7 +221,7 @@ def read_zip_member(zf: zipfile.ZipFile, name: str, what: str, spent: int = 0) -
         raise exceeded(MAX_BYTES, f"{what} (member {name!r} declares {info.file_size} bytes)",
                        spent + info.file_size)
     # the declared sizes first (cheap), then the real ones while inflating (a header may lie)
-    _check_ratio(info.file_size, info.compress_size, f"{what} (member {name!r})")
+    check_ratio(info.file_size, info.compress_size, f"{what} (member {name!r})", declared=True)
     out: list[bytes] = []
     total = spent
     with zf.open(info, "r") as fh:
@@ -198,7 +232,7 @@ def read_zip_member(zf: zipfile.ZipFile, name: str, what: str, spent: int = 0) -
             total += len(chunk)
             if cap and total > cap:
                 raise exceeded(MAX_BYTES, f"{what} (member {name!r})", total)
-            _check_ratio(total - spent, info.compress_size, f"{what} (member {name!r})")
+            check_ratio(total - spent, info.compress_size, f"{what} (member {name!r})")
             out.append(chunk)
     return b"".join(out)
 

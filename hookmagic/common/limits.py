@@ -41,7 +41,7 @@ class Budget:
     env: str
     default: int
     unit: str          # "bytes", "rows" or "levels"
-    what: str          # what it bounds, as a noun phrase
+    what: str          # what it bounds, as a noun phrase without the unit
 
     @property
     def value(self) -> int:
@@ -53,11 +53,11 @@ class Budget:
 
 
 MAX_BYTES = Budget("HOOKMAGIC_MAX_BYTES", 2 * 1024**3, "bytes",
-                   "bytes of one input after decompression")
+                   "the size of one input after decompression")
 MAX_JSON_BYTES = Budget("HOOKMAGIC_MAX_JSON_BYTES", 1024**3, "bytes",
-                        "bytes of JSON text parsed at once")
-MAX_ROWS = Budget("HOOKMAGIC_MAX_ROWS", 20_000_000, "rows", "rows of one table")
-MAX_DEPTH = Budget("HOOKMAGIC_MAX_DEPTH", 100, "levels", "nesting depth of a JSON document")
+                        "the size of JSON text parsed at once")
+MAX_ROWS = Budget("HOOKMAGIC_MAX_ROWS", 20_000_000, "rows", "the length of one table")
+MAX_DEPTH = Budget("HOOKMAGIC_MAX_DEPTH", 100, "levels", "the nesting depth of a JSON document")
 
 #: the largest batch size a scheduler object accepts (its engines index latency tables by size)
 MAX_BATCH_SIZE = 1_000_000
@@ -86,7 +86,7 @@ def limit(budget: Budget) -> int:
     return int(float(m.group(1)) * scale)
 
 
-def check(budget: Budget, amount: int, what: str) -> None:
+def check(budget: Budget, amount: int, what: str, headroom: int = 4) -> None:
     """Raise :class:`LimitExceeded` when ``amount`` is over ``budget``.
 
     ``what`` says which input, e.g. ``"'trace.json.gz' (after gunzip)"``; the message adds the
@@ -94,17 +94,31 @@ def check(budget: Budget, amount: int, what: str) -> None:
     """
     cap = limit(budget)
     if cap and amount > cap:
-        raise exceeded(budget, what, amount)
+        raise exceeded(budget, what, amount, headroom)
 
 
-def exceeded(budget: Budget, what: str, amount: int | None = None) -> LimitExceeded:
-    """The :class:`LimitExceeded` for ``what`` going over ``budget`` (to raise)."""
+def exceeded(budget: Budget, what: str, amount: int | None = None,
+             headroom: int = 4) -> LimitExceeded:
+    """The :class:`LimitExceeded` for ``what`` going over ``budget`` (to raise), naming the
+    amount once with its unit and suggesting a value that lets the load finish."""
     cap = limit(budget)
-    got = f" ({budget.text(amount)})" if amount is not None else ""
-    more = max(cap * 4, 1)
+    # ``amount`` is what this one check saw; later stages of the same load (decoding Parquet,
+    # inflating gzip) need more, so the suggestion keeps ``headroom`` times it
+    need = max(amount * headroom if amount is not None else cap * 4, 1)
+    got = f"{amount:,} {budget.unit}" if amount is not None else "more"
     return LimitExceeded(
-        f"{what} is over the budget of {budget.text(cap)} {budget.what}{got}; if the input is "
-        f"trusted, raise it with the environment variable {budget.env}={more} (0: no limit)")
+        f"{what} needs {got}, over {budget.env}={cap} ({budget.what}); if the input is "
+        f"trusted, set {budget.env}={suggestion(budget, need)} (0: no limit)")
+
+
+def suggestion(budget: Budget, need: int) -> str:
+    """A round value of ``budget``'s variable, in its own suffix notation, that is at least
+    ``need`` (``need=5000`` bytes: ``"5K"``, i.e. 5120)."""
+    base = 1024 if budget.unit == "bytes" else 1000
+    for suffix, scale in (("T", base**4), ("G", base**3), ("M", base**2), ("K", base)):
+        if need >= scale:
+            return f"{-(-need // scale)}{suffix}"
+    return str(need)
 
 
 def describe() -> list[dict[str, object]]:

@@ -214,6 +214,9 @@ def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
                              f"{len(infos):,} entries (a trace has one per table)")
     limits.check(limits.MAX_BYTES, sum(i.file_size for i in infos),
                  f"trace file {str(path)!r} (sum of its members' declared sizes)")
+    for info in infos:   # a bomb is refused here, before any member is inflated
+        files.check_ratio(info.file_size, info.compress_size,
+                          f"trace file {str(path)!r} (member {info.filename!r})", declared=True)
 
 
 def _known_actions(events: Any, path: Path) -> Any:
