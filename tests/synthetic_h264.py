@@ -224,11 +224,15 @@ def synthetic_yuv_frames(n: int, width: int = 320, height: int = 240,
 
 
 def yuv420_to_rgb_bt601(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Reference BT.601 limited-range YUV 4:2:0 → RGB (H×W×3 uint8), chroma upsampled by
-    repetition."""
+    """Reference BT.601 limited-range YUV 4:2:0 → RGB (H×W×3 uint8): pixel (x, y) takes chroma
+    sample ((x + 1) // 2, y // 2), the one FFmpeg's swscale takes with point sampling and full
+    chroma interpolation."""
+    h, w = y.shape
+    cols = np.minimum((np.arange(w) + 1) // 2, w // 2 - 1)
+    rows = np.arange(h) // 2
     yf = (y.astype(np.float64) - 16) * (255 / 219)
-    uf = (np.repeat(np.repeat(u, 2, 0), 2, 1).astype(np.float64) - 128) * (255 / 224)
-    vf = (np.repeat(np.repeat(v, 2, 0), 2, 1).astype(np.float64) - 128) * (255 / 224)
+    uf = (u[rows][:, cols].astype(np.float64) - 128) * (255 / 224)
+    vf = (v[rows][:, cols].astype(np.float64) - 128) * (255 / 224)
     r = yf + 1.402 * vf
     g = yf - 0.344136 * uf - 0.714136 * vf
     b = yf + 1.772 * uf

@@ -46,14 +46,14 @@ def test_the_pcm_clip_runs_through_a_cpu_pipeline(tmp_path):
     assert run.outcomes.to_dict() == {"done": 8}
 
 
-def test_the_bt601_reference_agrees_with_ffmpeg_rgb(tmp_path):
+def test_the_bt601_reference_agrees_with_the_cpu_decoders_rgb(tmp_path):
     frames = synthetic_yuv_frames(2, 64, 48)
-    path = write_pcm_h264(tmp_path / "synthetic.h264", frames)
-    with av.open(str(path)) as c:
-        rgb = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    path = write_pcm_h264(tmp_path / "synthetic.h264", frames)  # untagged, 48 lines: BT.601
+    rgb = list(video_file(path))
+    assert len(rgb) == 2
     for got, (y, u, v) in zip(rgb, frames):
         d = np.abs(got.astype(int) - yuv420_to_rgb_bt601(y, u, v).astype(int))
-        assert d.mean() <= 1.5 and d.max() <= 4  # swscale's rounding and chroma filter
+        assert d.max() <= 1
 
 
 @pytest.mark.parametrize("bad", [

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from hookmagic.common.errors import InputFileError, InvalidArgument, Unavailable
+from hookmagic.pipeline import color
 
 
 @dataclass
@@ -78,20 +79,30 @@ def _import_av():
 
 
 def video_file(path: str | os.PathLike, fmt: str = "rgb24", threads: int = 0,
-               name: str | None = None) -> Source:
+               name: str | None = None, color_matrix: str | None = None,
+               color_range: str | None = None) -> Source:
     """A video file decoded on the CPU with PyAV (FFmpeg inside the wheel).
 
-    Each frame is an ``H×W×3`` uint8 NumPy array (``fmt`` is any PyAV pixel format). The file is
+    Each frame is an ``H×W×3`` uint8 NumPy array (``fmt`` is any PyAV pixel format). ``rgb24``
+    is converted by swscale with the stream's own matrix and range (BT.601/BT.709,
+    limited/full; ``color_matrix="bt601"|"bt709"`` and ``color_range="limited"|"full"``
+    override; see :mod:`hookmagic.pipeline.color`), the same table :func:`nvdec_video` uses on
+    the GPU, so both decoders give the same RGB. The file is
     probed here, so a missing, unreadable or corrupt file raises one
     :class:`~hookmagic.common.errors.InputFileError` naming the file and the decoder's message.
     ``threads`` > 0 lets FFmpeg decode with that many threads.
     """
     av = _import_av()
+    color.check(color_matrix, color_range)
     path = Path(path)
     info = probe_video(path)
+    matrix, rng = color.choose(info["colorspace"], info["color_range"], info["height"],
+                               color_matrix, color_range)
+    info = {**info, "rgb_matrix": matrix, "rgb_range": rng}
+    convert = color.swscale_args(matrix, rng) if fmt == "rgb24" else None
 
     def open_() -> Iterator[np.ndarray]:
-        return _decode(av, path, fmt, threads)
+        return _decode(av, path, fmt, threads, convert)
 
     return Source([Stream(name or path.stem, open_, None, f"{path.name} (PyAV CPU decode)")],
                   "decode", f"{path.name}: {info['codec']} {info['width']}x{info['height']}"
@@ -114,7 +125,9 @@ def probe_video(path: str | os.PathLike) -> dict:
                     "frames": int(stream.frames or 0),
                     "rate": float(stream.average_rate) if stream.average_rate else None}
             # decode the first frame: a corrupt stream fails here, not inside a pipeline thread
-            next(container.decode(stream), None)
+            first = next(container.decode(stream), None)
+            info["colorspace"] = int(first.colorspace) if first is not None else 0
+            info["color_range"] = int(first.color_range) if first is not None else 0
     except InputFileError:
         raise
     except (av.error.FFmpegError, OSError, ValueError, StopIteration) as err:
@@ -122,7 +135,8 @@ def probe_video(path: str | os.PathLike) -> dict:
     return info
 
 
-def _decode(av: Any, path: Path, fmt: str, threads: int) -> Iterator[np.ndarray]:
+def _decode(av: Any, path: Path, fmt: str, threads: int,
+            convert: dict | None = None) -> Iterator[np.ndarray]:
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError) as err:
@@ -134,7 +148,10 @@ def _decode(av: Any, path: Path, fmt: str, threads: int) -> Iterator[np.ndarray]
             stream.codec_context.thread_count = threads
         try:
             for frame in container.decode(stream):
-                yield frame.to_ndarray(format=fmt)
+                if convert is not None:
+                    yield frame.reformat(format=fmt, **convert).to_ndarray()
+                else:
+                    yield frame.to_ndarray(format=fmt)
         except av.error.FFmpegError as err:
             raise InputFileError(f"{path}: decoding failed in PyAV/FFmpeg: {err}") from err
     finally:
@@ -186,7 +203,8 @@ class _CudaBytes:
 
 
 def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
-                name: str | None = None) -> Source:
+                name: str | None = None, color_matrix: str | None = None,
+                color_range: str | None = None) -> Source:
     """A video file decoded on the GPU's hardware decoder (NVDEC).
 
     Each frame is a CUDA tensor on GPU ``gpu``: ``fmt="rgb"`` an ``H×W×3`` uint8 tensor (the
@@ -198,7 +216,13 @@ def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
     HEVC streams ...) or, without it, torchcodec's CUDA decoder (``fmt="rgb"`` only). Neither
     importable → :class:`~hookmagic.common.errors.Unavailable` naming what is missing. A missing
     or undecodable file → one InputFileError naming the file and the decoder's message.
+
+    With PyNvVideoCodec, ``fmt="rgb"`` converts the NV12 surface here with the stream's matrix
+    and range (read with PyAV when it is installed; ``color_matrix=`` / ``color_range=``
+    override) from the table :func:`video_file` uses (:mod:`hookmagic.pipeline.color`).
+    torchcodec converts with its own choice; ``meta["rgb_matrix"]`` says which path ran.
     """
+    color.check(color_matrix, color_range)
     if fmt not in ("rgb", "nv12"):
         raise InvalidArgument(f"fmt must be 'rgb' or 'nv12', got {fmt!r}")
     if not isinstance(gpu, int) or gpu < 0:
@@ -218,6 +242,9 @@ def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
             del dmx
         except Exception as err:  # noqa: BLE001 - PyNvVideoCodec raises its own types
             raise InputFileError(f"{path}: cannot be demuxed by PyNvVideoCodec: {err}") from err
+        tags = _color_tags(path)
+        info["rgb_matrix"], info["rgb_range"] = color.choose(
+            tags[0], tags[1], info["height"], color_matrix, color_range)
         open_ = _pynvc_frames(lib, path, gpu, fmt, info)
     else:
         try:
@@ -225,7 +252,8 @@ def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
             md = dec.metadata
             info = {"file": path.name, "codec": str(md.codec), "width": int(md.width),
                     "height": int(md.height), "frames": int(md.num_frames or 0),
-                    "rate": float(md.average_fps or 0) or None}
+                    "rate": float(md.average_fps or 0) or None,
+                    "rgb_matrix": "torchcodec's own"}
             del dec
         except Exception as err:  # noqa: BLE001 - torchcodec raises RuntimeError/ValueError
             raise InputFileError(f"{path}: cannot be decoded by torchcodec: {err}") from err
@@ -244,17 +272,17 @@ def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
         dev = torch.device("cuda", gpu)
         stream = torch.cuda.Stream(device=dev)
         h, w = info["height"], info["width"]
-        color = nvc.OutputColorType.RGB if fmt == "rgb" else nvc.OutputColorType.NATIVE
-        convert = False  # NV12 → RGB here, if this PyNvVideoCodec cannot convert itself
+        # always NV12 from the decoder: RGB is converted here with the stream's own matrix and
+        # range, as the CPU path converts it (PyNvVideoCodec's RGB output picks its own)
+        convert = fmt == "rgb"
         try:
             dmx = nvc.CreateDemuxer(str(path))
             kw = dict(gpuid=gpu, codec=dmx.GetNvCodecId(), cudacontext=_primary_context(gpu),
                       cudastream=stream.cuda_stream, usedevicememory=True)
             try:
-                dec = nvc.CreateDecoder(**kw, outputColorType=color)
-            except TypeError:  # a build without outputColorType: native NV12 only
+                dec = nvc.CreateDecoder(**kw, outputColorType=nvc.OutputColorType.NATIVE)
+            except TypeError:  # a build without outputColorType: native NV12 already
                 dec = nvc.CreateDecoder(**kw)
-                convert = fmt == "rgb"
         except Unavailable:
             raise
         except Exception as err:  # noqa: BLE001
@@ -270,7 +298,7 @@ def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
             if t is None:
                 raise InputFileError(f"{path}: NVDEC frame of shape {tuple(t_shape(frame))} "
                                      f"does not fit {w}x{h} ({fmt})")
-            return (_nv12_to_rgb(t, h, w) if convert
+            return (_nv12_to_rgb(t, h, w, info["rgb_matrix"], info["rgb_range"]) if convert
                     else t.clone(memory_format=torch.contiguous_format))
 
         def t_shape(frame: Any) -> Any:
@@ -314,14 +342,29 @@ def _frame_layout(t: Any, h: int, w: int, fmt: str) -> Any:
     return t.reshape(h * 3 // 2, w) if t.numel() == h * w * 3 // 2 else None
 
 
-def _nv12_to_rgb(t: Any, h: int, w: int) -> Any:
-    """NV12 (BT.601, limited range) → ``h×w×3`` uint8 RGB on the GPU, chroma repeated 2×2."""
+def _color_tags(path: Path) -> tuple[int, int]:
+    """The stream's FFmpeg colorspace and range codes, read with PyAV ((0, 0): unknown)."""
+    try:
+        info = probe_video(path)
+    except (Unavailable, InputFileError):
+        return 0, 0
+    return info["colorspace"], info["color_range"]
+
+
+def _nv12_to_rgb(t: Any, h: int, w: int, matrix: str = "bt601", rng: str = "limited") -> Any:
+    """NV12 → ``h×w×3`` uint8 RGB on the GPU with :func:`hookmagic.pipeline.color.rgb_matrix`'s
+    coefficients and :func:`~hookmagic.pipeline.color.chroma_index`'s chroma samples: the
+    pixels :func:`video_file`'s swscale conversion gives."""
     import torch
-    y = (t[:h].float() - 16) * (255 / 219)
-    uv = t[h:].reshape(h // 2, w // 2, 2).float().sub(128).mul(255 / 224)
-    uv = uv.repeat_interleave(2, 0).repeat_interleave(2, 1)
+    (y0, ys, cs), m = color.rgb_matrix(matrix, rng)
+    y = (t[:h].float() - y0) * ys
+    uv = t[h:].reshape(h // 2, w // 2, 2).float().sub(128).mul(cs)
+    cols = torch.tensor(color.chroma_index(w // 2, w), device=t.device)
+    uv = uv.repeat_interleave(2, 0)[:h].index_select(1, cols)
     u, v = uv[..., 0], uv[..., 1]
-    rgb = torch.stack([y + 1.402 * v, y - 0.344136 * u - 0.714136 * v, y + 1.772 * u], -1)
+    rgb = torch.stack([m[0][0] * y + m[0][1] * u + m[0][2] * v,
+                       m[1][0] * y + m[1][1] * u + m[1][2] * v,
+                       m[2][0] * y + m[2][1] * u + m[2][2] * v], -1)
     return rgb.round().clamp(0, 255).to(torch.uint8)
 
 
