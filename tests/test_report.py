@@ -111,3 +111,24 @@ def test_magic_without_gpu_shows_the_one_line_not_a_report(ip, fake_unavailable,
     ip.run_cell_magic("cudahook", "", "y = 1")
     (summary,) = shown
     assert type(summary).__name__ == "Summary" and summary.status == "unavailable"
+
+
+@pytest.mark.browser
+def test_a_kernel_named_like_markup_renders_as_text_in_a_browser(tmp_path):
+    """The report page of a trace whose kernels are all named ``<!--<script>...`` (synthetic
+    names on a real recording) still renders every tab in Chromium, showing the name as text."""
+    from hookmagic.cli import main
+
+    from .offline_page import open_offline
+
+    trace = hookmagic.recordings.load("resnet18_inference_churn")
+    hostile = "<!--<script>&\u2028</script><img src=x onerror=alert(1)>"
+    trace.kernels["name"] = hostile
+    trace.save(tmp_path / "synthetic_hostile.hmtrace")
+    out = tmp_path / "page.html"
+    assert main(["report", str(tmp_path / "synthetic_hostile.hmtrace"), "-o", str(out)]) == 0
+    seen = open_offline(out)
+    assert seen.errors == [] and seen.refused == []
+    assert list(seen.tabs) == list(TABS)
+    assert seen.tabs["Flame graph"]["plots"] == 1
+    assert "<!--<script>&" in str(seen.tabs["Kernels"]["text"])     # shown, not interpreted
