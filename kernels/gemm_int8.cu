@@ -4,10 +4,11 @@
 // given transposed (N x K row-major, i.e. a column-major K x N) for INT8, as cuBLAS's int8 GEMM wants.
 // Block tile 128 x 128, 8 warps of 64 x 32. Any M, N, K: edge tiles are zero-filled.
 #include "tc_common.cuh"
+#if !defined(I8_BK) || !defined(I8_LD)
+#error "compile with the -D tile constants of hookmagic/kernels/constants.py (hookmagic.kernels.build does)"
+#endif
 
 // ---- INT8: mma.sync m16n8k32 s8 x s8 -> s32; A M x K, Bt N x K (both K-contiguous) ----
-#define I8_BK 64
-#define I8_LD (I8_BK + 16)   // bytes per shared-memory row (80: ldmatrix conflict-free)
 #define I8_STAGE (TC_BM * I8_LD)
 
 __device__ __noinline__ void hm_chunk8_slow(signed char* dst, const signed char* __restrict__ src, int row, int col, int rows, int cols, int ld) {

@@ -23,12 +23,10 @@
 // The body needs sm_90a (wgmma, setmaxnreg); for any other target the kernels compile to empty stubs
 // (hookmagic.kernels refuses to launch them there).
 #include "tc_common.cuh"
+#if !defined(WG_BM) || !defined(WG_BN) || !defined(WG_BK) || !defined(WG_STAGES) || !defined(WG_THREADS)
+#error "compile with the -D tile constants of hookmagic/kernels/constants.py (hookmagic.kernels.build does)"
+#endif
 
-#define WG_BM 128
-#define WG_BN 256
-#define WG_BK 64
-#define WG_STAGES 4
-#define WG_THREADS 384
 #define WG_A_BYTES (WG_BM * WG_BK * 2)                 // 16 KiB
 #define WG_B_BYTES (WG_BN * WG_BK * 2)                 // 32 KiB
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)

@@ -3,6 +3,11 @@
 // The steps follow Simon Boehm's "How to optimize a CUDA matmul kernel" (siboehm/SGEMM_CUDA).
 #include "common.cuh"
 
+// Tile constants come from hookmagic/kernels/constants.py as -D values (their one source).
+#if !defined(T1_BM) || !defined(T2_BM) || !defined(WT_BM) || !defined(WT_NT)
+#error "compile with the -D tile constants of hookmagic/kernels/constants.py (hookmagic.kernels.build does)"
+#endif
+
 // 1. naive: one thread per C element; consecutive threads walk down a column of C, so their
 //    loads of A are strided by K (uncoalesced). block (32, 32).
 extern "C" __global__ void sgemm_naive(const float* __restrict__ A, const float* __restrict__ B,
@@ -50,10 +55,6 @@ extern "C" __global__ void sgemm_smem_tiled(const float* __restrict__ A, const f
 
 // 4. tile_1d: each thread computes a column of TM = 8 results (block tile 64 x 64, BK = 8,
 //    512 threads), reusing each B value from a register 8 times.
-#define T1_BM 64
-#define T1_BN 64
-#define T1_BK 8
-#define T1_TM 8
 extern "C" __global__ void __launch_bounds__(512) sgemm_tile_1d(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K, int vec) {
   __shared__ float As[T1_BM * T1_BK];
@@ -87,12 +88,6 @@ extern "C" __global__ void __launch_bounds__(512) sgemm_tile_1d(
 
 // 5. tile_2d: each thread computes an 8 x 8 block of results (block tile 128 x 128, BK = 8,
 //    256 threads): 16 loads from shared memory feed 64 FMAs.
-#define T2_BM 128
-#define T2_BN 128
-#define T2_BK 8
-#define T2_TM 8
-#define T2_TN 8
-#define T2_NT 256
 extern "C" __global__ void __launch_bounds__(T2_NT) sgemm_tile_2d(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K, int vec) {
   __shared__ float As[T2_BM * T2_BK];
@@ -190,15 +185,6 @@ extern "C" __global__ void __launch_bounds__(T2_NT) sgemm_vectorized(
 //    4 sub-tiles), with double buffering: the next tiles are loaded from global memory into
 //    registers while the current shared-memory buffer is consumed, then written to the other
 //    buffer (one __syncthreads per step).
-#define WT_BM 128
-#define WT_BN 128
-#define WT_BK 16
-#define WT_WM 64
-#define WT_WN 64
-#define WT_WNITER 4
-#define WT_TM 8
-#define WT_TN 4
-#define WT_NT 128
 #define WT_WMITER ((WT_WM * WT_WN) / (32 * WT_TM * WT_TN * WT_WNITER))
 #define WT_WSUBM (WT_WM / WT_WMITER)
 #define WT_WSUBN (WT_WN / WT_WNITER)

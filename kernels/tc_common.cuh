@@ -5,13 +5,12 @@
 #include <mma.h>
 #include "common.cuh"
 
-#define TC_BM 128
-#define TC_BN 128
-#define TC_BK 32
-#define TC_NT 256
-#define TC_ALD (TC_BK + 8)     // halves per shared-memory row of A (80 bytes: ldmatrix conflict-free)
-#define TC_BLD (TC_BN + 8)     // halves per shared-memory row of B (272 bytes)
-#define TC_STAGES 3
+// Tile constants come from hookmagic/kernels/constants.py as -D values (their one source).
+#if !defined(TC_BM) || !defined(TC_BN) || !defined(TC_BK) || !defined(TC_NT) || !defined(TC_STAGES) \
+    || !defined(TC_ALD) || !defined(TC_BLD)
+#error "compile with the -D tile constants of hookmagic/kernels/constants.py (hookmagic.kernels.build does)"
+#endif
+
 #define TC_A_STAGE (TC_BM * TC_ALD)
 #define TC_B_STAGE (TC_BK * TC_BLD)
 

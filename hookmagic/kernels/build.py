@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from hookmagic.common.errors import HookmagicError
+from hookmagic.kernels import constants
 from hookmagic.kernels.errors import KernelCompileError, KernelsUnavailable
 
 #: Bump when the cache layout or the compile flags' meaning changes.
@@ -213,13 +214,14 @@ class Compiled:
 
 
 def compile_family(family: str, arch: Any, options: Iterable[str] = (), *, use_cache: bool = True) -> Compiled:
-    """Compile ``kernels/<family>.cu`` for ``arch`` (e.g. ``'sm_90a'``), from the cache when possible.
+    """Compile ``kernels/<family>.cu`` for ``arch`` (e.g. ``'sm_90a'``), from the cache when possible,
+    with the tile constants of :mod:`hookmagic.kernels.constants` as ``-D`` values before ``options``.
 
     Raises :class:`KernelCompileError` with NVRTC's log when the source does not compile, and
     :class:`KernelsUnavailable` when cuda-core or NVRTC is missing.
     """
     arch = normalize_arch(arch)
-    options = tuple(options)
+    options = (*constants.defines(family), *options)
     core = _core()
     src = source_text(family)  # raises for an unknown family
     key = cache_key(family, arch, options)

@@ -5,20 +5,28 @@ from typing import Any
 
 import numpy as np
 
-from hookmagic.kernels import registry, runtime
+from hookmagic.kernels import constants, registry, runtime
 from hookmagic.kernels.errors import KernelArgumentError
 from hookmagic.kernels.registry import KernelSpec, register
 
 # --- the SGEMM journey -----------------------------------------------------------------------
 SGEMM_VARIANTS = ("naive", "coalesced", "smem_tiled", "tile_1d", "tile_2d", "vectorized", "warptile")
+_T1, _T2, _WT = constants.SGEMM_TILE_1D, constants.SGEMM_TILE_2D, constants.SGEMM_WARPTILE
 _SGEMM_SHAPES = {
     "naive": ((32, 32, 1), (32, 32), "mn", "one thread per output; threads of a warp walk a column (uncoalesced)"),
     "coalesced": ((32, 32, 1), (32, 32), "nm", "one thread per output; a warp walks a row (coalesced)"),
     "smem_tiled": ((32, 32, 1), (32, 32), "nm", "32x32 tiles staged in shared memory"),
-    "tile_1d": ((512, 1, 1), (64, 64), "nm", "8 outputs per thread (1-D register blocking), 64x64x8 tiles"),
-    "tile_2d": ((256, 1, 1), (128, 128), "nm", "8x8 outputs per thread (2-D register blocking), 128x128x8 tiles"),
-    "vectorized": ((256, 1, 1), (128, 128), "nm", "tile_2d with float4 loads/stores, A transposed in shared memory"),
-    "warptile": ((128, 1, 1), (128, 128), "nm", "warp tiling 64x64 per warp, 128x128x16 tiles, double-buffered"),
+    "tile_1d": ((_T1["T1_BM"] * _T1["T1_BN"] // _T1["T1_TM"], 1, 1), (_T1["T1_BM"], _T1["T1_BN"]), "nm",
+                f"{_T1['T1_TM']} outputs per thread (1-D register blocking), "
+                f"{_T1['T1_BM']}x{_T1['T1_BN']}x{_T1['T1_BK']} tiles"),
+    "tile_2d": ((_T2["T2_NT"], 1, 1), (_T2["T2_BM"], _T2["T2_BN"]), "nm",
+                f"{_T2['T2_TM']}x{_T2['T2_TN']} outputs per thread (2-D register blocking), "
+                f"{_T2['T2_BM']}x{_T2['T2_BN']}x{_T2['T2_BK']} tiles"),
+    "vectorized": ((_T2["T2_NT"], 1, 1), (_T2["T2_BM"], _T2["T2_BN"]), "nm",
+                   "tile_2d with float4 loads/stores, A transposed in shared memory"),
+    "warptile": ((_WT["WT_NT"], 1, 1), (_WT["WT_BM"], _WT["WT_BN"]), "nm",
+                 f"warp tiling {_WT['WT_WM']}x{_WT['WT_WN']} per warp, "
+                 f"{_WT['WT_BM']}x{_WT['WT_BN']}x{_WT['WT_BK']} tiles, double-buffered"),
 }
 for _v, (_block, _tile, _order, _desc) in _SGEMM_SHAPES.items():
     register(KernelSpec("sgemm", _v, "sgemm", {"float32": f"sgemm_{_v}"}, _block, _tile,
@@ -86,17 +94,18 @@ def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
 
 
 # --- Tensor Core GEMMs -----------------------------------------------------------------------
-_TC_STAGE_BYTES = (128 * 40 + 32 * 136) * 2       # one stage of A and B tiles, FP16/BF16
-_I8_STAGE_BYTES = 2 * 128 * 80                    # one stage of A and Bt tiles, INT8
+_TC = constants.TC
+_TC_TILE = (_TC["TC_BM"], _TC["TC_BN"])
 register(KernelSpec("gemm", "wmma", "gemm_wmma", {"float16": "gemm_wmma_f16", "bfloat16": "gemm_wmma_bf16"},
-                    (256, 1, 1), (128, 128), min_arch=80,
-                    description="WMMA 16x16x16 fragments, 128x128x32 tiles, 8 warps of 64x32, 2-stage cp.async"))
+                    (_TC["TC_NT"], 1, 1), _TC_TILE, min_arch=80,
+                    description=f"WMMA 16x16x16 fragments, {_TC['TC_BM']}x{_TC['TC_BN']}x{_TC['TC_BK']} tiles, 8 warps of 64x32, 2-stage cp.async"))
 register(KernelSpec("gemm", "mma", "gemm_mma",
                     {"float16": "gemm_mma_f16", "bfloat16": "gemm_mma_bf16", "int8": "gemm_mma_s8"},
-                    (256, 1, 1), (128, 128), smem=3 * _TC_STAGE_BYTES, min_arch=80,
-                    family_by_dtype={"int8": "gemm_int8"}, smem_by_dtype={"int8": 3 * _I8_STAGE_BYTES},
-                    description="mma.sync m16n8k16 (INT8: m16n8k32) with ldmatrix, 128x128x32 tiles, "
-                                "3-stage cp.async pipeline"))
+                    (_TC["TC_NT"], 1, 1), _TC_TILE, smem=_TC["TC_STAGES"] * constants.TC_STAGE_BYTES,
+                    min_arch=80, family_by_dtype={"int8": "gemm_int8"},
+                    smem_by_dtype={"int8": _TC["TC_STAGES"] * constants.I8_STAGE_BYTES},
+                    description=f"mma.sync m16n8k16 (INT8: m16n8k32) with ldmatrix, {_TC['TC_BM']}x{_TC['TC_BN']}x"
+                                f"{_TC['TC_BK']} tiles, {_TC['TC_STAGES']}-stage cp.async pipeline"))
 GEMM_VARIANTS = ("wmma", "mma", "wgmma")   # "wgmma" runs on sm_90 (H100/H200) only
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from hookmagic.kernels import registry, runtime, tma
+from hookmagic.kernels import constants, registry, runtime, tma
 from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
 from hookmagic.kernels.registry import KernelSpec, register
 
-BM, BN, BK, STAGES, THREADS = 128, 256, 64, 4, 384
+BM, BN, BK, STAGES, THREADS = (constants.WG[k] for k in ("WG_BM", "WG_BN", "WG_BK", "WG_STAGES", "WG_THREADS"))
 #: dynamic shared memory: 1 KiB alignment slack + 4 stages of A (16 KiB) and B (32 KiB) + 8 mbarriers
 SMEM_BYTES = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * STAGES * 8
 #: the persistent schedule's: 3 stages + a 128 x (256 + 8) FP16/BF16 output tile + 6 mbarriers
