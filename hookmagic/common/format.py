@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["KiB", "MiB", "GiB", "short", "percent", "iec_bytes", "si_bytes", "duration_ns",
-           "seconds", "is_missing"]
+           "seconds", "is_missing", "plotly_text"]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -20,6 +20,15 @@ ELLIPSIS = "…"
 def is_missing(x: float | None) -> bool:
     """True for None and NaN (shown as an em dash by the formatters)."""
     return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def plotly_text(text: object) -> str:
+    """``text`` (a name read from a file) made literal inside Plotly hover text and titles.
+
+    Plotly reads ``<b>``, ``<br>``, ``<a href>`` ... there as markup and drops tags it does not
+    know, so ``vector<float>`` would show as ``vector`` and a name could carry a link; it
+    decodes ``&lt;``/``&gt;``/``&amp;`` back, so escaped names show exactly as written."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def short(text: str, width: int = 60) -> str:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from hookmagic.analysis.flame import Weight, flame_diff, flame_tree
 from hookmagic.common.format import duration_ns as format_ns  # noqa: F401 (public here)
-from hookmagic.common.format import short
+from hookmagic.common.format import plotly_text, short
 from hookmagic.common.format import si_bytes as format_bytes  # noqa: F401 (public here)
 
 KIND_COLOURS = {"root": "#b0b0b0", "frame": "#6b8fc7", "range": "#a98bd1",
@@ -85,7 +85,7 @@ def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int
     if search:
         colours = np.where(match, MATCH_COLOUR, FADED_COLOUR)
     hover = [
-        f"<b>{lab}</b><br>{kind}{(' · ' + fl) if fl else ''}<br>"
+        f"<b>{plotly_text(lab)}</b><br>{kind}{(' · ' + plotly_text(fl)) if fl else ''}<br>"
         f"{format_weight(v, weight)} ({100 * sh:.1f}% of total)<br>"
         f"self {format_weight(sv, weight)} · {c:,} call{'s' if c != 1 else ''}"
         for lab, kind, fl, v, sh, sv, c in zip(
@@ -94,7 +94,7 @@ def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int
     fig = go.Figure(go.Icicle(
         ids=nodes["id"].astype(str).to_numpy(),
         parents=np.where(nodes["parent"] < 0, "", nodes["parent"].astype(str)),
-        labels=[short(s, LABEL_CHARS) for s in nodes["label"]],
+        labels=[plotly_text(short(s, LABEL_CHARS)) for s in nodes["label"]],
         values=nodes["value"].to_numpy(dtype=np.float64),
         branchvalues="total",
         marker=dict(colors=colours, line=dict(width=0.5, color="white")),
@@ -105,7 +105,7 @@ def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int
         sort=False,
     ))
     what = {"time": "GPU time", "launches": "launches", "bytes": "bytes copied"}[weight]
-    title = (f"{what} by launching call path — {nodes['label'].iloc[0]}: "
+    title = (f"{what} by launching call path — {plotly_text(nodes['label'].iloc[0])}: "
              f"{format_weight(total, weight)}")
     filters = [f"device {device}" if device is not None else "",
                f"stream {stream}" if stream is not None else ""]
@@ -115,7 +115,8 @@ def flame_figure(trace: Any, weight: Weight = "time", device: int | Iterable[int
         # a matching node's descendants would count twice; sum the outermost matches only
         outer = match & ~_ancestor_matches(nodes, match)
         share = float(nodes.loc[outer, "value"].sum()) / total if total else 0.0
-        title += f"<br><sup>search {search!r}: {int(match.sum())} nodes, {100 * share:.1f}% of total</sup>"
+        title += (f"<br><sup>search {plotly_text(repr(search))}: {int(match.sum())} nodes, "
+                  f"{100 * share:.1f}% of total</sup>")
     if len(nodes) < len(full):
         title += (f"<br><sup>showing the {len(nodes):,} heaviest of {len(full):,} nodes "
                   f"(max_nodes)</sup>")
@@ -153,7 +154,7 @@ def diff_figure(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[
     shade = np.where(np.isnan(shade), 0.0, shade)
     match = _matches(d.assign(file_line=d["file_line"].fillna("")), search)
     hover = [
-        f"<b>{lab}</b><br>{kind}{(' · ' + str(fl)) if fl else ''}<br>"
+        f"<b>{plotly_text(lab)}</b><br>{kind}{(' · ' + plotly_text(fl)) if fl else ''}<br>"
         f"before {format_weight(va, weight)} · after {format_weight(vb, weight)}<br>"
         f"change {'+' if dv >= 0 else '−'}{format_weight(abs(dv), weight)}"
         f"{'' if not np.isfinite(r) else f' (×{r:.2f})'} · {st}<br>"
@@ -170,7 +171,7 @@ def diff_figure(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[
     fig = go.Figure(go.Icicle(
         ids=d["id"].astype(str).to_numpy(),
         parents=np.where(d["parent"] < 0, "", d["parent"].astype(str)),
-        labels=[short(str(s), LABEL_CHARS) for s in d["label"]],
+        labels=[plotly_text(short(str(s), LABEL_CHARS)) for s in d["label"]],
         values=d["value"].to_numpy(dtype=np.float64),
         branchvalues="total", marker=marker,
         customdata=np.asarray(hover, dtype=object),
@@ -183,7 +184,7 @@ def diff_figure(a: Any, b: Any, weight: Weight = "time", device: int | Iterable[
     side_a, _, side_b = root.partition(" → ")
     if side_a == side_b:    # two parts of one capture: name the sides, not the label twice
         root = f"{side_a}, before → after"
-    title = (f"Differential flame graph, {root}: "
+    title = (f"Differential flame graph, {plotly_text(root)}: "
              f"{format_weight(before, weight)} → {format_weight(after, weight)} ({change})"
              "<br><sup>width: both traces together · red: slower or new · blue: faster or "
              "gone</sup>")

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from hookmagic.analysis.fragmentation import map_steps
 from hookmagic.analysis.memory import events_of, stack_labels, stacks_of
-from hookmagic.common.format import MiB, iec_bytes
+from hookmagic.common.format import MiB, iec_bytes, plotly_text
 
 COLOURS = {"allocated": "#2f6db5", "slack": "#f0a030", "free": "#d9d9d9"}
 
@@ -33,7 +33,7 @@ def _bars(layout: pd.DataFrame, row_of: dict[int, str], labels: pd.Series,
                 hovertemplate="free: %{x:.2f} MiB<extra></extra>"))
             continue
         text = [f"{kind}: {iec_bytes(s, '.1f')}<br>block {iec_bytes(b, '.1f')} "
-                f"(asked {iec_bytes(r, '.1f')})<br>{w}"
+                f"(asked {iec_bytes(r, '.1f')})<br>{plotly_text(w)}"
                 for s, b, r, w in zip(part["size"].to_numpy(), part["block_size"].to_numpy(),
                                       part["requested_size"].to_numpy(), who)]
         bars.append(go.Bar(

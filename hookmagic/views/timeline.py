@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from hookmagic.analysis.tables import as_set, root_label, table
 from hookmagic.analysis.idle import api_by_correlation, merge_intervals, overlap
 from hookmagic.common.format import duration_ns as format_ns
+from hookmagic.common.format import plotly_text
 
 COLOURS = {"kernel": "#1f77b4", "memcpy": "#2ca02c", "memset": "#ff7f0e", "range": "#9467bd",
            "latency": "#d62728"}
@@ -171,7 +172,7 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
                 sub = f.iloc[idx]
                 names = (sub["name"].to_numpy(dtype=object) if kind == "kernel"
                          else _copy_text(sub, kind))
-                texts = [f"{nm}<br>{format_ns(e - b)} · {row_names[row]}"
+                texts = [f"{plotly_text(nm)}<br>{format_ns(e - b)} · {row_names[row]}"
                          for nm, b, e in zip(names, st[idx], en[idx])]
                 traces.append(_exact_trace(kind, row, st[idx], en[idx], texts, t0, 14, label))
 
@@ -188,7 +189,8 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
         fig.add_trace(go.Scattergl(x=[None], y=[None], mode="lines", name=kind,
                                    line=dict(color=COLOURS[kind], width=8), hoverinfo="skip"))
     rows = "stream row" if len(keys) == 1 else "stream rows"
-    title = f"Timeline — {root_label(trace)}: {n_events:,} GPU events on {len(keys)} {rows}"
+    title = (f"Timeline — {plotly_text(root_label(trace))}: {n_events:,} GPU events on "
+             f"{len(keys)} {rows}")
     if binned_rows:
         title += (f"<br><sup>{len(set(binned_rows))} row(s) with more than "
                   f"{max_events_per_row:,} events binned into {bins:,} slices (colour = busy); "
@@ -270,7 +272,8 @@ def _range_traces(trace: Any, row_names: list[str], lo: int, hi: int, bins: int,
             binned_rows.append(row_names[row])
         else:
             depth = r["depth"].to_numpy(np.float64)
-            texts = [f"{n}<br>{format_ns(b - a)}" for n, a, b in zip(r["name"], st, en)]
+            texts = [f"{plotly_text(n)}<br>{format_ns(b - a)}"
+                     for n, a, b in zip(r["name"], st, en)]
             out.append(_exact_trace("range", row, st, en, texts, t0, 8, row_names[row],
                                     y_offset=np.minimum(depth, 4) * 0.1))
     return out
