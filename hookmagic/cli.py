@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
 from hookmagic.common.format import short
 
 #: exit statuses: 0 success; 1 an error (one line on stderr: bad or missing input file, a
@@ -280,7 +281,7 @@ def _report(args: argparse.Namespace) -> int:
 
 # ---- plumbing -----------------------------------------------------------------------------
 
-class _Usage(Exception):
+class _Usage(InvalidArgument):
     """Arguments that parse but do not make sense together."""
 
 

@@ -37,11 +37,27 @@ def _builtin_name(node: ast.expr) -> str | None:
     return None
 
 
+def _protocol_raises(tree: ast.AST) -> set[int]:
+    """Lines where Python's own protocol asks for the built-in: ``AttributeError`` from a
+    module's or class's ``__getattr__`` (``hasattr`` and ``import`` rely on it)."""
+    lines = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name == "__getattr__":
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Raise) and node.exc is not None \
+                        and _builtin_name(node.exc) == "AttributeError":
+                    lines.add(node.lineno)
+    return lines
+
+
 def builtin_raises(source: str, where: str) -> list[str]:
-    """``"file:line: ValueError"`` for every ``raise`` of a built-in exception class."""
+    """``"file:line: ValueError"`` for every ``raise`` of a built-in exception class (but the
+    ``AttributeError`` that ``__getattr__`` must raise)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Raise) and node.exc is not None:
+    tree = ast.parse(source)
+    allowed = _protocol_raises(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None and node.lineno not in allowed:
             name = _builtin_name(node.exc)
             if name:
                 out.append((node.lineno, f"{where}:{node.lineno}: raise {name}"))

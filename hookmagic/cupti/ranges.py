@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from hookmagic.common.errors import InvalidArgument
+
 _F = TypeVar("_F", bound=Callable)
 
 
@@ -69,7 +71,7 @@ class range:  # noqa: N801 - named like the built-in on purpose: `with hookmagic
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
-            raise ValueError("hookmagic.range needs a non-empty name")
+            raise InvalidArgument("hookmagic.range needs a non-empty name")
         self.name = name
 
     def __enter__(self) -> "range":

@@ -27,6 +27,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from hookmagic.common.errors import InvalidArgument, Unavailable
+
 from .dispatcher import Dispatcher
 from .host_speed import METER_BIN_S, METER_EVERY_S, meter_pass, pass_bins
 from .models import ModelSpec
@@ -152,19 +154,19 @@ def _setup(engines: list[Any], workload: Workload | Sequence, policy: Policy,
     from .engines import CudaBackend, gpu_available
     if not isinstance(workload, Workload):
         if duration_s is None:
-            raise ValueError("pass duration_s with a list of sources")
+            raise InvalidArgument("pass duration_s with a list of sources")
         workload = make_workload(list(workload), duration_s, seed)
     if backend is None:
         ok, why = gpu_available()
         if not ok:
-            raise RuntimeError(f"no GPU to run on: {why}. "
+            raise Unavailable(f"no GPU to run on: {why}. "
                                "Use hookmagic.sched.simulate(...) instead.")
         backend = CudaBackend()
     names = [e.name for e in engines]
     policy.check_models(names)  # a misspelt per-model name is an error, before any setup
     missing = set(workload.models) - set(names)
     if missing:
-        raise ValueError(f"no engine for models {sorted(missing)}")
+        raise InvalidArgument(f"no engine for models {sorted(missing)}")
     return _Setup(engines, names, workload, backend, backend.lanes(policy.streams))
 
 

@@ -207,7 +207,7 @@ class ModelSpec:
             if name is None:
                 names = t["model"].unique()
                 if len(names) != 1:
-                    raise ValueError(f"table holds several models {list(names)}; pass name=")
+                    raise InvalidArgument(f"table holds several models {list(names)}; pass name=")
                 name = str(names[0])
             t = t[t["model"] == name]
         if precision is not None and "precision" in t.columns:
@@ -215,7 +215,7 @@ class ModelSpec:
         elif "precision" in t.columns and t["precision"].nunique() == 1:
             precision = str(t["precision"].iloc[0])
         if t.empty:
-            raise ValueError(f"no rows for model {name!r} precision {precision!r}")
+            raise InvalidArgument(f"no rows for model {name!r} precision {precision!r}")
         t = t.groupby("batch_size", as_index=False).median(numeric_only=True)
         if "service_cv" not in kw and "std_ms" in t.columns:
             # One number for the whole model: the latency-weighted mean spread.

@@ -20,6 +20,10 @@ from .workloads import Bursty, Cameras, Poisson, Replay
 __all__ = ["offered_rate", "settings_from", "sources_from_settings", "policy_from_settings"]
 
 
+class UnknownSource(InvalidArgument, TypeError):
+    """A source that is neither a known workload source nor a list of them."""
+
+
 def offered_rate(source: Any, duration_s: float = 1.0) -> float:
     """Mean requests per second a source offers."""
     if isinstance(source, Poisson):
@@ -31,7 +35,7 @@ def offered_rate(source: Any, duration_s: float = 1.0) -> float:
         return (source.rate_on * on + source.rate_off * off) / (on + off)
     if isinstance(source, Replay):
         return len(source.arrivals_s) / max(duration_s, 1e-9)
-    raise TypeError(f"unknown source {source!r}")
+    raise UnknownSource(f"unknown source {source!r}")
 
 
 def settings_from(models: Sequence[Any], sources: Sequence[Any], policy: Policy) -> dict[str, Any]:

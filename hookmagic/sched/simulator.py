@@ -150,7 +150,7 @@ def simulate(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec,
         raise InvalidArgument(f"policy must be a Policy, not {type(policy).__name__}")
     if not isinstance(workload, Workload):
         if duration_s is None:
-            raise ValueError("pass duration_s with a list of sources")
+            raise InvalidArgument("pass duration_s with a list of sources")
         workload = make_workload(list(workload), duration_s, seed)
     names = [s.name for s in specs]
     arrays = workload.arrays(names)
@@ -209,7 +209,7 @@ def simulate_raw(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                               "ModelSpec.service_cv extreme?); latencies must be finite")
     ok = fast.supports(policy, specs, interference)
     if engine == "fast" and not ok:
-        raise ValueError("the fast path handles fifo/priority order, dynamic batching and plain "
+        raise InvalidArgument("the fast path handles fifo/priority order, dynamic batching and plain "
                          "streams only; use engine='general'")
     if engine == "fast" or (engine == "auto" and ok):
         return fast.run_fast(specs, arrays, mult, policy, interference, windows), "fast"

@@ -295,7 +295,7 @@ class Workload:
         unknown = set(r["model"].cat.categories) - set(model_names)
         used = set(r["model"].unique())
         if unknown & used:
-            raise ValueError(f"workload uses models with no spec: {sorted(unknown & used)}")
+            raise InvalidArgument(f"workload uses models with no spec: {sorted(unknown & used)}")
         codes = pd.Categorical(r["model"], categories=list(model_names)).codes
         return {
             "arrival": r["arrival_s"].to_numpy(float),
