@@ -72,6 +72,14 @@ def throughput(self: PipelineRun) -> dict:
 
 
 @_register
+def warmup(self: PipelineRun):
+    """The warm-up executions (first batches of a size far slower than the steady state):
+    stage, worker, size, t_ms, ms, steady_p50_ms (a DataFrame; the what-if model replays
+    them once instead of sampling them as steady-state service times)."""
+    return _analysis.warmup(self)
+
+
+@_register
 def per_batch(self: PipelineRun):
     """batch, frames, <stage>_ms..., e2e_ms, fps: the classic per-batch table."""
     return _analysis.per_batch(self)

@@ -57,6 +57,73 @@ def batches(run: PipelineRun, stage: str) -> pd.DataFrame:
     return out[["worker", "start_ns", "end_ns", "size", "blocked_ns", "gpu_ms"]]
 
 
+#: one of the first executions at a batch size that takes this many times the steady-state time
+#: of that size is warm-up (lazy initialisation, cuDNN/TensorRT autotuning of a new shape)
+WARMUP_FACTOR = 3.0
+#: steady executions (after the first ones) a size needs to be its own reference
+WARMUP_MIN_STEADY = 4
+
+
+def warmup_flags(b: pd.DataFrame, workers: int) -> np.ndarray:
+    """For each row of ``b`` (:func:`batches`), whether it is a warm-up execution: among the
+    first ``workers`` executions of its batch size (each worker may initialise once), and over
+    :data:`WARMUP_FACTOR` × the steady time of that size. A size seen too few times to be its
+    own reference (a partial batch) is compared with the nearest larger well-sampled size (a
+    smaller batch takes no longer in steady state), else the nearest smaller one scaled
+    linearly."""
+    flags = np.zeros(len(b), dtype=bool)
+    if b.empty:
+        return flags
+    dur = (b["end_ns"] - b["start_ns"]).to_numpy(dtype=float)
+    size = b["size"].to_numpy()
+    order = np.argsort(b["start_ns"].to_numpy(), kind="stable")
+    first = np.zeros(len(b), dtype=bool)
+    for s in np.unique(size):
+        idx = order[size[order] == s]
+        first[idx[:workers]] = True
+    steady: dict[int, float] = {}
+    for s in np.unique(size):
+        rest = dur[(size == s) & ~first]
+        if len(rest) >= WARMUP_MIN_STEADY:
+            steady[int(s)] = float(np.median(rest))
+    if not steady:
+        return flags
+    known = np.array(sorted(steady))
+    for i in np.nonzero(first)[0]:
+        s = int(size[i])
+        if s in steady:
+            ref = steady[s]
+        elif (known >= s).any():
+            ref = steady[int(known[known >= s][0])]
+        else:
+            near = int(known[-1])
+            ref = steady[near] * s / near
+        flags[i] = dur[i] > WARMUP_FACTOR * ref
+    return flags
+
+
+def warmup(run: PipelineRun) -> pd.DataFrame:
+    """The warm-up executions of every stage (see :func:`warmup_flags`): stage, worker, size,
+    ``t_ms`` (after the run start), ``ms`` and ``steady_p50_ms`` (the median of that stage's
+    other executions of the same size; NaN when it has none). The what-if model replays them
+    once instead of drawing them as steady-state service times."""
+    t0, _ = _span(run)
+    rows = []
+    for st in run.meta["stages"]:
+        b = batches(run, st["name"])
+        flags = warmup_flags(b, int(st.get("workers") or 1))
+        dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e6
+        for i in np.nonzero(flags)[0]:
+            same = (b["size"].to_numpy() == b["size"].iloc[i]) & ~flags
+            rows.append({"stage": st["name"], "worker": int(b["worker"].iloc[i]),
+                         "size": int(b["size"].iloc[i]),
+                         "t_ms": (int(b["start_ns"].iloc[i]) - t0) / 1e6, "ms": float(dur[i]),
+                         "steady_p50_ms": float(np.median(dur[same])) if same.any()
+                         else np.nan})
+    return pd.DataFrame(rows, columns=["stage", "worker", "size", "t_ms", "ms",
+                                       "steady_p50_ms"])
+
+
 def queue_depth(run: PipelineRun, stage: str) -> pd.DataFrame:
     """Frames waiting in ``stage``'s input queue over time (a step function): columns
     ``t_ms`` (after the run start) and ``depth``. The read stage has no input queue."""
@@ -196,6 +263,10 @@ def headline(run: PipelineRun) -> Headline:
     else:
         values["bottleneck"] = "-"
         notes.append("no frame finished: no throughput, latency or bottleneck to report")
+    warm = warmup(run)
+    if len(warm):
+        notes.append(f"{len(warm)} warm-up execution(s) (first batches of a size, "
+                     f"{warm['ms'].sum():.0f} ms in all): see run.warmup()")
     for s in run.meta.get("stuck_workers") or []:
         notes.append(f"worker {s.get('worker')} of stage {s.get('stage')!r} never returned "
                      "(left behind when the run ended)")

@@ -4,7 +4,9 @@ The model is the pipeline as it ran — the same stages, worker counts, batch si
 queues with blocking hand-over (or drop-oldest at the source queue), the same sources with their
 pacing and frame counts — driven by the *measured* service times: each stage execution draws one
 of that stage's measured durations (for batches, one measured at the same batch size, or the
-nearest size scaled linearly), plus the framework's measured hand-over time of that stage
+nearest size scaled linearly; a warm-up execution, see
+:func:`~hookmagic.pipeline.analysis.warmup_flags`, is replayed once, the first time the model
+runs that size, never drawn again), plus the framework's measured hand-over time of that stage
 (:func:`handover_s`). Making a stage k× faster divides its measured durations by k. Its throughput
 and end-to-end latency are compared with the measured run and with the model of the run as
 measured, which shows how far to trust it.
@@ -19,17 +21,30 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.errors import InvalidArgument
-from hookmagic.pipeline.analysis import batches, throughput
+from hookmagic.pipeline.analysis import batches, throughput, warmup_flags
 from hookmagic.pipeline.run import PipelineRun
 
 
 class _Sampler:
-    def __init__(self, sizes: np.ndarray, durations_s: np.ndarray, rng: np.random.Generator):
+    """Service times of one stage: warm-up executions (``warm``) are replayed once each, the
+    first time the model runs that batch size, in the order they happened; every other draw
+    comes from the steady-state executions of that size (or the nearest size, scaled)."""
+
+    def __init__(self, sizes: np.ndarray, durations_s: np.ndarray, rng: np.random.Generator,
+                 warm: np.ndarray | None = None):
         self.rng = rng
-        self.by_size = {int(s): durations_s[sizes == s] for s in np.unique(sizes)}
+        warm = np.zeros(len(sizes), dtype=bool) if warm is None else warm
+        steady = ~warm
+        self.by_size = {int(s): durations_s[(sizes == s) & steady]
+                        for s in np.unique(sizes[steady])}
         self.sizes = np.array(sorted(self.by_size))
+        self.warm = {int(s): deque(durations_s[(sizes == s) & warm].tolist())
+                     for s in np.unique(sizes[warm])}
 
     def draw(self, n: int) -> float:
+        pending = self.warm.get(n)
+        if pending:
+            return pending.popleft()
         if n in self.by_size:
             arr = self.by_size[n]
             return float(arr[self.rng.integers(len(arr))])
@@ -83,10 +98,12 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         b = batches(run, st["name"])
         if b.empty:
             raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
+        warm = warmup_flags(b, int(st.get("workers") or 1))
+        b = b.assign(warm=warm).sort_values("start_ns", kind="stable")
         dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9 / speedup.get(st["name"], 1.0)
         h = hand[st["name"]]
         dur = dur + (h if np.isfinite(h) else fallback)  # the framework's cost is not sped up
-        samplers.append(_Sampler(b["size"].to_numpy(), dur, rng))
+        samplers.append(_Sampler(b["size"].to_numpy(), dur, rng, b["warm"].to_numpy()))
     read, procs = samplers[0], samplers[1:]
     S = len(procs)
     workers = [int(s["workers"]) for s in stages[1:]]
