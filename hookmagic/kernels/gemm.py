@@ -82,15 +82,33 @@ def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
     if m == 0 or n == 0:
         return c
     ci = runtime.inspect_array(c, "out")
-    spec = registry.SPECS[("sgemm", variant)]
-    name = spec.entries["float32"]
-    kern = runtime.get_kernel(spec.family, name, ai.device)
+    kern, grid, block, smem, name, flops, nbytes, tail = _plan("sgemm", variant, "float32", m, n, k, ai.device)
     vec = int(_aligned(ai, bi, ci, elems=4))
-    runtime.launch(kern, ai, _grid(spec, m, n), spec.block,
-                   (ai.ptr, bi.ptr, ci.ptr, np.int32(m), np.int32(n), np.int32(k), np.int32(vec)))
-    w = registry.gemm_work(m, n, k, "float32", "float32")
-    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
+    runtime.launch(kern, ai, grid, block, (ai.ptr, bi.ptr, ci.ptr, *tail, np.int32(vec)))
+    registry.record(name, flops, nbytes, m=m, n=n, k=k, dtype=ai.dtype)
     return c
+
+
+_plans: dict[tuple, tuple] = {}
+
+
+def _plan(op: str, variant: str, dtype: str, m: int, n: int, k: int, device: int) -> tuple:
+    """The launch plan of one (op, variant, dtype, shape, device), worked out once: (kernel, grid,
+    block, dynamic shared memory, kernel name, FLOPs, compulsory bytes, (M, N, K) as int32)."""
+    key = (op, variant, dtype, m, n, k, device)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 4096:   # many shapes: start over rather than grow without bound
+            _plans.clear()
+        spec = registry.SPECS[(op, variant)]
+        name = spec.entries[dtype]
+        kern = runtime.get_kernel(spec.family_for(dtype), name, device)
+        smem = spec.smem_for(dtype)
+        runtime.set_dynamic_smem(kern, smem, device)
+        w = registry.gemm_work(m, n, k, dtype, "int32" if dtype == "int8" else dtype)
+        plan = _plans[key] = (kern, _grid(spec, m, n), spec.block, smem, name, w["flops"], w["dram_bytes"],
+                              (np.int32(m), np.int32(n), np.int32(k)))
+    return plan
 
 
 # --- Tensor Core GEMMs -----------------------------------------------------------------------
@@ -196,20 +214,15 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     if m == 0 or n == 0:
         return c
     ci = runtime.inspect_array(c, "out")
-    name = spec.entries[ai.dtype]
-    kern = runtime.get_kernel(spec.family_for(ai.dtype), name, ai.device)
+    kern, grid, block, smem, name, flops, nbytes, mnk = _plan("gemm", spec.variant, ai.dtype, m, n, k, ai.device)
     if int8:
-        smem = spec.smem_for("int8")
         vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 16 == 0)
-        args = (ai.ptr, bi.ptr, ci.ptr, np.int32(m), np.int32(n), np.int32(k), np.int32(vec))
+        args = (ai.ptr, bi.ptr, ci.ptr, *mnk, np.int32(vec))
     else:
-        smem = spec.smem
         vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 8 == 0 and n % 8 == 0)
         args = (ai.ptr, bi.ptr, ci.ptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0,
-                np.int32(m), np.int32(n), np.int32(k), np.int32(ACTIVATIONS[activation]), np.int32(vec))
-    runtime.set_dynamic_smem(kern, smem, ai.device)
-    runtime.launch(kern, ai, _grid(spec, m, n), spec.block, args, smem=smem)
+                *mnk, np.int32(ACTIVATIONS[activation]), np.int32(vec))
+    runtime.launch(kern, ai, grid, block, args, smem=smem)
     extra = (n if bias_i else 0) * registry.ITEMSIZE[ai.dtype] + (m * n if res_i else 0) * registry.ITEMSIZE[ai.dtype]
-    w = registry.gemm_work(m, n, k, ai.dtype, out_dtype, extra)
-    registry.record(name, w["flops"], w["dram_bytes"], m=m, n=n, k=k, dtype=ai.dtype)
+    registry.record(name, flops, nbytes + extra, m=m, n=n, k=k, dtype=ai.dtype)
     return c
