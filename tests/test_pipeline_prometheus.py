@@ -131,6 +131,11 @@ def test_prometheus_scrapes_the_run_and_its_totals_equal_the_run(prometheus):
         assert sum(le < 0.005 for le in les) >= 4
         seen = _query(base, 'count_over_time(hookmagic_queue_depth{stage="infer"}[5m])')
         assert seen and int(float(seen[0]["value"][1])) >= 2
+        # per stream: one latency observation per done frame, and the stream's fps was seen
+        lat = _query(base, 'hookmagic_stream_latency_seconds_count{source="cam0"}')
+        assert int(float(lat[0]["value"][1])) == expected["done"]
+        fps = _query(base, 'max_over_time(hookmagic_stream_fps{source="cam0"}[5m])')
+        assert fps and float(fps[0]["value"][1]) > 0
 
 
 def test_exporter_serves_text_format_without_a_server_running():
@@ -139,3 +144,4 @@ def test_exporter_serves_text_format_without_a_server_running():
         text = _get(f"http://127.0.0.1:{exporter.port}/metrics").decode()
     assert 'hookmagic_frames_total{outcome="done",pipeline="synthetic",source="frames"} 5.0' in text
     assert "# TYPE hookmagic_stage_duration_seconds histogram" in text
+

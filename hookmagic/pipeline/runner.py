@@ -216,7 +216,8 @@ class Pipeline:
         """Run frames from ``source`` through the stages until it ends, ``frames`` frames were
         read from each stream, or ``seconds`` passed (frames already read are finished).
 
-        ``observers`` get ``on_stage(stage, seconds, n)``, ``on_frame(source, outcome)`` and
+        ``observers`` get ``on_stage(stage, seconds, n)``, ``on_frame(source, outcome)``,
+        ``on_latency(source, seconds)`` (a done frame's end-to-end latency; optional) and
         ``on_queues({stage: depth})`` calls while it runs (the Prometheus exporter is one).
         """
         if frames is not None and (not _is_int(frames) or frames < 1):
@@ -500,8 +501,12 @@ class _Run:
     def _notify_frame(self, fid: int) -> None:
         if self.observers:
             row = self.rec.frames[fid]
+            # end to end: from when the frame was captured (or due) to its result, host clock
+            latency = (time.perf_counter_ns() - row[2]) / 1e9 if row[3] == "done" else None
             for ob in self.observers:
                 ob.on_frame(row[0], row[3])
+                if latency is not None and hasattr(ob, "on_latency"):
+                    ob.on_latency(row[0], latency)
 
     # -- the run -------------------------------------------------------------------------
     def execute(self) -> PipelineRun:
