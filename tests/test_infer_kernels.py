@@ -140,20 +140,29 @@ def test_attention_declared_work():
 def test_conv_argument_errors_and_weight_packing():
     x = torch.zeros(1, 8, 8, 16, dtype=torch.float16)
     with pytest.raises(hk.KernelArgumentError, match=r"x must be float16 or bfloat16, got torch float32"):
-        hk.conv2d(x.float(), torch.zeros(8, 16, 3, 3))
-    with pytest.raises(hk.KernelArgumentError, match=r"w must be \(K, 16, R, R\) with R 1 or 3.*\[8, 16, 5, 5\]"):
-        hk.conv2d(x, torch.zeros(8, 16, 5, 5, dtype=torch.float16))
+        hk.conv2d(x.float(), torch.zeros(8, 3, 3, 16))
+    with pytest.raises(hk.KernelArgumentError, match=r"w must be KRSC \(K, R, R, 16\) with R 1 or 3.*\[8, 5, 5, 16\]"):
+        hk.conv2d(x, torch.zeros(8, 5, 5, 16, dtype=torch.float16))
+    # torch's KCRS weights with NHWC activations: the mixed convention is refused, naming the fix
+    with pytest.raises(hk.KernelArgumentError, match="layout='NCHW' takes KCRS"):
+        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match="layout='NHWC' takes KRSC"):
+        hk.conv2d(x.permute(0, 3, 1, 2), torch.zeros(8, 3, 3, 16, dtype=torch.float16), layout="NCHW")
+    with pytest.raises(hk.KernelArgumentError, match="layout must be 'NHWC'"):
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), layout="CHWN")
     with pytest.raises(hk.KernelArgumentError, match="multiples of 8"):
         hk.conv2d(torch.zeros(1, 8, 8, 3, dtype=torch.float16), torch.zeros(8, 3, 3, 3, dtype=torch.float16))
     with pytest.raises(hk.KernelArgumentError, match="stride must be 1 or 2, got 3"):
-        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16), stride=3)
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), stride=3)
     with pytest.raises(hk.KernelArgumentError, match="needs kernel_size 1 or 3"):
         hk.conv2d(x, torch.zeros(144, 8, dtype=torch.float16))
     with pytest.raises(hk.KernelArgumentError, match="must be on one CUDA device|same kind of array on one CUDA device"):
-        hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16))
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16))
     with pytest.raises(hk.KernelArgumentError, match=r"w must be float16\[16, 1, 3, 3\]"):
         hk.depthwise_conv2d(x, torch.zeros(16, 1, 5, 5, dtype=torch.float16))
-    w = torch.arange(8 * 16 * 3 * 3, dtype=torch.float32).reshape(8, 16, 3, 3)
-    p = hk.pack_conv_weight(w)
+    w = torch.arange(8 * 16 * 3 * 3, dtype=torch.float32).reshape(8, 16, 3, 3)   # KCRS
+    p = hk.pack_conv_weight(w, layout="NCHW")
     # row (r*S + s)*C + c, column k holds w[k, c, r, s]
     assert p.shape == (144, 8) and p[(1 * 3 + 2) * 16 + 5, 7] == w[7, 5, 1, 2]
+    # the same filters as KRSC pack to the same matrix
+    assert torch.equal(hk.pack_conv_weight(w.permute(0, 2, 3, 1)), p)

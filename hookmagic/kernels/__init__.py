@@ -15,7 +15,7 @@ stream and return the same kind::
     keep = kernels.nms(boxes, scores, 0.5); xyxy = kernels.decode_boxes(head[..., :4])
     t = kernels.transpose(x, "NCHW->NHWC"); s = kernels.row_sum(x); m = kernels.row_max(x)
     o = kernels.attention(q, k, v, causal=True)  # flash-style, FP16/BF16, head dim 64/128, varlen offsets
-    y = kernels.conv2d(x_nhwc, w, b, stride=2, padding=1)  # implicit GEMM, NHWC FP16/BF16
+    y = kernels.conv2d(x_nhwc, w_krsc, b, stride=2, padding=1)  # implicit GEMM, NHWC + KRSC (or layout="NCHW")
     kernels.check("sm_90")                       # compile everything, registers/smem/spills (no GPU)
 
 Install the optional extra: ``pip install 'hookmagic[kernels]'``.

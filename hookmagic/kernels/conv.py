@@ -1,12 +1,17 @@
-"""2-D convolution over NHWC activations: implicit GEMM on Tensor Cores, and depthwise 3x3.
+"""2-D convolution: implicit GEMM on Tensor Cores, and depthwise 3x3.
 
-    y = kernels.conv2d(x_nhwc, w, bias, stride=2, padding=1)          # w as torch keeps it: (K, C, R, S)
-    wp = kernels.pack_conv_weight(w); y = kernels.conv2d(x_nhwc, wp, ...)   # pack once, reuse
+One layout convention per call, chosen by ``layout=``: ``"NHWC"`` (the default, what the
+kernels read: activations ``(N, H, W, C)``, weights ``(K, R, S, C)``, result ``(N, OH, OW, K)``)
+or ``"NCHW"`` (torch's: activations ``(N, C, H, W)``, weights ``(K, C, R, S)``, result
+``(N, K, OH, OW)``; the activations are read through a channels-last copy unless they already are
+``torch.channels_last``, and the result is a channels-last tensor of NCHW shape)::
+
+    y = kernels.conv2d(x_nhwc, w_krsc, bias, stride=2, padding=1)
+    y = kernels.conv2d(x_nchw, w_kcrs, bias, stride=2, padding=1, layout="NCHW")   # F.conv2d's layout
+    wp = kernels.pack_conv_weight(w_krsc); y = kernels.conv2d(x_nhwc, wp, ..., kernel_size=3)   # pack once
     z = kernels.depthwise_conv2d(x_nhwc, w_dw, stride=1, padding=1)   # w_dw: (C, 1, 3, 3)
 
-``x`` is ``(N, H, W, C)`` FP16/BF16 (channels last; ``x_nchw.permute(0, 2, 3, 1)`` of a
-``channels_last`` tensor is such a view, no copy). The result is ``(N, OH, OW, K)`` in ``x``'s dtype,
-FP32 accumulation — ``F.conv2d`` on the NCHW view, permuted.
+FP16/BF16 with FP32 accumulation.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hookmagic.kernels import registry, runtime
+from hookmagic.kernels import constants, registry, runtime
 from hookmagic.kernels.errors import KernelArgumentError
 from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
 
@@ -22,7 +27,9 @@ _DTYPES = ("float16", "bfloat16")
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 #: activation codes of kernels/common.cuh (the GEMMs' ACTIVATIONS)
 _ACT = {None: 0, "none": 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}
-_SMEM = 3 * (128 * 40 + 32 * 136) * 2   # 3 stages of the A and B tiles (padded rows), as gemm_mma
+_SMEM = constants.TC["TC_STAGES"] * constants.TC_STAGE_BYTES   # the A and B tile stages, as gemm_mma
+#: conv2d's layouts: activations and the weights that go with them
+LAYOUTS = {"NHWC": "KRSC", "NCHW": "KCRS"}
 
 register(KernelSpec("conv2d", "implicit_gemm", "conv", {d: f"conv_igemm_{s}" for d, s in _SUFFIX.items()},
                     (256, 1, 1), (128, 128), smem=_SMEM, min_arch=80,
@@ -33,17 +40,27 @@ register(KernelSpec("depthwise_conv2d", "direct3x3", "conv", {d: f"depthwise3x3_
                     description="direct depthwise 3x3, one thread per output element, channels fastest"))
 
 
-def pack_conv_weight(w: Any) -> Any:
-    """Weights of ``F.conv2d`` layout ``(K, C, R, S)`` as the ``(R*S*C, K)`` matrix :func:`conv2d`
-    multiplies by (one copy; pack once and reuse for repeated calls)."""
+def _layout(layout: Any, op: str) -> str:
+    lay = str(layout).upper()
+    if lay not in LAYOUTS:
+        raise KernelArgumentError(f"{op}: layout must be 'NHWC' (weights KRSC) or 'NCHW' (weights KCRS), got {layout!r}")
+    return lay
+
+
+def pack_conv_weight(w: Any, layout: str = "NHWC") -> Any:
+    """Weights as the ``(R*S*C, K)`` matrix :func:`conv2d` multiplies by (one copy; pack once and
+    reuse): ``(K, R, S, C)`` for ``layout="NHWC"``, ``(K, C, R, S)`` (``F.conv2d``'s) for ``"NCHW"``."""
+    lay = _layout(layout, "pack_conv_weight")
     wi = runtime.inspect_array(w, "w")
     if len(wi.shape) != 4:
-        raise KernelArgumentError(f"pack_conv_weight: w must be (K, C, R, S), got {wi.where()}")
-    k, c, r, s = wi.shape
+        raise KernelArgumentError(f"pack_conv_weight: w must be ({', '.join(LAYOUTS[lay])}) for layout {lay}, "
+                                  f"got {wi.where()}")
+    order = (1, 2, 3, 0) if lay == "NHWC" else (2, 3, 1, 0)   # -> (R, S, C, K)
+    k = wi.shape[0]
     if wi.kind == "torch":
-        return w.permute(2, 3, 1, 0).reshape(r * s * c, k).contiguous()
+        return w.permute(*order).reshape(-1, k).contiguous()
     import cupy
-    return cupy.ascontiguousarray(cupy.transpose(w, (2, 3, 1, 0)).reshape(r * s * c, k))
+    return cupy.ascontiguousarray(cupy.transpose(w, order).reshape(-1, k))
 
 
 def _x_nhwc(x: Any, op: str) -> runtime.ArrayInfo:
@@ -53,6 +70,15 @@ def _x_nhwc(x: Any, op: str) -> runtime.ArrayInfo:
     if len(xi.shape) != 4:
         raise KernelArgumentError(f"{op}: x must be NHWC (N, H, W, C), got {xi.where()}")
     return xi
+
+
+def _nchw_to_nhwc(x: Any, op: str) -> Any:
+    """An NCHW array as its NHWC view (no copy for a channels-last torch tensor; the kernels copy
+    other strides to row-major)."""
+    xi = runtime.inspect_array(x, "x")
+    if len(xi.shape) != 4:
+        raise KernelArgumentError(f"{op}: with layout='NCHW' x must be (N, C, H, W), got {xi.where()}")
+    return x.permute(0, 2, 3, 1) if xi.kind == "torch" else x.transpose(0, 2, 3, 1)
 
 
 def _int2(v: Any, name: str, op: str, allowed: tuple[int, ...] | None = None) -> int:
@@ -99,24 +125,42 @@ def _param(p: Any, name: str, shape: tuple[int, ...], xi: runtime.ArrayInfo, op:
 
 
 def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, *, activation: str | None = None,
-           residual: Any = None, kernel_size: int | None = None) -> Any:
-    """``F.conv2d`` for NHWC FP16/BF16 ``x`` ``(N, H, W, C)`` by implicit GEMM on Tensor Cores:
-    ``activation(conv(x, w) + bias) + residual``, returned as ``(N, OH, OW, K)``.
+           residual: Any = None, kernel_size: int | None = None, layout: str = "NHWC") -> Any:
+    """``F.conv2d`` of FP16/BF16 ``x`` by implicit GEMM on Tensor Cores:
+    ``activation(conv(x, w) + bias) + residual``.
 
-    ``w``: ``(K, C, R, S)`` (packed on every call) or already packed by :func:`pack_conv_weight`
-    ``(R*S*C, K)`` (then give ``kernel_size`` R = S). Filters 1x1 or 3x3, ``stride`` 1 or 2, any
-    ``padding``, ``C`` and ``K`` multiples of 8; ``bias`` ``(K,)``; ``residual`` like the output;
+    ``layout="NHWC"``: ``x`` ``(N, H, W, C)``, ``w`` ``(K, R, S, C)``, result ``(N, OH, OW, K)``;
+    ``layout="NCHW"``: ``x`` ``(N, C, H, W)``, ``w`` ``(K, C, R, S)``, result ``(N, K, OH, OW)``
+    (channels-last strides). ``w`` may instead be packed by :func:`pack_conv_weight` ``(R*S*C, K)``
+    (then give ``kernel_size`` R = S). Filters 1x1 or 3x3, ``stride`` 1 or 2, any ``padding``,
+    ``C`` and ``K`` multiples of 8; ``bias`` ``(K,)``; ``residual`` like the output;
     ``activation`` None, 'relu', 'gelu' or 'gelu_tanh'.
     """
     op = "conv2d"
+    lay = _layout(layout, op)
+    if lay == "NCHW":
+        x = _nchw_to_nhwc(x, op)
+        if residual is not None:
+            residual = _nchw_to_nhwc(residual, op)
+        wi = runtime.inspect_array(w, "w")
+        if len(wi.shape) == 4:
+            c = runtime.inspect_array(x, "x").shape[3]
+            _, wc, r, s = wi.shape
+            if wc != c or r != s or r not in (1, 3):
+                raise KernelArgumentError(f"{op}: w must be KCRS (K, {c}, R, R) with R 1 or 3 for NCHW x with {c} "
+                                          f"channels (layout='NHWC' takes KRSC); w is {wi.where()}")
+            w, kernel_size = pack_conv_weight(w, "NCHW"), r
+        y = conv2d(x, w, bias, stride, padding, activation=activation, residual=residual,
+                   kernel_size=kernel_size, layout="NHWC")
+        return y.permute(0, 3, 1, 2) if runtime.inspect_array(y, "y").kind == "torch" else y.transpose(0, 3, 1, 2)
     xi = _x_nhwc(x, op)
     n, h, wd, c = xi.shape
     wi = runtime.inspect_array(w, "w")
     if len(wi.shape) == 4:
-        k, wc, r, s = wi.shape
+        k, r, s, wc = wi.shape
         if wc != c or r != s or r not in (1, 3):
-            raise KernelArgumentError(f"{op}: w must be (K, {c}, R, R) with R 1 or 3 for x with {c} channels; "
-                                      f"w is {wi.where()}, x is {xi.where()}")
+            raise KernelArgumentError(f"{op}: w must be KRSC (K, R, R, {c}) with R 1 or 3 for NHWC x with {c} "
+                                      f"channels (layout='NCHW' takes KCRS); w is {wi.where()}, x is {xi.where()}")
     elif len(wi.shape) == 2:
         if kernel_size not in (1, 3):
             raise KernelArgumentError(f"{op}: a packed (R*S*C, K) w needs kernel_size 1 or 3, got {kernel_size!r}")
@@ -138,7 +182,7 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     xi = runtime.contiguous(xi)
     if xi.ptr % 16:
         xi = runtime.inspect_array(xi.obj.clone() if xi.kind == "torch" else xi.obj.copy(), "x")
-    wp = pack_conv_weight(wi.obj) if len(wi.shape) == 4 else runtime.contiguous(wi).obj
+    wp = pack_conv_weight(wi.obj, "NHWC") if len(wi.shape) == 4 else runtime.contiguous(wi).obj
     wpi = runtime.inspect_array(wp, "w")
     if wpi.ptr % 16:
         wpi = runtime.inspect_array(wp.clone() if wpi.kind == "torch" else wp.copy(), "w")
@@ -200,4 +244,4 @@ def depthwise_conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding:
     return y
 
 
-__all__ = ["conv2d", "depthwise_conv2d", "pack_conv_weight"]
+__all__ = ["conv2d", "depthwise_conv2d", "pack_conv_weight", "LAYOUTS"]

@@ -237,7 +237,7 @@ def capture_inference(launches: int = 2) -> Any:
     q, k, v = (torch.randn(1, 16, 4096, 128, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     x = torch.randn(32, 56, 56, 64, device="cuda", dtype=torch.float16, generator=g)
     w = (torch.randn(64, 64, 3, 3, device="cuda", generator=g) / 24).half()
-    wp, wn, xn = hk.pack_conv_weight(w), w.contiguous(memory_format=torch.channels_last), x.permute(0, 3, 1, 2)
+    wp, wn, xn = hk.pack_conv_weight(w, layout="NCHW"), w.contiguous(memory_format=torch.channels_last), x.permute(0, 3, 1, 2)
     act = torch.randn(32, 64, 112, 112, device="cuda", dtype=torch.float16, generator=g)
     rows = torch.randn(4096, 4096, device="cuda", dtype=torch.float16, generator=g)
     steps = [("preprocess (hookmagic, one kernel)", lambda: hk.preprocess(frames, (640, 640), mean, std)),

@@ -404,12 +404,14 @@ def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, dtype):
     x = torch.randn(n, h, w, c, device="cuda", dtype=dtype)
     wt = (torch.randn(k, c, r, r, device="cuda") / math.sqrt(c * r * r)).to(dtype)
     b = torch.randn(k, device="cuda", dtype=dtype)
-    ours = hk.conv2d(x, wt, b, stride=stride, padding=pad)
+    ours = hk.conv2d(x, wt.permute(0, 2, 3, 1), b, stride=stride, padding=pad)     # NHWC + KRSC
     ref, theirs, mag = _conv_ref(x, wt, b, stride, pad)
     assert ours.shape == ref.shape and ours.dtype == dtype
     assert_within_rounding(ours, theirs, ref, dtype, n=c * r * r, magnitude=mag)
-    packed = hk.conv2d(x, hk.pack_conv_weight(wt), b, stride=stride, padding=pad, kernel_size=r)
+    packed = hk.conv2d(x, hk.pack_conv_weight(wt, layout="NCHW"), b, stride=stride, padding=pad, kernel_size=r)
     assert torch.equal(packed, ours)
+    nchw = hk.conv2d(x.permute(0, 3, 1, 2), wt, b, stride=stride, padding=pad, layout="NCHW")   # NCHW + KCRS
+    assert nchw.shape == ref.permute(0, 3, 1, 2).shape and torch.equal(nchw.permute(0, 2, 3, 1), ours)
 
 
 def test_conv2d_fused_relu_and_residual():
@@ -417,7 +419,7 @@ def test_conv2d_fused_relu_and_residual():
     wt = (torch.randn(64, 64, 3, 3, device="cuda") / 24).half()
     b = torch.randn(64, device="cuda", dtype=torch.float16)
     res = torch.randn(2, 14, 14, 64, device="cuda", dtype=torch.float16)
-    ours = hk.conv2d(x, wt, b, padding=1, activation="relu", residual=res)
+    ours = hk.conv2d(x, wt.permute(0, 2, 3, 1), b, padding=1, activation="relu", residual=res)
     ref, theirs, mag = _conv_ref(x, wt, b, 1, 1)
     assert_within_rounding(ours, (theirs.relu() + res), ref.relu() + res.double(), torch.float16, n=576,
                            magnitude=mag + res.double().abs())
