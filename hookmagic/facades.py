@@ -18,6 +18,7 @@ from hookmagic.common.accessors import register_method
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
+    import plotly.graph_objects as go
 
     from hookmagic.analysis.summary import Summary
     from hookmagic.layers.model import LayerProfile
@@ -109,35 +110,36 @@ def summary(self: "Trace", top: int = 10) -> "Summary":
 
 
 @register_method("Trace")
-def flame(self: "Trace", **kw: Any) -> Any:
+def flame(self: "Trace", **kw: Any) -> "go.Figure":
     """Flame graph of GPU time by the Python stack that launched it (a Plotly figure)."""
     from hookmagic.views.flame import flame_figure
     return flame_figure(self, **kw)
 
 
 @register_method("Trace")
-def timeline(self: "Trace", **kw: Any) -> Any:
+def timeline(self: "Trace", **kw: Any) -> "go.Figure":
     """Timeline of kernels, copies and API calls per stream (a Plotly figure)."""
     from hookmagic.views.timeline import timeline_figure
     return timeline_figure(self, **kw)
 
 
 @register_method("Trace")
-def diagnose(self: "Trace") -> Any:
-    """Findings about this trace (idle gaps, tiny kernels, syncs, ...) with advice."""
+def diagnose(self: "Trace") -> "pd.DataFrame":
+    """Findings about this trace (idle gaps, tiny kernels, syncs, ...) with advice, one row
+    each (see :func:`hookmagic.analysis.diagnose.diagnose` for the columns)."""
     from hookmagic.analysis.diagnose import diagnose as find
     return find(self)
 
 
 @register_method("Trace")
-def diff(self: "Trace", other: "Trace", **kw: Any) -> Any:
+def diff(self: "Trace", other: "Trace", **kw: Any) -> "go.Figure":
     """Differential flame graph of GPU time: this trace against ``other``."""
     from hookmagic.views.flame import diff_figure
     return diff_figure(self, other, **kw)
 
 
 @register_method("Trace")
-def memory_map(self: "Trace", **kw: Any) -> Any:
+def memory_map(self: "Trace", **kw: Any) -> "go.Figure":
     """Map of device allocations over address and time (a Plotly figure)."""
     from hookmagic.views.memory_map import memory_map_figure
     return memory_map_figure(self, **kw)
