@@ -198,3 +198,22 @@ def test_launches_declare_their_work():
     (w,) = hk.launch_log(clear=True)
     assert w.kernel == "sgemm_naive" and w.flops == 2 * 64 * 32 * 16
     assert w.dram_bytes == (64 * 32 + 32 * 16 + 64 * 16) * 4
+
+
+def test_default_gemm_runs_what_explain_names():
+    """gemm() without variant= runs the dispatch table's pick for this GPU (on an H100/H200:
+    wgmma for a large FP16 GEMM, mma for a small one), and the result is the named variant's."""
+    cc = torch.cuda.get_device_capability()
+    arch = f"sm_{cc[0]}{cc[1]}"
+    for m, n, k in ((2048, 2048, 512), (64, 64, 64)):
+        a = torch.randn(m, k, device="cuda").half()
+        b = torch.randn(k, n, device="cuda").half()
+        text = hk.explain("gemm", (m, k), (k, n), dtype="float16", arch=arch)
+        variant = text.split("variant='")[1].split("'")[0]
+        registry.launch_log(clear=True)
+        c = hk.gemm(a, b)
+        (w,) = hk.launch_log(clear=True)
+        assert w.kernel.startswith(f"gemm_{variant}_f16"), (text, w.kernel)
+        assert torch.equal(c, hk.gemm(a, b, variant=variant))
+        if cc == (9, 0):
+            assert variant == ("wgmma" if m == 2048 else "mma")
