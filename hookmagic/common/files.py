@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import secrets
+import shutil
 import stat
 import zipfile
 import zlib
@@ -39,7 +40,7 @@ from hookmagic.common.limits import MAX_BYTES, MAX_DEPTH, MAX_JSON_BYTES, exceed
 
 __all__ = ["open_input", "read_input", "read_input_maybe_gzip", "gunzip_bounded",
            "read_zip_member", "check_ratio", "read_parquet", "gc_paused", "parse_json",
-           "load_json_file", "json_depth", "atomic_write", "check_output_path"]
+           "load_json_file", "json_depth", "atomic_write", "check_output_path", "replace_folder"]
 
 _CHUNK = 1 << 20
 _KIND = [(stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO (named pipe)"),
@@ -423,3 +424,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None] | by
 
 # LimitExceeded is re-exported for callers that only import this module
 LimitExceeded = LimitExceeded
+
+
+def replace_folder(tmp: Path, path: Path) -> None:
+    """Put the finished folder ``tmp`` at ``path``, replacing a folder there: the old one is
+    moved aside first and deleted last, so ``path`` always holds a whole folder, old or new."""
+    if path.exists():
+        old = path.with_name(f".{path.name}.{secrets.token_hex(6)}.old")
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)

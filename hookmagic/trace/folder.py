@@ -64,13 +64,7 @@ def save_trace_folder(trace: Trace, path: str | os.PathLike) -> str:
         # meta.json last: a folder with a manifest is a finished one.
         (tmp / META_ENTRY).write_text(json.dumps(manifest, indent=1, allow_nan=True),
                                       encoding="utf-8")
-        if path.exists():
-            old = path.with_name(f".{path.name}.{secrets.token_hex(6)}.old")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        files.replace_folder(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
