@@ -98,7 +98,7 @@ model is to the run before anything changes."""),
 run.what_if(target, 2.0).round(2)"""),
     ("md", r"""### Per-frame Gantt (queue waits faint), stage bars, queue depth"""),
     ("code", r"""run.gantt(frames=30)"""),
-    ("code", r"""run.plot_stages()"""),
+    ("code", r"""run.stage_chart()"""),
     ("code", r"""queues_figure(run)"""),
     ("md", r"""### Per frame, per batch, and files for other tools
 
@@ -191,7 +191,7 @@ if "resnet50_fp16_gpupre" in recs:
     r = recs["resnet50_fp16_gpupre"]
     display(r.frames.head(5).round(2))
     display(r.gantt(frames=40))
-    display(r.plot_stages())"""),
+    display(r.stage_chart())"""),
     ("md", r"""Two clocks, two weights: `p50_ms` is per *frame* (each frame counts with the time of the batch
 it was in), `gpu_p50_ms` per *execution*; for a batched stage they are not comparable. Per
 execution, the GPU time between the worker's CUDA events is nearly all of the host time of an
@@ -267,7 +267,7 @@ if results:   # every fresh process of the benchmark, not only the recorded one
           "each pipeline was built to be limited by")"""),
     ("code", r"""for name in expected:
     if name in recs:
-        display(recs[name].plot_stages())"""),
+        display(recs[name].stage_chart())"""),
     ("md", r"""### `what_if()` against a change really made on the GPU
 
 The inference-bound pipeline was run twice: ResNet-50 in FP32 (`bound_infer`) and in FP16
