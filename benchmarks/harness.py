@@ -40,6 +40,7 @@ REGISTRY = {
     "pipeline": "benchmarks.bench_pipeline",
     "multirank": "benchmarks.bench_multirank",
     "multirank_scale": "benchmarks.multirank_scale",
+    "kernels_host_cost": "benchmarks.kernels_host_cost",
 }
 
 
