@@ -152,9 +152,10 @@ def source_hash(family: str) -> str:
 
 
 def cache_key(family: str, arch: str, options: Iterable[str] = ()) -> str:
-    """The cache key: source hash + architecture + NVRTC version + options (+ cache format)."""
+    """The cache key: source hash + architecture + NVRTC version + the tile constants' -D values
+    + options (+ cache format)."""
     parts = [f"format={CACHE_FORMAT}", source_hash(family), normalize_arch(arch), nvrtc_version(),
-             *BASE_OPTIONS, *options]
+             *BASE_OPTIONS, *constants.defines(family), *options]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
@@ -221,7 +222,7 @@ def compile_family(family: str, arch: Any, options: Iterable[str] = (), *, use_c
     :class:`KernelsUnavailable` when cuda-core or NVRTC is missing.
     """
     arch = normalize_arch(arch)
-    options = (*constants.defines(family), *options)
+    options = tuple(options)
     core = _core()
     src = source_text(family)  # raises for an unknown family
     key = cache_key(family, arch, options)
@@ -235,7 +236,8 @@ def compile_family(family: str, arch: Any, options: Iterable[str] = (), *, use_c
             meta, cubin = hit
             return Compiled(family, arch, cubin, meta["kernels"], meta.get("log", ""), key, True, meta.get("nvrtc", ""))
     opts = core.ProgramOptions(arch=arch, std="c++17", include_path=include_paths(), ptxas_options=["-v"],
-                               define_macro=[o.removeprefix("-D") for o in options if o.startswith("-D")] or None,
+                               define_macro=[o.removeprefix("-D") for o in (*constants.defines(family), *options)
+                                             if o.startswith("-D")] or None,
                                name=f"{family}.cu")
     logs = io.StringIO()
     try:
