@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import hookmagic.kernels as hk
-from hookmagic.kernels import build, gemm_wgmma, runtime
+from hookmagic.kernels import build, constants, gemm_wgmma, runtime
 
 cuda_core = pytest.importorskip("cuda.core")
 
@@ -22,7 +22,8 @@ def _ptx(arch: str) -> str:
     from cuda.bindings import nvrtc
     err, prog = nvrtc.nvrtcCreateProgram(build.source_text("gemm_wgmma").encode(), b"gemm_wgmma.cu", 0, [], [])
     assert int(err) == 0
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"] + [f"-I{d}".encode() for d in build.include_paths()]
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"] + [f"-I{d}".encode() for d in build.include_paths()] \
+        + [o.encode() for o in constants.defines("gemm_wgmma")]   # the tile constants, as build passes them
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     assert int(err) == 0, err
     err, size = nvrtc.nvrtcGetPTXSize(prog)
