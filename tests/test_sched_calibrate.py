@@ -94,29 +94,30 @@ def test_fit_recovers_a_noisy_system_closely_and_specs_carry_it():
 
 def test_switch_cost_is_read_against_the_same_run_not_the_alone_runs():
     # synthetic: the host runs 1.6x slower during the switch run than during the alone runs,
-    # and the GPU waits through 0.8 of the longer launch call (as on the H100/H200 runs of
-    # 2026-11-26). The switch run's own same-model batches carry that too, so the fit gives the
-    # true switch costs back; the version-1 switch run (a Poisson stream per model) has almost
-    # no same-model batches, so its switch cost is unidentified and none is simulated, where
-    # the fit before compared with the alone runs and read the host's drift as a switch cost.
+    # and the GPU waits through 0.8 of the longer launch call (as on real H100/H200 hosts).
+    # The switch run's own same-model batches carry that too, so the fit gives the true switch
+    # costs back; compared with the alone runs, the host's drift would read as a switch cost.
     truth = _synthetic_truth(cv=0.0)
     idle = _idle_of(truth)
 
     slow_truth = _on_a_slower_host(truth)
-    for version in (2, 1):
-        runs = {key: _driver_run(slow_truth if key == "switch" else truth, wl, pol, seed=4)
-                for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH,
-                                                              version=version).items()}
-        got = C.fit(runs, idle, MAX_BATCH)
-        for n, spec in truth.items():
-            if version == 2:
-                assert got[n]["switch_identified"]
-                assert got[n]["same_seen"] >= C.MIN_SWITCH_BATCHES
-                assert got[n]["switch_ms"] == pytest.approx(spec.switch_ms, abs=1e-6)
-            elif not got[n]["switch_identified"]:
-                assert got[n]["switch_ms"] == 0.0
-        if version == 1:
-            assert not all(got[n]["switch_identified"] for n in truth)
+    runs = {key: _driver_run(slow_truth if key == "switch" else truth, wl, pol, seed=4)
+            for key, (wl, pol) in C.calibration_workloads(idle, MAX_BATCH).items()}
+    got = C.fit(runs, idle, MAX_BATCH)
+    for n, spec in truth.items():
+        assert got[n]["switch_identified"]
+        assert got[n]["same_seen"] >= C.MIN_SWITCH_BATCHES
+        assert got[n]["switch_ms"] == pytest.approx(spec.switch_ms, abs=1e-6)
+    # a switch run where (almost) every batch follows another model leaves the cost
+    # unidentified, and then none is simulated
+    m = len(idle)
+    mixed = S.make_workload([S.Poisson(n, C._mixed_rate(s, 1.0) / m, slo_ms=1e6)
+                             for n, s in idle.items()], 1.0, seed=98)
+    runs["switch"] = _driver_run(slow_truth, mixed, S.Policy(batching=S.Batching(MAX_BATCH, 0.0)),
+                                 seed=4)
+    got = C.fit(runs, idle, MAX_BATCH)
+    assert not all(got[n]["switch_identified"] for n in truth)
+    assert all(got[n]["switch_ms"] == 0.0 for n in truth if not got[n]["switch_identified"])
 
 
 def test_sharing_is_read_net_of_the_hosts_speed_in_the_share_runs():
@@ -234,22 +235,25 @@ def test_refine_host_recovers_the_host_times_a_run_paid(streams):
 def test_batches_whose_launch_stalled_the_host_are_not_the_models_cost():
     """A stalled launch call (the host held over STALL_S) leaves the GPU waiting inside the
     batch: on the simulated driver, every 20th alone batch made 0.4 ms longer with its launch
-    call 0.7 ms long must not move the fitted GPU times (skip_stalls); fitted as before
-    2026-11-26 04:00 it does. (Only GPU times: lengthening a batch in place, as here, would
-    also shorten the next batch's launch gap, which a real stall does not.)"""
+    call 0.7 ms long must not move the fitted GPU times, while the same lengthened batches with
+    a launch call that did not stall do. (Only GPU times: lengthening a batch in place, as
+    here, would also shorten the next batch's launch gap, which a real stall does not.)"""
     truth = _synthetic_truth(cv=0.0)
-    runs, idle, names = _simulated_driver(truth)
-    for key, res in runs.items():
-        if key.startswith("alone:"):
-            b = res.batches
-            hit = np.arange(len(b)) % 20 == 7
-            b.loc[hit, "end_s"] += 4e-4
-            b.loc[hit, "dispatch_s"] = b.loc[hit, "start_s"] + 7e-4
-    got = C.fit(runs, idle, MAX_BATCH)
-    old = C.fit(runs, idle, MAX_BATCH, skip_stalls=False)
-    for n, spec in truth.items():
-        assert got[n]["service_ms"] == pytest.approx([spec.latency(z) for z in range(1, MAX_BATCH + 1)], rel=1e-6)
-        assert np.mean(old[n]["service_ms"]) > np.mean(got[n]["service_ms"]) + 0.01
+    exact = [truth[n].latency(z) for n in truth for z in range(1, MAX_BATCH + 1)]
+
+    def fitted(call_s: float) -> list[float]:
+        runs, idle, names = _simulated_driver(truth)
+        for key, res in runs.items():
+            if key.startswith("alone:"):
+                b = res.batches
+                hit = np.arange(len(b)) % 20 == 7
+                b.loc[hit, "end_s"] += 4e-4
+                b.loc[hit, "dispatch_s"] = b.loc[hit, "start_s"] + call_s
+        got = C.fit(runs, idle, MAX_BATCH)
+        return [v for n in truth for v in got[n]["service_ms"]]
+
+    assert fitted(7e-4) == pytest.approx(exact, rel=1e-6)
+    assert np.mean(fitted(C.STALL_S / 2)) > np.mean(exact) + 0.01
 
 
 def test_launch_time_per_number_of_streams_is_recovered_and_carried():

@@ -32,9 +32,9 @@ def test_metrics_tables(res, tmp_path):
     assert len(cams) == 4 and (cams["frames"] > 100).all()
     h = M.batch_histogram(res.batches)
     assert h.groupby("model")["share"].sum().round(9).eq(1).all()
-    paths = res.save(tmp_path / "run")
-    assert [p.name for p in paths] == ["run.requests.parquet", "run.batches.parquet"]
-    back = S.load_result(tmp_path / "run")
+    path = res.save(tmp_path / "run")
+    assert path.name == "run.hmsched"
+    back = S.load_result(path)
     assert isinstance(back, S.SimResult) and back.meta["engine"] == res.meta["engine"]
     assert back.metrics().round(9).equals(res.metrics().round(9))
 

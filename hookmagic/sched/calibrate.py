@@ -34,7 +34,7 @@ from .policies import Batching, Policy
 from .workloads import Bursty, Poisson, Workload, make_workload
 
 __all__ = ["after_previous", "overlap_by_count", "overlap_and_weight", "calibration_workloads",
-           "CALIBRATION_VERSION", "run_calibration",
+           "run_calibration",
            "host_times_in", "refine_host", "launch_by_streams", "launch_for_streams",
            "host_jitter_of", "call_share_of", "probe_workload", "refine_from_probe",
            "speed_from_calls",
@@ -110,36 +110,25 @@ def _mixed_rate(spec: ModelSpec, load: float) -> float:
     return load * 4.0 / (float(spec.latency(4)) / 1e3)
 
 
-#: the calibration runs :func:`calibration_workloads` draws by default: 2, a ``switch`` run of
-#: short bursts per model, so that each model's ready batches follow both itself and other
-#: models in the same run; 1, one Poisson stream per model at 1/m of the load, where almost
-#: every batch follows another model (the switch cost is then unidentified: see :func:`fit`).
-#: A stored calibration rebuilds its runs with the version it records.
-CALIBRATION_VERSION = 2
-
-
 def calibration_workloads(idle: Mapping[str, ModelSpec], max_batch: int,
-                          streams: Sequence[int] = (2, 3), seed: int = 90,
-                          version: int = CALIBRATION_VERSION
+                          streams: Sequence[int] = (2, 3), seed: int = 90
                           ) -> dict[str, tuple[Workload, Policy]]:
     """The calibration runs as ``{name: (workload, policy)}`` (see the module docstring);
-    ``idle`` gives each model's rough latency table (an idle-GPU measurement) for the rates;
-    ``version``: which ``switch`` run (:data:`CALIBRATION_VERSION`)."""
+    ``idle`` gives each model's rough latency table (an idle-GPU measurement) for the rates."""
     out: dict[str, tuple[Workload, Policy]] = {}
     batching = Batching(max_batch, 0.0)
     for name, spec in idle.items():
         wl = make_workload([Poisson(name, _mixed_rate(spec, 1.0), slo_ms=1e6)], 0.8, seed=seed)
         out[f"alone:{name}"] = (wl, Policy(batching=batching))
     m = len(idle)
-    if version >= 2:
-        # per model, bursts of ~30 ms that overload the stream (1.3 of it) every ~180 ms over a
-        # light background: within a burst a model follows itself, where bursts meet and out of
-        # the background it follows another: 23-156 same-model and 69-271 switched ready batches
-        # per model (5 models, 1 s)
-        srcs = [Bursty(n, rate_on=_mixed_rate(s, 1.3), rate_off=_mixed_rate(s, 0.05), on_s=0.03,
-                       off_s=0.15, slo_ms=1e6, steady_periods=True) for n, s in idle.items()]
-    else:
-        srcs = [Poisson(n, _mixed_rate(s, 1.0) / m, slo_ms=1e6) for n, s in idle.items()]
+    # per model, bursts of ~30 ms that overload the stream (1.3 of it) every ~180 ms over a
+    # light background: within a burst a model follows itself, where bursts meet and out of
+    # the background it follows another, so that its switch cost is read against its own
+    # same-size batches of the same run (23-156 same-model and 69-271 switched ready batches
+    # per model with 5 models in 1 s). A plain Poisson mix leaves almost every batch after
+    # another model and the switch cost unidentified.
+    srcs = [Bursty(n, rate_on=_mixed_rate(s, 1.3), rate_off=_mixed_rate(s, 0.05), on_s=0.03,
+                   off_s=0.15, slo_ms=1e6) for n, s in idle.items()]
     out["switch"] = (make_workload(srcs, 1.0, seed=seed + 8), Policy(batching=batching))
     if m > 1:
         for k in sorted(streams, reverse=True):  # most streams first: engines set up once
@@ -189,11 +178,12 @@ def _switch_cost(extra: np.ndarray, switched: np.ndarray, size: np.ndarray
     return (num / den if den else float("nan")), n_same, n_sw
 
 
-def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
-        by_size: bool = True, skip_stalls: bool = True, jitter: bool = True) -> dict[str, dict]:
+def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int) -> dict[str, dict]:
     """Fit the simulator's per-model parameters on the calibration runs (nothing else).
 
-    Per model, from ``alone:<model>`` (all but the stream's first, cold, batch): ``service_ms``
+    Per model, from ``alone:<model>`` (all but the stream's first, cold, batch, and the batches
+    whose launch call held the host over :data:`STALL_S`: such a batch's GPU time includes the
+    GPU waiting for the rest of its launch, up to +6 % on a size): ``service_ms``
     (mean GPU time per batch size, start to end; sizes seen fewer than 8 times take the idle table plus the mean offset of the sizes
     seen), ``service_cv`` (median std/mean over sizes), ``launch_ms`` (mean time from the
     previous batch's end to this one's start, over batches that were ready then) and
@@ -204,18 +194,11 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     fewer than :data:`MIN_SWITCH_BATCHES` of either). From ``share<S>``: per batch, its GPU
     time beyond service and switch cost and beyond ``call_share`` of its launch call's excess
     over the alone runs' (:func:`fit_sharing`'s ``calls``), regressed without intercept on the
-    time it ran beside exactly one and exactly two other
-    batches, ``extra = ov1 c1 + ov2 c2`` (batches whose launch call stalled the host over
-    :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
-    [0, 0.9], ``a`` made non-decreasing). That is the simulator's own model of sharing, so a
-    run of the simulator is fitted back to its parameters.
-
-    ``by_size=False``: sharing by the number of others only (no ``share_by_size``).
-    ``skip_stalls`` (False: kept): the ``alone`` batches whose launch call held the host over
-    :data:`STALL_S` are left out of ``service_ms``, ``service_cv``, ``launch_ms`` and
-    ``host_ms`` too, as they always are of the sharing fit (such a batch's GPU time includes
-    the GPU waiting for the rest of its launch); on stored H100 runs it changed the calibrated
-    GPU time of a size by up to 6 %. ``jitter``: also how the launch and host times vary from
+    time it ran beside exactly one and exactly two other batches and on the size of those
+    batches (:func:`fit_sharing`; batches whose launch call stalled the host over
+    :data:`STALL_S` left out); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to [0, 0.9], ``a``
+    made non-decreasing). That is the simulator's own model of sharing, so a run of the
+    simulator is fitted back to its parameters. Also how the launch and host times vary from
     batch to batch (:func:`host_jitter_of`: ``launch_jitter_ms``, ``host_jitter_ms``).
 
     Returns ``{model: {"service_ms": [...], "service_cv", "launch_ms", "host_ms", "switch_ms",
@@ -227,9 +210,9 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     for name, spec in idle.items():
         b = after_previous(runs[f"alone:{name}"])
         b = b[b["prev"] == name]  # the stream's first batch is a cold start (a switch)
-        if skip_stalls and "dispatch_s" in b.columns:
+        if "dispatch_s" in b.columns:
             # a launch call that held the host over STALL_S left the GPU waiting inside the
-            # batch: host time, not the model's (B runs: up to +6 % on a size)
+            # batch: host time, not the model's
             b = b[(b["dispatch_s"] - b["start_s"]) <= STALL_S]
         per = b.groupby("size")["dur"].agg(["mean", "std", "count"])
         seen = per[per["count"] >= 8]
@@ -246,8 +229,7 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         out[name] = {"service_ms": service, "service_cv": 0.0 if np.isnan(cv) else cv,
                      "launch_ms": max(0.0, launch), "host_ms": max(0.0, launch, host),
                      "batches_alone": int(len(b)), "ready_alone": int(len(r))}
-        if jitter:
-            out[name].update(host_jitter_of(runs[f"alone:{name}"], max_batch))
+        out[name].update(host_jitter_of(runs[f"alone:{name}"], max_batch))
 
     def service_of(rows: pd.DataFrame) -> np.ndarray:
         return np.array([out[m]["service_ms"][int(z) - 1] for m, z in zip(rows["model"], rows["size"])])
@@ -265,8 +247,8 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
         # the table's error at a size, cancel. Without enough of both the cost is not
         # identified and none is simulated. Read against the alone runs instead, the host's
         # drift since them is taken for a switch cost (0-60 us, other in every process); read
-        # across sizes, the smaller switched batches' table
-        # error was (+15-24 us); the real scenarios showed none (-2..+5 us, H100 and H200).
+        # across sizes, the smaller switched batches' table error is (+15-24 us); real
+        # scenarios on H100 and H200 show none (-2..+5 us).
         known = n_same >= MIN_SWITCH_BATCHES and n_sw >= MIN_SWITCH_BATCHES
         out[name]["switch_ms"] = max(0.0, cost) if known else 0.0
         out[name]["switch_identified"] = bool(known)
@@ -283,7 +265,7 @@ def fit(runs: Mapping[str, Any], idle: Mapping[str, ModelSpec], max_batch: int,
     # alone runs' is the host's, not sharing's: the simulator adds it back (call_share)
     calls = {n: (out[n]["host_ms"] - out[n]["launch_ms"], share) for n in idle}
     shared = fit_sharing([res for key, res in runs.items() if key.startswith("share")],
-                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle}, by_size,
+                         {n: (out[n]["service_ms"], out[n]["switch_ms"]) for n in idle},
                          calls=calls)
     extra = launch_by_streams(runs, max_batch)
     for name in idle:
@@ -360,13 +342,12 @@ def launch_by_streams(runs: Mapping[str, Any], max_batch: int) -> dict[str, list
     batches (:func:`host_times_in`) in the ``share<S>`` calibration runs less that in its
     ``alone`` run, and then one value for all, the median over models with at least 20 clean
     batches (the loop's pass sets it, not the model). The driver's one loop polls every stream's end event and offers every free stream
-    a batch in each pass, so it notices an end later the more streams it watches: on the H100
-    runs (run A) 19.3-19.8 µs alone, 26.0-26.1 on two streams, 27.0-29.7 on
-    three, and the scenarios with two and three streams paid the same. ``[0]`` without
-    ``dispatch_s`` or share runs; a count never calibrated continues the last step (see
-    :func:`launch_for_streams`). Medians: a shift between distributions with rare long tails
-    (the host's hiccups). Chosen with the stored runs A and B in view (a difference of means
-    fitted them slightly worse), so those runs do not test it; later runs do."""
+    a batch in each pass, so it notices an end later the more streams it watches: on an H100
+    19.3-19.8 µs alone, 26.0-26.1 on two streams, 27.0-29.7 on three, and the scenarios with
+    two and three streams pay the same. ``[0]`` without ``dispatch_s`` or share runs; a count
+    never calibrated continues the last step (see :func:`launch_for_streams`). Medians: a shift
+    between distributions with rare long tails (the host's hiccups); a difference of means fits
+    them slightly worse."""
     pol = Policy(batching=Batching(max_batch, 0.0))
     alone: dict[str, np.ndarray] = {}
     by_s: dict[int, list[pd.DataFrame]] = {}
@@ -414,15 +395,14 @@ def launch_for_streams(extra: Sequence[float], streams: int) -> float:
 
 
 def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
-                by_size: bool = True, calls: Mapping[str, tuple[float, float]] | None = None
-                ) -> dict[str, dict]:
+                calls: Mapping[str, tuple[float, float]] | None = None) -> dict[str, dict]:
     """Sharing slowdowns per model from any runs with several streams (calibration runs, or a
     real run of your own traffic, to refine a spec).
 
     ``costs``: per model ``(service_ms by size 1.., switch_ms)`` or a :class:`ModelSpec`
     (its ``latency`` and ``switch_ms``). Per batch, its GPU time beyond service and switch
     cost is regressed without intercept on the time it ran beside exactly one and exactly two
-    other batches and (``by_size``) on the integral of those others' weight, the square root of
+    other batches and on the integral of those others' weight, the square root of
     their size (:func:`overlap_and_weight`): ``extra = ov1 c1 + ov2 c2 + w1 e1 + w2 e2``, the
     simulator's own model (``ModelSpec.share_by_size``); ``a_k = c_k / (1 - c_k)`` (``c`` clipped to
     [0, 0.9]; ``a`` non-decreasing; a model never seen beside two others gets ``a2 = a1``,
@@ -433,8 +413,8 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
     and its ``call_share``): each batch's GPU time is first taken back to that call, less
     ``call_share`` times its own launch call's difference from it (runs with ``dispatch_s``),
     so that the host's speed during these runs is not read as sharing. :func:`fit` passes them:
-    on H100/H200 calibration runs the fitted a1 of resnet18 spread 0.068-0.179 over nine processes without, 0.100-0.173 with, and the one
-    held-out group out of bounds (resnet18 p99 -14.7 %) came within. Returns ``{model:
+    on H100/H200 calibration runs the fitted a1 of resnet18 spreads 0.068-0.179 over nine
+    processes without them, 0.100-0.173 with. Returns ``{model:
     {"share_slowdown": [a1, a2], "share_by_size": [e1, e2] (or [] when left out),
     "overlap_ms": [ov1, ov2]}}`` (empty lists where a model never ran beside another).
     """
@@ -478,8 +458,7 @@ def fit_sharing(results: Sequence[Any], costs: Mapping[str, Any],
             continue
         cols = [k for k in range(2) if seen[k]]
         coef = np.zeros(4)
-        if by_size:
-            cols += [2 + k for k in range(2) if seen[k]]
+        cols += [2 + k for k in range(2) if seen[k]]
         while True:
             xa = xm[:, cols]
             norm = np.linalg.norm(xa, axis=0)
@@ -531,18 +510,16 @@ def specs_from_fit(params: Mapping[str, dict], idle: Mapping[str, ModelSpec],
 
 
 def self_check(runs: Mapping[str, Any], specs: Sequence[ModelSpec] | Callable[[int], Sequence[ModelSpec]],
-               idle: Mapping[str, ModelSpec], max_batch: int, seed: int = 90,
-               version: int = CALIBRATION_VERSION) -> pd.DataFrame:
+               idle: Mapping[str, ModelSpec], max_batch: int, seed: int = 90) -> pd.DataFrame:
     """The fitted simulator replaying the calibration runs it was fitted on (in-sample: a
     model that cannot reproduce its own calibration will not reproduce anything else).
     ``specs``: the specs, or a function of the number of streams giving them (as
-    ``lambda s: specs_from_fit(fit, idle, s)``); ``version``: the calibration runs' version
-    (:data:`CALIBRATION_VERSION`).
+    ``lambda s: specs_from_fit(fit, idle, s)``).
 
     One row per run and model: mean GPU time per batch, p50 and p99 latency, real vs simulated.
     """
     from .simulator import simulate
-    loads = calibration_workloads(idle, max_batch, seed=seed, version=version)
+    loads = calibration_workloads(idle, max_batch, seed=seed)
     rows = []
     for key, res in runs.items():
         if key not in loads:
@@ -603,8 +580,8 @@ def host_times_in(res: Any, policy: Policy, history: pd.DataFrame | None = None)
 def refine_host(specs: Sequence[ModelSpec], res: Any, policy: Policy,
                 min_batches: int = 8, since_s: float = 0.0, times: pd.DataFrame | None = None
                 ) -> tuple[list[ModelSpec], dict[str, Any]]:
-    """``specs`` with launch and host times taken from a real run of the driver itself (the
-    issue's "the real driver's own measurements can refine it"): NOT a prediction of that run.
+    """``specs`` with launch and host times taken from a real run of the driver itself: NOT a
+    prediction of that run (a diagnostic of how much of an error is the host's speed).
 
     Per model, ``launch_ms`` = the median clean launch gap in ``res`` (:func:`host_times_in`);
     a model with fewer than ``min_batches`` clean batches keeps its calibrated value times the
@@ -656,9 +633,9 @@ def speed_from_calls(res: Any, specs: Sequence[ModelSpec], width_s: float = SPEE
     :func:`refine_from_probe`), held within ``least``..``most``. Bins without a batch, and
     models whose specs have no call, give no row. A launch call is a fixed piece of host work
     per model (a CUDA graph's launch and an event record) whatever the scheduler decided, so
-    its length measures the host's speed for that work; on an H100 it moved
-    0.6-1.8x the probe's within 3 s runs, with the launch gap alongside and neither a canary's
-    nor the driver's own interpreter speed following (``benchmarks/results/sched_fidelity.md``).
+    its length measures the host's speed for that work; on an H100 it moves 0.6-1.8x the
+    probe's within 3 s runs, with the launch gap alongside and neither a canary's nor the
+    driver's own interpreter speed following (``lab/sched/README.md``).
     Sums, not medians: a stall of a few launches slows the bin as much as the work it held."""
     b = res.batches
     if "dispatch_s" not in b.columns:
@@ -704,12 +681,12 @@ def refine_from_probe(specs: Sequence[ModelSpec], probe: Any, policy: Policy,
     just before the run to predict: still a prediction (none of the predicted arrivals is used).
 
     Why: one process's host speed drifts between its calibration and a scenario tens of seconds
-    later (H100/H200 runs: clean launch gaps 0.7-2.8x the calibrated ones), the
-    calibration measures the launch gap under FIFO on one queue while EDF with camera round
-    robin decides more slowly (16.5-26.8 µs against 11.3-15.3), and a model of many small
-    kernels computes more slowly while the host launches slowly (the GPU waits for the rest of
-    the graph's launch: mobilenet_v3_large 1,061 µs per batch of 8 in a slow-host calibration,
-    1,028 µs in the scenario after it; stored H200 run of 04:44, process 1).
+    later (H100/H200: clean launch gaps 0.7-2.8x the calibrated ones), the calibration
+    measures the launch gap under FIFO on one queue while EDF with camera round robin decides
+    more slowly (16.5-26.8 µs against 11.3-15.3), and a model of many small kernels computes
+    more slowly while the host launches slowly (the GPU waits for the rest of the graph's
+    launch: on an H200, mobilenet_v3_large 1,061 µs per batch of 8 in a slow-host calibration,
+    1,028 µs in the scenario after it).
 
     From the probe's batches that started after ``since_s`` (its first moments pay start-up):
 

@@ -33,7 +33,7 @@ from .dispatcher import Dispatcher
 from .host_speed import METER_BIN_S, METER_EVERY_S, meter_pass, pass_bins
 from .models import ModelSpec
 from .policies import Policy
-from .result import RunResult, assemble
+from .result import RunResult, assemble, with_derived
 from .workloads import Workload, make_workload
 
 __all__ = ["run"]
@@ -348,18 +348,13 @@ def usable_drift(fit: Mapping[str, float]) -> bool:
 def with_clock_corrected(res: RunResult, ref_s: float, drift: float) -> RunResult:
     """A copy of a real run whose GPU times (``start_s``/``end_s`` of batches and requests)
     are put on the host clock with :func:`clock_corrected`, and everything derived from them
-    (queue, compute and total latency, SLO met) recomputed; for runs stored before the driver
-    corrected its times (``meta["clock_corrected"]`` absent), given a drift estimated some
+    (queue, compute and total latency, SLO met) recomputed; for runs whose driver did not
+    correct its times (``meta["clock_corrected"]`` absent), given a drift estimated some
     other way. Host stamps (``dispatch_s``, ...) are on the host clock already."""
-    req, bat = res.requests.copy(), res.batches.copy()
-    for frame in (req, bat):
-        for col in ("start_s", "end_s"):
-            frame[col] = clock_corrected(frame[col].to_numpy(float), ref_s, drift)
-    req["queue_ms"] = (req["start_s"] - req["arrival_s"]) * 1e3
-    req["compute_ms"] = (req["end_s"] - req["start_s"]) * 1e3
-    req["latency_ms"] = (req["end_s"] - req["arrival_s"]) * 1e3
-    req["met_slo"] = (req["batch"] >= 0) & (req["end_s"] <= req["deadline_s"])
-    bat["compute_ms"] = (bat["end_s"] - bat["start_s"]) * 1e3
+    bat = res.batches.copy()
+    for col in ("start_s", "end_s"):
+        bat[col] = clock_corrected(bat[col].to_numpy(float), ref_s, drift)
+    req, bat = with_derived(res.requests, bat)
     meta = dict(res.meta, clock_drift_ppm=1e6 * drift, clock_corrected="afterwards")
     return RunResult(req, bat, meta)
 

@@ -263,12 +263,11 @@ def slow_windows(starts: np.ndarray, lengths: np.ndarray, factor: float = 5.0,
     the time its passes would have taken at the median speed: the work the host got done in it,
     whatever the mix of slow and quick passes inside. A period of fewer than ``min_passes``
     passes is dropped too: one long pass is the canary put off its CPU, not a slow machine
-    (in which every pass is slow: ~100 passes of 0.1-0.3 ms in 20 ms on the H100). So is a
-    period whose ``slowdown`` is under ``min_slowdown``: with the first thresholds (3x a pass,
-    no least slowdown) the H100 runs found 1-125 periods of
-    1.2-3.8x per scenario while the driver's launch calls never passed 0.5 ms; given to the
-    simulator they made 1 group of 18 worse and none better. The machine-wide stalls that do
-    hold the driver up were 10-24x for the canary."""
+    (in which every pass is slow: ~100 passes of 0.1-0.3 ms in 20 ms on an H100). So is a
+    period whose ``slowdown`` is under ``min_slowdown``: with 3x a pass and no least slowdown
+    H100 runs show 1-125 periods of 1.2-3.8x per scenario while the driver's launch calls
+    never pass 0.5 ms, and given to the simulator they make 1 group of 18 worse and none
+    better. The machine-wide stalls that do hold the driver up are 10-24x for the canary."""
     starts = np.asarray(starts, dtype=float)
     lengths = np.asarray(lengths, dtype=float)
     if starts.shape != lengths.shape or starts.ndim != 1:

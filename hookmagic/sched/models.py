@@ -65,12 +65,12 @@ class ModelSpec:
         model does not progress is ``c = (1 - 1 / slowdown(k)) + e_k * sum_j sqrt(b_j)`` (at
         most 0.9), its slowdown ``1 / (1 - c)``: a batch beside a batch of 8 is slowed more than
         beside a batch of 1. ``()``: the slowdown depends on the number of others only. On an
-        H100, with the count alone the fitted model was 2.8-3.8 % too fast in
+        H100, with the count alone the fitted model is 2.8-3.8 % too fast in
         heavily loaded three-stream calibration runs and 3.8-6.5 % too slow in lightly loaded
         ones; with the others' sizes, within 1 % in both. The square root (sharing grows less
         than in proportion to the neighbours' requests) fitted those runs as well as a linear
         term and without its growing error beside the largest batches
-        (``hookmagic.sched.calibrate.fit_sharing``; ``benchmarks/results/sched_fidelity.md``).
+        (``hookmagic.sched.calibrate.fit_sharing``; ``lab/sched/README.md``).
     launch_jitter_ms, host_jitter_ms : how the driver's host times vary from batch to batch:
         equally likely deviations (ms) from ``launch_ms`` and ``host_ms`` (the calibration's
         quantiles less their mean, so the mean stays). Each batch draws one index, from its

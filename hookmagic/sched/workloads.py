@@ -122,14 +122,10 @@ class Bursty:
     Poisson at ``rate_on`` during on-periods of mean ``on_s`` seconds and at ``rate_off``
     during off-periods of mean ``off_s``; period lengths are exponential. Starts off.
 
-    ``steady_periods=True`` draws the period lengths from a random stream of their own and the
-    arrivals from unit-rate exponential gaps scaled by the rate, so that for one seed the bursts
-    fall at the same times whatever the rates, and arrival times move continuously with them.
-    With the default (``False``, kept so that earlier workloads are drawn as before) the number
-    of arrivals drawn in one period shifts the random stream the next period's length comes
-    from: a rate 1 % different (a latency table measured again) can give other bursts
-    altogether (sched_fidelity's held-out scenario on an H100: 298 or 4,536
-    requests for the same source in three processes).
+    The period lengths come from a random stream of their own and the arrivals from unit-rate
+    exponential gaps scaled by the rate, so that for one seed the bursts fall at the same times
+    whatever the rates, and arrival times move continuously with them: a latency table measured
+    again (a rate 1 % different) gives the same bursts, not other ones.
     """
     model: str
     rate_on: float
@@ -139,7 +135,6 @@ class Bursty:
     slo_ms: float = 100.0
     priority: int = 0
     name: str = ""
-    steady_periods: bool = False
 
     def __post_init__(self) -> None:
         _common(self)
@@ -153,23 +148,11 @@ class Bursty:
     def arrivals(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         _expected("Bursty", max(self.rate_on, self.rate_off), duration_s)
         _expected("Bursty (on/off periods)", 1.0 / (self.on_s + self.off_s), duration_s)
-        if self.steady_periods:
-            return self._steady(duration_s, rng)
-        out, t, on = [], 0.0, False
-        while t < duration_s:
-            length = rng.exponential(self.on_s if on else self.off_s)
-            rate = self.rate_on if on else self.rate_off
-            end = min(t + length, duration_s)
-            if rate > 0:
-                k = rng.poisson(rate * (end - t))
-                out.append(np.sort(rng.uniform(t, end, k)))
-            t, on = t + length, not on
-        a = np.concatenate(out) if out else np.empty(0)
-        return a, np.full(len(a), -1, dtype=np.int64)
+        return self._draw(duration_s, rng)
 
-    def _steady(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``steady_periods``: periods from one child stream, arrivals of each state from another
-        (a Poisson process on that state's own time axis, mapped back onto the periods)."""
+    def _draw(self, duration_s: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Periods from one child stream, arrivals of each state from another (a Poisson process
+        on that state's own time axis, mapped back onto the periods)."""
         periods, on_arr, off_arr = rng.spawn(3)
         edges, t, on = [0.0], 0.0, False
         while t < duration_s:

@@ -144,6 +144,9 @@ def measure_all(engines, make_backend, max_batch, repeats):
 
 
 CALIBRATION_FORMAT = 2  # calibration.json written by this version (1: batch_excess_ms, one f)
+#: the calibration runs this script draws (``calibrate.calibration_workloads``; stored as
+#: calibration.json's ``calibration_version``)
+CALIBRATION_RUNS = 2
 
 
 def sim_specs_from(cal, idle, streams: int = 1):
@@ -162,25 +165,19 @@ def rate_for(spec, load, batch):
     return load * batch / (spec.latency(batch) / 1e3)
 
 
-#: scenarios drawn by this version (1: before 2026-11-26 02:30 UTC, bursts drawn so that their
-#: timing depended on the rates, i.e. on each process's latency tables: the processes of one
-#: run served different workloads; 2: ``Bursty(steady_periods=True)``, the same bursts in every
-#: process and on every GPU, arrivals scaled by the rates)
+#: the scenarios this script draws (stored as calibration.json's ``scenario_version``): the
+#: same bursts in every process and on every GPU, arrivals scaled by the rates
 SCENARIO_VERSION = 2
 
 
-def scenarios(specs, names, seconds, version: int = SCENARIO_VERSION):
+def scenarios(specs, names, seconds):
     """Three calibration-free scenarios sized from the measured tables, plus a held-out one.
 
     Nothing here is tuned to the real runs; the held-out scenario (three streams, five models,
     cameras plus bursts) was added after the model changes and is never used to choose them.
-    ``version`` 1 rebuilds the scenarios of folders stored before SCENARIO_VERSION 2.
     """
     n = names
-
-    def Bursty(*a, **k):  # noqa: N802 (the source, drawn as this version draws it)
-        return S.Bursty(*a, steady_periods=version >= 2, **k)
-
+    Bursty = S.Bursty  # noqa: N806
     out = {}
     # 1. mixed priorities, up to 3 models on one stream, strict priority, dynamic batching
     m3 = n[:3]
@@ -261,8 +258,10 @@ def load_calibration_runs(run_dir: Path, names) -> dict:
     tab = pd.read_csv(run_dir / "latency_tables.csv")
     idle = {n: S.ModelSpec.from_sweep(tab, name=n, max_batch=info["max_batch"]) for n in names}
     runs = {}
-    for key, (wl, pol) in C.calibration_workloads(
-            idle, info["max_batch"], version=info.get("calibration_version", 1)).items():
+    if info.get("calibration_version", 1) != CALIBRATION_RUNS:
+        raise SystemExit(f"{run_dir}: its calibration runs were drawn by an older version of "
+                         "this study; replay it with the code of its commit")
+    for key, (wl, pol) in C.calibration_workloads(idle, info["max_batch"]).items():
         f = key.replace(":", "_")
         if not (d / f"{f}.fate.parquet").exists():
             continue
@@ -338,7 +337,7 @@ def one_process(args) -> None:
     info.update(cpu_topology={"cpus": sum(map(len, cores)), "cores": len(cores),
                               "threads_per_core": max(map(len, cores)), "canary_cpu": canary_cpu()})
     info.update(pinned_cpu=pinned, format=CALIBRATION_FORMAT, prediction=PREDICTION,
-                scenario_version=SCENARIO_VERSION, calibration_version=C.CALIBRATION_VERSION,
+                scenario_version=SCENARIO_VERSION, calibration_version=CALIBRATION_RUNS,
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fit=fit,
                 label=label or "real GPU measurement", models=list(engines),
                 max_batch=args.max_batch, cuda_graphs=not args.no_graphs, seconds=args.seconds)
@@ -568,7 +567,10 @@ def stored_run(run_dir: Path):
         else:
             t = files.read_parquet(next(iter(compact.values())), "compact real run")
             seconds = json.loads(t.schema.metadata[b"hookmagic.sched"])["duration_s"]
-    built = scenarios(idle, names, seconds, version=info.get("scenario_version", 1))
+    if info.get("scenario_version", 1) != SCENARIO_VERSION:
+        raise SystemExit(f"{run_dir}: its scenarios were drawn by an older version of this "
+                         "study; replay it with the code of its commit")
+    built = scenarios(idle, names, seconds)
     real = {}
     for name, (wl, pol) in built.items():
         if name in full:
@@ -814,8 +816,7 @@ def corrected_clock(results: dict, drift: float) -> dict:
                 else with_clock_corrected(v, -LEAD_S, drift)) for k, v in results.items()}
 
 
-def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = True,
-               clock: bool = False) -> None:
+def replay_run(run_dir: Path, out: Path, refit: bool = False, clock: bool = False) -> None:
     """Recompute one process's sim-vs-real table from what it stored: the latency tables and
     calibration.json (or, with ``refit``, the fit redone on its saved calibration runs), the
     scenarios rebuilt from the tables (their arrivals must equal the stored real ones), the
@@ -838,7 +839,7 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
             raise SystemExit(f"{run_dir}: calibration format 1 stored no calibration runs to refit")
         if cal_runs is None:
             cal_runs = load_calibration_runs(run_dir, names)
-        info["fit"] = C.fit(cal_runs, idle, info["max_batch"], by_size=by_size)
+        info["fit"] = C.fit(cal_runs, idle, info["max_batch"])
     probes = stored_side_runs(run_dir, built, names)
     agains = stored_side_runs(run_dir, built, names, kind="again")
     out.mkdir(parents=True, exist_ok=True)
@@ -867,8 +868,7 @@ def replay_run(run_dir: Path, out: Path, refit: bool = False, by_size: bool = Tr
     for table, got in extra.items():
         pd.concat(got, ignore_index=True).to_csv(out / table, index=False)
     (out / "calibration.json").write_text(json.dumps(info, indent=2, default=str))
-    how = ("refitted on its calibration runs" + ("" if by_size else ", sharing by count only")
-           if refit else "its calibration.json")
+    how = "refitted on its calibration runs" if refit else "its calibration.json"
     note = (f"Replayed offline from {run_dir} ({how}); " + (
         "real runs as stored." if not clock else
         f"real and calibration runs put on the host clock afterwards (GPU-host clock drift "
@@ -1062,9 +1062,6 @@ def main() -> None:
     ap.add_argument("--store-compact", action="store_true",
                     help="with --replay: write compact copies of the stored real runs into OUTDIR "
                          "(checked to give back the same tables) instead of replaying")
-    ap.add_argument("--count-only", action="store_true",
-                    help="with --refit: sharing by the number of other streams only (the model "
-                         "before share_by_size), for comparison")
     ap.add_argument("--clock-estimate", action="store_true",
                     help="with --replay: correct runs stored before the driver measured the "
                          "GPU-host clock drift (2026-11-26 04:00 UTC) by a drift estimated from "
@@ -1104,12 +1101,12 @@ def main() -> None:
             print(f"compact copies of {len(subs) or 1} run(s) in {out}")
             return
         if not subs:
-            replay_run(src, out, args.refit, not args.count_only, args.clock_estimate)
+            replay_run(src, out, args.refit, args.clock_estimate)
             print((out / "fidelity.md").read_text())
             return
         done = []
         for sub in subs:
-            replay_run(sub, out / sub.name, args.refit, not args.count_only, args.clock_estimate)
+            replay_run(sub, out / sub.name, args.refit, args.clock_estimate)
             done.append(out / sub.name)
         print(summarize_runs(out, done))
         return
