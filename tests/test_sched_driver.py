@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hookmagic import sched as S
+from hookmagic.common.errors import Unavailable
 from hookmagic.sched.engines import SleepEngine, ThreadBackend
 
 
@@ -19,7 +20,7 @@ def test_run_without_gpu_says_so(monkeypatch):
     from hookmagic.sched import engines
     monkeypatch.setattr(engines, "gpu_available", lambda: (False, "SYNTHETIC: no CUDA device"))
     spec = S.ModelSpec.constant("a", 1.0)
-    with pytest.raises(RuntimeError, match="no GPU to run on: SYNTHETIC: no CUDA device"):
+    with pytest.raises(Unavailable, match="no GPU to run on: SYNTHETIC: no CUDA device"):
         S.run([SleepEngine(spec)], [S.Poisson("a", 10)], duration_s=0.1)
 
 

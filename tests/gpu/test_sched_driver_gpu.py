@@ -2,7 +2,7 @@
 
 Runs on the GPU machine only (tests/gpu/conftest.py marks it ``gpu`` and skips it, saying why,
 without PyTorch, torchvision or a CUDA device). Two torchvision models with random weights (resnet18, mobilenet_v3_large;
-fp16, channels-last, CUDA graphs, max batch 8), about 20-30 s on one H100:
+fp16, channels-last, CUDA graphs, max batch 8), about 30-40 s on one H100 or H200:
 
     python -m pytest -p no:cacheprovider tests/gpu/test_sched_driver_gpu.py -v -s
 
@@ -12,27 +12,43 @@ thread's stack and ends the process after ``HOOKMAGIC_GPU_TEST_WATCHDOG_S`` seco
 
 What is measured, and against what:
 
-* Reference latency tables, taken *here, before and apart from the driver*: this file captures
-  its own CUDA graph of each model per batch size on its own stream and times replays with its
-  own ``torch.cuda.Event`` pairs (no hookmagic backend, engine or clock mapping involved). The
-  same tables are the specs the driver's policy and the simulator use.
+* Reference latency tables, taken *here, apart from the driver*: this file captures its own CUDA
+  graph of each model per batch size on its own stream and times replays with its own
+  ``torch.cuda.Event`` pairs (no hookmagic backend, engine or clock mapping involved), and times
+  on the host how long each replay's launch took. Taken before the runs (the specs the driver's
+  policy and the simulator use) and again right after the steady run, so that the comparison
+  brackets the run in time and sees how far the machine moved by itself meanwhile.
 * A steady run (one CUDA stream created with priority -1, strict priority across the two models,
-  dynamic batching, ~50 % load, 1.5 s of Poisson arrivals): every request has a row and was
+  dynamic batching, ~50 % load, 3 s of Poisson arrivals): every request has a row and was
   served; queue + compute = latency per request; no batch exceeds max batch; each batch size's
-  median compute time matches the reference; ``simulate(...)`` from the reference tables gives
-  p50 within 15 % of the real run.
+  median compute time matches the reference (below); ``simulate(...)`` from the reference tables
+  gives p50 within 15 % of the real run.
 * An overload run (two CUDA streams with priorities -1 and 0, ~2.2x one stream's capacity for
   1 s): the same bookkeeping checks, and the higher-priority model's mean queue time is not
   larger than the lower-priority one's (strict priority must hold when it matters).
 
-Compute-time tolerance (15 % of the reference median + 30 us, per batch size with >= 5 batches):
-the reference's own spread is ~1 % (std/median of graph replays on an H100); the driver's batches
-replay graphs of the same module with the same cuDNN algorithms (``cudnn.benchmark`` caches its
-choice per shape in this process, and the reference ran first); what remains is GPU clock state
-between an idle-gapped batch and back-to-back replays (a few %), host-side graph launch time that
-both include (~10-20 us) and event resolution (~0.5 us). Errors this should catch are much larger:
-queueing leaking into compute (milliseconds), a wrong GPU-to-host clock mapping, or timing the
-wrong stream.
+The compute check, per (model, batch size) with at least ``MIN_BATCHES`` clean batches (the first
+``WARMUP_BATCHES`` replays of each size's graph and batches whose launch call stalled the host
+over ``STALL_MS`` left out): the driver's median compute time lies within
+
+    reference -/+ (tol + |driver's launch call - reference's launch call|)
+
+(the launch-call term on the side the calls differ), with ``reference`` the mean of the before
+and after medians and ``tol = Z x`` the combined standard error of the two medians (robust: from
+the median absolute deviation) ``+ |before - after| + EVENT_MS``. Why the launch-call term: a
+batch's start event runs the moment it is recorded on an idle stream, and the GPU then waits
+for the CUDA graph's submission, so the compute time holds up to the whole launch call
+(``dispatch_s - start_s``; the simulator's ``call_share`` is the fitted part of it, ~0.8): a
+longer call can lengthen it by at most the difference, a shorter one shorten it by at most
+that. The driver's one host thread launches more slowly than the reference's tight loop, and
+on a virtual machine its speed moves ~2x within seconds. The earlier fixed tolerance (15 % +
+30 us against one reference of 20 replays taken before the run) failed about one run in two on
+an H200: there the driver's mean GPU time per size is 0.95-1.13x the back-to-back table (the
+fidelity study's calibration runs; up to 1.17x on an H100) and the reference's own spread
+reaches 5-10 % at some sizes, so whether a size crossed the fixed line depended on the host's
+speed at the moment. The band now follows what was measured in the same run. Errors this check
+exists for are far outside it: queueing leaking into compute (milliseconds), timing the wrong
+stream or an empty one (near zero).
 """
 from __future__ import annotations
 
@@ -51,8 +67,22 @@ MAX_BATCH = 8
 INPUT = (3, 224, 224)
 WATCHDOG_S = float(os.environ.get("HOOKMAGIC_GPU_TEST_WATCHDOG_S", "240"))
 WARMUP_S = 0.2          # requests arriving earlier are left out of latency comparisons
-COMPUTE_REL, COMPUTE_ABS_MS = 0.15, 0.03
 P50_REL = 0.15
+#: reference replays per batch size (after REFERENCE_WARMUP unmeasured ones)
+REFERENCE_REPEATS, REFERENCE_WARMUP = 60, 5
+#: the compute check: sizes with at least this many clean batches are compared
+MIN_BATCHES = 20
+#: the first replays of each size's freshly captured graph pay its upload: left out
+WARMUP_BATCHES = 2
+#: a launch call longer than this held the host (a stall), not the model (ms; calibrate.STALL_S)
+STALL_MS = 0.5
+#: standard errors allowed (about one false alarm in 10^4 per comparison)
+Z = 4.0
+#: event timing resolution and the start event's own latency on an idle stream (ms)
+EVENT_MS = 0.005
+#: the band the check allows must stay under this share of the reference: else the run was too
+#: noisy to check anything, and the test says so instead of passing
+MAX_BAND = 0.5
 
 
 pytestmark = pytest.mark.needs("torchvision")
@@ -64,7 +94,7 @@ def rate_for(spec: S.ModelSpec, load: float, batch: int = MAX_BATCH) -> float:
     return load * batch / (spec.latency(batch) / 1e3)
 
 
-def steady_case(specs: dict[str, S.ModelSpec], seconds: float = 1.5):
+def steady_case(specs: dict[str, S.ModelSpec], seconds: float = 3.0):
     a, b = MODELS
     wl = S.make_workload([S.Poisson(a, rate_for(specs[a], 0.25), slo_ms=20, priority=0),
                           S.Poisson(b, rate_for(specs[b], 0.25), slo_ms=20, priority=1)],
@@ -111,17 +141,52 @@ def check_bookkeeping(wl: S.Workload, res, max_batch: int = MAX_BATCH) -> None:
         assert (g["start_s"].to_numpy()[1:] >= g["end_s"].to_numpy()[:-1] - 5e-5).all()
 
 
-def compute_vs_reference(res, reference: pd.DataFrame, min_batches: int = 5) -> pd.DataFrame:
-    """Per (model, batch size): median real compute time beside the reference median."""
-    b = res.batches
-    real = (b.groupby(["model", "size"])["compute_ms"].agg(["median", "count"])
-            .rename(columns={"median": "real_ms", "count": "batches"}).reset_index())
-    ref = reference.rename(columns={"batch_size": "size", "latency_ms": "reference_ms"})
-    t = real.merge(ref[["model", "size", "reference_ms", "std_ms"]], on=["model", "size"])
+def median_se(x: np.ndarray) -> float:
+    """Standard error of the median of ``x``, from its median absolute deviation (robust to the
+    host's rare long stalls): 1.2533 x 1.4826 MAD / sqrt(n)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return float("nan")
+    mad = float(np.median(np.abs(x - np.median(x))))
+    return 1.2533 * 1.4826 * mad / np.sqrt(len(x))
+
+
+def clean_batches(res) -> pd.DataFrame:
+    """The run's batches whose compute time is the model's: not among the first
+    ``WARMUP_BATCHES`` of their (model, size), launch call (``dispatch_s - start_s``) at most
+    ``STALL_MS``; with ``call_ms``, that launch call."""
+    b = res.batches.sort_values("start_s").copy()
+    b["call_ms"] = (b["dispatch_s"] - b["start_s"]).to_numpy() * 1e3
+    nth = b.groupby(["model", "size"], observed=True).cumcount()
+    return b[(nth >= WARMUP_BATCHES) & (b["call_ms"] <= STALL_MS)]
+
+
+def compute_vs_reference(res, before: pd.DataFrame, after: pd.DataFrame,
+                         min_batches: int = MIN_BATCHES) -> pd.DataFrame:
+    """Per (model, batch size) with ``min_batches`` clean batches: the driver's median compute
+    time beside the references taken before and after the run, and the band it must lie in
+    (module docstring): ``low_ms`` .. ``high_ms`` around ``reference_ms``."""
+    b = clean_batches(res)
+    real = (b.groupby(["model", "size"], observed=True)
+            .agg(real_ms=("compute_ms", "median"), real_se_ms=("compute_ms", median_se),
+                 real_call_ms=("call_ms", "median"), batches=("compute_ms", "size"))
+            .reset_index())
+    real["model"] = real["model"].astype(str)
+    cols = ["model", "batch_size", "latency_ms", "se_ms", "call_ms"]
+    ref = before[cols].merge(after[cols], on=["model", "batch_size"], suffixes=("_before", "_after"))
+    ref = ref.rename(columns={"batch_size": "size"})
+    t = real.merge(ref, on=["model", "size"])
     t = t[t["batches"] >= min_batches].copy()
-    t["allowed_ms"] = COMPUTE_REL * t["reference_ms"] + COMPUTE_ABS_MS
+    t["reference_ms"] = (t["latency_ms_before"] + t["latency_ms_after"]) / 2
+    t["drift_ms"] = (t["latency_ms_before"] - t["latency_ms_after"]).abs()
+    ref_se = np.hypot(t["se_ms_before"], t["se_ms_after"]) / 2
+    t["tol_ms"] = Z * np.hypot(t["real_se_ms"], ref_se) + t["drift_ms"] + EVENT_MS
+    ref_call = (t["call_ms_before"] + t["call_ms_after"]) / 2
+    t["host_ms"] = t["real_call_ms"] - ref_call  # > 0: the driver launched more slowly
+    t["low_ms"] = t["reference_ms"] - t["tol_ms"] + t["host_ms"].clip(upper=0.0)
+    t["high_ms"] = t["reference_ms"] + t["tol_ms"] + t["host_ms"].clip(lower=0.0)
     t["diff_ms"] = t["real_ms"] - t["reference_ms"]
-    t["ok"] = t["diff_ms"].abs() <= t["allowed_ms"]
+    t["ok"] = t["real_ms"].between(t["low_ms"], t["high_ms"])
     return t
 
 
@@ -140,9 +205,13 @@ def p50_errors(real, sim) -> pd.DataFrame:
 
 
 # -- GPU pieces ----------------------------------------------------------------------------------
-def reference_table(name: str, module, sizes, repeats: int = 20, warmup: int = 3) -> pd.DataFrame:
+def reference_table(name: str, module, sizes, repeats: int = REFERENCE_REPEATS,
+                    warmup: int = REFERENCE_WARMUP) -> pd.DataFrame:
     """CUDA-event latency per batch size, taken independently of hookmagic: this function's own
-    stream, input, CUDA graph per size and event pairs around each replay."""
+    stream, input, CUDA graph per size and event pairs around each replay. Per size: the
+    median (``latency_ms``), its standard error (``se_ms``, :func:`median_se`), ``std_ms``, and
+    ``call_ms``, the median host time from recording the start event to the replay's return
+    (what the GPU may wait through, as ``dispatch_s - start_s`` of the driver's batches)."""
     import torch
     stream = torch.cuda.Stream()
     x = torch.randn((max(sizes), *INPUT), device="cuda", dtype=torch.float16)
@@ -162,20 +231,24 @@ def reference_table(name: str, module, sizes, repeats: int = 20, warmup: int = 3
     torch.cuda.synchronize()
     rows = []
     for b in sizes:
-        times = []
+        times, calls = [], []
         for k in range(warmup + repeats):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             with torch.cuda.stream(stream):
+                h0 = time.perf_counter()
                 start.record(stream)
                 graphs[b].replay()
+                h1 = time.perf_counter()
                 end.record(stream)
             end.synchronize()
             if k >= warmup:
                 times.append(start.elapsed_time(end))
+                calls.append((h1 - h0) * 1e3)
         t = np.asarray(times)
         rows.append({"model": name, "precision": "fp16", "batch_size": b,
-                     "latency_ms": float(np.median(t)), "std_ms": float(t.std(ddof=1)),
+                     "latency_ms": float(np.median(t)), "se_ms": median_se(t),
+                     "std_ms": float(t.std(ddof=1)), "call_ms": float(np.median(calls)),
                      "repeats": len(t)})
     del graphs
     torch.cuda.synchronize()
@@ -215,7 +288,7 @@ def gpu(watchdog, timings):
                            cuda_graphs=True, spec=specs[n]) for n in MODELS]
     timings["models + reference"] = time.perf_counter() - t0
     print("\nreference (CUDA events, own graphs):\n" + reference.to_string(index=False))
-    return {"reference": reference, "specs": specs, "engines": engines}
+    return {"reference": reference, "specs": specs, "engines": engines, "modules": modules}
 
 
 def _run(gpu, case, timings, label):
@@ -232,6 +305,16 @@ def _run(gpu, case, timings, label):
 @pytest.fixture(scope="module")
 def steady(gpu, timings):
     return _run(gpu, steady_case, timings, "steady run")
+
+
+@pytest.fixture(scope="module")
+def reference_after(gpu, steady, timings):
+    """The reference tables again, right after the steady run (same process, same modules)."""
+    t0 = time.perf_counter()
+    after = pd.concat([reference_table(n, m, range(1, MAX_BATCH + 1))
+                       for n, m in gpu["modules"].items()], ignore_index=True)
+    timings["reference after"] = time.perf_counter() - t0
+    return after
 
 
 @pytest.fixture(scope="module")
@@ -256,13 +339,18 @@ def test_overload_bookkeeping(overload):
     assert (res.batches["size"] == MAX_BATCH).mean() > 0.3
 
 
-def test_compute_matches_cuda_event_reference(steady, gpu):
+def test_compute_matches_cuda_event_reference(steady, gpu, reference_after):
     _, _, res = steady
-    t = compute_vs_reference(res, gpu["reference"])
-    print("\n" + t.to_string(index=False))
-    assert len(t) >= 3, "too few batch sizes with enough batches to compare"
+    t = compute_vs_reference(res, gpu["reference"], reference_after)
+    show = ["model", "size", "batches", "real_ms", "reference_ms", "drift_ms", "tol_ms", "host_ms",
+            "low_ms", "high_ms", "ok"]
+    print("\n" + t[show].round(4).to_string(index=False))
+    assert len(t) >= 6, "too few batch sizes with enough clean batches to compare"
     assert set(t["model"]) == set(MODELS)
-    assert t["ok"].all(), t[~t["ok"]].to_string(index=False)
+    # the band is narrow enough to mean something (else the machine was too noisy to check)
+    band = (t["high_ms"] - t["low_ms"]) / t["reference_ms"]
+    assert (band <= MAX_BAND).all(), t.assign(band=band)[show + ["band"]].to_string(index=False)
+    assert t["ok"].all(), t[~t["ok"]][show].to_string(index=False)
 
 
 def test_priority_respected_under_overload(overload):
