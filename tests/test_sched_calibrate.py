@@ -389,7 +389,8 @@ def _paced_run(spec, windows, seed=3):
     """One model alone on one stream, served by a simulated driver whose host speed follows
     ``windows`` and whose GPU waits through ``spec.call_share`` of each launch call; with the
     real driver's stamp ``dispatch_s`` (the call, stretched as the host was, after the start)."""
-    from hookmagic.sched.host_speed import check_windows, stretched
+    from hookmagic.sched.host_speed import check_windows
+    from hookmagic.sched.pacing import stretched
     wl = S.make_workload([S.Poisson(spec.name, 1.0 * spec.throughput(4), slo_ms=50)], 2.0,
                          seed=seed)
     pol = S.Policy(batching=S.Batching(MAX_BATCH, 0.5))

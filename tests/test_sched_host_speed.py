@@ -9,10 +9,10 @@ import pytest
 
 from hookmagic import sched as S
 from hookmagic.common.errors import InvalidArgument
-from tests.synthetic import batch_timeline, synthetic_requests
 from hookmagic.sched.host_speed import (HostCanary, canary_cpu, check_windows, cpu_cores,
-                                        meter_pass, pass_bins, slow_windows, speed_windows,
-                                        stretched)
+                                        meter_pass, pass_bins, slow_windows, speed_windows)
+from hookmagic.sched.pacing import stretched
+from tests.synthetic import batch_timeline, synthetic_requests
 
 
 @pytest.mark.parametrize("engine", ["general", "fast"])

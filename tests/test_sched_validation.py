@@ -130,3 +130,23 @@ def test_empty_workload_gives_empty_result_with_metric_columns(engine):
 def test_workload_table_with_nan_arrivals_is_refused():
     with pytest.raises(InvalidArgument, match="arrival"):
         S.Workload(pd.DataFrame({"arrival_s": [0.1, math.nan], "model": ["det", "det"]}))
+
+
+def test_a_misspelt_model_name_lists_the_known_ones_closest_first():
+    import pandas as pd
+    table = pd.DataFrame({"model": ["resnet18", "resnet18", "resnet50"], "batch_size": [1, 2, 1],
+                          "latency_ms": [0.4, 0.5, 0.9]})  # synthetic
+    with pytest.raises(InvalidArgument, match=r"unknown model 'resnt18'; known: resnet18, resnet50"):
+        S.ModelSpec.from_sweep(table, name="resnt18")
+    spec = S.ModelSpec.constant("resnet18", 1.0)
+    with pytest.raises(InvalidArgument, match=r"unknown model 'resnt18'; known: resnet18"):
+        S.simulate([spec], [S.Poisson("resnt18", 10.0)], S.Policy(), duration_s=1.0)
+
+
+def test_an_engine_for_a_misspelt_torchvision_model_names_the_known_ones():
+    pytest.importorskip("torchvision")
+    from hookmagic.sched.engines import TorchEngine
+    with pytest.raises(InvalidArgument, match=r"unknown model 'resnt18'; known: resnet18,"):
+        TorchEngine("r", "resnt18")._build()
+    with pytest.raises(InvalidArgument, match="unknown precision 'fp8'; known: fp16, bf16, fp32"):
+        TorchEngine("r", "resnet18", precision="fp8")._build()

@@ -32,6 +32,7 @@ from hookmagic.common.errors import InvalidArgument, Unavailable
 from .dispatcher import Dispatcher
 from .host_speed import METER_BIN_S, METER_EVERY_S, meter_pass, pass_bins
 from .models import ModelSpec
+from .names import unknown_model
 from .policies import Policy
 from .result import RunResult, assemble, with_derived
 from .workloads import Workload, make_workload
@@ -166,7 +167,8 @@ def _setup(engines: list[Any], workload: Workload | Sequence, policy: Policy,
     policy.check_models(names)  # a misspelt per-model name is an error, before any setup
     missing = set(workload.models) - set(names)
     if missing:
-        raise InvalidArgument(f"no engine for models {sorted(missing)}")
+        raise InvalidArgument(f"the workload's {unknown_model(sorted(missing)[0], names)} "
+                              "(no engine of that name)")
     return _Setup(engines, names, workload, backend, backend.lanes(policy.streams))
 
 

@@ -25,7 +25,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.errors import InvalidArgument
+
 from .models import ModelSpec
+from .names import unknown_model
 from .policies import Stream
 
 __all__ = ["CudaBackend", "ThreadBackend", "TorchEngine", "CupyPipeline", "SleepEngine",
@@ -335,8 +338,14 @@ class TorchEngine:
         m = self.model_arg
         if isinstance(m, str):
             import torchvision
+            known = torchvision.models.list_models()
+            if m not in known:
+                raise InvalidArgument(unknown_model(m, known))
             m = torchvision.models.get_model(m, weights=None)
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[self.precision]
+        dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+        if self.precision not in dtypes:
+            raise InvalidArgument(f"unknown precision {self.precision!r}; known: {', '.join(dtypes)}")
+        dtype = dtypes[self.precision]
         m = m.eval().to("cuda", dtype=dtype)
         if self.channels_last and len(self.input_shape) == 3:
             m = m.to(memory_format=torch.channels_last)

@@ -19,7 +19,8 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from .host_speed import NO_WINDOWS, paced, stretched
+from .host_speed import NO_WINDOWS
+from .pacing import paced, stretched
 from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 

@@ -21,7 +21,7 @@ does through it:
 - :class:`HostCanary` measures a second process on another CPU (a diagnostic of machine-wide
   stalls: its two speeds did not follow the driver's CPU);
 - ``simulate(..., host_windows=...)`` stretches (factor > 1) or shrinks (< 1) every launch and
-  host time that falls in a window (:func:`stretched`), and a batch's GPU time by its model's
+  host time that falls in a window (:func:`hookmagic.sched.pacing.stretched`), and a batch's GPU time by its model's
   ``call_share`` of the change in its launch call (the GPU waits for the graph's submission).
 """
 from __future__ import annotations
@@ -34,12 +34,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import numba
 import numpy as np
 
 from hookmagic.common.errors import InvalidArgument
 
-__all__ = ["HostCanary", "slow_windows", "check_windows", "stretched", "paced", "cpu_cores",
+__all__ = ["HostCanary", "slow_windows", "check_windows", "cpu_cores",
            "canary_cpu",
            "meter_pass", "pass_bins", "speed_windows", "NO_WINDOWS", "METER_EVERY_S", "METER_BIN_S"]
 
@@ -311,41 +310,3 @@ def check_windows(windows: np.ndarray | Sequence[Sequence[float]] | None) -> np.
     if (w[1:, 0] < w[:-1, 1]).any():
         raise InvalidArgument("host_windows must not overlap")
     return np.ascontiguousarray(w)
-
-
-@numba.njit(cache=True, nogil=True)
-def stretched(t: float, work: float, windows: np.ndarray) -> float:
-    """When ``work`` seconds of host work (at the calibrated speed) begun at ``t`` end, with
-    host work taking ``factor`` times as long inside each of ``windows`` (sorted, not
-    overlapping)."""
-    pos = t
-    left = work
-    k = windows.shape[0]
-    i = 0
-    while i < k and windows[i, 1] <= pos:
-        i += 1
-    while left > 0.0:
-        if i == k or pos + left <= windows[i, 0]:
-            return pos + left
-        if pos < windows[i, 0]:
-            left -= windows[i, 0] - pos
-            pos = windows[i, 0]
-        f = windows[i, 2]
-        room = (windows[i, 1] - pos) / f  # calibrated-speed work that fits in the rest of it
-        if left <= room:
-            return pos + left * f
-        left -= room
-        pos = windows[i, 1]
-        i += 1
-    return pos
-
-
-@numba.njit(cache=True, nogil=True)
-def paced(dur: float, share: float, start: float, call: float, windows: np.ndarray) -> float:
-    """A batch's GPU time ``dur`` (at the specs' host speed) when its launch call of ``call``
-    seconds begins at ``start`` and the GPU waits through ``share`` of it: longer by ``share``
-    of the time the call takes beyond ``call`` inside ``windows`` (shorter where the host is
-    faster), never below 0. Both engines call it (``ModelSpec.call_share``)."""
-    if share <= 0.0 or windows.shape[0] == 0:
-        return dur
-    return max(0.0, dur + share * (stretched(start, call, windows) - start - call))

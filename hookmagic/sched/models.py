@@ -19,6 +19,8 @@ from hookmagic.common import checks
 from hookmagic.common.limits import MAX_BATCH_SIZE
 from hookmagic.common.errors import InvalidArgument
 
+from .names import unknown_model
+
 __all__ = ["ModelSpec", "specs_from_sweep", "MAX_BATCH"]
 
 #: the largest batch size any scheduler object accepts (engines index latency tables by size)
@@ -204,18 +206,23 @@ class ModelSpec:
         """
         t = table
         if "model" in t.columns:
+            names = [str(n) for n in t["model"].unique()]
             if name is None:
-                names = t["model"].unique()
                 if len(names) != 1:
-                    raise InvalidArgument(f"table holds several models {list(names)}; pass name=")
-                name = str(names[0])
+                    raise InvalidArgument(f"table holds several models {names}; pass name=")
+                name = names[0]
+            elif name not in names:
+                raise InvalidArgument(unknown_model(name, names))
             t = t[t["model"] == name]
         if precision is not None and "precision" in t.columns:
             t = t[t["precision"] == precision]
         elif "precision" in t.columns and t["precision"].nunique() == 1:
             precision = str(t["precision"].iloc[0])
         if t.empty:
-            raise InvalidArgument(f"no rows for model {name!r} precision {precision!r}")
+            have = sorted({str(p) for p in table.loc[table["model"] == name, "precision"]}
+                          if "model" in table.columns and "precision" in table.columns else [])
+            raise InvalidArgument(f"no rows for model {name!r} precision {precision!r}"
+                                  + (f"; its precisions: {', '.join(have)}" if have else ""))
         t = t.groupby("batch_size", as_index=False).median(numeric_only=True)
         if "service_cv" not in kw and "std_ms" in t.columns:
             # One number for the whole model: the latency-weighted mean spread.

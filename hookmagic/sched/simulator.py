@@ -38,7 +38,7 @@ from hookmagic.common import checks
 from hookmagic.common.errors import InvalidArgument
 
 from .dispatcher import Dispatcher
-from .host_speed import check_windows, paced, stretched
+from .host_speed import check_windows
 from .models import MAX_SHARE, ModelSpec
 from .policies import Policy
 from .result import SimResult, assemble
@@ -221,6 +221,7 @@ def _run_general(specs: Sequence[ModelSpec], arrays: dict[str, np.ndarray], mult
                  decide_with: Sequence[ModelSpec] | None = None):
     """The general engine. Returns the raw arrays :func:`assemble` takes; ``windows``: the
     host's slow periods (:func:`~hookmagic.sched.host_speed.check_windows` rows)."""
+    from .pacing import paced, stretched  # compiled (numba): imported when a simulation runs
     d = Dispatcher(policy, specs if decide_with is None else decide_with, arrays)
     arr = arrays["arrival"].tolist()
     n = len(arr)

@@ -278,7 +278,9 @@ class Workload:
         unknown = set(r["model"].cat.categories) - set(model_names)
         used = set(r["model"].unique())
         if unknown & used:
-            raise InvalidArgument(f"workload uses models with no spec: {sorted(unknown & used)}")
+            from .names import unknown_model
+            raise InvalidArgument(f"the workload's {unknown_model(sorted(unknown & used)[0], model_names)}"
+                                  " (no spec of that name)")
         codes = pd.Categorical(r["model"], categories=list(model_names)).codes
         return {
             "arrival": r["arrival_s"].to_numpy(float),
