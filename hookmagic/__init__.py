@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from hookmagic.common.version import __version__
 
 __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
-           "recordings", "sched",
-           "layers",
+           "recordings", "sched", "layers", "pipeline", "kernels", "ray",
            "load_many",
            "schedule",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
@@ -46,6 +45,11 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
+#: Subpackages reached as attributes (``hookmagic.ray.capture()``) without importing them first;
+#: each imports its optional dependencies only when used.
+_SUBMODULES = ("recordings", "sched", "layers", "pipeline", "kernels", "ray")
+
+
 def __getattr__(name: str) -> Any:
     # Lazy: `import hookmagic` stays cheap and works without pandas-heavy imports.
     if name in ("capture", "range", "CaptureUnavailable", "schedule"):
@@ -56,7 +60,7 @@ def __getattr__(name: str) -> Any:
         from hookmagic.trace import Trace
 
         return Trace
-    if name in ("recordings", "sched", "layers"):
+    if name in _SUBMODULES:
         import importlib
 
         return importlib.import_module(f"hookmagic.{name}")
@@ -64,8 +68,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    # tab completion lists the public API, including the names resolved lazily above
-    return sorted(set(globals()) | set(__all__))
+    # tab completion lists the public API only, including the names resolved lazily above
+    return sorted(__all__)
 
 
 # A launched rank (torchrun, srun, mpirun) with HOOKMAGIC_CAPTURE_DIR set captures itself:

@@ -313,7 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in REGISTRARS:
         register(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Refuse shortened option names (``--lit`` for ``--lite``) in every (sub)command: a
+    prefix that happens to match today may name another option tomorrow."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _no_abbreviations(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,7 @@ def parse_line(magic: Any, line: str) -> Any:
     from IPython.utils.process import arg_split
 
     parser = magic.parser
+    parser.allow_abbrev = False   # --lit is not --lite: a shortened option is refused
     try:
         argv = arg_split(line, posix=True, strict=True)
     except ValueError as err:   # unbalanced quotes

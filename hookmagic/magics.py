@@ -19,26 +19,37 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool
 from traitlets.config import Configurable
 
+from hookmagic.cupti.options import LITE_CONFLICTS, LITE_OFF, CaptureOptions
 from hookmagic.magic_args import parse_line, split_statement
+
+_CAPTURE_DEFAULTS = CaptureOptions()
+
+
+def _capture_trait(name: str, help: str) -> Bool:
+    """A configurable switch of the magic whose default is ``CaptureOptions``' default."""
+    return Bool(getattr(_CAPTURE_DEFAULTS, name), help=help).tag(config=True)
 
 
 @magics_class
 class CudaHookMagics(Magics, Configurable):
     """GPU capture magics. Defaults are configurable: ``%config CudaHookMagics.stacks = False``."""
 
-    stacks = Bool(True, help="Record the Python stack that launched each kernel.").tag(config=True)
-    module_names = Bool(True, help="Name the nn.Modules in kernels' stacks (layer1.0.conv1); "
-                        "read by the stack walk, no hook per module call.").tag(config=True)
-    api = Bool(False, help="Record CUDA runtime and driver API calls.").tag(config=True)
-    memory = Bool(True, help="Record every device allocation and free.").tag(config=True)
-    nvml = Bool(True, help="Sample GPU utilisation, clocks and power with NVML.").tag(config=True)
-    allocator_history = Bool(False, help="Also record PyTorch's allocator history and CuPy's "
-                             "pool hand-outs (costly on allocation-heavy code).").tag(config=True)
+    # The capture defaults are CaptureOptions' own (the one place they live); only the help
+    # text, written for the magic's user, is here.
+    stacks = _capture_trait("stacks", "Record the Python stack that launched each kernel.")
+    module_names = _capture_trait("module_names", "Name the nn.Modules in kernels' stacks "
+                                  "(layer1.0.conv1); read by the stack walk, no hook per "
+                                  "module call.")
+    api = _capture_trait("api", "Record CUDA runtime and driver API calls.")
+    memory = _capture_trait("memory", "Record every device allocation and free.")
+    nvml = _capture_trait("nvml", "Sample GPU utilisation, clocks and power with NVML.")
+    allocator_history = _capture_trait("allocator_history", "Also record PyTorch's allocator "
+                                       "history and CuPy's pool hand-outs (costly on "
+                                       "allocation-heavy code).")
+    lite = _capture_trait("lite", "Cheapest capture: kernels, copies, memsets and memory only.")
     quiet = Bool(False, help="Do not display the summary after the cell.").tag(config=True)
     raise_error = Bool(True, help="Re-raise the cell's exception after showing the summary."
                        ).tag(config=True)
-    lite = Bool(False, help="Cheapest capture: kernels, copies, memsets and memory only."
-                ).tag(config=True)
     report = Bool(True, help="Show the tabbed report widget (summary, flame graph, timeline, "
                   "diagnosis, kernels) instead of the plain summary.").tag(config=True)
 
@@ -302,14 +313,15 @@ def _unavailable_shown_by_summary(enabled: bool) -> Iterator[None]:
         yield
 
 
-#: options that contradict --lite: argument dest -> how the user wrote it
-_NOT_WITH_LITE = {"stacks": "--stacks", "api": "--api", "allocator_history": "--allocator",
-                  "focus": "-f"}
-
-
 def _refuse_with_lite(args: Any) -> None:
-    """One UsageError line when --lite meets an option it cannot honour."""
-    clash = [flag for dest, flag in _NOT_WITH_LITE.items() if getattr(args, dest, None)]
+    """One UsageError line when --lite meets an option it cannot honour (CaptureOptions'
+    LITE_OFF and LITE_CONFLICTS, plus -f, which needs stacks)."""
+    flags = {a.dest: a.option_strings[0] for a in CudaHookMagics.cudahook.parser._actions
+             if a.option_strings and a.const is True}
+    clash = [flags[name] for name in LITE_OFF + LITE_CONFLICTS
+             if name in flags and getattr(args, name, None) is True]
+    if getattr(args, "focus", None) is not None:
+        clash.append("-f")
     if clash:
         raise UsageError(f"%%cudahook: --lite records no Python stacks, threads or API calls, "
                          f"so it cannot be combined with {', '.join(clash)}")

@@ -72,3 +72,29 @@ def test_dir_lists_the_public_api():
     for name in hookmagic.__all__:
         assert name in names, name
         assert getattr(hookmagic, name) is not None
+
+
+def test_dir_shows_nothing_but_the_public_api():
+    # no typing helpers or internal modules in tab completion
+    assert dir(hookmagic) == sorted(hookmagic.__all__)
+    assert not {"Any", "TYPE_CHECKING", "annotations", "facades", "multirank"} & set(dir(hookmagic))
+
+
+def test_subpackages_are_attributes_without_an_import_first():
+    # `hookmagic.ray.capture()` as the README writes it, in a process that imported only hookmagic
+    code = ("import sys, hookmagic\n"
+            "for name in ('ray', 'pipeline', 'kernels', 'sched', 'layers', 'recordings'):\n"
+            "    assert getattr(hookmagic, name).__name__ == 'hookmagic.' + name\n"
+            "assert callable(hookmagic.ray.capture)\n"
+            "assert 'ray' not in sys.modules  # the Ray library itself is imported only when used\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_top_of_the_package_holds_the_front_doors_and_nothing_else():
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (floors,) = [c for c in contracts if c["id"] == "floors"]
+    front = {name.strip(" ()") for name in floors["layers"][0].split(":")}
+    top = {p.stem for p in (ROOT / "hookmagic").glob("*.py") if p.stem != "__init__"}
+    assert top == front

@@ -123,3 +123,12 @@ def test_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"hookmagic {__version__}"
+
+
+@pytest.mark.parametrize("argv", [["kernels", "list", "--js"], ["trt", "summary", "--max", "1", "x"],
+                                  ["demo", "--ou", "x"]])
+def test_shortened_options_are_refused(argv, capsys):
+    # argparse would accept a unique prefix (--js for --json); every subcommand refuses it
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err

@@ -141,7 +141,7 @@ def test_compile_error_carries_the_nvrtc_log(tmp_path, monkeypatch, cache):
     src = tmp_path / "src"
     src.mkdir()
     (src / "broken.cu").write_text('extern "C" __global__ void k(float* x) { x[0] = undeclared_name; }\n')
-    monkeypatch.setenv("HOOKMAGIC_KERNELS_SRC", str(src))
+    monkeypatch.setattr(build, "source_dir", lambda: src)
     with pytest.raises(hk.KernelCompileError) as info:
         build.compile_family("broken", "sm_90")
     assert "undeclared_name" in str(info.value) and "undeclared_name" in info.value.log

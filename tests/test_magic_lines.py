@@ -108,3 +108,35 @@ def test_dash_f_with_stacks_off_by_config_names_the_setting(ip, capsys):
         assert "GPU time by line of `mlp_training`" in capsys.readouterr().out
     finally:
         ip.run_line_magic("config", "CudaHookMagics.stacks = True")
+
+
+def test_the_magics_capture_defaults_are_capture_options_own():
+    from dataclasses import fields
+
+    from hookmagic.cupti.options import CaptureOptions
+    from hookmagic.magics import CudaHookMagics
+
+    defaults = {f.name: f.default for f in fields(CaptureOptions)}
+    traits = CudaHookMagics.class_traits(config=True)
+    shared = sorted(set(traits) & set(defaults))
+    assert {"stacks", "module_names", "api", "memory", "nvml", "allocator_history", "lite"} <= set(shared)
+    assert {name: traits[name].default_value for name in shared} == {name: defaults[name] for name in shared}
+
+
+@pytest.mark.parametrize("line", ["--lit", "--no-stack", "--no-mem", "--alloc"])
+def test_shortened_options_are_refused(ip, line):
+    # argparse would take a unique prefix for the whole option; the magic refuses it
+    with pytest.raises(UsageError, match="unrecognized arguments"):
+        ip.run_line_magic("cudahook", f"-q {line} x = 1")
+    assert ReplayCapture.made == []
+
+
+def test_lite_refuses_what_capture_options_refuses_beside_it(ip):
+    for flag in ("--stacks", "--api", "--allocator"):
+        with pytest.raises(UsageError, match=f"cannot be combined with {flag}"):
+            ip.run_line_magic("cudahook", f"-q --lite {flag} x = 1")
+    with pytest.raises(UsageError, match="-f"):
+        ip.run_line_magic("cudahook", "-q --lite -f len len('ab')")
+    ip.run_line_magic("cudahook", "-q --lite x_lite = 1")
+    made = ReplayCapture.made[-1].options
+    assert made["lite"] is True and not {"stacks", "api", "nvml", "allocator_history"} & set(made)

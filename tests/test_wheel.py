@@ -56,7 +56,8 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_from_another_folder(wheel, tmp_
                  "hookmagic/data/nbconvert/hookmagic_offline/index.html.j2",
                  "hookmagic/data/recordings/kineto_resnet18.json.gz",
                  "hookmagic/data/trtexec/LICENSE-Apache-2.0.txt",
-                 "hookmagic/data/cuda/kernels/sgemm.cu", "hookmagic/data/cuda/kernels/tc_common.cuh"):
+                 "hookmagic/data/cuda/kernels/sgemm.cu", "hookmagic/data/cuda/kernels/tc_common.cuh",
+                 "hookmagic/py.typed", "hookmagic/trace/model.pyi"):   # PEP 561: type checkers read the stubs
         assert data in names, data
     assert not [n for n in names if n.startswith(("hookmagic-demo/", "tests/", "native/"))]
     # what the package needs at run time only: test-only and notebook-only data live beside them

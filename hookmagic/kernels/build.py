@@ -40,18 +40,16 @@ _INSTALL_HINT = ("install the optional extra: pip install 'hookmagic[kernels]' "
 
 
 def source_dir() -> Path:
-    """The folder holding the ``.cu``/``.cuh`` sources: ``$HOOKMAGIC_KERNELS_SRC``, the copy
-    installed inside the package, or the checkout's top-level ``kernels/``."""
-    env = os.environ.get("HOOKMAGIC_KERNELS_SRC")
-    candidates = [Path(env)] if env else []
+    """The folder holding the ``.cu``/``.cuh`` sources: the copy installed inside the package,
+    or the checkout's top-level ``kernels/``."""
     here = Path(__file__).resolve().parent
-    candidates += [here.parent / "data" / "cuda" / "kernels", here.parent.parent / "kernels"]
+    candidates = [here.parent / "data" / "cuda" / "kernels", here.parent.parent / "kernels"]
     for c in candidates:
         if c.is_dir() and any(c.glob("*.cu")):
             return c
     raise KernelsUnavailable(
         "the CUDA sources of hookmagic.kernels were not found (looked in "
-        + ", ".join(str(c) for c in candidates) + "); reinstall hookmagic or set HOOKMAGIC_KERNELS_SRC")
+        + ", ".join(str(c) for c in candidates) + "); reinstall hookmagic")
 
 
 def families() -> list[str]:

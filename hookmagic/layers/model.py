@@ -268,10 +268,12 @@ class LayerProfile:
     # ---- files ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write to ``.parquet`` (layers table; meta, times and the rest in its metadata) or
-        ``.json`` (one document); returns the path. Both are data only, safe to share;
-        ``hookmagic.load(path)`` opens either."""
+        ``.json`` (one document); a name without a suffix gets ``.parquet``. Returns the path
+        written. Both are data only, safe to share; ``hookmagic.load(path)`` opens either."""
         from hookmagic.common import files
         path = Path(path)
+        if path.suffix == "":
+            path = path.with_suffix(".parquet")
         doc = self._aux_doc()
         if path.suffix == ".parquet":
             import pyarrow as pa
@@ -285,7 +287,7 @@ class LayerProfile:
             text = json.dumps(_finite(doc), default=_json_default, indent=1, allow_nan=False)
             files.atomic_write(path, text.encode("utf-8"), "the layer profile")
         else:
-            raise InvalidArgument(f"{path}: use a .parquet or .json file name")
+            raise InvalidArgument(f"{path}: use a .parquet or .json file name (or none: .parquet)")
         return path
 
     @classmethod
