@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import sys
 from pathlib import Path
 
 #: (label, shape M, N, K, kernel cases) — kernel cases: (kind, variant); kind in sgemm/f16/bf16/int8
@@ -55,13 +53,8 @@ def _tensor_core(a, b, variant: str):
     import hookmagic.kernels as hk
     if "@" not in variant:
         return hk.gemm(a, b, variant=variant)
-    from hookmagic.kernels import gemm_wgmma
     variant, schedule = variant.split("@", 1)
-    old, gemm_wgmma.SCHEDULE = gemm_wgmma.SCHEDULE, schedule
-    try:
-        return hk.gemm(a, b, variant=variant)
-    finally:
-        gemm_wgmma.SCHEDULE = old
+    return hk.gemm(a, b, variant=variant, schedule=schedule)
 REFERENCE = {"sgemm": "cuBLAS FP32 (torch.matmul, TF32 off)", "f16": "cuBLAS FP16 (torch.matmul)",
              "bf16": "cuBLAS BF16 (torch.matmul)", "int8": "cuBLAS INT8 (torch._int_mm)"}
 
@@ -145,7 +138,7 @@ def _int_mm_reference(a, b):
 
 
 def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), shapes: str = "", cases: str = "",
-           timer: str = "call") -> None:
+           timer: str = "call", variants: bool = False) -> None:
     import torch
 
     mem_timer = _time_device if timer == "device" else _time
@@ -202,22 +195,20 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     Path(out).write_text(json.dumps(rows))
     try:
         if "memory" in sections:
-            memory_bound(mem_timer, rows)
+            memory_bound(mem_timer, rows, variants)
     except Exception as exc:  # keep the GEMM rows
         print("  memory-bound section FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
-    try:   # preprocess, transposes, row reductions (lab/kernels/bench_memory_cases.py)
+    try:   # preprocess, transposes, row reductions (benchmarks/kernel_memory_cases.py)
         if "memory" in sections:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from bench_memory_cases import memory_cases
-            memory_cases(mem_timer, lambda: _HOST["last"] if timer == "device" else None, rows)
+            from benchmarks.kernel_memory_cases import memory_cases
+            memory_cases(mem_timer, lambda: _HOST["last"] if timer == "device" else None, rows, variants)
     except Exception as exc:  # keep the other rows
         print("  memory-bound cases FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
-    if "infer" in sections:  # the inference kernels (lab/kernels/bench_infer_cases.py)
+    if "infer" in sections:  # the inference kernels (benchmarks/kernel_infer_cases.py)
         try:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from bench_infer_cases import infer_rows
+            from benchmarks.kernel_infer_cases import infer_rows
             rows += infer_rows(mem_timer if timer == "device" else _time)
         except Exception as exc:  # keep the other rows
             print("  inference section FAILED:", repr(exc), flush=True)
@@ -228,7 +219,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
 MEMORY_SHAPES = [(4096, 4096), (256, 65536)]
 
 
-def memory_bound(timer, rows: list | None = None) -> list[dict]:
+def memory_bound(timer, rows: list | None = None, variants: bool = False) -> list[dict]:
     """softmax / LayerNorm / RMSNorm / bias+GELU against torch eager and a device-to-device copy
     of the same bytes (read + write), FP16 and FP32; appended to ``rows`` as they are measured
     (what was measured survives a failure later on)."""
@@ -249,10 +240,13 @@ def memory_bound(timer, rows: list | None = None) -> list[dict]:
             copy_s = timer(lambda: y.copy_(x))
             rows.append({"shape": label, "kind": "copy", "variant": "torch copy_", "seconds": copy_s,
                          "bytes": nbytes, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
-            cases = {"softmax": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1), 0),
-                     "layer_norm": (lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (c,), w, b), 2),
-                     "rms_norm": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (c,), w, 1e-6), 1),
-                     "bias_gelu": (lambda: hk.bias_gelu(x, b), lambda: F.gelu(x + b), 1)}
+            # ours(impl) picks the kernel design with the op's impl= argument ("auto": the default)
+            cases = {"softmax": (lambda impl="auto": hk.softmax(x, impl=impl), lambda: torch.softmax(x, -1), 0),
+                     "layer_norm": (lambda impl="auto": hk.layer_norm(x, w, b, impl=impl),
+                                    lambda: F.layer_norm(x, (c,), w, b), 2),
+                     "rms_norm": (lambda impl="auto": hk.rms_norm(x, w, impl=impl),
+                                  lambda: F.rms_norm(x, (c,), w, 1e-6), 1),
+                     "bias_gelu": (lambda impl="auto": hk.bias_gelu(x, b, impl=impl), lambda: F.gelu(x + b), 1)}
             for op, (ours, theirs, nparams) in cases.items():
                 t = theirs()
                 err = (ours().float() - t.float()).abs().max().item()
@@ -264,24 +258,21 @@ def memory_bound(timer, rows: list | None = None) -> list[dict]:
                              "bytes": opb, "ok": True, "max_err": 0.0, "host_s": _HOST["last"]})
                 rows.append({"shape": label, "kind": op, "variant": "hookmagic", "seconds": timer(ours) if ok else float("nan"),
                              "bytes": opb, "ok": bool(ok), "max_err": err, "host_s": _HOST["last"] if ok else None})
-                extra = [("hookmagic multipass", "multipass")] if os.environ.get("HOOKMAGIC_BENCH_MULTIPASS") else []
+                extra = [("hookmagic multipass", "multipass")] if variants else []
                 if extra and c > 16384 and op != "bias_gelu":
                     extra.append(("hookmagic one 1024-thread block/SM", "reg"))
                 if extra and c <= 16384 and op != "bias_gelu":
                     extra.append(("hookmagic 8 vectors a thread", "k8"))
                 for variant, impl in extra:   # the other designs, same process
-                    rw = sys.modules["hookmagic.kernels.rowwise"]
-                    rw.IMPL = impl
                     try:
-                        errm = (ours().float() - t.float()).abs().max().item()
+                        design = lambda ours=ours, impl=impl: ours(impl)   # noqa: E731
+                        errm = (design().float() - t.float()).abs().max().item()
                         okm = errm <= tol
                         rows.append({"shape": label, "kind": op, "variant": variant,
-                                     "seconds": timer(ours) if okm else float("nan"), "bytes": opb, "ok": bool(okm),
+                                     "seconds": timer(design) if okm else float("nan"), "bytes": opb, "ok": bool(okm),
                                      "max_err": errm, "host_s": _HOST["last"] if okm else None})
                     except Exception as exc:   # report, keep measuring
                         print(f"  {label} {op} {variant} FAILED: {exc!r}", flush=True)
-                    finally:
-                        rw.IMPL = "auto"
                 print(f"  {label:18s} {op:10s} ok={ok}", flush=True)
             del x, w, b, y
             torch.cuda.empty_cache()
@@ -306,18 +297,19 @@ def _machine() -> dict:
 
 DESCRIPTION = ("hookmagic.kernels against cuBLAS/cuDNN/PyTorch on the same GPU: GEMMs, row-wise "
                "kernels and inference kernels, microseconds per call (CUDA events)")
-PARAMS = {"sections": "gemm,memory,infer", "shapes": "", "cases": "", "timer": "call"}
+#: variants=1 also times each row-wise op's and memory case's other designs (impl=...)
+PARAMS = {"sections": "gemm,memory,infer", "shapes": "", "cases": "", "timer": "call", "variants": 0}
 NEEDS = ("gpu", "torch")
 
 
-def measure(sections: str, shapes: str, cases: str, timer: str) -> dict[str, float]:
+def measure(sections: str, shapes: str, cases: str, timer: str, variants: int = 0) -> dict[str, float]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.json"
         # a single shape given on the command line arrives as a number
         worker(str(path), tuple(s.strip() for s in str(sections).split(",") if s.strip()),
-               str(shapes), str(cases), timer)
+               str(shapes), str(cases), timer, bool(int(variants)))
         rows = json.loads(path.read_text())
     out = {}
     reference = {(r["shape"], r["kind"]): r["seconds"] for r in rows if r["variant"] == "cuBLAS"}
@@ -340,7 +332,7 @@ def summarise(frames, machine: dict, out: Path) -> None:
     infer = raw[raw["section"] == "infer"].copy() if "section" in raw else raw.iloc[0:0]
     raw = raw[raw["section"] != "infer"].copy() if "section" in raw else raw
     if len(infer) and (not len(raw) or "m" not in raw or raw["m"].isna().all()):   # --sections infer alone
-        from bench_infer_cases import summarise_infer
+        from benchmarks.kernel_infer_cases import summarise_infer
         infer.to_csv(out / "kernels_infer_raw.csv", index=False)
         lines = [f"# hookmagic.kernels inference kernels — {machine['gpu']}, driver {machine['driver']}, torch "
                  f"{machine['torch']} (CUDA {machine['cuda']}), NVRTC {machine['nvrtc']}, {machine['date']}", "",
@@ -414,7 +406,7 @@ def summarise(frames, machine: dict, out: Path) -> None:
                          f"{rng(r.us_min, r.us_max, '{:.1f}')} | {rng(r.host_min, r.host_max, '{:.1f}')} | "
                          f"{'yes' if r.ok else 'NO (max err %.3g)' % r.max_err} |")
     if len(infer):
-        from bench_infer_cases import summarise_infer
+        from benchmarks.kernel_infer_cases import summarise_infer
         infer.to_csv(out / "kernels_infer_raw.csv", index=False)
         lines += summarise_infer(infer, nproc)
     (out / "kernels.md").write_text("\n".join(lines) + "\n")

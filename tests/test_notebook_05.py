@@ -54,7 +54,7 @@ def test_kernel_lab_replays_the_recording(monkeypatch):
     assert any(t.startswith("SGEMM journey") and where in t for t in titles), titles
     assert any(t.startswith("Timeline") for t in titles)
     # the benchmark table of the same day sits beside the capture, with its own label
-    bench = (NOTEBOOKS.parent / "benchmarks" / "results" / "kernels.md").read_text().splitlines()[0]
+    bench = (NOTEBOOKS.parent / "lab" / "kernels" / "journey_h100.md").read_text().splitlines()[0]
     assert bench.lstrip("# ") in text
     # bandwidth: achieved GB/s of the row-wise kernels against the DRAM peak
     rms = rates.set_index("step").loc["RMSNorm FP16", "gbps"]

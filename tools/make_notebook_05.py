@@ -116,13 +116,13 @@ instead of two — occupancy halves."""),
 tensor.round(3)"""),
     ("md", """## The same steps over three fresh processes (the benchmark table)
 
-One capture is one process and two launches per step. `benchmarks/results/kernels.md` measures
-the same kernels at 4096³ in three fresh processes (`python benchmarks/bench_kernels.py
---processes 3`, min–max over the processes). Its times are CUDA events around each Python call,
+One capture is one process and two launches per step. `lab/kernels/journey_h100.md` measures
+the same kernels at 4096³ on the same H100 in three fresh processes (`python -m benchmarks run
+kernels --processes 3 --set sections=gemm`, min–max over the processes). Its times are CUDA events around each Python call,
 so they include the host's launch cost, which the capture's kernel times (CUPTI, on the GPU) do
 not — for sub-millisecond kernels (the cuBLAS Tensor-Core GEMMs) the benchmark's rates are
 therefore lower. The fractions of cuBLAS agree in order and roughly in size."""),
-    ("code", """bench_md = here("benchmarks/results/kernels.md")
+    ("code", """bench_md = here("lab/kernels/journey_h100.md")
 lines = bench_md.read_text().splitlines()
 print(lines[0].lstrip("# "))
 rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines if ln.startswith("| 4096 |")]

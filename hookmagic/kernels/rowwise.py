@@ -196,7 +196,7 @@ def _fast_plan(op: str, rows: int, cols: int, nv: int, smem_limit: int = 99 * 10
     grid = min(rows, _MAX_GRID)
     if impl in ("auto", "rs") and nvec > 2048:   # long rows: two 512-thread blocks an SM, 4 vectors a thread
         # in registers and the rest in shared memory (H100: 80% of copy for 65k fp16 softmax vs 76% for
-        # one 1024-thread block an SM, benchmarks/results/rowfast/round1_rows65k.md)
+        # one 1024-thread block an SM, measured on an H100: lab/kernels/targets_h100.md)
         s = -(-nvec // 512) - 4
         if s * 512 * 16 <= _RS_SMEM_2:
             return f"{op}_rs", grid, 512, s, s * 512 * 16

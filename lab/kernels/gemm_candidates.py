@@ -5,9 +5,9 @@ column-major b) is fastest on this GPU?
 
 Checks each schedule against a float32 reference, then times it with CUDA events (median of
 several launches) next to cuBLAS (torch.matmul) and gemm(variant="mma") in the same process.
-Only a selection tool: the published table comes from benchmarks/bench_kernels.py over fresh
+Only a selection tool: the published table comes from `python -m benchmarks run kernels` over fresh
 processes. (Round 1 also timed six mma.sync configurations from a kernels/gemm_mma_tuned.cu,
-all slower than the "mma" variant; benchmarks/results/kernels.md has the figures.)
+all slower than the "mma" variant; lab/kernels/journey_h100.md has the figures.)
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_kernels import _time  # noqa: E402
 
 import hookmagic.kernels as hk  # noqa: E402
-from hookmagic.kernels import gemm_wgmma  # noqa: E402
 
 
 def main() -> int:
@@ -53,11 +52,10 @@ def main() -> int:
                 tol = 2 * (a @ b).float().sub(exact).abs().max().item() + 2 ** -7 * exact.abs().max().item()
                 b_col = b.t().contiguous().t()
                 for sched in schedules:
-                    gemm_wgmma.SCHEDULE = sched
                     for lay, bb in (("row-major b", b), ("column-major b", b_col)):
                         label = f"wgmma {sched}, {lay}"
                         try:
-                            err = (hk.gemm(a, bb, variant="wgmma").float() - exact).abs().max().item()
+                            err = (hk.gemm(a, bb, variant="wgmma", schedule=sched).float() - exact).abs().max().item()
                         except Exception as exc:
                             print(f"  {label:40s} FAILED: {type(exc).__name__}: {exc}", flush=True)
                             continue
@@ -65,9 +63,8 @@ def main() -> int:
                             bad += 1
                             print(f"  {label:40s} WRONG: max err {err:.4g} > {tol:.4g}", flush=True)
                             continue
-                        t = _time(lambda bb=bb: hk.gemm(a, bb, variant="wgmma"))
+                        t = _time(lambda bb=bb, sched=sched: hk.gemm(a, bb, variant="wgmma", schedule=sched))
                         print(f"  {label:40s} {flop / t / 1e12:6.0f} TFLOP/s {ref_s / t:6.1%} of cuBLAS", flush=True)
-                gemm_wgmma.SCHEDULE = "tiles"
                 del exact, b_col
             del a, b
             torch.cuda.empty_cache()

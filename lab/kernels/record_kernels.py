@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--out", default="hookmagic/data/recordings")
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--what", choices=("journey", "inference"), default="journey",
-                    help="journey: the GEMM journey (kernel_journey.hmtrace); inference: issue 12's kernels beside "
+                    help="journey: the GEMM journey (kernel_journey.hmtrace); inference: the inference kernels beside "
                          "what they replace (kernel_inference.hmtrace)")
     ap.add_argument("--bandwidth", action="store_true", help="record the bandwidth captures instead")
     args = ap.parse_args()

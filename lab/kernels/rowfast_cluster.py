@@ -2,7 +2,7 @@
 that faults cannot take the main benchmark with it): default ('auto': registers + shared memory,
 two 512-thread blocks an SM), one 1024-thread block an SM ('reg'), a cluster of 8 blocks a row ('cluster', sm_90+), the
 multi-pass kernels, torch eager and a copy of the same bytes. Kernel time by
-benchmarks/bench_kernels.py's device timer; correctness against torch first.
+the kernels benchmark's device timer (benchmarks/bench_kernels.py); correctness against torch first.
 
     python3 lab/kernels/rowfast_cluster.py
 """
@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_kernels import _time_device  # noqa: E402
 
 import hookmagic.kernels as hk  # noqa: E402
-import hookmagic.kernels.rowwise as rw  # noqa: E402
 
 F = torch.nn.functional
 
@@ -36,9 +35,9 @@ def main() -> None:
         copy_s = _time_device(lambda: y.copy_(x))
         d = str(dtype).removeprefix("torch.")
         print(f"| {d} | copy | torch copy_ | {copy_s * 1e6:.1f} | {nb / copy_s / 1e9:.0f} | 100% | — | — |", flush=True)
-        cases = {"softmax": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1), 0),
-                 "layer_norm": (lambda: hk.layer_norm(x, w, b), lambda: F.layer_norm(x, (c,), w, b), 2),
-                 "rms_norm": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (c,), w, 1e-6), 1)}
+        cases = {"softmax": (lambda impl: hk.softmax(x, impl=impl), lambda: torch.softmax(x, -1), 0),
+                 "layer_norm": (lambda impl: hk.layer_norm(x, w, b, impl=impl), lambda: F.layer_norm(x, (c,), w, b), 2),
+                 "rms_norm": (lambda impl: hk.rms_norm(x, w, impl=impl), lambda: F.rms_norm(x, (c,), w, 1e-6), 1)}
         for op, (ours, theirs, npar) in cases.items():
             opb = nb + npar * c * x.element_size()
             ref = theirs().float()
@@ -46,20 +45,17 @@ def main() -> None:
             print(f"| {d} | {op} | torch eager | {ts * 1e6:.1f} | {opb / ts / 1e9:.0f} | {copy_s / ts * nb / opb:.0%} "
                   f"| — | — |", flush=True)
             for impl in impls:
-                rw.IMPL = impl
                 try:
-                    err = (ours().float() - ref).abs().max().item()
+                    err = (ours(impl).float() - ref).abs().max().item()
                     tol = (1e-2 if dtype == torch.float16 else 1e-4) * max(ref.abs().max().item(), 1.0)
                     if err > tol:
                         print(f"| {d} | {op} | hookmagic {impl} | WRONG | | | | {err:.3g} |", flush=True)
                         continue
-                    s = _time_device(ours)
+                    s = _time_device(lambda: ours(impl))
                     print(f"| {d} | {op} | hookmagic {impl} | {s * 1e6:.1f} | {opb / s / 1e9:.0f} | "
                           f"{copy_s / s * nb / opb:.0%} | {ts / s:.2f}x | {err:.2g} |", flush=True)
                 except Exception as exc:
                     print(f"| {d} | {op} | hookmagic {impl} | FAILED {exc!r} | | | | |", flush=True)
-                finally:
-                    rw.IMPL = "auto"
         del x, w, b, y
         torch.cuda.empty_cache()
 

@@ -23,7 +23,6 @@ import time
 import torch
 
 import hookmagic.kernels as hk
-from hookmagic.kernels import gemm_wgmma
 
 
 def single(fn, reps: int = 30) -> float:
@@ -73,8 +72,7 @@ def main() -> None:
 
     def wg(sched: str):
         def fn():
-            gemm_wgmma.SCHEDULE = sched
-            return hk.gemm(a, b, variant="wgmma")
+            return hk.gemm(a, b, variant="wgmma", schedule=sched)
         return fn
 
     cases = [("cuBLAS", lambda: a @ b), ("mma", lambda: hk.gemm(a, b, variant="mma")),
@@ -88,7 +86,6 @@ def main() -> None:
         t1, tb, th = single(fn), burst(fn), host(fn)
         print(f"  {label:18s} single {t1:.4f} ({flop / t1 / 1e9:5.0f})  burst {tb:.4f} ({flop / tb / 1e9:5.0f})  "
               f"host {th:6.1f} us", flush=True)
-    gemm_wgmma.SCHEDULE = "tiles"
     for (m, nn, k) in [(1024, 1024, 1024), (64, 4096, 4096)]:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
         y = torch.randn(k, nn, device="cuda", dtype=torch.float16)

@@ -27,7 +27,6 @@ import time
 import torch
 
 import hookmagic.kernels as hk
-from hookmagic.kernels import gemm_wgmma
 
 
 def show(label: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
@@ -45,11 +44,15 @@ def show(label: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
     return ok
 
 
+#: the schedule the probe runs (set by probe(); hk.gemm takes it as its schedule= argument)
+_SCHEDULE = ["tiles"]
+
+
 def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, float]:
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
-    c = hk.gemm(a, b, variant="wgmma")
+    c = hk.gemm(a, b, variant="wgmma", schedule=_SCHEDULE[0])
     e.record()
     e.synchronize()
     return c, s.elapsed_time(e)
@@ -86,7 +89,7 @@ def main() -> int:
 
 
 def probe(sched: str) -> int:
-    gemm_wgmma.SCHEDULE = sched
+    _SCHEDULE[0] = sched
     dev = torch.cuda.get_device_properties(0)
     print(f"device {dev.name} sm_{dev.major}{dev.minor}, torch {torch.__version__}", flush=True)
     t0 = time.time()

@@ -1,4 +1,4 @@
-"""Bring the 2-GPU runs of benchmarks/gpu/multirank.sh into the repository (issue 14).
+"""Bring the 2-GPU runs of benchmarks/gpu/multirank.sh into the repository.
 
     python lab/multirank/import_multirank.py OUT_DIR --recorded-on "2x NVIDIA H200, driver D, DATE"
 
@@ -81,7 +81,7 @@ def check(job: str) -> dict:
 
 
 def write_table(rows: list[dict], recorded_on: str) -> None:
-    lines = ["# Stragglers of a real 2-GPU DDP job (issue 14)", "",
+    lines = ["# Stragglers of a real 2-GPU DDP job", "",
              f"Recorded on {recorded_on} by `bash benchmarks/gpu/multirank.sh` (3 fresh "
              "`torchrun --nproc-per-node 2` jobs, steps 6-9 of 12 captured per rank by "
              "`HOOKMAGIC_CAPTURE_*` alone); analysed with `hookmagic.load_many(...)"

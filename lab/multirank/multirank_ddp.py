@@ -1,4 +1,4 @@
-"""A small DDP training job for the multi-rank captures (issue 14): run it under torchrun.
+"""A small DDP training job for the multi-rank captures: run it under torchrun.
 
     HOOKMAGIC_CAPTURE_DIR=/tmp/run HOOKMAGIC_CAPTURE_STEPS=6:10 \\
         torchrun --standalone --nproc-per-node 2 lab/multirank/multirank_ddp.py \\

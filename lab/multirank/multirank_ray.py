@@ -1,4 +1,4 @@
-"""Ray on the 2-GPU machine (issue 14): two GPU actors capture with hookmagic.ray.capture, the
+"""Ray on the 2-GPU machine: two GPU actors capture with hookmagic.ray.capture, the
 driver gathers the traces (run by benchmarks/gpu/multirank.sh when `ray` imports there).
 
     python lab/multirank/multirank_ray.py --out /tmp/ray_actors

@@ -1,4 +1,4 @@
-"""What slows the scheduler driver's host thread now and then (issue 18, GPU machine).
+"""What slows the scheduler driver's host thread now and then (GPU machine).
 
 On some processes of an H100 (2026-11-26 06:35 UTC, process 3 of three) the driver's one host
 thread ran ~10x slower for 5-20 ms about once a second: launch calls of 0.3-0.4 ms instead of

@@ -1,4 +1,4 @@
-"""The driver's host speed and the GPU's pace through stored scheduler runs (issue 18, no GPU).
+"""The driver's host speed and the GPU's pace through stored scheduler runs (no GPU).
 
 For each stored process folder of ``sched_fidelity.py`` and each scenario (probe, then real run),
 per quarter second: the driver's clean launch gap and launch call (medians;

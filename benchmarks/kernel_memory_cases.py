@@ -1,4 +1,4 @@
-"""More memory-bound cases for ``benchmarks/bench_kernels.py --sections memory``: fused frame
+"""More memory-bound cases for the kernels benchmark's ``memory`` section: fused frame
 preprocessing, transposes and row reductions, in the rows format of the memory-bound table
 (``shape``, ``kind``, ``variant``, ``seconds``, ``bytes``): each case has its torch reference
 (``variant='torch eager'``) and a device-to-device copy of the same number of bytes
@@ -6,16 +6,15 @@ preprocessing, transposes and row reductions, in the rows format of the memory-b
 bandwidth and its speed-up over torch. Bytes are compulsory traffic: every input byte read
 once, every output byte written once.
 
-``$HOOKMAGIC_BENCH_MULTIPASS`` set: the previous kernels are timed too (one pixel a thread
-preprocessing: ``'hookmagic 1 px a thread, word loads'``, ``'hookmagic 4 px a thread'``; 32x32-tile transposes: ``'hookmagic 32x32 tile'``).
+``variants=True`` times the other designs too, each chosen with the op's ``impl=`` argument (one
+pixel a thread preprocessing: ``'hookmagic 1 px a thread, word loads'``, ``'hookmagic 4 px a
+thread'``; 32x32-tile transposes: ``'hookmagic 32x32 tile'``).
 """
 from __future__ import annotations
 
-import os
-import sys
 from typing import Callable
 
-from bench_infer_cases import MEAN, STD, _copy, reduction_inputs, torch_preprocess_chains
+from benchmarks.kernel_infer_cases import MEAN, STD, _copy, reduction_inputs, torch_preprocess_chains
 
 
 def _row(shape: str, kind: str, variant: str, seconds: float, nbytes: int, ok: bool = True, err: float = 0.0,
@@ -24,30 +23,8 @@ def _row(shape: str, kind: str, variant: str, seconds: float, nbytes: int, ok: b
             "max_err": err, "host_s": host_s}
 
 
-def _pixel(fn: Callable, impl: str = "pixel") -> Callable:
-    def run():
-        pp = sys.modules["hookmagic.kernels.preprocess"]   # (hookmagic.kernels.preprocess is also a function)
-        saved, pp.IMPL = pp.IMPL, impl
-        try:
-            return fn()
-        finally:
-            pp.IMPL = saved
-    return run
-
-
-def _tile(fn: Callable) -> Callable:
-    def run():
-        lay = sys.modules["hookmagic.kernels.layout"]
-        lay.IMPL = "tile"
-        try:
-            return fn()
-        finally:
-            lay.IMPL = "auto"
-    return run
-
-
 def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: None,
-                 rows: list | None = None) -> list[dict]:
+                 rows: list | None = None, variants: bool = False) -> list[dict]:
     """Rows for preprocess (RGB, letterbox, NV12), NCHW->NHWC and 2-D transposes, row_sum/row_max,
     appended to ``rows`` as they are measured. ``timer(fn)`` returns seconds per call; ``host()``
     the host launch time of its last measurement."""
@@ -56,7 +33,7 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
     import hookmagic.kernels as hk
 
     rows = [] if rows is None else rows
-    multipass = bool(os.environ.get("HOOKMAGIC_BENCH_MULTIPASS"))
+    multipass = variants
 
     copied: set[str] = set()
 
@@ -77,26 +54,27 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
     chain, chain_letterbox = torch_preprocess_chains(frames)
 
     nbytes = frames.numel() + 8 * 3 * 640 * 640 * 2
-    for shape, mine, ref in (("8x1080p RGB -> 640x640 fp16", lambda: hk.preprocess(frames, (640, 640), MEAN, STD),
-                              chain),
-                             ("8x1080p RGB -> 640x640 letterbox",
-                              lambda: hk.preprocess(frames, (640, 640), MEAN, STD, letterbox=True), chain_letterbox)):
+    for shape, letterbox, ref in (("8x1080p RGB -> 640x640 fp16", False, chain),
+                                  ("8x1080p RGB -> 640x640 letterbox", True, chain_letterbox)):
+        def mine(impl: str = "auto", letterbox: bool = letterbox):
+            return hk.preprocess(frames, (640, 640), MEAN, STD, letterbox=letterbox, impl=impl)
         err = (mine().float() - ref().float()).abs().max().item()
         impls = {"hookmagic": mine, "torch eager": ref}
         if multipass:
-            impls["hookmagic 1 px a thread, word loads"] = _pixel(mine, "w1")
-            impls["hookmagic 4 px a thread"] = _pixel(mine, "w4")
+            impls["hookmagic 1 px a thread, word loads"] = lambda mine=mine: mine("w1")
+            impls["hookmagic 4 px a thread"] = lambda mine=mine: mine("w4")
         case(shape, "preprocess", nbytes, impls, err <= 0.02, err)
     del frames
     nv12 = torch.randint(0, 256, (8, 1620, 1920), dtype=torch.uint8, device="cuda")
     nb12 = nv12.numel() + 8 * 3 * 640 * 640 * 2
-    mine = lambda: hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12")   # noqa: E731
-    px = _pixel(mine, "w1")
-    err = (mine().float() - px().float()).abs().max().item()   # the two kernels: same arithmetic (FMA contraction aside)
-    impls = {"hookmagic": mine}
+    def mine_nv12(impl: str = "auto"):
+        return hk.preprocess(nv12, (640, 640), MEAN, STD, format="NV12", impl=impl)
+    px = lambda: mine_nv12("w1")   # noqa: E731
+    err = (mine_nv12().float() - px().float()).abs().max().item()   # the two kernels: same arithmetic (FMA contraction aside)
+    impls = {"hookmagic": mine_nv12}
     if multipass:
         impls["hookmagic 1 px a thread, word loads"] = px
-        impls["hookmagic 4 px a thread"] = _pixel(mine, "w4")
+        impls["hookmagic 4 px a thread"] = lambda: mine_nv12("w4")
     case("8x1080p NV12 -> 640x640 fp16", "preprocess", nb12, impls, err <= 0.02, err)
     del nv12
 
@@ -116,7 +94,7 @@ def memory_cases(timer: Callable, host: Callable[[], float | None] = lambda: Non
         ok = torch.equal(hk.transpose(x, layout), ref())
         impls = {"hookmagic": lambda x=x, lay=layout: hk.transpose(x, lay), "torch eager": ref}
         if multipass:
-            impls["hookmagic 32x32 tile"] = _tile(impls["hookmagic"])
+            impls["hookmagic 32x32 tile"] = lambda x=x, lay=layout: hk.transpose(x, lay, impl="tile")
             ok = ok and torch.equal(impls["hookmagic 32x32 tile"](), ref())
         case(shape, "transpose", 2 * x.numel() * x.element_size(), impls, ok, 0.0)
         del x

@@ -1,5 +1,5 @@
-"""Issue 12's inference kernels against torch / torchvision and a device-to-device copy, timed in
-one process (run by ``benchmarks/bench_kernels.py --sections infer``; each process measures every
+"""The inference kernels against torch / torchvision and a device-to-device copy, timed in
+one process (run by ``python -m benchmarks run kernels --set sections=infer``; each process measures every
 reference beside the kernel it is compared with).
 
 Every case: a label, its implementations (``hookmagic`` and the references), the work of one
@@ -195,7 +195,7 @@ def summarise_infer(raw, nproc: int) -> list[str]:
     raw = raw.copy()
     raw["rate"] = raw.apply(lambda r: (r.work / r.seconds / (1e9 if r.unit == "GB/s" else 1e12))
                             if r.unit != "ms" else r.seconds * 1e3, axis=1)
-    lines = ["", "## Inference kernels (issue 12): same-process comparisons", "",
+    lines = ["", "## Inference kernels: same-process comparisons", "",
              f"Min–max over {nproc} fresh processes. GB/s = compulsory bytes / time (each operand once); "
              "'copy' moves the same number of bytes with a device-to-device copy; for NMS the rate is ms per "
              "call; 'speed-up' = reference time / our time in the same process.", "",
