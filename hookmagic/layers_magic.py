@@ -5,7 +5,6 @@ Only parses arguments and wires importers/profilers to the display; the work is 
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from traitlets import Int, Unicode
 
-from hookmagic.magic_args import parse_line
+from hookmagic.magic_args import MagicFailed, parse_line
 
 
 @magics_class
@@ -65,19 +64,17 @@ class TrtProfileMagics(Magics):
         %trtprofile --ort ort_profile.json | --load saved.parquet
 
         Shows the headline numbers and slowest layers; ``--explore`` opens the filterable
-        explorer; ``-o`` returns / ``-v VAR`` stores the LayerProfile. When TensorRT or a GPU
-        is missing it says so in one message and how to proceed; it never stops the kernel.
+        explorer; ``-o`` returns / ``-v VAR`` stores the LayerProfile. When a file is bad, or
+        TensorRT or a GPU is missing, the cell fails with one line saying why and how to
+        proceed (:class:`~hookmagic.magic_args.MagicFailed`); the kernel keeps running.
         """
         args = parse_line(self.trtprofile, line)
         try:
             profile = self._profile(args)
-        except UsageError:
+        except (UsageError, MagicFailed):
             raise
-        except Exception as exc:  # one clear message; a magic must never take the kernel down
-            print(f"hookmagic: {_one_line(exc)}", file=sys.stderr)
-            return None
-        if profile is None:
-            return None
+        except Exception as exc:  # one clear line that fails the cell; never a crash of the kernel
+            raise MagicFailed(_one_line(exc)) from exc
         if args.var:
             self.shell.user_ns[args.var] = profile
         if not args.quiet:
@@ -125,8 +122,7 @@ class TrtProfileMagics(Magics):
         try:
             trt = live.import_tensorrt()
         except live.TensorRTUnavailable as exc:
-            print(f"hookmagic: {exc}", file=sys.stderr)
-            return None
+            raise MagicFailed(str(exc)) from exc
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
         shapes = _named_shapes(args.input_shape)
@@ -148,14 +144,11 @@ class TrtProfileMagics(Magics):
             raise UsageError("profiling a PyTorch module needs --input-shape, e.g. 1x3x224x224")
         try:
             import torch
-        except ImportError:
-            print("hookmagic: PyTorch is not installed in this kernel", file=sys.stderr)
-            return None
+        except ImportError as exc:
+            raise MagicFailed("PyTorch is not installed in this kernel") from exc
         if not torch.cuda.is_available():
-            print("hookmagic: no CUDA GPU is visible, so no layer times can be measured; "
-                  "import trtexec exports instead (%trtprofile --profile P --layers L)",
-                  file=sys.stderr)
-            return None
+            raise MagicFailed("no CUDA GPU is visible, so no layer times can be measured; "
+                              "import trtexec exports instead (%trtprofile --profile P --layers L)")
         dtype = getattr(torch, args.dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise UsageError(f"unknown --dtype {args.dtype!r}")

@@ -8,6 +8,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hookmagic.common.errors import HookmagicError
+
+
+class MagicFailed(HookmagicError, RuntimeError):
+    """A magic could not do what it was asked: the cell fails (later cells of a "run all" do
+    not run) and shows this one line, ``hookmagic: <why>``, instead of a traceback. The error
+    behind it is chained as ``__cause__``."""
+
+    def _render_traceback_(self) -> list[str]:   # IPython shows these lines for the exception
+        return [f"hookmagic: {self}"]
+
 
 def parse_line(magic: Any, line: str) -> Any:
     """Parse a magic's argument line with shell quoting against its ``magic_arguments``.

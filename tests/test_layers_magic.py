@@ -10,7 +10,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from hookmagic.layers import LayerProfile
 from hookmagic.layers.tensorrt_live import INSTALL_HINT
 from hookmagic.extension import load_ipython_extension
+from hookmagic.common.errors import HookmagicError
 from hookmagic.layers_magic import TrtProfileMagics
+from hookmagic.magic_args import MagicFailed
 
 from .layers_samples import mobilenet_files
 
@@ -65,12 +67,18 @@ def test_explore_displays_the_explorer(ip, monkeypatch):
     assert isinstance(shown[0], LayerExplorer) and len(shown[0].filtered()) == 20
 
 
-def test_bad_file_is_one_message_not_a_traceback(ip, capsys, tmp_path):
+def test_bad_file_fails_the_cell_with_one_line(ip, capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    assert ip.run_line_magic("trtprofile", f"--profile {bad}") is None
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("hookmagic: --exportProfile file") and "\n" not in err
+    with pytest.raises(MagicFailed) as info:
+        ip.run_line_magic("trtprofile", f"--profile {bad}")
+    assert isinstance(info.value, HookmagicError) and isinstance(info.value.__cause__, HookmagicError)
+    # in a cell: the cell fails (a "run all" stops there) and shows one line, no traceback
+    result = ip.run_cell(f"%trtprofile --profile {bad}")
+    assert not result.success and isinstance(result.error_in_exec, MagicFailed)
+    shown = capsys.readouterr()
+    lines = [ln for ln in (shown.out + shown.err).splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hookmagic: --exportProfile file"), lines
 
 
 @pytest.mark.parametrize("target", ["model.onnx", "model.engine"])
@@ -83,10 +91,10 @@ def test_missing_tensorrt_gives_the_install_hint(ip, capsys, monkeypatch, target
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_trt)
-    assert ip.run_line_magic("trtprofile", target) is None
-    err = capsys.readouterr().err
-    assert err.strip() == f"hookmagic: {INSTALL_HINT}"
-    assert "%trtprofile --profile" in err
+    with pytest.raises(MagicFailed) as info:
+        ip.run_line_magic("trtprofile", target)
+    assert str(info.value) == INSTALL_HINT and "%trtprofile --profile" in str(info.value)
+    assert info.value._render_traceback_() == [f"hookmagic: {INSTALL_HINT}"]
 
 
 def test_misuse_raises_usage_error(ip):
