@@ -392,7 +392,7 @@ def _kernels_check(args: argparse.Namespace) -> int:
     frames = []
     for arch in args.arch or CI_ARCHS:
         try:
-            frames.append(check(arch, use_cache=not args.no_cache))
+            frames.append(check(arch, use_cache=not args.no_cache, progress=_compile_progress))
         except HookmagicError as exc:
             print(f"hookmagic: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -409,6 +409,16 @@ def _kernels_check(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _compile_progress(done: int, total: int, family: str, arch: str) -> None:
+    """Progress of ``kernels check`` on stderr (a cold compile of every family takes tens of
+    seconds): one line rewritten in place on a terminal, one line per architecture otherwise."""
+    if sys.stderr.isatty():
+        text = f"hookmagic: compiling {family} for {arch} ({done + 1}/{total})" if family else ""
+        print(f"\r\033[K{text}", end="" if family else "", file=sys.stderr, flush=True)
+    elif done == 0 and family:
+        print(f"hookmagic: compiling {total} kernel families for {arch}", file=sys.stderr, flush=True)
 
 
 def _kernels_list(args: argparse.Namespace) -> int:

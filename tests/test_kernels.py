@@ -228,8 +228,11 @@ def test_no_gpu_is_one_clear_unavailable_error():
 def test_cli_check_and_list(capsys):
     from hookmagic.cli import main
     assert main(["kernels", "check", "--arch", "sm_90a"]) == 0
-    out = capsys.readouterr().out
+    shown = capsys.readouterr()
+    out = shown.out
     assert "sgemm_warptile" in out and "gemm_mma_s8" in out and "sm_90a" in out
+    # progress goes to stderr (a cold compile takes tens of seconds), the table to stdout
+    assert f"compiling {len(build.families())} kernel families for sm_90a" in shown.err
     assert main(["kernels", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {"sgemm", "gemm", "softmax", "layer_norm"} <= {r["op"] for r in rows}
