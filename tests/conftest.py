@@ -14,6 +14,21 @@ from hookmagic.trace.model import Trace
 from tests.synthetic import synthetic_meta, synthetic_tables
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _figures_in_the_test_folder(tmp_path_factory):
+    """Figures and panels shown outside a notebook go to pytest's temporary folder, not to the
+    shared ``$TMPDIR/hookmagic-figures`` a user's own runs write to."""
+    import os
+
+    old = os.environ.get("HOOKMAGIC_FIGURES_DIR")
+    os.environ["HOOKMAGIC_FIGURES_DIR"] = str(tmp_path_factory.mktemp("figures"))
+    yield
+    if old is None:
+        os.environ.pop("HOOKMAGIC_FIGURES_DIR", None)
+    else:
+        os.environ["HOOKMAGIC_FIGURES_DIR"] = old
+
+
 @pytest.fixture
 def synthetic_trace() -> Trace:
     """A small synthetic Trace with every table filled (see synthetic_tables for numbers)."""

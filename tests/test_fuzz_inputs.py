@@ -17,6 +17,7 @@ import json
 import math
 import os
 import signal
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -43,6 +44,14 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 _DIR = Path(tempfile.mkdtemp(prefix="hookmagic-fuzz-"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_the_fuzz_folder():
+    # hypothesis runs each example many times inside one test, so the files live in one
+    # module-wide folder (not tmp_path); it goes when the module's tests are done
+    yield
+    shutil.rmtree(_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

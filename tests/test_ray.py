@@ -99,10 +99,10 @@ def test_actor_captures_gathered_on_driver(cluster, tmp_path):
         hray.gather("actors", timeout_s=5)
 
 
-def test_sent_traces_analysed_like_local_ones(cluster):
+def test_sent_traces_analysed_like_local_ones(cluster, tmp_path):
     ranks = ray.get([send_synthetic.remote("sent", r) for r in (2, 0, 1)], timeout=T)
     assert ranks == [2, 0, 1]
-    with hray.gather("sent", timeout_s=T) as ts:
+    with hray.gather("sent", dir=tmp_path, timeout_s=T) as ts:
         assert ts.data_ranks == [0, 1, 2]
         st = ts.stragglers()
         assert st["straggler_rank"].tolist() == [0, 2, 1, 0]
@@ -110,7 +110,7 @@ def test_sent_traces_analysed_like_local_ones(cluster):
         assert st.loc[1, "cause"] == "host" and st.loc[2, "cause"] == "compute"
 
 
-def test_worker_lost_mid_capture_is_missing_and_others_kept(cluster):
+def test_worker_lost_mid_capture_is_missing_and_others_kept(cluster, tmp_path):
     good, doomed = Worker.remote(), Worker.remote()
     try:
         ray.get(good.work.remote("lost", 1000), timeout=T)
@@ -119,7 +119,7 @@ def test_worker_lost_mid_capture_is_missing_and_others_kept(cluster):
     finally:
         ray.kill(good)
     with pytest.warns(UserWarning, match="died during its capture"):
-        ts = hray.gather("lost", timeout_s=T)
+        ts = hray.gather("lost", dir=tmp_path, timeout_s=T)
     with ts:
         by_rank = {m.rank: m for m in ts.members}
         assert by_rank[1].status == "missing" and "died during its capture" in by_rank[1].reason

@@ -341,6 +341,8 @@ if "adaptive_oom" in recs:
     ("code", r"""# NBVAL_CHECK_OUTPUT
 summary = rec_dir / "pipeline.md"
 print(summary.read_text() if summary.exists() else "no summary table recorded")"""),
+    ("code", r"""import shutil
+shutil.rmtree(tmp, ignore_errors=True)   # the synthetic videos and saved runs made above"""),
 ]
 
 CELLS = PART1 + PART2
