@@ -18,7 +18,7 @@ from hookmagic.common.version import __version__
 __all__ = ["capture", "range", "load", "Trace", "CaptureUnavailable", "HookmagicError",
            "recordings", "sched", "layers", "pipeline", "kernels", "ray",
            "load_many",
-           "schedule",
+           "schedule", "doctor",
            "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 from hookmagic.common.errors import HookmagicError
@@ -28,6 +28,7 @@ from hookmagic.multirank import load_many  # also attaches TraceSet.stragglers()
 if TYPE_CHECKING:
     from hookmagic.cupti import CaptureUnavailable, capture, range
     from hookmagic.cupti import schedule
+    from hookmagic.checkup import doctor
     from hookmagic.trace import Trace
 
 
@@ -56,6 +57,10 @@ def __getattr__(name: str) -> Any:
         import hookmagic.cupti as cupti_package
 
         return getattr(cupti_package, name)
+    if name == "doctor":
+        from hookmagic.checkup import doctor
+
+        return doctor
     if name == "Trace":
         from hookmagic.trace import Trace
 

@@ -5,6 +5,7 @@
     hookmagic demo [--out DIR]
     hookmagic kernels check [--arch sm_90 ...] [--json] | hookmagic kernels list
     hookmagic report TRACE [-o report.html]
+    hookmagic doctor [--json]
 
 Each subcommand group is one ``register_<group>(subparsers)`` function listed in
 ``REGISTRARS``; a new group (e.g. ``demo``) is a new function and one line there. Commands only
@@ -433,6 +434,33 @@ def _kernels_list(args: argparse.Namespace) -> int:
 
 
 REGISTRARS.append(register_kernels)
+
+
+# ---- doctor -------------------------------------------------------------------------------
+
+def register_doctor(subparsers: argparse._SubParsersAction) -> None:
+    """``hookmagic doctor``: what this machine can do for hookmagic, and why not."""
+    d = subparsers.add_parser(
+        "doctor", help="what this machine can do (driver, GPUs, CUPTI, CUDA, extras) and the fix "
+                       "for each missing piece",
+        description="Check the NVIDIA driver, NVML, each GPU and the kernels it can run, which "
+                    "CUPTI a capture would load and why, CUDA wheels and toolkits, whether "
+                    "performance counters are restricted to admin users, Python, hookmagic, its "
+                    "native extension and the optional extras; say how to fix what is missing. "
+                    "Needs no GPU; exit status 0 whenever the report was made.")
+    d.add_argument("--json", action="store_true", help="print one JSON document")
+    d.set_defaults(func=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from hookmagic.checkup import doctor
+
+    report = doctor()
+    print(_json_text(report.to_dict()) if args.json else report.text())
+    return EXIT_OK
+
+
+REGISTRARS.append(register_doctor)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,6 +27,8 @@ _CUPTI_MULTIPLE_SUBSCRIBERS = 39
 _CUPTI_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_VIRTUALIZED = (33, 40)
 _warned: set[str] = set()
+#: ends each reason that lies with the machine (no driver, GPU or CUPTI; no permission)
+DOCTOR_HINT = "run `hookmagic doctor` for what this machine lacks"
 _CALLER_FRAMES = 8  # frames, from the one holding the `with` up, whose variables name modules
 _lock = threading.Lock()  # one capture at a time in a process: CUPTI is process-wide
 
@@ -68,11 +70,11 @@ def _explain(exc: Exception) -> str:
                 "stop it (or run the cell outside it) and capture again")
     if code == _CUPTI_INSUFFICIENT_PRIVILEGES:
         return ("the driver does not allow profiling for this user "
-                "(see NVIDIA's ERR_NVGPUCTRPERM notes, or run with profiling permission)")
+                f"(see NVIDIA's ERR_NVGPUCTRPERM notes, or run with profiling permission); {DOCTOR_HINT}")
     if code in _CUPTI_VIRTUALIZED:
-        return "this virtualised GPU does not support CUPTI tracing"
+        return f"this virtualised GPU does not support CUPTI tracing; {DOCTOR_HINT}"
     if code == 999 or code == 15:
-        return f"CUPTI could not start ({exc}); is a GPU visible to this process?"
+        return f"CUPTI could not start ({exc}); is a GPU visible to this process? {DOCTOR_HINT}"
     return f"CUPTI could not start ({exc})"
 
 
@@ -203,7 +205,7 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             return
         native, why = _prepare_native()
         if native is None:
-            self._reason = why
+            self._reason = f"{why}; {DOCTOR_HINT}"
             return
         o = self.capture_options
         boundary = self._boundary if self._boundary is not None else _caller_parent_frame()
