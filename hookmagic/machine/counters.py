@@ -23,19 +23,24 @@ FIX_RESTRICTED = ("run as root, or have an admin set `options nvidia "
                   "reload the driver (or reboot)")
 
 
-def counter_access(params_path: str | os.PathLike = PARAMS_PATH) -> dict[str, Any]:
+def counter_access(params_path: str | os.PathLike = PARAMS_PATH, *,
+                   admin: bool | None = None) -> dict[str, Any]:
     """``{"restricted": True|False|None, "source", "detail", "fix"}`` from the driver's
     parameters file ``params_path``; ``restricted`` is None (unknown) when it cannot be read or
-    does not say (no driver, not Linux, a Jetson's integrated GPU)."""
+    does not say (no driver, not Linux, a Jetson's integrated GPU). ``admin``: whether the
+    reader is an admin, who may read restricted counters anyway (None: this process runs as
+    root)."""
     path = Path(params_path)
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block the read
+            raise IsADirectoryError(0, "not a regular file")
         with open(path, "rb") as f:
             text = f.read(_MAX_BYTES).decode("utf-8", "replace")
     except OSError as exc:
-        why = ("the NVIDIA driver is not loaded" if isinstance(exc, FileNotFoundError)
-               else f"it could not be read ({exc.strerror or exc})")
+        why = ("it is not there: the NVIDIA driver is not loaded"
+               if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc))
         return {"restricted": None, "source": str(path), "fix": "",
-                "detail": f"{path} is not there to say ({why})"}
+                "detail": f"{path} could not be read ({why})"}
     found = _SETTING.search(text)
     if not found or found.group(1) not in ("0", "1"):
         return {"restricted": None, "source": str(path), "fix": "",
@@ -43,9 +48,9 @@ def counter_access(params_path: str | os.PathLike = PARAMS_PATH) -> dict[str, An
     if found.group(1) == "0":
         return {"restricted": False, "source": str(path), "fix": "",
                 "detail": "open to every user (RmProfilingAdminOnly: 0)"}
-    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    root = admin if admin is not None else (hasattr(os, "geteuid") and os.geteuid() == 0)
     return {"restricted": True, "source": str(path), "fix": "" if root else FIX_RESTRICTED,
             "detail": ("restricted to admin users (RmProfilingAdminOnly: 1)"
-                       + ("; this process runs as root, so it may read them" if root else
+                       + ("; an admin (root) may read them" if root else
                           "; CUPTI metrics and Nsight Compute need them, hookmagic's tracing "
                           "does not"))}
