@@ -90,7 +90,8 @@ def libcuda_report(describe_devices: bool) -> dict[str, Any]:
         except OSError as exc:
             errors.append(str(exc))
     if lib is None:
-        out["error"] = f"the CUDA driver library ({' or '.join(names)}) was not found ({errors[0]})"
+        out["error"] = f"the CUDA driver library ({names[0]}) is not on the library path"
+        out["dlerror"] = errors
         return out
     out["found"] = True
     out["path"] = _mapped_path("libcuda") or names[0]

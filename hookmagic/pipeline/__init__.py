@@ -18,12 +18,14 @@ from hookmagic.common.accessors import register_method
 from hookmagic.pipeline import analysis as _analysis
 from hookmagic.pipeline import model as _model
 from hookmagic.pipeline.run import PipelineRun, load_run
+from hookmagic.pipeline.live import StreamUnavailable, camera, live_stream
 from hookmagic.pipeline.runner import Pipeline, Stage
 from hookmagic.pipeline.sources import (Source, frames, image_folder, nvdec_video, probe_video,
                                         synthetic_cameras, video_file, write_synthetic_video)
 
 __all__ = ["Pipeline", "Stage", "PipelineRun", "load_run", "Source", "frames", "image_folder",
-           "probe_video", "synthetic_cameras", "video_file", "write_synthetic_video", "nvdec_video"]
+           "probe_video", "synthetic_cameras", "video_file", "write_synthetic_video", "nvdec_video",
+           "live_stream", "camera", "StreamUnavailable"]
 
 # PipelineRun's analysis and chart methods, registered from above through
 # hookmagic.common.accessors (the data model imports nothing above it).

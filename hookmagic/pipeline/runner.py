@@ -34,7 +34,7 @@ import math
 
 from hookmagic.common.errors import InvalidArgument, Unavailable
 from hookmagic.pipeline.run import PipelineRun
-from hookmagic.pipeline.sources import Source, as_source
+from hookmagic.pipeline.sources import Captured, Lost, Source, as_source
 
 _END = object()  # end-of-stream marker, one per worker of the receiving stage
 _POLL_S = 0.05   # how often blocked threads look at the stop flag
@@ -302,6 +302,15 @@ class _Run:
                     break
                 end = time.perf_counter_ns()
                 created = due if due is not None and due < start else start
+                if isinstance(payload, Lost):   # frames a live stream skipped: counted, not hidden
+                    for _ in range(payload.count):
+                        fid = rec.new_frame(stream.name, i, payload.captured_ns)
+                        rec.finish(fid, "dropped", payload.reason, stage=stage)
+                        self._notify_frame(fid)
+                        i += 1
+                    continue
+                if isinstance(payload, Captured):   # a live frame: latency from its capture
+                    created, payload = payload.captured_ns, payload.frame
                 fid = rec.new_frame(stream.name, i, created)
                 item = _Frame(fid, payload)
                 if pipe.overflow == "drop_oldest":

@@ -20,6 +20,25 @@ from hookmagic.common.errors import InputFileError, InvalidArgument, Unavailable
 from hookmagic.pipeline import color
 
 
+@dataclass(frozen=True)
+class Captured:
+    """A frame with its capture time on the host clock (``time.perf_counter_ns``), as a live
+    stream's iterator yields it; the pipeline measures end-to-end latency from that time."""
+
+    frame: Any
+    captured_ns: int
+
+
+@dataclass(frozen=True)
+class Lost:
+    """``count`` frames the stream skipped (a gap in its timestamps, or an outage): the pipeline
+    records them as dropped with ``reason``; ``captured_ns`` is when the gap was seen."""
+
+    count: int
+    captured_ns: int
+    reason: str
+
+
 @dataclass
 class Stream:
     """One sequence of frames: ``open()`` returns a fresh iterator; ``fps`` paces it (None: as
@@ -42,9 +61,13 @@ class Source:
 
     def __iter__(self) -> Iterator[Any]:
         """The frames themselves, without a pipeline: each stream in turn, unpaced
-        (``for frame in video_file(path)``)."""
+        (``for frame in video_file(path)``); a live stream's frames as they arrive."""
         for stream in self.streams:
-            yield from stream.open()
+            for item in stream.open():
+                if isinstance(item, Captured):
+                    yield item.frame
+                elif not isinstance(item, Lost):
+                    yield item
 
 
 def frames(iterable: Iterable[Any], name: str = "frames", fps: float | None = None) -> Source:
