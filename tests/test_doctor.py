@@ -145,6 +145,18 @@ def test_the_duckdb_extra_matches_whether_duckdb_imports(report_json):
     assert ranks["installed"] == _found("duckdb")
 
 
+def test_extras_read_from_a_checkout_when_nothing_is_installed():
+    """Run from a clone through PYTHONPATH (as on the GPU machine), the extras come from the
+    checkout's pyproject.toml: every extra of EXTRAS is there and brings something."""
+    from hookmagic.machine.packages import _checkout_extras
+
+    pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
+    extras = _checkout_extras()
+    assert extras is not None and set(EXTRAS) <= set(extras)
+    assert all(extras[e] for e in EXTRAS)
+    assert any(r.startswith("duckdb") for r in extras["ranks"])
+
+
 # A SYNTHETIC /proc/driver/nvidia/params, in the driver's own "Name: value" format
 _PARAMS = """ResmanDebugLevel: 4294967295
 RmLogonRC: 1

@@ -83,19 +83,44 @@ def _toolkit_version(root: Path) -> str:
         return ""
 
 
+def _checkout_extras() -> dict[str, list[str]] | None:
+    """extra -> requirements from the pyproject.toml of the source checkout this hookmagic runs
+    from (PYTHONPATH pointing at a clone, nothing installed); None where there is none."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        return None
+    path = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8")[:1 << 20])
+    except (OSError, ValueError):
+        return None
+    project = doc.get("project", {})
+    extras = project.get("optional-dependencies")
+    if project.get("name") != "hookmagic" or not isinstance(extras, dict):
+        return None
+    return {str(k): [str(r).split(";")[0].strip() for r in v] for k, v in extras.items()}
+
+
 def _requirements() -> dict[str, list[str]] | None:
-    """extra -> the requirement strings it adds (extras named inside it expanded); None when
-    hookmagic's metadata is not installed (run from a bare source tree)."""
+    """extra -> the requirement strings it adds (extras named inside it expanded), from
+    hookmagic's installed metadata, else from the checkout's pyproject.toml; None when neither
+    is there."""
     try:
         lines = metadata.requires("hookmagic") or []
     except metadata.PackageNotFoundError:
-        return None
+        lines = None
     direct: dict[str, list[str]] = {}
-    for line in lines:
+    for line in lines or []:
         req, _, marker = line.partition(";")
         found = _EXTRA_MARKER.search(marker)
         if found:
             direct.setdefault(found.group(1), []).append(req.strip())
+    if lines is None:
+        checkout = _checkout_extras()
+        if checkout is None:
+            return None
+        direct = checkout
 
     def expand(extra: str, seen: frozenset[str]) -> list[str]:
         out = []
@@ -142,6 +167,8 @@ def extras_report() -> list[dict[str, Any]]:
         if requirements is not None:
             for req in requirements.get(extra, []):
                 name = _distribution_name(req)
+                if any(p["name"] == name for p in row["packages"]):
+                    continue   # named twice (ray and ranks both bring duckdb)
                 try:
                     version = metadata.version(name)
                 except metadata.PackageNotFoundError:
