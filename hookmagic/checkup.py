@@ -235,7 +235,7 @@ def _runs(spec, cc: int | None) -> tuple[bool, str]:
         return False, "compute capability unknown"
     if spec.arch_specific:
         return (cc == spec.min_arch,
-                "" if cc == spec.min_arch else f"needs sm_{spec.min_arch}a (sm_{spec.min_arch} exactly)")
+                "" if cc == spec.min_arch else f"needs sm_{spec.min_arch}a: sm_{spec.min_arch} exactly")
     return cc >= spec.min_arch, "" if cc >= spec.min_arch else f"needs sm_{spec.min_arch}+"
 
 
@@ -320,4 +320,4 @@ def _verdict(checks: list[Check]) -> str:
         return "%%cudahook and hookmagic.capture() can capture on this machine."
     first = blocking[0]
     return (f"Nothing will be captured here: {first.name}: {first.detail}. Recordings, views, the "
-            "scheduler's simulator and the trtexec importer work without a GPU.")
+            "scheduler's simulator and the trtexec importer work all the same.")

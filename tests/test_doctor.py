@@ -236,7 +236,31 @@ def test_kernel_variants_per_architecture():
     assert runs[("gemm", "mma")] == {"0": False, "1": True, "2": True, "3": True}
     assert runs[("sgemm", "naive")] == {"0": True, "1": True, "2": True, "3": True}
     wgmma = next(r for r in rows if r["variant"] == "wgmma")
-    assert wgmma["why_not"]["1"] == "needs sm_90a (sm_90 exactly)"
+    assert wgmma["why_not"]["1"] == "needs sm_90a: sm_90 exactly"
+
+
+def test_a_synthetic_gpu_answer_is_reported_with_its_architecture():
+    """SYNTHETIC probe answers (NVML's and libcuda's, as the child returns them) for one H200:
+    the driver, the GPU's architecture and the kernels' defaults reach the report."""
+    from hookmagic import checkup
+
+    nvml = {"found": True, "error": "", "driver_version": "580.95.05", "nvml_version": "13.580",
+            "cuda_driver_version": 13000,
+            "devices": [{"index": 0, "name": "NVIDIA H200 (synthetic)", "uuid": "GPU-0",
+                         "pci_bus_id": "", "compute_capability": [9, 0],
+                         "memory_bytes": 141 * 2**30, "source": "NVML"}]}
+    cuda = {"found": True, "path": "/synthetic/libcuda.so.1", "error": "",
+            "cuda_driver_version": 13000, "devices": []}
+    gpus = checkup._gpus(nvml, cuda)
+    assert (gpus[0]["arch"], gpus[0]["architecture"]) == ("sm_90", "Hopper")
+    driver = checkup._driver_check(nvml, cuda, 13000)
+    assert driver.status == "ok" and "580.95.05" in driver.detail and "CUDA 13.0" in driver.detail
+    kernels, _ = checkup._kernel_table(gpus)
+    checks = [driver, checkup._gpus_check(gpus, nvml, cuda)]
+    text = DoctorReport(checks, gpus, kernels, []).text()
+    assert "0: NVIDIA H200 (synthetic), compute capability 9.0 (sm_90, Hopper), 141.0 GiB" in text
+    assert "default gemm float16/bfloat16 (large shapes): wgmma" in text
+    assert not [line for line in text.splitlines() if "not on this GPU" in line and "wgmma" in line]
 
 
 @pytest.mark.parametrize("cc", [80, 87, 90])
