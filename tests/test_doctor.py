@@ -298,3 +298,16 @@ def test_doctor_is_in_the_public_api():
     assert hookmagic.doctor is doctor
     importlib.import_module("hookmagic.checkup")   # importing the module leaves the function
     assert hookmagic.doctor is doctor
+
+
+def test_the_driver_is_asked_from_a_child_process_only():
+    """NVML and libcuda are entered in the doctor's child process: the asking process loads
+    neither (nor PyTorch), so a hung driver cannot hang it and no CUDA context is made here."""
+    code = ("import sys, hookmagic; hookmagic.doctor(); "
+            "maps = open('/proc/self/maps').read() if sys.platform == 'linux' else ''; "
+            "print(sorted(m for m in ('pynvml', 'torch') if m in sys.modules), "
+            "'libcuda' in maps, 'libnvidia-ml' in maps)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "False", "False"]
