@@ -116,8 +116,8 @@ class LayerProfile:
 
     def save(self, path: str | Path) -> Path:
         """Write to ``.parquet`` (layers table; meta, times and the rest in its metadata) or
-        ``.json`` (one document); returns the path. Both are data only, safe to share;
-        ``hookmagic.load(path)`` opens either."""
+        ``.json`` (one document); a name without a suffix gets ``.parquet``. Returns the path
+        written. Both are data only, safe to share; ``hookmagic.load(path)`` opens either."""
 
     @classmethod
     def load(cls, path: str | Path) -> 'LayerProfile':
