@@ -25,6 +25,11 @@ EXTRAS = {
 }
 
 
+def install_command(extra: str) -> str:
+    """The command that adds ``extra`` (said by :func:`require` and ``hookmagic doctor``)."""
+    return f"pip install 'hookmagic[{extra}]' (from a clone: pip install -e '.[{extra}]')"
+
+
 def require(module: str, *, extra: str, purpose: str | None = None) -> ModuleType:
     """Import ``module`` or raise :class:`MissingDependency` naming ``pip install 'hookmagic[extra]'``.
 
@@ -37,6 +42,4 @@ def require(module: str, *, extra: str, purpose: str | None = None) -> ModuleTyp
         return importlib.import_module(module)
     except ImportError as err:
         why = purpose or EXTRAS[extra]
-        raise MissingDependency(
-            f"{module} is not installed ({why}): pip install 'hookmagic[{extra}]'"
-            f" (from a clone: pip install -e '.[{extra}]')") from err
+        raise MissingDependency(f"{module} is not installed ({why}): {install_command(extra)}") from err

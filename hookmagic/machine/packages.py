@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hookmagic.common.optional import EXTRAS
+from hookmagic.common.optional import EXTRAS, install_command
 from hookmagic.common.version import __version__
 
 #: distributions that carry CUDA libraries (NVIDIA's wheels, cuda-python, CuPy)
@@ -147,11 +147,6 @@ def _modules_by_distribution() -> dict[str, list[str]]:
         for dist in dists:
             out.setdefault(_canonical(dist), []).append(module)
     return out
-
-
-def install_command(extra: str) -> str:
-    """The command that adds ``extra``."""
-    return f"pip install 'hookmagic[{extra}]' (from a clone: pip install -e '.[{extra}]')"
 
 
 def extras_report() -> list[dict[str, Any]]:
