@@ -79,3 +79,105 @@ def test_arguments_are_checked_before_anything_is_opened(tmp_path):
         hookmagic.load_many(tmp_path, threads=0)
     with pytest.raises(HookmagicError, match="no paths"):
         hookmagic.load_many([])
+
+
+def _kernels_file(folder):
+    doc = json.loads((folder / "meta.json").read_text())
+    return folder / doc["tables"]["kernels"]["file"]
+
+
+def _two_rank_traces():
+    from tests.synthetic_ranks import synthetic_rank_traces
+    return synthetic_rank_traces([[0.4, 0], [0, 0]], [[0, 0], [0, 0]], world_size=2)
+
+
+def _two_ranks(tmp_path):
+    """Two rank folders with kernels (SYNTHETIC, tests/synthetic_ranks.py)."""
+    from hookmagic.trace.folder import save_trace_folder
+    runs = tmp_path / "runs"
+    folders = []
+    for r, t in enumerate(_two_rank_traces()):
+        save_trace_folder(t, runs / f"rank={r}")
+        folders.append(runs / f"rank={r}")
+    return runs, folders
+
+
+def test_a_rank_whose_kernels_file_is_a_fifo_is_damaged_without_blocking(tmp_path):
+    import os
+    runs, (_, one) = _two_ranks(tmp_path)
+    path = _kernels_file(one)
+    path.unlink()
+    os.mkfifo(path)        # reading it would wait forever for a writer
+    ts = _load(runs)
+    row = ts.ranks.set_index("rank").loc[1]
+    assert row["status"] == "damaged" and "not a regular file" in row["reason"]
+    with ts:
+        assert set(ts.sql("SELECT DISTINCT rank FROM kernels")["rank"]) == {0}
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda d: d.assign(duration_ns=-d["duration_ns"] - 1), "negative durations"),
+    (lambda d: d.assign(duration_ns=d["duration_ns"].astype(str)), "not integer nanoseconds"),
+])
+def test_a_rank_whose_kernel_times_cannot_be_summed_is_damaged(tmp_path, change, why):
+    import pandas as pd
+    runs, (_, one) = _two_ranks(tmp_path)
+    path = _kernels_file(one)
+    pd.read_parquet(path).pipe(change).to_parquet(path, index=False)
+    ts = _load(runs)
+    row = ts.ranks.set_index("rank").loc[1]
+    assert row["status"] == "damaged" and why in row["reason"]
+    with ts:   # the analyses run over the rank left
+        assert set(ts.sql("SELECT DISTINCT rank FROM kernels")["rank"]) == {0}
+
+
+def test_an_hmtrace_whose_kernels_entry_is_a_decompression_bomb_is_damaged_cheaply(tmp_path):
+    import resource
+    import zipfile
+
+    traces = _two_rank_traces()
+    good = traces[0].save(tmp_path / "rank0.hmtrace")
+    plain = traces[1].save(tmp_path / "plain1.hmtrace")
+    bomb = tmp_path / "rank1.hmtrace"
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            if info.filename.startswith("kernels"):
+                # SYNTHETIC: 1 GiB of zeros compresses about 1000x; a real table, 3-30x
+                with dst.open(info.filename, "w", force_zip64=True) as fh:
+                    chunk = bytes(1 << 24)
+                    for _ in range(64):
+                        fh.write(chunk)
+            else:
+                dst.writestr(info, src.read(info))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ts = _load([good, bomb])
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    row = ts.ranks.set_index("rank").loc[1]
+    assert row["status"] == "damaged" and "expands more than" in row["reason"]
+    assert grown_mb < 256, f"{grown_mb:.0f} MB more at peak"
+
+
+def test_a_huge_claimed_world_gives_a_short_warning_quickly(tmp_path):
+    from hookmagic.traceset.members import MAX_RANKS
+    _rank_folder(tmp_path, world_size=MAX_RANKS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ts = hookmagic.load_many(tmp_path)
+    assert len(ts) == MAX_RANKS and len(ts.problems) == MAX_RANKS - 1
+    assert max(len(str(w.message)) for w in caught) < 5_000
+    assert any(f"... and {MAX_RANKS - 1 - 20:,} more" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("bad", [5, [None], {"rank=0": 1}, b"runs"])
+def test_load_many_takes_paths_only(bad):
+    with pytest.raises(HookmagicError, match="load_many takes"):
+        hookmagic.load_many(bad)
+
+
+def test_a_rank_block_that_is_not_an_object_makes_the_rank_damaged(tmp_path):
+    runs, (_, one) = _two_ranks(tmp_path)
+    doc = json.loads((one / "meta.json").read_text())
+    doc["meta"]["rank"] = [1, 2]
+    (one / "meta.json").write_text(json.dumps(doc))
+    row = _load(runs).ranks.set_index("rank").loc[1]
+    assert row["status"] == "damaged" and "rank block is list" in row["reason"]

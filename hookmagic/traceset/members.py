@@ -6,6 +6,7 @@ here reads a table: tables are read by DuckDB when a question is asked.
 from __future__ import annotations
 
 import glob as _glob
+from collections import abc
 import os
 import re
 import zipfile
@@ -62,8 +63,15 @@ def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]
     """Paths of a directory of rank folders, a glob, one trace, or a list of any of these."""
     if isinstance(paths, (str, os.PathLike)):
         items = [paths]
-    else:
+    elif isinstance(paths, abc.Iterable) and not isinstance(paths, (bytes, abc.Mapping)):
         items = list(paths)
+    else:
+        raise TraceSetError(f"load_many takes a folder, a glob or a list of traces, not "
+                            f"{type(paths).__name__}")
+    bad = [item for item in items if not isinstance(item, (str, os.PathLike))]
+    if bad:
+        raise TraceSetError(f"load_many takes paths; {len(bad)} item(s) are not: "
+                            f"{', '.join(repr(b)[:60] for b in bad[:3])}")
     if not items:
         raise TraceSetError("no paths given: pass a folder of rank folders, a glob, or a list of "
                             "trace folders and .hmtrace files")
@@ -118,7 +126,10 @@ def open_member(path: Path, position: int) -> Member:
     except (TraceFileError, OSError) as err:
         return Member(str(path), guess, "damaged", str(err))
     meta = manifest["meta"]
-    ident = meta.get("rank") if isinstance(meta.get("rank"), dict) else {}
+    if meta.get("rank") is not None and not isinstance(meta.get("rank"), dict):
+        return Member(str(path), guess, "damaged", f"its rank block is {type(meta['rank']).__name__}"
+                      ", not an object of rank, world size, host, ...")
+    ident = meta.get("rank") or {}
     try:
         rank = _whole(ident.get("rank", guess), "rank", MAX_RANKS - 1)
         capture = _whole(ident.get("capture", int(name_match.group(2) or 0) if name_match else 0),
@@ -137,9 +148,9 @@ def open_member(path: Path, position: int) -> Member:
                   tables)
 
 
-#: the most ranks one set may claim; a tiny file saying world_size=10**9 must not make the set
-#: build a billion "missing" members
-MAX_RANKS = 1 << 20
+#: the most ranks one set may claim (131,072: beyond the largest jobs that run today); a tiny
+#: file saying world_size=10**9 must not make the set build a billion "missing" members
+MAX_RANKS = 1 << 17
 
 
 class InvalidRankFile(TraceFileError):
@@ -181,12 +192,6 @@ def _zip_manifest(path: Path) -> dict[str, Any]:
     except zipfile.BadZipFile:
         raise TraceFileError(f"{str(path)!r} is not a hookmagic trace or is damaged "
                              "(not a readable ZIP container)") from None
-
-
-def read_zip_entry(path: str, entry: str) -> bytes:
-    """One stored entry of a ``.hmtrace`` file (its Parquet bytes)."""
-    with zipfile.ZipFile(path) as zf:
-        return zf.read(entry)
 
 
 def describe_jobs(members: list[Member]) -> dict[str, int]:

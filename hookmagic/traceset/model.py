@@ -21,6 +21,7 @@ import html
 import os
 import re
 import shutil
+import stat
 import tempfile
 import warnings
 import weakref
@@ -34,12 +35,13 @@ import pyarrow.parquet as pq
 
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.devices import gpu_identity
-from hookmagic.common.errors import InvalidArgument
+from hookmagic.common import files
+from hookmagic.common.errors import InputFileError, InvalidArgument
 from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
 from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
-                                        expand, open_member, read_zip_entry)
+                                        expand, open_member)
 
 #: DuckDB's memory limit for a set's queries unless ``memory_limit=`` says otherwise
 DEFAULT_MEMORY_LIMIT = "3GB"
@@ -216,7 +218,7 @@ class TraceSet:
                 continue
             try:
                 staged = _stage_member(m, Path(stage))
-            except (TraceSetError, OSError, KeyError, zipfile.BadZipFile,
+            except (InputFileError, OSError, KeyError, zipfile.BadZipFile,
                     pa.ArrowException) as err:
                 m.status, m.reason = "damaged", f"its tables cannot be read ({err})"
                 damaged.append(m)
@@ -227,9 +229,10 @@ class TraceSet:
                 out[name][m.rank] = path
         self._files = out
         if damaged:
-            listing = "; ".join(f"rank {m.rank}: {m.reason}" for m in damaged)
+            listing = _listing([f"rank {m.rank}: {m.reason}" for m in damaged])
             warnings.warn(f"hookmagic.load_many: {len(damaged)} rank(s) marked damaged (the "
-                          f"others are analysed): {listing}", stacklevel=3)
+                          f"others are analysed; TraceSet.problems lists them): {listing}",
+                          stacklevel=3)
         return out
 
     def read_table(self, rank: int, table: str, columns: list[str]) -> pa.Table:
@@ -358,16 +361,55 @@ def _stage_member(m: Member, stage: Path) -> dict[str, str]:
             source = (root / str(info["file"])).resolve()
             if root not in source.parents:  # checked when the member was opened; again here
                 raise TraceSetError(f"table {name!r} points outside its folder")
+            # a FIFO or a device would block or never end when DuckDB reads it
+            kind = os.stat(source).st_mode
+            if not stat.S_ISREG(kind):
+                raise TraceSetError(f"table {name!r}'s file {str(info['file'])!r} is not a "
+                                    "regular file")
             os.symlink(source, target)
         else:
-            target.write_bytes(read_zip_entry(m.path, str(info["file"])))
-        names = pq.read_schema(target).names
+            with zipfile.ZipFile(m.path) as zf:   # within the size budget and the expansion ratio
+                target.write_bytes(files.read_zip_member(zf, str(info["file"]),
+                                                         f"rank {m.rank}'s trace {m.path!r}"))
+        meta = pq.read_metadata(target)
         if name == "kernels":
-            lacking = [c for c in KERNEL_COLUMNS if c not in names]
-            if lacking:
-                raise TraceSetError(f"its kernels table lacks {', '.join(lacking)}")
+            _check_kernels(target, meta)
         out[name] = str(target)
     return out
+
+
+def _check_kernels(path: Path, meta: Any) -> None:
+    """A kernels table the analyses can sum: the columns they need, times as integers and no
+    negative duration (read from the row groups' statistics, or the column when a file has
+    none): summed, a negative time would silently shrink every total."""
+    fields = {f.name: f.type for f in meta.schema.to_arrow_schema()}
+    lacking = [c for c in KERNEL_COLUMNS if c not in fields]
+    if lacking:
+        raise TraceSetError(f"its kernels table lacks {', '.join(lacking)}")
+    wrong = [c for c in ("start_ns", "end_ns", "duration_ns") if not pa.types.is_integer(fields[c])]
+    if wrong:
+        raise TraceSetError(f"its kernels table holds {', '.join(f'{c} as {fields[c]}' for c in wrong)}"
+                            ", not integer nanoseconds")
+    column = [meta.schema.column(i).name for i in range(meta.num_columns)].index("duration_ns")
+    lowest = None
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            import pyarrow.compute as pc
+            lowest = pc.min(pq.read_table(path, columns=["duration_ns"]).column(0)).as_py()
+            break
+        lowest = stats.min if lowest is None else min(lowest, stats.min)
+    if lowest is not None and lowest < 0:
+        raise TraceSetError("its kernels table holds negative durations (measured times are "
+                            "never negative)")
+
+
+def _listing(items: list[str], total: int | None = None, limit: int = 20) -> str:
+    """The first ``limit`` of ``items`` (of ``total``, by default all of them) joined for a
+    warning, and how many more there are."""
+    total = len(items) if total is None else total
+    shown = "; ".join(items[:limit])
+    return shown if total <= limit else f"{shown}; ... and {total - limit:,} more"
 
 
 def _rows(info: Any) -> int:
@@ -441,14 +483,16 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
     ts.duplicates = duplicates
     ts.table_files()   # staged now: a rank with unreadable tables is damaged from the start
     if duplicates:
-        listing = "; ".join(f"rank {r} at {p!r} (kept {k!r})" for r, p, k in duplicates)
+        listing = _listing([f"rank {r} at {p!r} (kept {k!r})" for r, p, k in duplicates])
         warnings.warn(f"hookmagic.load_many: {len(duplicates)} trace(s) repeat a rank's capture "
                       f"already in the set and were left out: {listing}", stacklevel=4)
     bad = ts.problems
     if len(bad):
-        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
+        listing = _listing([f"rank {r.rank}: {r.status} ({r.reason})"
+                            for r in bad.head(20).itertuples()], total=len(bad))
         warnings.warn(f"hookmagic.load_many: {len(bad)} of {len(ts)} ranks cannot be analysed "
-                      f"(the others are analysed): {listing}", stacklevel=4)
+                      f"(the others are analysed; TraceSet.problems lists them): {listing}",
+                      stacklevel=4)
     return ts
 
 

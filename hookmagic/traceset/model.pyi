@@ -5,6 +5,7 @@ import html
 import os
 import re
 import shutil
+import stat
 import tempfile
 import warnings
 import weakref
@@ -16,11 +17,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.devices import gpu_identity
-from hookmagic.common.errors import InvalidArgument
+from hookmagic.common import files
+from hookmagic.common.errors import InputFileError, InvalidArgument
 from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
-from hookmagic.traceset.members import Member, MixedJobsError, TraceSetError, describe_jobs, expand, open_member, read_zip_entry
+from hookmagic.traceset.members import Member, MixedJobsError, TraceSetError, describe_jobs, expand, open_member
 from hookmagic.common.results import Headline
 DEFAULT_MEMORY_LIMIT = '3GB'
 
@@ -175,6 +177,15 @@ def _stage_member(m: Member, stage: Path) -> dict[str, str]:
     trace folder's file or the stored entry of a ``.hmtrace`` file. Each file's footer is read
     (a corrupt file fails here, not in every query) and a kernels table must have
     :data:`KERNEL_COLUMNS`. Returns ``{table: path}``."""
+
+def _check_kernels(path: Path, meta: Any) -> None:
+    """A kernels table the analyses can sum: the columns they need, times as integers and no
+    negative duration (read from the row groups' statistics, or the column when a file has
+    none): summed, a negative time would silently shrink every total."""
+
+def _listing(items: list[str], total: int | None=None, limit: int=20) -> str:
+    """The first ``limit`` of ``items`` (of ``total``, by default all of them) joined for a
+    warning, and how many more there are."""
 
 def _rows(info: Any) -> int:
     """A table's row count from its manifest entry (unknown counts as rows present)."""
