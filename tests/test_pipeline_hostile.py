@@ -10,6 +10,8 @@ import zipfile
 
 import pytest
 
+import hookmagic
+
 from hookmagic.common.errors import (HookmagicError, InputFileError, InvalidArgument,
                                      Unavailable)
 from hookmagic.pipeline import Pipeline, Stage, frames, synthetic_cameras
@@ -202,7 +204,7 @@ def test_save_returns_a_path_recording_the_kind_and_loads_back(tmp_path):
     assert back.summary().to_frame().loc["frames_done", "unit"] == "frames"
 
 
-def _rewrite_manifest(src, dst, manifest=None, drop_column=None):
+def _rewrite_manifest(src, dst, manifest=None, drop_column=None, events=None):
     import io
 
     import pandas as pd
@@ -211,8 +213,9 @@ def _rewrite_manifest(src, dst, manifest=None, drop_column=None):
             data = zin.read(info)
             if info.filename == "manifest.json" and manifest is not None:
                 data = json.dumps(manifest(json.loads(data))).encode()
-            if info.filename == "events.parquet" and drop_column:
-                table = pd.read_parquet(io.BytesIO(data)).drop(columns=[drop_column])
+            if info.filename == "events.parquet" and (drop_column or events):
+                table = pd.read_parquet(io.BytesIO(data))
+                table = table.drop(columns=[drop_column]) if drop_column else events(table)
                 buf = io.BytesIO()
                 table.to_parquet(buf, index=False)
                 data = buf.getvalue()
@@ -235,6 +238,29 @@ def test_malformed_saved_runs_fail_at_load(tmp_path, request, manifest, drop):
     # a manifest that is not an object is not a pipeline run; the others claim to be one, so
     # hookmagic.load hands them to load_run, which refuses them
     assert sniff(bad) is (request.node.callspec.id != "manifest-list")
+
+
+@pytest.mark.parametrize("events, why", [
+    (lambda t: t.assign(start_ns=t["start_ns"].astype(float).where(t.index > 0)), "whole numbers"),
+    (lambda t: t.assign(start_ns=t["start_ns"].astype(str)), "whole numbers"),
+    (lambda t: t.assign(end_ns=-10**9), "never below -1"),
+    (lambda t: t.assign(end_ns=t["start_ns"] - 1), "end before they start"),
+], ids=["nan", "text", "negative", "backwards"])
+def test_saved_runs_with_impossible_times_are_refused(tmp_path, events, why):
+    # SYNTHETIC damage to a real saved run: times no run could have measured
+    _, good = _save_small(tmp_path)
+    bad = tmp_path / "bad.hmpipe"
+    _rewrite_manifest(good, bad, events=events)
+    with pytest.raises(InputFileError, match=why):
+        hookmagic.load(bad)
+
+
+def test_a_saved_run_claiming_another_kind_is_refused(tmp_path):
+    _, good = _save_small(tmp_path)
+    bad = tmp_path / "bad.hmpipe"
+    _rewrite_manifest(good, bad, manifest=lambda m: {**m, "hookmagic_kind": "trace"})
+    with pytest.raises(InputFileError, match="not a pipeline run"):
+        load_run(bad)
 
 
 # -- sources are iterable --------------------------------------------------------------------

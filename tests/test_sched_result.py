@@ -97,6 +97,35 @@ def test_damaged_files_get_one_project_error(res, tmp_path):
         S.load_result(tmp_path / "missing.hmsched")
 
 
+def _with_table(good, out, name, change):
+    with zipfile.ZipFile(good) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    buf = io.BytesIO()
+    change(pd.read_parquet(io.BytesIO(members[f"{name}.parquet"]))).to_parquet(buf, index=False)
+    members[f"{name}.parquet"] = buf.getvalue()
+    with zipfile.ZipFile(out, "w") as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    return out
+
+
+@pytest.mark.parametrize("name, change, why", [
+    ("requests", lambda t: t.assign(arrival_s=t["arrival_s"].where(t.index > 0)), "arrivals"),
+    ("requests", lambda t: t.assign(arrival_s=-5.0), "arrivals"),
+    ("requests", lambda t: t.assign(arrival_s=np.inf), "arrivals"),
+    ("requests", lambda t: t.assign(slo_ms=0.0), "SLOs of zero"),
+    ("batches", lambda t: t.assign(end_s=t["start_s"] - 1.0), "end before they start"),
+    ("batches", lambda t: t.assign(start_s=np.nan), "not finite"),
+    ("batches", lambda t: t.assign(start_s="x"), "not numbers"),
+], ids=["arrival-nan", "arrival-negative", "arrival-inf", "slo-zero", "batch-backwards",
+        "batch-nan", "batch-text"])
+def test_impossible_stored_times_are_refused(res, tmp_path, name, change, why):
+    # SYNTHETIC damage to a saved simulation: numbers no run could have produced
+    bad = _with_table(res.save(tmp_path / "good"), tmp_path / "bad.hmsched", name, change)
+    with pytest.raises(InputFileError, match=why):
+        hookmagic.load(bad)
+
+
 def test_a_result_with_repeated_batch_ids_is_refused(res, tmp_path):
     twice = S.SimResult(pd.concat([res.requests, res.requests], ignore_index=True),
                         pd.concat([res.batches, res.batches], ignore_index=True), res.meta)

@@ -28,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
-from hookmagic.common.errors import InputFileError, LimitExceeded
+from hookmagic.common import files
+from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
 from hookmagic.common.results import SAVED_KIND_KEY
 
 SUFFIX = ".hmpipe"
@@ -112,24 +113,54 @@ def load_run(path: str | os.PathLike) -> PipelineRun:
             if total > limit:
                 raise LimitExceeded(f"{path}: expands to {total} bytes, over the {limit}-byte "
                                     "limit (raise HOOKMAGIC_MAX_PIPE_BYTES)")
-            manifest = json.loads(zf.read("manifest.json"))
+            manifest = json.loads(files.read_zip_member(zf, "manifest.json", str(path)))
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 found = manifest.get("format") if isinstance(manifest, dict) else "not an object"
                 raise InputFileError(f"{path}: not a saved pipeline run (format {found!r})")
+            if manifest.get(SAVED_KIND_KEY, KIND) != KIND:
+                raise InputFileError(f"{path}: its manifest says it holds a "
+                                     f"{manifest.get(SAVED_KIND_KEY)!r}, not a pipeline run")
             meta = manifest.get("meta")
             if not isinstance(meta, dict) or not _valid_stages(meta.get("stages")):
                 raise InputFileError(f"{path}: the manifest's meta lacks a list of named stages")
-            tables = {n: pd.read_parquet(io.BytesIO(zf.read(f"{n}.parquet")))
+            # each member within the size budget and the expansion ratio
+            tables = {n: pd.read_parquet(io.BytesIO(files.read_zip_member(zf, f"{n}.parquet",
+                                                                         str(path))))
                       for n in ("events", "frames")}
             for n, cols in (("events", EVENT_COLUMNS), ("frames", FRAME_COLUMNS)):
                 missing = [c for c in cols if c not in tables[n].columns]
                 if missing:
                     raise InputFileError(f"{path}: the {n} table lacks columns {missing}")
+            _check_numbers(path, tables["events"], tables["frames"])
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as err:
         if isinstance(err, InputFileError):
             raise
         raise InputFileError(f"{path}: not a readable pipeline run ({err})") from err
     return PipelineRun(tables["events"], tables["frames"], meta)
+
+
+#: integer columns of a saved run's tables; times are host nanoseconds, -1 where a time does
+#: not apply (no previous stage, no GPU)
+_INTEGERS = {"events": ("frame", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
+                        "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns"),
+             "frames": ("frame", "index", "created_ns")}
+
+
+def _check_numbers(path: Path, events: pd.DataFrame, frames: pd.DataFrame) -> None:
+    """Refuse a saved run whose times could not have been measured: not whole numbers, below
+    the -1 that means "none", or an execution that ends before it starts."""
+    for name, table in (("events", events), ("frames", frames)):
+        wrong = [c for c in _INTEGERS[name] if not pd.api.types.is_integer_dtype(table[c])]
+        if wrong:
+            raise InputFileError(f"{path}: the {name} table holds {', '.join(wrong)} as "
+                                 "something other than whole numbers")
+        low = [c for c in _INTEGERS[name] if len(table) and int(table[c].min()) < -1]
+        if low:
+            raise BadNumbers(f"{path}: the {name} table holds impossible values in "
+                             f"{', '.join(low)} (times and counts are never below -1)")
+    if len(events) and bool((events["end_ns"] < events["start_ns"]).any()):
+        raise BadNumbers(f"{path}: {int((events['end_ns'] < events['start_ns']).sum())} "
+                         "stage execution(s) end before they start")
 
 
 def _valid_stages(stages: object) -> bool:

@@ -242,6 +242,7 @@ def load_result(path: str | os.PathLike) -> Result:
         missing = [c for c in cols if c not in frame.columns]
         if missing:
             raise InputFileError(f"{what}: the {name} table lacks columns {missing}")
+    _check_numbers(what, req, bat)
     status = req["status"].astype(str)
     unknown = sorted(set(status) - set(STATUS_NAMES))
     if unknown:
@@ -253,6 +254,41 @@ def load_result(path: str | os.PathLike) -> Result:
         raise InputFileError(f"{what}: {err}") from None
     cls = RunResult if meta.get("mode") == "real" else SimResult
     return cls(req, bat, meta)
+
+
+def _check_numbers(what: str, req: pd.DataFrame, bat: pd.DataFrame) -> None:
+    """Refuse stored times that no run could have produced (summed or averaged, they would
+    pass for real results): arrivals finite and not negative, deadlines and SLOs numbers
+    (an SLO may be infinite: none), drop times finite where set, batches finite that end no
+    earlier than they start, with at least one request."""
+    from hookmagic.common.errors import BadNumbers
+
+    def numbers(frame: pd.DataFrame, col: str) -> np.ndarray:
+        if not pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
+            raise InputFileError(f"{what}: column {col!r} holds {frame[col].dtype}, not numbers")
+        return frame[col].to_numpy(np.float64)
+
+    problems = []
+    arrival = numbers(req, "arrival_s")
+    if not (np.isfinite(arrival) & (arrival >= 0)).all():
+        problems.append("request arrivals that are not finite non-negative seconds")
+    for col in ("deadline_s", "slo_ms"):
+        if np.isnan(numbers(req, col)).any():
+            problems.append(f"NaN in {col}")
+    if (numbers(req, "slo_ms") <= 0).any():
+        problems.append("SLOs of zero or less")
+    drop = numbers(req, "drop_s")
+    if (np.isinf(drop) | (drop < 0)).any():
+        problems.append("drop times that are not finite non-negative seconds")
+    start, end = numbers(bat, "start_s"), numbers(bat, "end_s")
+    if not (np.isfinite(start) & np.isfinite(end)).all():
+        problems.append("batch times that are not finite")
+    elif (end < start).any():
+        problems.append(f"{int((end < start).sum())} batch(es) that end before they start")
+    if (numbers(bat, "size") < 1).any():
+        problems.append("batches of no request")
+    if problems:
+        raise BadNumbers(f"{what} is damaged: {'; '.join(problems)}")
 
 
 def with_derived(requests: pd.DataFrame, batches: pd.DataFrame, copy: bool = True
