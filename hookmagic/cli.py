@@ -175,10 +175,14 @@ def _trt_summary(args: argparse.Namespace) -> int:
         _print_table("time by precision", parts["by_precision"])
         _print_table("layer sum vs end-to-end", parts["reconcile"])
         _print_table("findings", parts["findings"][["severity", "finding", "evidence"]])
-    if args.max_ms is not None and not math.isfinite(p.total_ms):
-        # a NaN layer sum compares False with any limit: it must not pass as within it
-        print(f"hookmagic: layer sum is {p.total_ms} (no usable layer times); "
-              f"--max-ms {args.max_ms} cannot be checked", file=sys.stderr)
+    untimed = int(p.layers["mean_ms"].isna().sum()) if len(p.layers) else 0
+    if args.max_ms is not None and (not math.isfinite(p.total_ms) or untimed or not len(p.layers)):
+        # a sum that leaves layers out (or a NaN, which compares False with any limit) must
+        # not pass as within it
+        why = (f"{untimed} of {len(p.layers)} layer(s) have no time" if untimed
+               else "no usable layer times")
+        print(f"hookmagic: layer sum is {p.total_ms:.3f} ms but {why}; --max-ms {args.max_ms} "
+              "cannot be checked", file=sys.stderr)
         return EXIT_THRESHOLD
     if args.max_ms is not None and p.total_ms > args.max_ms:
         print(f"hookmagic: layer sum {p.total_ms:.3f} ms exceeds --max-ms {args.max_ms}",

@@ -43,8 +43,20 @@ def load(path: str | os.PathLike) -> Any:
     - the name of a bundled recording (``hookmagic.recordings.available()``): its ``Trace``.
 
     Raises an :class:`~hookmagic.common.errors.InputFileError` (a ``HookmagicError``) for a
-    missing, damaged or foreign file, saying why.
+    missing, damaged or foreign file, saying why, and
+    :class:`~hookmagic.common.errors.LimitExceeded` when a file within the budgets still needs
+    more memory than the process can have.
     """
+    try:
+        return _load(path)
+    except MemoryError:
+        from hookmagic.common.errors import LimitExceeded
+        raise LimitExceeded(f"{os.fspath(path)!r} needs more memory than this process can have; "
+                            "HOOKMAGIC_MAX_ROWS and HOOKMAGIC_MAX_BYTES set lower budgets "
+                            "(docs/limits.md)") from None
+
+
+def _load(path: str | os.PathLike) -> Any:
     import importlib
 
     from hookmagic.common.files import open_input

@@ -367,6 +367,16 @@ def test_cli_rejects_nan_max_ms_and_negative_top(tmp_path):
     assert _cli("trt", "summary", "--profile", prof, "--max-ms", "5").returncode == 0
 
 
+def test_max_ms_cannot_pass_a_sum_that_leaves_layers_out(tmp_path):
+    # SYNTHETIC: two of three layers have no time; their sum (1 ms) would pass a 5 ms gate
+    prof = _profile(tmp_path, [{"name": "a", "averageMs": float("nan")},
+                               {"name": "b", "averageMs": float("nan")},
+                               {"name": "c", "averageMs": 1.0}])
+    r = _cli("trt", "summary", "--profile", prof, "--max-ms", "5")
+    assert r.returncode == 3 and "2 of 3 layer(s) have no time" in r.stderr
+    assert "cannot be checked" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_cli_json_is_strict_and_errors_are_one_line(tmp_path):
     prof = _profile(tmp_path, [{"name": "a", "averageMs": float("nan")},
                                {"name": "b", "averageMs": 1.0}])
@@ -483,3 +493,68 @@ def test_gc_paused_restores_the_collector_even_on_errors():
             assert not gc.isenabled()
             raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+def test_json_with_a_byte_order_mark_reads_and_utf16_is_named(tmp_path):
+    import json as _json
+    from hookmagic.layers import LayerFileError, from_trtexec
+    records = [{"count": 10}, {"name": "a", "timeMs": 10.0, "averageMs": 1.0, "medianMs": 1.0,
+                               "percentage": 100.0}]
+    text = _json.dumps(records)
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())          # as some Windows editors save it
+    assert from_trtexec(profile=bom).total_ms == 1.0
+    wide = tmp_path / "utf16.json"
+    wide.write_bytes(text.encode("utf-16"))
+    with pytest.raises(LayerFileError, match="UTF-16"):
+        from_trtexec(profile=wide)
+
+
+def test_trtexec_exports_without_layers_are_refused(tmp_path):
+    import json as _json
+    from hookmagic.layers import LayerFileError, from_trtexec
+    empty = tmp_path / "layers.json"
+    empty.write_text(_json.dumps({"Layers": []}))
+    with pytest.raises(LayerFileError, match="hold no layers"):
+        from_trtexec(layers=empty)
+
+
+def test_kineto_copies_of_negative_size_are_refused(tmp_path):
+    from hookmagic.common.errors import BadNumbers
+    # SYNTHETIC Kineto JSON: a copy of -100 bytes would shrink every copy total
+    ev = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "ts": 10.0,
+          "dur": 2.0, "pid": 0, "tid": 7, "args": {"bytes": -100, "device": 0, "stream": 7}}
+    path = tmp_path / "synthetic_kineto.json"
+    path.write_text(json.dumps({"traceEvents": [ev]}))
+    with pytest.raises(BadNumbers, match="negative bytes"):
+        hookmagic.load(path)
+
+
+def test_running_out_of_memory_while_loading_is_a_limit_error(tmp_path):
+    # a file within the budgets can still need more memory than a process may have: here a
+    # child process is capped (setrlimit) below what a 19M-row table takes to load
+    code = """
+import resource, sys
+import numpy as np, pandas as pd
+import hookmagic
+from hookmagic.common.errors import LimitExceeded
+from hookmagic.trace.model import Trace
+from tests.synthetic import synthetic
+folder = sys.argv[1]
+t = synthetic()
+n = 19_000_000   # SYNTHETIC: 19M identical kernels, a few kB of Parquet
+cols = t.tables["kernels"]
+k = pd.DataFrame({c: np.zeros(n, cols[c].dtype) for c in cols.columns if cols[c].dtype.kind in "iuf"})
+Trace({**t.tables, "kernels": k.assign(name="k")}, t.meta).save(folder + "/big.hmtrace")
+t.save(folder + "/small.hmtrace")
+del k, t
+hookmagic.load(folder + "/small.hmtrace")   # Arrow's worker threads start before the cap
+resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, 1500 << 20))
+try:
+    hookmagic.load(folder + "/big.hmtrace")
+except LimitExceeded as err:
+    print("LimitExceeded", err)
+"""
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                       timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert "LimitExceeded" in r.stdout and "more memory" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]

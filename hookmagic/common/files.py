@@ -305,12 +305,15 @@ def parse_json(data: bytes | str, what: str, error: type[InputFileError] = Input
         if deepest > max_depth:
             raise exceeded(MAX_DEPTH, f"{what} (nested {deepest} levels deep)", deepest)
     if isinstance(data, (bytes, bytearray)):
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff") and _utf16_json(bytes(data[:64])):
+            raise error(f"{what} is UTF-16 text; save it as UTF-8 JSON")
         try:
-            text = bytes(data).decode("utf-8", errors)
+            # "utf-8-sig": a byte-order mark, as some Windows editors write, is not part of JSON
+            text = bytes(data).decode("utf-8-sig", errors)
         except UnicodeDecodeError:
             raise error(f"{what} is not text JSON (a binary file?)") from None
     else:
-        text = data
+        text = data.removeprefix("\ufeff")
     if not text.strip():
         raise error(f"{what} is empty")
     try:
@@ -320,6 +323,15 @@ def parse_json(data: bytes | str, what: str, error: type[InputFileError] = Input
                     f"{exc.colno}); was it cut short while writing?") from None
     except RecursionError:
         raise exceeded(MAX_DEPTH, f"{what} (nested too deep for the parser)") from None
+
+
+def _utf16_json(head: bytes) -> bool:
+    """Whether the first bytes read as UTF-16 text that starts like JSON."""
+    try:
+        text = head[: len(head) // 2 * 2].decode("utf-16", "strict")
+    except UnicodeDecodeError:
+        return False
+    return text.lstrip()[:1] in ("{", "[")
 
 
 def load_json_file(path: str | os.PathLike, what: str = "JSON file",

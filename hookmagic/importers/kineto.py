@@ -72,7 +72,11 @@ def read_kineto(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict[
             doc = _load(path)
             events, header = _events_of(doc, path)
             limits.check(limits.MAX_ROWS, len(events), f"Kineto trace {str(path)!r} (traceEvents)")
-            return _convert(events, header, path)
+            tables, meta = _convert(events, header, path)
+        # negative sizes (or times) would silently shrink every total: the file is damaged
+        from hookmagic.trace.io import refuse_bad_numbers
+        refuse_bad_numbers(tables, str(path))
+        return tables, meta
     except HookmagicError:
         raise
     except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as err:

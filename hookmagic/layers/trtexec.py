@@ -87,6 +87,9 @@ def _from_trtexec(profile, layers, times, name, meta) -> LayerProfile:
     info = read_layer_info(layers, warnings) if layers is not None else None
     rows = join_timing([_timing(r, profile) for r in records], info["layers"] if info else None,
                        warnings)
+    if not rows:   # an empty profile would read as a model that takes no time
+        files_ = ", ".join(str(f) for f in (profile, layers) if f is not None)
+        raise LayerFileError(f"trtexec export(s) {files_} hold no layers")
     rows, constants = split_constants(rows, warnings)
     rows = fold_noops(rows)
     label = name or _label(profile or layers)

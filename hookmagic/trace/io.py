@@ -18,6 +18,7 @@ import io
 import json
 import os
 import warnings
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -269,6 +270,17 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     return manifest
 
 
+#: how Arrow says the process ran out of memory or threads (not that the file is damaged)
+_RESOURCES = re.compile(r"out of memory|Resource temporarily unavailable|Cannot allocate memory|"
+                        r"Failed to launch worker thread", re.IGNORECASE)
+
+
+def _out_of_memory(path: Path, name: str, err: BaseException) -> LimitExceeded:
+    return LimitExceeded(f"table {name!r} of trace file {str(path)!r} needs more memory than this "
+                         f"process can have ({type(err).__name__}: {err}); HOOKMAGIC_MAX_ROWS and "
+                         "HOOKMAGIC_MAX_BYTES set lower budgets (docs/limits.md)")
+
+
 def _read_table(zf: zipfile.ZipFile, path: Path, name: str, info: Any, spent: list[int]):
     what = f"table {name!r} of trace file {str(path)!r}"
     try:
@@ -288,11 +300,15 @@ def _read_table(zf: zipfile.ZipFile, path: Path, name: str, info: Any, spent: li
         table = pf.read()
     except (LimitExceeded, TraceFileError):
         raise
+    except (MemoryError, pa.ArrowMemoryError) as err:
+        raise _out_of_memory(path, name, err) from None
     except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} is missing or "
                              f"unreadable ({err}); save the trace again from its source") from None
     except (pa.ArrowException, zipfile.BadZipFile, OSError, EOFError, zlib.error,
             NotImplementedError, RuntimeError) as err:
+        if _RESOURCES.search(str(err)):   # the process ran short, the file may be fine
+            raise _out_of_memory(path, name, err) from None
         raise TraceFileError(f"{str(path)!r} is damaged: table {name!r} could not be read "
                              f"({err}); save the trace again from its source") from None
     if table.num_rows != rows:
