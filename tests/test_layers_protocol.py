@@ -65,3 +65,14 @@ def test_a_profile_holding_only_a_count_is_refused(tmp_path):
 def test_unknown_sample_names_the_known_ones():
     with pytest.raises(HookmagicError, match="resnet50_fp16"):
         load_sample("resnet51")
+
+
+@pytest.mark.parametrize("column", ["mean_ms", "median_ms"])
+def test_a_saved_profile_with_negative_times_is_refused(resnet, tmp_path, column):
+    from hookmagic.layers.errors import LayerNumbersError
+    path = resnet.save(tmp_path / "r.json")
+    doc = json.loads(path.read_text())
+    doc["layers"][3][column] = -1       # SYNTHETIC damage: a value no profiler measures
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LayerNumbersError, match=f"column {column} holds 1 negative"):
+        hookmagic.load(path)

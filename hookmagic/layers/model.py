@@ -342,6 +342,14 @@ class LayerProfile:
                         raise LayerNumbersError(f"{path}: column {col} holds {len(junk)} "
                                                 f"value(s) that are not numbers, e.g. "
                                                 f"{str(junk[0])[:40]!r}")
+            for col in ("mean_ms", "median_ms", "p90_ms", "count"):
+                # a saved time or count below zero was never measured (NaN is "no time")
+                values = pd.to_numeric(layers[col], errors="coerce") if col in layers else None
+                if values is not None and bool((values < 0).any()):
+                    from .errors import LayerNumbersError
+                    raise LayerNumbersError(f"{path}: column {col} holds {int((values < 0).sum())} "
+                                            "negative value(s); measured times and counts are "
+                                            "never negative")
             meta = doc.get("meta", {})
             if not isinstance(meta, dict):
                 raise LayerFileError(f"{path}: not a readable LayerProfile (its meta is a "
