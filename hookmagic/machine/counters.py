@@ -31,9 +31,10 @@ def counter_access(params_path: str | os.PathLike = PARAMS_PATH, *,
     reader is an admin, who may read restricted counters anyway (None: this process runs as
     root)."""
     path = Path(params_path)
+    if path.exists() and not path.is_file():  # a FIFO would block the read
+        return {"restricted": None, "source": str(path), "fix": "",
+                "detail": f"{path} could not be read (it is not a regular file)"}
     try:
-        if path.exists() and not path.is_file():  # a FIFO would block the read
-            raise IsADirectoryError(0, "not a regular file")
         with open(path, "rb") as f:
             text = f.read(_MAX_BYTES).decode("utf-8", "replace")
     except OSError as exc:
