@@ -55,3 +55,41 @@ def test_plotly_text_of_flame_and_timeline_is_literal(hostile_trace):
                     texts += [str(v) for v in value if v is not None]
         _no_raw_markup(" ".join(texts))
         assert any(HOSTILE in html.unescape(t) for t in texts)
+
+
+def _figure_texts(fig) -> list[str]:
+    """Every string Plotly renders as pseudo-HTML: titles, trace names, hover templates,
+    categorical axis values, text and custom data."""
+    spec = json.loads(fig.to_json())
+    layout = spec.get("layout", {})
+    texts = [str((layout.get("title") or {}).get("text", ""))]
+    texts += [str(a.get("text", "")) for a in layout.get("annotations", [])]
+    for trace in spec["data"]:
+        texts += [str(trace.get(k, "")) for k in ("name", "legendgroup", "hovertemplate")]
+        for key in ("x", "y", "text", "customdata", "labels"):
+            value = trace.get(key)
+            if isinstance(value, list):
+                flat = [v for row in value for v in (row if isinstance(row, list) else [row])]
+                texts += [v for v in flat if isinstance(v, str)]
+    return texts
+
+
+def test_scheduler_figures_show_model_names_literally():
+    from hookmagic import sched as S
+    res = S.simulate([S.ModelSpec.linear(HOSTILE, 2.0, 0.5, 8)], [S.Poisson(HOSTILE, 200.0, slo_ms=20)],
+                     S.Policy(batching=S.Batching(4, 2.0)), duration_s=0.5, seed=3)
+    figures = [res.gantt(), res.latency_cdf(), res.slo_chart(), res.batch_histogram(), res.queue_chart()]
+    for fig in figures:
+        texts = _figure_texts(fig)
+        _no_raw_markup(" ".join(texts))
+    assert any(HOSTILE in html.unescape(t) for t in _figure_texts(figures[0]))
+
+
+def test_pipeline_figures_show_stage_names_and_labels_literally():
+    from hookmagic.pipeline import Pipeline, Stage, frames
+    run = Pipeline([Stage(HOSTILE, lambda x: x)], name=HOSTILE).run(frames(range(6)))
+    from hookmagic.pipeline.views import queues_figure
+    for fig in (run.gantt(), run.stage_chart(), queues_figure(run)):
+        texts = _figure_texts(fig)
+        _no_raw_markup(" ".join(texts))
+        assert any(HOSTILE in html.unescape(t) for t in texts)

@@ -94,3 +94,17 @@ def test_figures_are_named_for_their_chart(folder):
         assert not any(n.endswith("_figure") or n.startswith("plot_") for n in dir(ts))
         assert {t.name for t in ts.straggler_chart().data} == {"rank 0 last", "rank 1 last",
                                                                "rank 2 last"}
+
+
+def test_a_saved_sets_rank_linked_outside_it_is_not_read(folder, tmp_path):
+    import shutil
+    with _open(folder) as ts:
+        saved = ts.save(tmp_path / "saved")
+    outside = tmp_path / "outside"
+    shutil.copytree(saved / "rank=1", outside)      # a readable rank folder, outside the set
+    shutil.rmtree(saved / "rank=1")
+    (saved / "rank=1").symlink_to(outside, target_is_directory=True)
+    with tsio.load(saved) as back:
+        row = back.ranks.set_index("rank").loc[1]
+        assert row["status"] == "damaged" and "missing or unreadable" in row["reason"]
+        assert 1 not in set(back.sql("SELECT DISTINCT rank FROM kernels")["rank"])

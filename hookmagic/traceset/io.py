@@ -44,8 +44,13 @@ def load(path: str | os.PathLike) -> "TraceSet":
             raise TraceSetFileError(f"{str(path)!r}: its {MANIFEST} holds an impossible rank "
                                     f"entry {str(entry)[:80]!r}")
         listed[rank] = entry
+    # a rank's folder is the saved set's own: a link (or a path) leading out of the set is
+    # never followed; that rank reads as damaged below
+    root = path.resolve()
     with_data = [path / f"rank={r}" for r, e in listed.items()
-                 if e["status"] in ("complete", "partial")]
+                 if e["status"] in ("complete", "partial")
+                 and not (path / f"rank={r}").is_symlink()
+                 and (path / f"rank={r}").resolve().parent == root]
     job = manifest.get("job_id")
     job = job if isinstance(job, str) else ""
     members: list[Member] = []

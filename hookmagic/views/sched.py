@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from hookmagic.common.format import plotly_text
+
 __all__ = ["latency_cdf_figure", "p99_vs_slo_figure", "batch_histogram_figure", "gantt_figure",
            "queue_depth_figure", "MODEL_COLOURS"]
 
@@ -43,7 +45,7 @@ def latency_cdf_figure(cdf: pd.DataFrame | Mapping[str, pd.DataFrame], by: str =
     names = sorted({m for f in runs.values() for m in f[by].unique()}, key=str)
     for k, (run, frame) in enumerate(runs.items()):
         for name, g in frame.groupby(by, sort=True, observed=True):
-            label = f"{name} {run}".strip()
+            label = plotly_text(f"{name} {run}".strip())   # names from a file: literal text
             fig.add_trace(go.Scatter(x=g["latency_ms"], y=g["fraction"], mode="lines", name=label,
                                      line=dict(color=_colour(names, name), dash=_DASH[k % 4]),
                                      hovertemplate="%{x:.2f} ms: %{y:.1%}<extra>" + label + "</extra>"))
@@ -57,11 +59,12 @@ def p99_vs_slo_figure(summary: pd.DataFrame | Mapping[str, pd.DataFrame]) -> go.
     fig = go.Figure()
     runs = _runs(summary)
     for run, s in runs.items():
-        fig.add_trace(go.Bar(x=[str(i) for i in s.index], y=s["p99_ms"], name=f"p99 {run}".strip(),
+        fig.add_trace(go.Bar(x=[plotly_text(i) for i in s.index], y=s["p99_ms"],
+                             name=plotly_text(f"p99 {run}".strip()),
                              text=[f"{v:.1f}" for v in s["p99_ms"]], textposition="outside"))
     first = next(iter(runs.values()))
     if "slo_ms" in first:
-        fig.add_trace(go.Scatter(x=[str(i) for i in first.index], y=first["slo_ms"], mode="markers",
+        fig.add_trace(go.Scatter(x=[plotly_text(i) for i in first.index], y=first["slo_ms"], mode="markers",
                                  name="SLO", marker=dict(symbol="line-ew-open", size=40,
                                                          line=dict(width=3, color="#d62728"))))
     fig.update_yaxes(title="ms", tickformat=",~f")
@@ -75,7 +78,7 @@ def batch_histogram_figure(hist: pd.DataFrame | Mapping[str, pd.DataFrame], by: 
     names = sorted({m for f in runs.values() for m in f[by].unique()}, key=str)
     for k, (run, h) in enumerate(runs.items()):
         for name, g in h.groupby(by, sort=True, observed=True):
-            fig.add_trace(go.Bar(x=g["size"], y=g["share"], name=f"{name} {run}".strip(),
+            fig.add_trace(go.Bar(x=g["size"], y=g["share"], name=plotly_text(f"{name} {run}".strip()),
                                  marker=dict(color=_colour(names, name),
                                              pattern_shape="" if k == 0 else "/"),
                                  hovertemplate="size %{x}: %{y:.1%} of batches<extra></extra>"))
@@ -102,11 +105,12 @@ def gantt_figure(batches: pd.DataFrame, t0: float | None = None, span_s: float =
     for name, g in b.groupby("model", sort=True, observed=True):
         fig.add_trace(go.Bar(
             base=g["start_s"] * 1e3, x=(g["end_s"] - g["start_s"]) * 1e3,
-            y=[f"stream {s}" for s in g["stream"]], orientation="h", name=str(name),
+            y=[f"stream {s}" for s in g["stream"]], orientation="h", name=plotly_text(name),
             marker=dict(color=_colour(names, name), line=dict(width=0.5, color="white")),
             text=g["size"].astype(str), textposition="inside", insidetextanchor="middle",
             customdata=np.stack([g["size"], g["compute_ms"]], axis=1),
-            hovertemplate="size %{customdata[0]}, %{customdata[1]:.2f} ms<extra>" + str(name) + "</extra>"))
+            hovertemplate="size %{customdata[0]}, %{customdata[1]:.2f} ms<extra>" + plotly_text(name)
+                          + "</extra>"))
     fig.update_xaxes(title="time (ms)", tickformat=",~f")
     fig.update_yaxes(categoryorder="category descending")
     return _layout(fig, f"Batches per stream ({span_s * 1e3:g} ms window)", barmode="overlay")
@@ -121,7 +125,7 @@ def queue_depth_figure(depth: pd.DataFrame, by: str = "model", max_points: int =
             bucket = pd.cut(g["time_s"], max_points // 2, labels=False)
             g = g.loc[g.groupby(bucket)["depth"].idxmax()]
         fig.add_trace(go.Scatter(x=g["time_s"], y=g["depth"], mode="lines", line_shape="hv",
-                                 name=str(name), line=dict(color=_colour(names, name))))
+                                 name=plotly_text(name), line=dict(color=_colour(names, name))))
     fig.update_xaxes(title="time (s)")
     fig.update_yaxes(title="requests waiting")
     return _layout(fig, "Queue depth")
