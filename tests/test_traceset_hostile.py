@@ -181,3 +181,34 @@ def test_a_rank_block_that_is_not_an_object_makes_the_rank_damaged(tmp_path):
     (one / "meta.json").write_text(json.dumps(doc))
     row = _load(runs).ranks.set_index("rank").loc[1]
     assert row["status"] == "damaged" and "rank block is list" in row["reason"]
+
+
+@pytest.mark.parametrize("kw", [{"memory_limit": "1B"}, {"memory_limit": "9999999TB"},
+                                {"memory_limit": "0"}, {"threads": 4096}])
+def test_duckdb_settings_out_of_range_are_refused_before_duckdb(tmp_path, kw):
+    runs, _ = _two_ranks(tmp_path)
+    with pytest.raises(InvalidArgument):
+        hookmagic.load_many(runs, **kw)
+
+
+def test_a_query_duckdb_refuses_is_the_sets_own_error(tmp_path):
+    from hookmagic.traceset.members import TraceSetQueryError
+    runs, _ = _two_ranks(tmp_path)
+    with _load(runs) as ts:
+        with pytest.raises(TraceSetQueryError, match="syntax error"):
+            ts.sql("selec 1")
+        with pytest.raises(TraceSetQueryError):
+            ts.sql("SELECT no_such_column FROM kernels")
+        assert ts.sql("SELECT count(*) AS n FROM kernels")["n"][0] > 0
+
+
+def test_a_temporary_folder_with_glob_characters_in_its_path(tmp_path, monkeypatch):
+    import tempfile
+    runs, _ = _two_ranks(tmp_path)
+    odd = tmp_path / "tmp[1]*?'q"
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))   # where the set stages its files
+    with _load(runs) as ts:
+        assert "[1]" in ts._stage
+        assert set(ts.sql("SELECT DISTINCT rank FROM kernels")["rank"]) == {0, 1}
+        assert len(ts.stragglers()) > 0

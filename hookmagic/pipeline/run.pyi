@@ -8,7 +8,8 @@ import zipfile
 from pathlib import Path
 import pandas as pd
 from hookmagic.common.accessors import accepts_methods
-from hookmagic.common.errors import InputFileError, LimitExceeded
+from hookmagic.common import files
+from hookmagic.common.errors import BadNumbers, InputFileError, LimitExceeded
 from hookmagic.common.results import SAVED_KIND_KEY
 from typing import Any
 SUFFIX = '.hmpipe'
@@ -102,6 +103,11 @@ class PipelineRun:
 
 def load_run(path: str | os.PathLike) -> PipelineRun:
     """Open a run saved by :meth:`PipelineRun.save` (one InputFileError if it is not one)."""
+_INTEGERS = {'events': ('frame', 'stage_index', 'worker', 'batch', 'batch_size', 'enqueue_ns', 'start_ns', 'end_ns', 'put_ns', 'gpu_start_ns', 'gpu_end_ns'), 'frames': ('frame', 'index', 'created_ns')}
+
+def _check_numbers(path: Path, events: pd.DataFrame, frames: pd.DataFrame) -> None:
+    """Refuse a saved run whose times could not have been measured: not whole numbers, below
+    the -1 that means "none", or an execution that ends before it starts."""
 
 def _valid_stages(stages: object) -> bool:
     ...

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from hookmagic.common.errors import InputFileError
+from hookmagic.common.errors import InputFileError, InvalidArgument
 from hookmagic.trace.folder import is_trace_folder, read_folder_manifest
 from hookmagic.trace.io import TraceFileError, _read_manifest
 
@@ -24,6 +24,10 @@ _TEMP_NAME = re.compile(r"^\.rank=(\d+)(?:\.\d+)?\..*\.tmp$")
 
 class TraceSetError(InputFileError):
     """A set of traces could not be opened as asked; the message says why and what to do."""
+
+
+class TraceSetQueryError(TraceSetError, InvalidArgument):
+    """DuckDB refused a query over the set (a syntax error, an unknown table or column)."""
 
 
 class MixedJobsError(TraceSetError):

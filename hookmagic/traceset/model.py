@@ -33,15 +33,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hookmagic.common import files
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.devices import gpu_identity
-from hookmagic.common import files
-from hookmagic.common.errors import InputFileError, InvalidArgument
+from hookmagic.common.errors import InputFileError, InvalidArgument, LimitExceeded
 from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
-from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError, describe_jobs,
-                                        expand, open_member)
+from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError,
+                                        TraceSetQueryError, describe_jobs, expand, open_member)
 
 #: DuckDB's memory limit for a set's queries unless ``memory_limit=`` says otherwise
 DEFAULT_MEMORY_LIMIT = "3GB"
@@ -154,9 +154,20 @@ class TraceSet:
         return self._con
 
     def sql(self, query: str, params: Any = None) -> pd.DataFrame:
-        """Run ``query`` over the set's views; the result as a DataFrame."""
-        return self.con.execute(query, params).df() if params is not None \
-            else self.con.execute(query).df()
+        """Run ``query`` over the set's views; the result as a DataFrame. A query DuckDB
+        refuses raises :class:`TraceSetQueryError`; running out of the set's ``memory_limit``
+        raises :class:`~hookmagic.common.errors.LimitExceeded` naming it."""
+        duckdb = require("duckdb", extra="ranks")
+        con = self.con
+        try:
+            return con.execute(query, params).df() if params is not None \
+                else con.execute(query).df()
+        except duckdb.OutOfMemoryException as err:
+            raise LimitExceeded(f"the query needs more memory than the set's memory_limit "
+                                f"{self.memory_limit!r} (or this machine) allows: "
+                                f"{_first_line(err)}; open the set with a larger memory_limit=") from None
+        except duckdb.Error as err:
+            raise TraceSetQueryError(f"DuckDB refused the query: {_first_line(err)}") from None
 
     def close(self) -> None:
         """Close the connection and remove the cache folder (also done when the set is freed)."""
@@ -183,9 +194,14 @@ class TraceSet:
         con.execute("SET enable_progress_bar = false")
         for name in schema.TABLE_NAMES:
             if files.get(name):
-                # only this table's non-empty files are under stage/<table>/
-                glob = _sql_str(os.path.join(self._stage, name, "rank=*", "data.parquet"))
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{glob}', "
+                # only this table's non-empty files are under stage/<table>/; a temporary folder
+                # whose path holds glob characters is named file by file instead
+                pattern = os.path.join(self._stage, name, "rank=*", "data.parquet")
+                if any(ch in self._stage for ch in "*?[]{}"):
+                    source = "[" + ", ".join(f"'{_sql_str(p)}'" for p in files[name].values()) + "]"
+                else:
+                    source = f"'{_sql_str(pattern)}'"
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({source}, "
                             "hive_partitioning=true, hive_types={'rank': BIGINT}, "
                             "union_by_name=true)")
             else:
@@ -281,13 +297,32 @@ class TraceSet:
                 f": {len(self.members)} ranks</p>" + r.to_html(index=False, escape=True))
 
 
+#: DuckDB's memory limit may be from 64 MiB (less cannot run the analyses) to 1 PiB
+_MEMORY_LIMITS = (64 << 20, 1 << 50)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+#: the most DuckDB threads a set may ask for (each holds its own buffers)
+MAX_THREADS = 256
+
+
 def _memory_limit(text: Any) -> str:
-    """DuckDB's memory limit as ``<number><unit>`` (``"3GB"``, ``"512MiB"``), nothing else: the
-    value is written into a SET statement, which takes no parameters."""
+    """DuckDB's memory limit as ``<number><unit>`` (``"3GB"``, ``"512MiB"``) within
+    :data:`_MEMORY_LIMITS`, nothing else: the value goes to DuckDB as a setting."""
     value = str(text).strip()
-    if not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", value, re.IGNORECASE):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", value, re.IGNORECASE)
+    if not m:
         raise InvalidArgument(f"memory_limit={text!r}: give a size such as '3GB' or '512MiB'")
+    size = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    low, high = _MEMORY_LIMITS
+    if not low <= size <= high:
+        raise InvalidArgument(f"memory_limit={text!r}: give a size from 64MiB to 1024TiB")
     return value
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
 
 def _int(value: Any, default: int) -> int:
@@ -433,8 +468,9 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
     """
     _memory_limit(memory_limit)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or not 1 <= threads <= 4096):
-        raise InvalidArgument(f"threads={threads!r}: give a whole number of threads, 1 or more")
+                                or not 1 <= threads <= MAX_THREADS):
+        raise InvalidArgument(f"threads={threads!r}: give a whole number of threads from 1 to "
+                              f"{MAX_THREADS}")
     members = [open_member(p, i) for i, p in enumerate(expand(paths))]
     jobs = describe_jobs(members)
     named = {j: n for j, n in jobs.items() if j}

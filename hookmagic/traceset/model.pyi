@@ -15,14 +15,14 @@ from typing import Any, Iterable
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hookmagic.common import files
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.devices import gpu_identity
-from hookmagic.common import files
-from hookmagic.common.errors import InputFileError, InvalidArgument
+from hookmagic.common.errors import InputFileError, InvalidArgument, LimitExceeded
 from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
-from hookmagic.traceset.members import Member, MixedJobsError, TraceSetError, describe_jobs, expand, open_member
+from hookmagic.traceset.members import Member, MixedJobsError, TraceSetError, TraceSetQueryError, describe_jobs, expand, open_member
 from hookmagic.common.results import Headline
 DEFAULT_MEMORY_LIMIT = '3GB'
 
@@ -73,7 +73,9 @@ class TraceSet:
         """The set's DuckDB connection, with the views described in this module."""
 
     def sql(self, query: str, params: Any=None) -> pd.DataFrame:
-        """Run ``query`` over the set's views; the result as a DataFrame."""
+        """Run ``query`` over the set's views; the result as a DataFrame. A query DuckDB
+        refuses raises :class:`TraceSetQueryError`; running out of the set's ``memory_limit``
+        raises :class:`~hookmagic.common.errors.LimitExceeded` naming it."""
 
     def close(self) -> None:
         """Close the connection and remove the cache folder (also done when the set is freed)."""
@@ -144,10 +146,16 @@ class TraceSet:
 
     def vs_median_heatmap(self: 'TraceSet', **kw: Any) -> Any:
         """Heat map: each rank's GPU time per kernel against the median rank."""
+_MEMORY_LIMITS: Any
+_UNITS: Any
+MAX_THREADS = 256
 
 def _memory_limit(text: Any) -> str:
-    """DuckDB's memory limit as ``<number><unit>`` (``"3GB"``, ``"512MiB"``), nothing else: the
-    value is written into a SET statement, which takes no parameters."""
+    """DuckDB's memory limit as ``<number><unit>`` (``"3GB"``, ``"512MiB"``) within
+    :data:`_MEMORY_LIMITS`, nothing else: the value goes to DuckDB as a setting."""
+
+def _first_line(err: BaseException) -> str:
+    ...
 
 def _int(value: Any, default: int) -> int:
     """A whole number read from a file's meta, or ``default`` for anything else."""
