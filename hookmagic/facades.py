@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookmagic.common.accessors import register_method
+from hookmagic.common.accessors import call_with, register_method
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
@@ -58,6 +58,11 @@ def load(path: str | os.PathLike) -> Any:
 
 def _load(path: str | os.PathLike) -> Any:
     import importlib
+
+    from hookmagic.common.errors import InvalidArgument
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgument(f"hookmagic.load takes a path or a recording's name, not "
+                              f"{type(path).__name__}")
 
     from hookmagic.common.files import open_input
     from hookmagic.trace.io import TraceFileError, load_trace
@@ -118,21 +123,22 @@ def to_chrome_trace(self: "Trace", path: str | os.PathLike) -> str:
 def summary(self: "Trace", top: int = 10) -> "Summary":
     """Headline numbers: GPU busy/idle time, top ``top`` kernels, copies, peak memory, overhead."""
     from hookmagic.analysis.summary import summarize
-    return summarize(self, top=top)
+    from hookmagic.common.checks import integer
+    return summarize(self, top=integer("top", top, minimum=1))
 
 
 @register_method("Trace")
 def flame(self: "Trace", **kw: Any) -> "go.Figure":
     """Flame graph of GPU time by the Python stack that launched it (a Plotly figure)."""
     from hookmagic.views.flame import flame_figure
-    return flame_figure(self, **kw)
+    return call_with(flame_figure, self, **kw)
 
 
 @register_method("Trace")
 def timeline(self: "Trace", **kw: Any) -> "go.Figure":
     """Timeline of kernels, copies and API calls per stream (a Plotly figure)."""
     from hookmagic.views.timeline import timeline_figure
-    return timeline_figure(self, **kw)
+    return call_with(timeline_figure, self, **kw)
 
 
 @register_method("Trace")
@@ -147,14 +153,15 @@ def diagnose(self: "Trace") -> "pd.DataFrame":
 def diff(self: "Trace", other: "Trace", **kw: Any) -> "go.Figure":
     """Differential flame graph of GPU time: this trace against ``other``."""
     from hookmagic.views.flame import diff_figure
-    return diff_figure(self, other, **kw)
+    _same_kind(other, type(self), "diff")
+    return call_with(diff_figure, self, other, **kw)
 
 
 @register_method("Trace")
 def memory_map(self: "Trace", **kw: Any) -> "go.Figure":
     """Map of device allocations over address and time (a Plotly figure)."""
     from hookmagic.views.memory_map import memory_map_figure
-    return memory_map_figure(self, **kw)
+    return call_with(memory_map_figure, self, **kw)
 
 
 @register_method("Trace")
@@ -276,4 +283,13 @@ def compare(self: "LayerProfile", other: "LayerProfile", **kwargs: Any) -> "pd.D
     See :func:`hookmagic.layers.compare.compare_layers` for the columns and options.
     """
     from hookmagic.layers.compare import compare_layers
-    return compare_layers(self, other, **kwargs)
+    _same_kind(other, type(self), "compare")
+    return call_with(compare_layers, self, other, **kwargs)
+
+
+def _same_kind(other: Any, kind: type, method: str) -> None:
+    """``other`` must be of the kind ``method`` compares with (another Trace, LayerProfile)."""
+    if not isinstance(other, kind):
+        from hookmagic.common.errors import InvalidArgument
+        raise InvalidArgument(f"{method} compares with another {kind.__name__}, not "
+                              f"{type(other).__name__}")

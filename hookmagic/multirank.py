@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Iterable
 
-from hookmagic.common.accessors import register_method
+from hookmagic.common.accessors import call_with, register_method
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -117,18 +117,18 @@ def vs_median(self: "TraceSet", *, top: int = 20) -> "pd.DataFrame":
 def timeline(self: "TraceSet", **kw: Any) -> Any:
     """Timeline with one row per rank: compute and communication, on one aligned clock."""
     from hookmagic.views.ranks import rank_timeline_figure
-    return rank_timeline_figure(self, **kw)
+    return call_with(rank_timeline_figure, self, **kw)
 
 
 @register_method("TraceSet")
 def straggler_chart(self: "TraceSet", **kw: Any) -> Any:
     """Per step: how late the last rank arrived at a collective, coloured by rank."""
     from hookmagic.views.ranks import straggler_chart as draw
-    return draw(self, **kw)
+    return call_with(draw, self, **kw)
 
 
 @register_method("TraceSet")
 def vs_median_heatmap(self: "TraceSet", **kw: Any) -> Any:
     """Heat map: each rank's GPU time per kernel against the median rank."""
     from hookmagic.views.ranks import vs_median_heatmap as draw
-    return draw(self, **kw)
+    return call_with(draw, self, **kw)

@@ -52,3 +52,17 @@ def register_method(key: str, name: str | None = None) -> Callable[[F], F]:
 def registered(key: str) -> list[str]:
     """Names of the methods registered for ``key`` (for tests and ``dir``)."""
     return sorted(_methods.get(key, {}))
+
+
+def call_with(fn: "Callable[..., object]", *args: object, **kwargs: object) -> object:
+    """``fn(*args, **kwargs)``, with arguments ``fn`` does not take refused first as
+    :class:`~hookmagic.common.errors.InvalidArgument` naming them (a method that passes ``**kw`` on to a figure
+    function says what went wrong in the project's terms, not a bare TypeError)."""
+    import inspect
+
+    from hookmagic.common.errors import InvalidArgument
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        raise InvalidArgument(f"{getattr(fn, '__name__', 'this call')}: {err}") from None
+    return fn(*args, **kwargs)

@@ -121,3 +121,4 @@ def describe_bad(counts: dict[str, int], where: str) -> str:
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+

@@ -22,7 +22,6 @@ import gzip
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -50,7 +49,9 @@ def to_chrome_trace(trace: Trace, path: str | os.PathLike) -> str:
 
     Returns the path. Open the file at https://ui.perfetto.dev or chrome://tracing.
     """
-    path = Path(os.path.expanduser(os.fspath(path)))
+    from hookmagic.common.files import check_output_path
+    # a folder, a device or a missing folder is refused before anything is written
+    path = check_output_path(path, "the Chrome trace")
     opener = (lambda: gzip.open(path, "wt", encoding="utf-8", compresslevel=5)) \
         if path.suffix == ".gz" else (lambda: open(path, "w", encoding="utf-8"))
     with opener() as fh:

@@ -186,6 +186,10 @@ class LayerProfile:
 
     def top(self, n: int = 10, by: str = "mean_ms") -> pd.DataFrame:
         """The ``n`` layers with the largest ``by`` (default: mean time), largest first."""
+        from hookmagic.common.checks import choice, integer
+        n = integer("n", n, minimum=1)
+        by = choice("by", by, [c for c in ("mean_ms", "median_ms", "pct", "order")
+                               if c in self.layers.columns])
         cols = ["order", "name", "type", "precision", "mean_ms", "median_ms", "pct", "tactic"]
         return (self.layers.sort_values([by, "order"], ascending=[False, True], kind="stable")
                 .head(n)[cols].reset_index(drop=True))

@@ -14,7 +14,7 @@ this module, which registers the analyses and charts on :class:`PipelineRun`).
 """
 from __future__ import annotations
 
-from hookmagic.common.accessors import register_method
+from hookmagic.common.accessors import call_with, register_method
 from hookmagic.pipeline import analysis as _analysis
 from hookmagic.pipeline import model as _model
 from hookmagic.pipeline.run import PipelineRun, load_run
@@ -120,21 +120,21 @@ def gantt(self: PipelineRun, **kw):
     """Per-frame Gantt chart (Plotly): each frame's stages, waits and GPU spans; with
     ``trace=`` (a capture around the run) its GPU kernels too."""
     from hookmagic.pipeline.views import frame_gantt_figure
-    return frame_gantt_figure(self, **kw)
+    return call_with(frame_gantt_figure, self, **kw)
 
 
 @_register
 def stage_chart(self: PipelineRun, **kw):
     """Stage latency and utilisation bars, bottleneck highlighted (Plotly)."""
     from hookmagic.pipeline.views import stages_figure
-    return stages_figure(self, **kw)
+    return call_with(stages_figure, self, **kw)
 
 
 @_register
 def to_sched(self: PipelineRun, **kw):
     """The measured service times as scheduler models and the sources as a workload."""
     from hookmagic.pipeline.to_sched import to_sched as _to_sched
-    return _to_sched(self, **kw)
+    return call_with(_to_sched, self, **kw)
 
 from hookmagic.pipeline.adaptive import AdaptiveBatch  # noqa: E402
 from hookmagic.pipeline.sweep import sweep  # noqa: E402  (after the attach: sweep uses analyses)

@@ -60,7 +60,7 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> Path:
 
     The write is atomic: a crash midway leaves any earlier file at ``path`` untouched.
     """
-    path = Path(os.path.expanduser(os.fspath(path)))
+    path = files.check_output_path(path, "the trace")
     manifest: dict[str, Any] = {"format": FORMAT, SAVED_KIND_KEY: KIND,
                                 "format_version": FORMAT_VERSION, "tables": {}, "meta": _jsonable(trace.meta)}
     entries: list[tuple[str, bytes]] = []
