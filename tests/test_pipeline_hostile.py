@@ -307,3 +307,37 @@ def test_exporter_bad_port_address_busy_port_and_shared_registry():
 def test_every_refusal_here_is_a_project_error():
     for cls in (InvalidArgument, Unavailable, InputFileError):
         assert issubclass(cls, HookmagicError)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: Pipeline([Stage("a", _ident)]).run(frames([1]), observers=5),
+    lambda: Pipeline([Stage("a", _ident)]).run(frames([1]), observers=[object()]),
+    lambda: Pipeline([Stage("a", _ident)], queue_size=10**12),
+    lambda: Pipeline([Stage("a", _ident)], instrument="no"),
+    lambda: Pipeline([Stage("a", _ident)], name=5),
+    lambda: synthetic_cameras(10**6, 30),
+], ids=["observers-int", "observer-object", "queue-huge", "instrument-text", "name-int",
+        "cameras-million"])
+def test_more_bad_arguments_are_invalid_argument(bad):
+    with pytest.raises(InvalidArgument):
+        bad()
+
+
+def test_writing_a_synthetic_video_checks_codec_and_folder(tmp_path):
+    pytest.importorskip("av")
+    from hookmagic.pipeline import write_synthetic_video
+    with pytest.raises(InvalidArgument, match="codec 'nope'"):
+        write_synthetic_video(tmp_path / "synthetic.mp4", codec="nope")
+    with pytest.raises(InvalidArgument, match="folder does not exist"):
+        write_synthetic_video(tmp_path / "missing" / "synthetic.mp4")
+
+
+def test_metrics_registries_are_checked():
+    pytest.importorskip("prometheus_client")
+    from hookmagic.common.prometheus import InferenceMetrics
+    from hookmagic.pipeline.metrics import PipelineExporter
+    with pytest.raises(InvalidArgument, match="CollectorRegistry"):
+        PipelineExporter(registry=5, port=None, gpu_memory=False)
+    first = InferenceMetrics()
+    with pytest.raises(InvalidArgument, match="already holds"):
+        InferenceMetrics(registry=first.registry)

@@ -61,6 +61,17 @@ class Server:
         self.stop()
 
 
+def own_registry(prom: Any, registry: Any) -> Any:
+    """``registry`` when it is a prometheus_client CollectorRegistry, a new one for None,
+    else :class:`InvalidArgument`."""
+    if registry is None:
+        return prom.CollectorRegistry()
+    if not isinstance(registry, prom.CollectorRegistry):
+        raise InvalidArgument(f"registry must be a prometheus_client CollectorRegistry, not "
+                              f"{type(registry).__name__}")
+    return registry
+
+
 class InferenceMetrics:
     """Per-inference metrics of a serving loop: ``hookmagic_inference_duration_seconds{model}``
     (histogram of batch compute time), ``hookmagic_inference_batch_size{model}`` (histogram)
@@ -69,14 +80,18 @@ class InferenceMetrics:
 
     def __init__(self, registry: Any = None) -> None:
         prom = client()
-        self.registry = registry if registry is not None else prom.CollectorRegistry()
-        self.duration = prom.Histogram("hookmagic_inference_duration_seconds",
-                                       "Compute time of one inference batch", ["model"],
-                                       buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.batch = prom.Histogram("hookmagic_inference_batch_size", "Requests per batch",
-                                    ["model"], buckets=BATCH_BUCKETS, registry=self.registry)
-        self.count = prom.Counter("hookmagic_inferences", "Requests served", ["model"],
-                                  registry=self.registry)
+        self.registry = own_registry(prom, registry)
+        try:
+            self.duration = prom.Histogram("hookmagic_inference_duration_seconds",
+                                           "Compute time of one inference batch", ["model"],
+                                           buckets=LATENCY_BUCKETS, registry=self.registry)
+            self.batch = prom.Histogram("hookmagic_inference_batch_size", "Requests per batch",
+                                        ["model"], buckets=BATCH_BUCKETS, registry=self.registry)
+            self.count = prom.Counter("hookmagic_inferences", "Requests served", ["model"],
+                                      registry=self.registry)
+        except ValueError as err:   # prometheus_client: duplicated timeseries in the registry
+            raise InvalidArgument(f"this registry already holds the inference metrics (one set "
+                                  f"per registry; {err})") from None
 
     def observe_batch(self, model: str, seconds: float, size: int) -> None:
         """One batch of ``size`` requests of ``model`` took ``seconds`` on the device."""

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from hookmagic.common.errors import InvalidArgument
-from hookmagic.common.prometheus import LATENCY_BUCKETS, Server, client
+from hookmagic.common.prometheus import LATENCY_BUCKETS, Server, client, own_registry
 
 
 #: the window of ``hookmagic_stream_fps`` (DeepStream's default perf-measurement interval)
@@ -42,7 +42,7 @@ class PipelineExporter:
                  addr: str = "127.0.0.1", registry: Any = None, gpu_memory: bool = True) -> None:
         prom = client()
         self.pipeline = pipeline
-        self.registry = registry if registry is not None else prom.CollectorRegistry()
+        self.registry = own_registry(prom, registry)
         try:
             self._make_metrics(prom)
         except ValueError as err:  # prometheus_client: "Duplicated timeseries in registry"

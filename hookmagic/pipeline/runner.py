@@ -45,6 +45,10 @@ _RESOLVE_EVERY = 4096
 #: thread starts: a thread per worker, and no machine this runs on has use for more)
 MAX_WORKERS = 256
 MAX_THREADS = 1024
+#: the most streams a source may have (each is read by its own thread)
+MAX_STREAMS = 1024
+#: the deepest a queue between stages may be (frames held in memory)
+MAX_QUEUE = 100_000
 #: the most frames one batch may hold
 MAX_BATCH = 1 << 16
 #: how long in-flight frames may take to finish after ``seconds`` ran out, and how long threads
@@ -190,8 +194,12 @@ class Pipeline:
         if threads > MAX_THREADS:
             raise InvalidArgument(f"the stages ask for {threads} worker threads in all, over the "
                                   f"{MAX_THREADS} a pipeline may start")
-        if not _is_int(queue_size) or queue_size < 1:
-            raise InvalidArgument(f"queue_size must be an int >= 1, got {queue_size!r}")
+        if not _is_int(queue_size) or not 1 <= queue_size <= MAX_QUEUE:
+            raise InvalidArgument(f"queue_size must be an int in 1..{MAX_QUEUE}, got {queue_size!r}")
+        if not isinstance(instrument, bool):
+            raise InvalidArgument(f"instrument must be True or False, got {instrument!r}")
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument(f"name must be text, got {type(name).__name__}")
         if overflow not in ("block", "drop_oldest"):
             raise InvalidArgument(f"overflow must be 'block' or 'drop_oldest', got {overflow!r}")
         if on_error not in ("continue", "stop"):
@@ -224,7 +232,18 @@ class Pipeline:
             raise InvalidArgument(f"frames must be None or an int >= 1, got {frames!r}")
         if seconds is not None and (not _is_number(seconds) or seconds <= 0):
             raise InvalidArgument(f"seconds must be None or a finite number > 0, got {seconds!r}")
+        if isinstance(observers, (str, bytes)) or not isinstance(observers, Sequence):
+            raise InvalidArgument(f"observers must be a list of observers, got "
+                                  f"{type(observers).__name__}")
+        lacking = [o for o in observers if not all(callable(getattr(o, m, None))
+                                                   for m in ("on_stage", "on_frame"))]
+        if lacking:
+            raise InvalidArgument(f"an observer needs on_stage() and on_frame() methods; "
+                                  f"{type(lacking[0]).__name__} has not")
         src = as_source(source)
+        if len(src.streams) > MAX_STREAMS:
+            raise InvalidArgument(f"the source has {len(src.streams)} streams, over the "
+                                  f"{MAX_STREAMS} a pipeline reads (a thread each)")
         if src.stage in {s.name for s in self.stages}:
             raise InvalidArgument(f"a stage is named {src.stage!r}, the name of the source's own "
                                   "read stage: rename it")

@@ -439,8 +439,8 @@ def synthetic_cameras(n: int, fps: float, height: int = 720, width: int = 1280,
 
     The pixels are synthetic (a few pre-made random frames, cycled); the pacing is real.
     """
-    if not isinstance(n, int) or n < 1:
-        raise InvalidArgument(f"n (cameras) must be an int >= 1, got {n!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
+        raise InvalidArgument(f"n (cameras) must be an int in 1..1024 (a thread each), got {n!r}")
     _check_fps(fps)
     _check_size(width, height)
     rng = np.random.default_rng(seed)
@@ -486,7 +486,11 @@ def write_synthetic_video(path: str | os.PathLike, frames: int = 60, width: int 
         raise InvalidArgument(f"yuv420p needs an even width and height, got {width}x{height}")
     _check_fps(fps)
     av = _import_av()
+    if codec not in av.codecs_available:
+        raise InvalidArgument(f"codec {codec!r} is not in this PyAV build (try libx264 or mpeg4)")
     path = Path(path)
+    if not path.parent.is_dir():
+        raise InvalidArgument(f"cannot write {path}: its folder does not exist")
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.int32)
     base = np.stack([xx, yy, xx + yy], axis=-1)
