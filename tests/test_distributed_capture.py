@@ -262,3 +262,11 @@ def test_a_negative_launcher_value_is_not_believed():
 
     ident = rank_identity({"RANK": "-1", "WORLD_SIZE": "-1"})
     assert ident.launcher == "single" and (ident.rank, ident.world_size) == (0, 1)
+
+
+@pytest.mark.parametrize("text", ["²", "١", "１", "3.0", "-1", "1e3"])
+def test_rank_overrides_take_ascii_whole_numbers_only(text):
+    # str.isdigit() is True for "²" (and int() then fails) and for other scripts' digits
+    with pytest.warns(UserWarning, match="HOOKMAGIC_RANK"):
+        ident = rank_identity({"HOOKMAGIC_RANK": text, "HOOKMAGIC_WORLD_SIZE": "4"})
+    assert ident.rank == 0 and ident.world_size == 4

@@ -558,3 +558,14 @@ except LimitExceeded as err:
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                        timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert "LimitExceeded" in r.stdout and "more memory" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_a_budget_that_rounds_to_zero_is_refused_not_unlimited(monkeypatch):
+    from hookmagic.common import limits
+    monkeypatch.setenv("HOOKMAGIC_MAX_BYTES", "0.5")    # 0 would mean "no limit"
+    with pytest.raises(InvalidArgument, match="rounds to 0"):
+        limits.limit(limits.MAX_BYTES)
+    monkeypatch.setenv("HOOKMAGIC_MAX_BYTES", "0")
+    assert limits.limit(limits.MAX_BYTES) == 0
+    monkeypatch.setenv("HOOKMAGIC_MAX_BYTES", "1.5K")
+    assert limits.limit(limits.MAX_BYTES) == 1536

@@ -83,7 +83,11 @@ def limit(budget: Budget) -> int:
                               f"{budget.env}={budget.default} (0 for no limit)")
     base = 1024 if budget.unit == "bytes" else 1000
     scale = {"": 1, "k": base, "m": base**2, "g": base**3, "t": base**4}[m.group(2).lower()]
-    return int(float(m.group(1)) * scale)
+    value = int(float(m.group(1)) * scale)
+    if value == 0 and float(m.group(1)) != 0:   # 0.5 would round to 0, which means "no limit"
+        raise InvalidArgument(f"{budget.env}={raw!r} rounds to 0, which means no limit; give a "
+                              f"whole number of {budget.unit} (e.g. {budget.default})")
+    return value
 
 
 def check(budget: Budget, amount: int, what: str, headroom: int = 4) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import re
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -61,7 +62,9 @@ def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int
     """The first of ``names`` set to a whole number from 0 to :data:`MAX_RANKS`."""
     for name in names:
         value = env.get(name)
-        if value is not None and value.strip().isdigit() and int(value) <= MAX_RANKS:
+        # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses
+        if value is not None and re.fullmatch(r"[0-9]{1,9}", value.strip()) \
+                and int(value) <= MAX_RANKS:
             return int(value)
     return default
 
@@ -131,7 +134,7 @@ def _override(env: Mapping[str, str], name: str, found: int, *, low: int) -> int
     if text is None:
         return found
     value = text.strip()
-    if value.isdigit() and low <= int(value) <= MAX_RANKS:
+    if re.fullmatch(r"[0-9]{1,9}", value) and low <= int(value) <= MAX_RANKS:
         return int(value)
     warnings.warn(f"hookmagic: {name}={text!r} is not a whole number from {low} to "
                   f"{MAX_RANKS}; it is ignored (using {found} from the launcher)", stacklevel=3)
