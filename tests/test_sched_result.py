@@ -140,3 +140,20 @@ def test_charts_are_figures_named_for_the_chart(res):
         assert isinstance(fig, go.Figure) and len(fig.data) >= 1
         json.loads(fig.to_json())
     assert not [n for n in dir(res) if n.startswith("plot_") or n.endswith("_figure")]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda r: r.metrics(by="nope"), "no column 'nope'"),
+    (lambda r: r.metrics(warmup_s=-1), "warmup_s"),
+    (lambda r: r.summary(warmup_s=float("nan")), "warmup_s"),
+    (lambda r: r.gantt(span_s=-1), "span_s"),
+    (lambda r: r.latency_cdf(by="nope"), "no column 'nope'"),
+])
+def test_wrong_result_arguments_are_invalid_argument(res, call, match):
+    with pytest.raises(InvalidArgument, match=match):
+        call(res)
+
+
+def test_simulating_no_model_is_one_clear_error():
+    with pytest.raises(InvalidArgument, match="at least one ModelSpec"):
+        S.simulate([], S.make_workload([], 1.0), S.Policy())

@@ -90,7 +90,17 @@ class Result:
         batch sizes and drops; one row per group of ``by`` (None: one row for everything).
         Requests arriving in the first ``warmup_s`` seconds are left out."""
         from .metrics import summary
-        return summary(self.requests, by=by, duration_s=self.duration_s, warmup_s=warmup_s)
+        return summary(self.requests, by=self._by(by), duration_s=self.duration_s,
+                       warmup_s=_warmup(warmup_s))
+
+    def _by(self, by: Any) -> Any:
+        """``by`` checked against the request table's columns (None: no grouping)."""
+        groups = [by] if isinstance(by, str) else list(by) if by is not None else []
+        unknown = [g for g in groups if g not in self.requests.columns]
+        if unknown:
+            raise InvalidArgument(f"by={by!r}: no column {unknown[0]!r} to group by; the request "
+                                  f"table has {', '.join(map(str, self.requests.columns))}")
+        return by
 
     def summary(self, warmup_s: float = 0.0) -> Headline:
         """The headline numbers over every request (``metrics(by=None)``, with units):
@@ -129,7 +139,10 @@ class Result:
     # -- charts ----------------------------------------------------------------------------
     def gantt(self, t0: float | None = None, span_s: float = 0.25):
         """Batches per stream over ``span_s`` seconds from ``t0`` (default: the middle)."""
+        from hookmagic.common.checks import number
         from hookmagic.views.sched import gantt_figure
+        span_s = number("span_s", span_s, positive=True)
+        t0 = None if t0 is None else number("t0", t0)
         return gantt_figure(self.batches, t0=t0, span_s=span_s)
 
     def latency_cdf(self, by: str = "model", warmup_s: float = 0.0):
@@ -138,7 +151,8 @@ class Result:
 
         from .metrics import latency_cdf
         r = self.requests
-        return latency_cdf_figure(latency_cdf(r[r["arrival_s"] >= warmup_s], by=by), by=by)
+        by = self._by(by)
+        return latency_cdf_figure(latency_cdf(r[r["arrival_s"] >= _warmup(warmup_s)], by=by), by=by)
 
     def batch_histogram(self):
         """Which batch sizes were formed, per model."""
@@ -254,6 +268,12 @@ def load_result(path: str | os.PathLike) -> Result:
         raise InputFileError(f"{what}: {err}") from None
     cls = RunResult if meta.get("mode") == "real" else SimResult
     return cls(req, bat, meta)
+
+
+def _warmup(warmup_s: Any) -> float:
+    """``warmup_s`` as a finite number of seconds, not negative."""
+    from hookmagic.common.checks import number
+    return number("warmup_s", warmup_s, non_negative=True)
 
 
 def _check_numbers(what: str, req: pd.DataFrame, bat: pd.DataFrame) -> None:

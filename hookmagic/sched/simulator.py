@@ -56,6 +56,8 @@ def _as_specs(models: Sequence[ModelSpec] | Mapping[str, ModelSpec] | ModelSpec)
         specs = list(models.values())
     else:
         specs = list(models)
+    if not specs:
+        raise InvalidArgument("simulate needs at least one ModelSpec (models is empty)")
     if not all(isinstance(s, ModelSpec) for s in specs):
         raise InvalidArgument("models must be ModelSpec objects (or a name -> ModelSpec mapping)")
     names = [s.name for s in specs]
