@@ -212,3 +212,15 @@ def test_a_temporary_folder_with_glob_characters_in_its_path(tmp_path, monkeypat
         assert "[1]" in ts._stage
         assert set(ts.sql("SELECT DISTINCT rank FROM kernels")["rank"]) == {0, 1}
         assert len(ts.stragglers()) > 0
+
+
+def test_a_set_whose_every_rank_is_damaged_answers_with_empty_tables(tmp_path):
+    from hookmagic.traceset.members import MAX_RANKS
+    paths = []
+    for i, t in enumerate(_two_rank_traces()):
+        t.meta["rank"]["rank"] = MAX_RANKS + i        # beyond what a set may hold: damaged
+        paths.append(t.save(tmp_path / f"r{i}.hmtrace"))
+    with _load(paths) as ts:
+        assert set(ts.ranks["status"]) == {"damaged"}
+        assert len(ts.per_rank()) == 0 and len(ts.stragglers()) == 0 and len(ts.overlap()) == 0
+        assert ts.summary()["with_data"] == 0 and "damaged" in ts._repr_html_()

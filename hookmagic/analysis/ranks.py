@@ -457,9 +457,11 @@ def _per_rank(ts: "TraceSet") -> pd.DataFrame:
                                    minlength=ranks.size).astype(np.int64)
         parts.append(pd.DataFrame(out))
     cols = ["rank", "kernels", "first_ns", "last_ns", "compute_ns", "comm_ns", "busy_ns"]
-    have = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
-    # ranks with data but no kernels table rows
-    out = pd.DataFrame({"rank": ts.data_ranks}).merge(have, on="rank", how="left")
+    have = pd.concat(parts, ignore_index=True) if parts else \
+        pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    # ranks with data but no kernels table rows (typed: a set with no data has no rows)
+    out = pd.DataFrame({"rank": pd.Series(ts.data_ranks, dtype="int64")}).merge(
+        have, on="rank", how="left")
     out = out.fillna(0)[cols].astype("int64")
     ts.cache["per_rank"] = out
     return out
