@@ -222,5 +222,7 @@ def test_a_set_whose_every_rank_is_damaged_answers_with_empty_tables(tmp_path):
         paths.append(t.save(tmp_path / f"r{i}.hmtrace"))
     with _load(paths) as ts:
         assert set(ts.ranks["status"]) == {"damaged"}
-        assert len(ts.per_rank()) == 0 and len(ts.stragglers()) == 0 and len(ts.overlap()) == 0
+        per = ts.per_rank()    # one row per rank, each saying it is damaged
+        assert len(per) == 2 and set(per["status"]) == {"damaged"}
+        assert len(ts.stragglers()) == 0 and len(ts.overlap()) == 0
         assert ts.summary()["with_data"] == 0 and "damaged" in ts._repr_html_()
