@@ -569,3 +569,17 @@ def test_a_budget_that_rounds_to_zero_is_refused_not_unlimited(monkeypatch):
     assert limits.limit(limits.MAX_BYTES) == 0
     monkeypatch.setenv("HOOKMAGIC_MAX_BYTES", "1.5K")
     assert limits.limit(limits.MAX_BYTES) == 1536
+
+
+@pytest.mark.parametrize("layout", ["file", "folder"])
+def test_saved_traces_whose_durations_disagree_with_their_spans_are_refused(tmp_path, layout):
+    from hookmagic.common.errors import BadNumbers
+    from hookmagic.trace.folder import save_trace_folder
+    t = hookmagic.recordings.load("mlp_training")
+    k = t.tables["kernels"].copy()
+    k.loc[k.index[0], "duration_ns"] = 2 * 10**15     # SYNTHETIC: a duration no span supports
+    bad = hookmagic.Trace({**t.tables, "kernels": k}, t.meta)
+    path = bad.save(tmp_path / "bad.hmtrace") if layout == "file" else \
+        save_trace_folder(bad, tmp_path / "rank=0")
+    with pytest.raises(BadNumbers, match="duration_ns is not end_ns - start_ns"):
+        hookmagic.load(path)

@@ -141,4 +141,6 @@ def load_trace_folder(path: str | os.PathLike) -> Trace:
         if newer:
             table = table.drop_columns(newer)
         tables[name] = table.to_pandas()
+    from hookmagic.trace.io import refuse_bad_numbers   # as a .hmtrace file is held to them
+    refuse_bad_numbers(tables, str(path))
     return trace_from_file(tables, manifest["meta"], path)

@@ -204,6 +204,12 @@ def number_problems(tables: dict[str, Any]) -> list[str]:
             back = int((frame["end_ns"].to_numpy() < frame["start_ns"].to_numpy()).sum())
             if back:
                 out.append(f"{name}: {back:,} row(s) end before they start")
+            if "duration_ns" in frame.columns and frame["duration_ns"].dtype.kind in "iu":
+                # the analyses sum durations and the views draw start..end: they must agree
+                span = frame["end_ns"].to_numpy() - frame["start_ns"].to_numpy()
+                off = int((frame["duration_ns"].to_numpy() != span).sum())
+                if off:
+                    out.append(f"{name}: {off:,} row(s) whose duration_ns is not end_ns - start_ns")
     return out
 
 
