@@ -277,7 +277,15 @@ def _report(args: argparse.Namespace) -> int:
     if source.exists() and out.exists() and os.path.samefile(source, out):
         raise InvalidArgument(f"{out} is the trace being reported on; write the page elsewhere "
                               "(-o report.html)")
+    if out.suffix.lower() not in (".html", ".htm"):
+        # a page written over a trace (or any other file) would lose it
+        raise _Usage(f"-o {out}: the report is an HTML page; give a name ending in .html")
+    from hookmagic.trace.model import Trace
     trace = load(args.trace)     # a saved trace, torch.profiler JSON or a recording's name
+    if not isinstance(trace, Trace):
+        raise InvalidArgument(f"{args.trace} holds a {type(trace).__name__}, not a trace: "
+                              "hookmagic report shows one capture (a layer profile: "
+                              "hookmagic trt summary --load FILE)")
     page = report_page(trace, title=args.title)
     atomic_write(out, page.encode("utf-8"), "the report")   # a temporary file, then renamed
     print(out)

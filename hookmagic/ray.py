@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -135,6 +136,9 @@ def send(trace: Any, session: str = "default", *, rank: int | None = None,
     rank = _check_rank(rank)
     timeout_s = _check_timeout(timeout_s)
     _check_session(session)
+    from hookmagic.trace.model import Trace
+    if not isinstance(trace, Trace):
+        raise InvalidArgument(f"send takes a hookmagic Trace, not {type(trace).__name__}")
     ray = _ray()
     info = _worker_info()
     meta_rank = dict(trace.meta.get("rank") or {})
@@ -246,15 +250,19 @@ def gather(session: str = "default", *, dir: str | os.PathLike | None = None,  #
             break
         time.sleep(0.2)
     done = [k for k, e in status.items() if e["state"] == "done"]
-    blobs = ray.get(coll.take.remote(session, done), timeout=max(timeout_s, 10))
     out = Path(os.path.expanduser(os.fspath(dir))) if dir is not None else \
         Path(tempfile.mkdtemp(prefix=f"hookmagic-ray-{session}-"))
+    targets = {key: out / f"rank={_check_rank(int(status[key]['rank']))}.hmtrace" for key in done}
+    taken = sorted(p.name for p in targets.values() if os.path.lexists(p))
+    if taken:   # a file of the user's is never replaced; the traces stay with the collector
+        raise InvalidArgument(f"gather(dir={str(out)!r}): the folder already holds "
+                              f"{', '.join(taken[:5])}; pass an empty or new folder")
+    blobs = ray.get(coll.take.remote(session, done), timeout=max(timeout_s, 10))
     out.mkdir(parents=True, exist_ok=True)
     files = []
-    for key in done:
-        rank = _check_rank(int(status[key]["rank"]))
-        path = out / f"rank={rank}.hmtrace"
-        path.write_bytes(blobs[key])
+    for key, path in targets.items():
+        with open(path, "xb") as fh:   # exclusive: a file appearing meanwhile is not replaced
+            fh.write(blobs[key])
         files.append(path)
     from hookmagic.traceset.members import Member
     from hookmagic.traceset.model import TraceSet, build_traceset
@@ -313,9 +321,11 @@ def _check_timeout(timeout_s: Any) -> float:
 
 
 def _check_session(session: Any) -> None:
-    if not isinstance(session, str) or not 0 < len(session) <= 200:
-        raise InvalidArgument(f"session={str(session)[:40]!r}: give a name of 1 to 200 "
-                              "characters")
+    # the name is part of the temporary folder gather() makes: letters, digits, '_', '-', '.'
+    if not isinstance(session, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", session) \
+            or session in (".", ".."):
+        raise InvalidArgument(f"session={str(session)[:40]!r}: give a name of 1 to 200 letters, "
+                              "digits, '_', '-' or '.'")
 
 
 def _actor_dead(ray: Any, actor: Any) -> str:

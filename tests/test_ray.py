@@ -150,6 +150,23 @@ def test_hostile_arguments_refused_before_anything_is_stored(cluster, tmp_path):
             hray.gather("hostile", timeout_s=bad)
     with pytest.raises(InvalidArgument, match="session"):
         hray.gather(None)
+    for bad_session in ("../x", "a/b", "", ".."):     # the name becomes part of a folder's name
+        with pytest.raises(InvalidArgument, match="session"):
+            hray.send(trace, bad_session, rank=0)
+    for not_a_trace in (object(), None, "rank=0.hmtrace"):
+        with pytest.raises(InvalidArgument, match="takes a hookmagic Trace"):
+            hray.send(not_a_trace, "hostile", rank=0)
+
+
+def test_gather_never_replaces_a_file_in_its_folder(cluster, tmp_path):
+    ray.get(send_synthetic.remote("kept", 0), timeout=T)
+    mine = tmp_path / "rank=0.hmtrace"
+    mine.write_bytes(b"SYNTHETIC: a file of the user's")
+    with pytest.raises(InvalidArgument, match="already holds rank=0.hmtrace"):
+        hray.gather("kept", dir=tmp_path, timeout_s=T)
+    assert mine.read_bytes() == b"SYNTHETIC: a file of the user's"
+    with hray.gather("kept", dir=tmp_path / "new", timeout_s=T) as ts:   # the trace was kept
+        assert ts.data_ranks == [0]
 
 
 def test_overlap_on_ray_equals_the_local_engine(cluster, tmp_path):

@@ -105,3 +105,22 @@ def test_report_takes_a_bundled_recordings_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["report", "resnet18_inference_churn"]) == 0
     assert (tmp_path / "resnet18_inference_churn.html").stat().st_size > 100_000
+
+
+def test_report_never_writes_over_another_file_that_is_not_a_page(tmp_path, capsys):
+    trace = hookmagic.recordings.load("mlp_training")
+    a, b = trace.save(tmp_path / "a.hmtrace"), trace.save(tmp_path / "b.hmtrace")
+    before = b.read_bytes()
+    with pytest.raises(SystemExit) as info:          # a usage error: the page must be .html
+        main(["report", str(a), "-o", str(b)])
+    assert info.value.code == 2 and b.read_bytes() == before
+    assert "ending in .html" in capsys.readouterr().err
+
+
+def test_report_of_a_result_that_is_not_a_trace_says_what_it_is(tmp_path, capsys):
+    from hookmagic.layers.samples import load_sample
+    saved = load_sample("resnet50_fp16").save(tmp_path / "layers.parquet")
+    assert main(["report", str(saved), "-o", str(tmp_path / "r.html")]) == 1
+    err = capsys.readouterr().err
+    assert "holds a LayerProfile, not a trace" in err and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()

@@ -226,3 +226,26 @@ def test_a_set_whose_every_rank_is_damaged_answers_with_empty_tables(tmp_path):
         assert len(per) == 2 and set(per["status"]) == {"damaged"}
         assert len(ts.stragglers()) == 0 and len(ts.overlap()) == 0
         assert ts.summary()["with_data"] == 0 and "damaged" in ts._repr_html_()
+
+
+@pytest.mark.parametrize("capture", [-1, "0", 1.5, True])
+def test_load_many_capture_is_a_whole_number(tmp_path, capture):
+    runs, _ = _two_ranks(tmp_path)
+    with pytest.raises(InvalidArgument, match="capture="):
+        hookmagic.load_many(runs, capture=capture)
+
+
+def test_a_rank_whose_meta_json_links_outside_is_damaged(tmp_path):
+    import shutil
+    runs, (_, one) = _two_ranks(tmp_path)
+    outside = tmp_path / "outside"
+    shutil.copytree(one, outside)
+    doc = json.loads((outside / "meta.json").read_text())
+    doc["meta"]["label"] = "SYNTHETIC_SECRET_LABEL"
+    (outside / "meta.json").write_text(json.dumps(doc))
+    (one / "meta.json").unlink()
+    (one / "meta.json").symlink_to(outside / "meta.json")
+    ts = _load(runs)
+    row = ts.ranks.set_index("rank").loc[1]
+    assert row["status"] == "damaged" and "link to a file outside" in row["reason"]
+    assert "SYNTHETIC_SECRET_LABEL" not in repr(ts.members)

@@ -103,14 +103,22 @@ def install_from_env(env: Mapping[str, str] | None = None) -> bool:
 
         ident = rank_identity(env)
         ranks = env.get("HOOKMAGIC_CAPTURE_RANKS", "").strip()
-        if ranks and ident.rank not in {int(r) for r in ranks.split(",") if r.strip()}:
+        wanted = [r.strip() for r in ranks.split(",") if r.strip()]
+        if any(not r.isascii() or not r.isdigit() for r in wanted):
+            raise AutoCaptureConfigError(f"HOOKMAGIC_CAPTURE_RANKS={ranks!r}: expected rank "
+                                         "numbers separated by commas (0,3)")
+        if wanted and ident.rank not in {int(r) for r in wanted}:
             return False
         steps = parse_steps(env.get("HOOKMAGIC_CAPTURE_STEPS"))
         options = parse_options(env.get("HOOKMAGIC_CAPTURE_OPTIONS"))
         from hookmagic.cupti.options import CaptureOptions
 
         # checked now, so a wrong option is one warning at import, not an error mid-training
-        CaptureOptions.from_kwargs(**{k: v for k, v in options.items() if k != "label"})
+        try:
+            CaptureOptions.from_kwargs(**{k: v for k, v in options.items() if k != "label"})
+        except HookmagicError as exc:
+            raise AutoCaptureConfigError(f"HOOKMAGIC_CAPTURE_OPTIONS="
+                                         f"{env.get('HOOKMAGIC_CAPTURE_OPTIONS')!r}: {exc}") from None
     except (HookmagicError, ValueError, TypeError) as exc:
         warnings.warn(f"hookmagic: no automatic capture: {exc}", stacklevel=2)
         return False

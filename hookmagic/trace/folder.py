@@ -85,6 +85,10 @@ def read_folder_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise TraceFileError(f"{str(path)!r} is a folder but not a trace folder (it has no "
                              f"{META_ENTRY}); a rank that stopped before its capture was "
                              "saved leaves none")
+    if meta_file.is_symlink() and path.resolve() != meta_file.resolve().parent:
+        # a link to another folder's manifest would put that trace's meta in this one
+        raise TraceFileError(f"{str(path)!r}: its {META_ENTRY} is a link to a file outside the "
+                             "folder; refused")
     # bounded: a hostile meta.json cannot exhaust memory or the parser
     manifest = files.load_json_file(meta_file, f"the {META_ENTRY} of trace folder",
                                     TraceFileError, gzip_ok=False)

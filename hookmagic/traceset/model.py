@@ -467,6 +467,9 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
     set with their reason, and one warning lists them; the others are analysed.
     """
     _memory_limit(memory_limit)
+    if capture is not None and (isinstance(capture, bool) or not isinstance(capture, int)
+                                or capture < 0):
+        raise InvalidArgument(f"capture={capture!r}: give the capture's number, 0 or more")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or not 1 <= threads <= MAX_THREADS):
         raise InvalidArgument(f"threads={threads!r}: give a whole number of threads from 1 to "
