@@ -583,3 +583,14 @@ def test_saved_traces_whose_durations_disagree_with_their_spans_are_refused(tmp_
         save_trace_folder(bad, tmp_path / "rank=0")
     with pytest.raises(BadNumbers, match="duration_ns is not end_ns - start_ns"):
         hookmagic.load(path)
+
+
+def test_trtexec_layer_times_beyond_a_day_and_names_that_are_not_text_are_refused(tmp_path):
+    from hookmagic.layers import LayerFileError
+    from hookmagic.layers.errors import LayerNumbersError
+    huge = _profile(tmp_path, [{"name": "a", "averageMs": 1e308, "medianMs": 1.0}], "huge.json")
+    with pytest.raises(LayerNumbersError, match="over a day"):
+        from_trtexec(profile=huge)
+    listed = _profile(tmp_path, [{"name": [1, 2], "averageMs": 1.0}], "listed.json")
+    with pytest.raises(LayerFileError, match="not text"):
+        from_trtexec(profile=listed)

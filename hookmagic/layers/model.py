@@ -346,6 +346,8 @@ class LayerProfile:
                         raise LayerNumbersError(f"{path}: column {col} holds {len(junk)} "
                                                 f"value(s) that are not numbers, e.g. "
                                                 f"{str(junk[0])[:40]!r}")
+            if "name" not in layers.columns:   # rows that were not layer objects
+                raise LayerFileError(f"{path}: its layers are not layer records (no names)")
             for col in ("mean_ms", "median_ms", "p90_ms", "count"):
                 # a saved time or count below zero was never measured (NaN is "no time")
                 values = pd.to_numeric(layers[col], errors="coerce") if col in layers else None

@@ -418,13 +418,24 @@ def _number(value: Any, where: str, *, integer: bool = False, negative_ok: bool 
     return x
 
 
+#: the longest time one layer may report, in ms (a day): beyond it a time is not a measurement
+MAX_LAYER_MS = 86_400_000.0
+
+
 def _timing(r: dict[str, Any], path: Any = "profile") -> dict[str, Any]:
-    name = str(r["name"])
+    if not isinstance(r["name"], str):
+        raise LayerFileError(f"--exportProfile file {path}: a layer's name is "
+                             f"{_short(r['name'], 40)}, not text")
+    name = r["name"]
     where = f"--exportProfile file {path}: layer {name[:60]!r}"
 
     def ms(key: str) -> float:
         v = r.get(key)
-        return math.nan if v is None else float(_number(v, f"{where} {key}"))
+        x = math.nan if v is None else float(_number(v, f"{where} {key}"))
+        if x > MAX_LAYER_MS and key != "timeMs":   # timeMs sums every iteration
+            raise LayerNumbersError(f"{where} {key} is {v}: over a day for one layer, not a "
+                                    "measured time")
+        return x
 
     return {"name": name, "mean_ms": ms("averageMs"), "median_ms": ms("medianMs"),
             "total_time_ms": ms("timeMs")}
