@@ -76,3 +76,14 @@ def test_a_saved_profile_with_negative_times_is_refused(resnet, tmp_path, column
     path.write_text(json.dumps(doc))
     with pytest.raises(LayerNumbersError, match=f"column {column} holds 1 negative"):
         hookmagic.load(path)
+
+
+@pytest.mark.parametrize("value", [-7, "ten", float("nan")])
+def test_a_saved_profile_with_an_impossible_iteration_count_is_refused(resnet, tmp_path, value):
+    from hookmagic.layers.errors import LayerNumbersError
+    path = resnet.save(tmp_path / "r.json")
+    doc = json.loads(path.read_text())
+    doc["meta"]["count"] = value           # SYNTHETIC damage
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LayerNumbersError, match="not a count"):
+        hookmagic.load(path)

@@ -360,6 +360,12 @@ class LayerProfile:
             if not isinstance(meta, dict):
                 raise LayerFileError(f"{path}: not a readable LayerProfile (its meta is a "
                                      f"{type(meta).__name__}, not an object)")
+            for key in ("count", "iterations"):   # how many times the engine ran
+                v = meta.get(key)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                      or not v >= 0):
+                    from .errors import LayerNumbersError
+                    raise LayerNumbersError(f"{path}: its meta {key} is {v!r}, not a count")
             return cls(layers=make_layers(layers.to_dict("records")), meta=meta,
                        times=_frame_or_none(doc.get("times")),
                        constants=_frame_or_none(doc.get("constants")) if doc.get("constants") else pd.DataFrame(),
