@@ -305,11 +305,12 @@ class LayerProfile:
         if not os.path.lexists(path):
             raise LayerFileError(f"{path}: no such file")
         try:
-            if path.suffix == ".parquet":
+            # the content decides, not the name: a profile renamed x.hmtrace still opens
+            raw_file = files.read_input(path, "layer profile", LayerFileError)
+            if raw_file[:4] == b"PAR1":
                 import pyarrow as pa
                 import pyarrow.parquet as pq
-                pf = pq.ParquetFile(pa.BufferReader(files.read_input(path, "layer profile",
-                                                                     LayerFileError)))
+                pf = pq.ParquetFile(pa.BufferReader(raw_file))
                 limits.check(limits.MAX_ROWS, pf.metadata.num_rows, f"layer profile {path}")
                 raw = (pf.schema_arrow.metadata or {}).get(b"hookmagic")
                 if raw is None:
@@ -317,7 +318,7 @@ class LayerProfile:
                 doc = files.parse_json(raw, f"layer profile {path} (metadata)", LayerFileError)
                 layers = pf.read().to_pandas()
             else:
-                doc = files.load_json_file(path, "layer profile", LayerFileError, gzip_ok=False)
+                doc = files.parse_json(raw_file, f"layer profile {path}", LayerFileError)
                 if not isinstance(doc, dict) or "layers" not in doc:
                     raise LayerFileError(f"{path}: not a hookmagic LayerProfile JSON document")
                 if isinstance(doc["layers"], list):
