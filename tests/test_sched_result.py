@@ -157,3 +157,21 @@ def test_wrong_result_arguments_are_invalid_argument(res, call, match):
 def test_simulating_no_model_is_one_clear_error():
     with pytest.raises(InvalidArgument, match="at least one ModelSpec"):
         S.simulate([], S.make_workload([], 1.0), S.Policy())
+
+
+@pytest.mark.parametrize("name", ['m"\ninstance_group [ { count: 64 kind: KIND_CPU } ]\n# ',
+                                  "x:\n    pass\nimport os\nos.system('true')\nclass Y", "a b", ""])
+def test_exports_refuse_names_that_would_write_their_own_lines(name):
+    from hookmagic.sched import export
+    with pytest.raises(InvalidArgument, match="cannot be exported"):
+        export.triton_config(name, S.Policy())
+    with pytest.raises(InvalidArgument, match="cannot be exported"):
+        export.ray_serve_snippet(name, S.Policy())
+
+
+def test_exported_serve_source_compiles_for_any_plain_name():
+    from hookmagic.sched import export
+    for name in ("resnet18", "yolo-v8.n", "3d_unet"):
+        source = export.ray_serve_snippet(name, S.Policy())
+        compile(source, "<serve>", "exec")     # real Python, one class
+        assert source.count("\nclass ") == 1

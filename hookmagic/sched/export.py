@@ -6,12 +6,30 @@ silently.
 """
 from __future__ import annotations
 
+import keyword
+import re
 from typing import Any, Sequence
+
+from hookmagic.common.errors import InvalidArgument
 
 from .models import ModelSpec
 from .policies import Policy
 
 __all__ = ["triton_config", "ray_serve_params", "ray_serve_snippet"]
+
+
+#: what a model name may hold when it is written into a config file or Python source: Triton
+#: takes it as a folder name and Ray Serve as part of a class name
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def _checked(what: str, value: Any) -> str:
+    """``value`` when it is a plain name (letters, digits, ``_``, ``.``, ``-``); anything else
+    (quotes, newlines, braces) could write its own lines into the exported text."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise InvalidArgument(f"{what} {str(value)[:60]!r} cannot be exported: use letters, digits, "
+                              "'_', '.' or '-' (at most 128)")
+    return value
 
 
 def _instances(policy: Policy, model: str) -> int:
@@ -29,6 +47,8 @@ def triton_config(model: str, policy: Policy, *, spec: ModelSpec | None = None,
     :class:`Limit` s become rate-limiter resources (start tritonserver with the resource counts
     given in the comment).
     """
+    model, platform, kind = (_checked("model name", model), _checked("platform", platform),
+                             _checked("instance kind", kind))
     b = policy.batching_for(model)
     a = policy.adaptive_for(model)
     q = policy.queue_for(model)
@@ -107,8 +127,10 @@ def ray_serve_params(model: str, policy: Policy) -> dict[str, Any]:
 
 def ray_serve_snippet(model: str, policy: Policy) -> str:
     """Python source of a Ray Serve deployment using :func:`ray_serve_params`."""
-    p = ray_serve_params(model, policy)
-    cls = "".join(w.capitalize() for w in model.replace("-", "_").split("_")) or "Model"
+    p = ray_serve_params(_checked("model name", model), policy)
+    cls = "".join(w.capitalize() for w in re.split(r"[-_.]", model)) or "Model"
+    if not cls.isidentifier() or keyword.iskeyword(cls):
+        cls = f"Model{cls}"   # a name that starts with a digit
     queued = (f", max_queued_requests={p['max_queued_requests']}" if "max_queued_requests" in p else "")
     notes = "".join(f"# note: {n}\n" for n in p["notes"])
     return (f"{notes}from ray import serve\n\n\n"
