@@ -54,3 +54,33 @@ def test_a_pipeline_chart_with_an_unknown_option(trace):
     with pytest.raises(InvalidArgument, match="unexpected keyword argument 'colour'"):
         run.gantt(colour="red")
     assert run.gantt(frames=2) is not None
+
+
+def test_exports_never_land_on_a_saved_result(trace, tmp_path):
+    from hookmagic.pipeline import Pipeline, Stage, frames
+    saved = trace.save(tmp_path / "t.hmtrace")
+    before = saved.read_bytes()
+    with pytest.raises(InvalidArgument, match="ending in .json"):
+        trace.to_chrome_trace(saved)           # Chrome JSON over the trace it came from
+    assert saved.read_bytes() == before
+    run = Pipeline([Stage("a", lambda x: x)]).run(frames(range(4)))
+    kept = run.save(tmp_path / "p.hmpipe")
+    for export in (run.to_csv, run.to_parquet, run.to_chrome_trace):
+        with pytest.raises(InvalidArgument, match="give a name ending in"):
+            export(kept)
+    assert hookmagic.load(kept).frames.shape == run.frames.shape
+
+
+def test_a_layer_profile_is_not_saved_over_the_export_it_was_read_from(tmp_path):
+    import json
+    import shutil
+
+    from hookmagic.layers import from_trtexec
+    from hookmagic.layers.samples import sample_files
+    profile_json = tmp_path / "model.profile.json"
+    shutil.copy(sample_files("resnet50_fp16")["profile"], profile_json)
+    before = profile_json.read_bytes()
+    prof = from_trtexec(profile=profile_json)
+    with pytest.raises(InvalidArgument, match="was read from"):
+        prof.save(profile_json)
+    assert profile_json.read_bytes() == before and json.loads(before)

@@ -382,6 +382,17 @@ def gc_paused():
             gc.enable()
 
 
+def export_path(path: str | os.PathLike, suffixes: tuple[str, ...], what: str) -> Path:
+    """:func:`check_output_path` for an export of a given kind: its name must end in one of
+    ``suffixes`` (``.csv``, ``.json``), so an export never lands on a saved result (a
+    ``.hmtrace``, ``.hmpipe``) by a slip of the name."""
+    p = check_output_path(path, what)
+    if not any(p.name.lower().endswith(sfx) for sfx in suffixes):
+        raise InvalidArgument(f"cannot write {what} to {p.name!r}: give a name ending in "
+                              f"{' or '.join(suffixes)}")
+    return p
+
+
 def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     """The file an atomic save of ``path`` replaces: symlinks resolved; raises
     :class:`InvalidArgument` when it exists and is not a regular file, or its folder is missing."""

@@ -49,9 +49,9 @@ def to_chrome_trace(trace: Trace, path: str | os.PathLike) -> str:
 
     Returns the path. Open the file at https://ui.perfetto.dev or chrome://tracing.
     """
-    from hookmagic.common.files import check_output_path
-    # a folder, a device or a missing folder is refused before anything is written
-    path = check_output_path(path, "the Chrome trace")
+    from hookmagic.common.files import export_path
+    # a folder, a device, a missing folder or another kind of file's name is refused first
+    path = export_path(path, (".json", ".json.gz"), "the Chrome trace")
     opener = (lambda: gzip.open(path, "wt", encoding="utf-8", compresslevel=5)) \
         if path.suffix == ".gz" else (lambda: open(path, "w", encoding="utf-8"))
     with opener() as fh:

@@ -278,6 +278,10 @@ class LayerProfile:
         path = Path(path)
         if path.suffix == "":
             path = path.with_suffix(".parquet")
+        for source in (self.meta.get("files") or {}).values():   # the trtexec exports read
+            if path.exists() and Path(str(source)).exists() and path.samefile(str(source)):
+                raise InvalidArgument(f"{path} is an export this profile was read from; save "
+                                      "it under another name")
         doc = self._aux_doc()
         if path.suffix == ".parquet":
             import pyarrow as pa

@@ -5,6 +5,7 @@ import json
 import os
 from pathlib import Path
 
+from hookmagic.common import files
 from hookmagic.common.errors import InvalidArgument
 from hookmagic.pipeline.analysis import frames_table, per_batch
 from hookmagic.pipeline.run import PipelineRun
@@ -20,6 +21,7 @@ def write_csv(run: PipelineRun, path: str | os.PathLike, per: str = "batch") -> 
         table = frames_table(run).reset_index()
     else:
         raise InvalidArgument(f"per must be 'batch' or 'frame', got {per!r}")
+    path = files.export_path(path, (".csv",), "the CSV table")
     table.to_csv(path, index=False, float_format="%.4f")
     return str(path)
 
@@ -35,6 +37,7 @@ def write_parquet(run: PipelineRun, path: str | os.PathLike, per: str = "frame")
         table = run.events
     else:
         raise InvalidArgument(f"per must be 'frame', 'batch' or 'event', got {per!r}")
+    path = files.export_path(path, (".parquet",), "the Parquet table")
     table.to_parquet(path, index=False)
     return str(path)
 
@@ -89,5 +92,6 @@ def chrome_trace(run: PipelineRun) -> dict:
 
 def write_chrome_trace(run: PipelineRun, path: str | os.PathLike) -> str:
     """Write :func:`chrome_trace` to ``path`` (open it in ui.perfetto.dev or chrome://tracing)."""
+    path = files.export_path(path, (".json",), "the Chrome trace")
     Path(path).write_text(json.dumps(chrome_trace(run)))
     return str(path)
