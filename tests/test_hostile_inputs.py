@@ -272,13 +272,27 @@ def test_saved_trace_with_negative_durations_is_refused(tmp_path):
     assert "negative duration_ns" in str(err.value) and "end before they start" in str(err.value)
 
 
+def test_a_trace_built_in_memory_with_negative_durations_or_sizes_is_refused():
+    """Not only files: a Trace made from DataFrames (synthetic here) is held to the same rule."""
+    kernels = pd.DataFrame({"name": ["synthetic_gemm", "synthetic_relu"], "start_ns": [0, 10],
+                            "end_ns": [5, 15], "duration_ns": [-5, 5]})
+    with pytest.raises(BadNumbers, match="negative duration_ns"):
+        hookmagic.Trace({"kernels": kernels})
+    copies = pd.DataFrame({"start_ns": [0], "end_ns": [5], "duration_ns": [5], "bytes": [-1]})
+    with pytest.raises(BadNumbers, match="negative bytes"):
+        hookmagic.Trace({"memcpy": copies})
+    assert len(hookmagic.Trace({"kernels": kernels.assign(duration_ns=[5, 5])}).kernels) == 2
+
+
 def test_saved_trace_folder_with_negative_durations_is_refused(tmp_path, synthetic_trace):
     from hookmagic.trace.folder import load_trace_folder, save_trace_folder
-    kernels = synthetic_trace.kernels.copy()
-    kernels.loc[0, "duration_ns"] = -1
-    bad = Trace({**synthetic_trace.tables, "kernels": kernels}, synthetic_trace.meta)
     folder = tmp_path / "rank0"
-    save_trace_folder(bad, folder)
+    save_trace_folder(synthetic_trace, folder)
+    # the damage is written into the saved folder (a Trace in memory refuses it already)
+    (part,) = folder.rglob("kernels*.parquet")
+    kernels = pd.read_parquet(part)
+    kernels.loc[0, "duration_ns"] = -1
+    kernels.to_parquet(part)
     with pytest.raises(BadNumbers, match="negative duration_ns"):
         load_trace_folder(folder)
 

@@ -315,9 +315,11 @@ def test_every_refusal_here_is_a_project_error():
     lambda: Pipeline([Stage("a", _ident)], queue_size=10**12),
     lambda: Pipeline([Stage("a", _ident)], instrument="no"),
     lambda: Pipeline([Stage("a", _ident)], name=5),
+    lambda: Pipeline([Stage("a", _ident)], name=None),
+    lambda: Pipeline([Stage("a", _ident)], name=" "),
     lambda: synthetic_cameras(10**6, 30),
 ], ids=["observers-int", "observer-object", "queue-huge", "instrument-text", "name-int",
-        "cameras-million"])
+        "name-none", "name-blank", "cameras-million"])
 def test_more_bad_arguments_are_invalid_argument(bad):
     with pytest.raises(InvalidArgument):
         bad()

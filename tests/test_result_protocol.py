@@ -78,3 +78,44 @@ def test_save_load_and_summary_are_the_same_verbs(kind, tmp_path):
         for result in (back, made):
             if hasattr(result, "close"):
                 result.close()
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_a_misspelt_argument_of_any_method_is_the_projects_own_error(kind, tmp_path):
+    """Every public method of every result type, called with a keyword it does not take, raises
+    InvalidArgument naming the method, whether the class defines the method
+    itself or has it attached from a floor above."""
+    from hookmagic.common.errors import InvalidArgument
+
+    made = MAKERS[kind](tmp_path)
+    cls = type(made)
+    names = [n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n, None))
+             and not isinstance(getattr(cls, n), type)]
+    assert len(names) >= 3
+    try:
+        for name in names:
+            with pytest.raises(InvalidArgument) as err:
+                getattr(made, name)(no_such_option=1)
+            # the method, or the keyword (a method with a required argument names that first)
+            assert f".{name}()" in str(err.value) or "'no_such_option'" in str(err.value)
+    finally:
+        if hasattr(made, "close"):
+            made.close()
+
+
+def test_a_type_error_inside_a_correct_call_passes_unchanged():
+    """Only the call's own mismatch becomes InvalidArgument: an error the method itself raises
+    (here a TypeError deep inside) is not renamed into a complaint about its arguments."""
+    from hookmagic.common.accessors import checked
+
+    def add(a, b=1):
+        return a + b
+
+    wrapped = checked(add, "Demo")
+    assert wrapped(1, b=2) == 3
+    with pytest.raises(TypeError) as err:
+        wrapped("x", b=2)          # correctly called; str + int fails inside
+    assert "InvalidArgument" not in type(err.value).__name__
+    from hookmagic.common.errors import InvalidArgument
+    with pytest.raises(InvalidArgument, match=r"Demo.add\(\).*'c'"):
+        wrapped(1, c=2)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import math
 
+from hookmagic.common.accessors import checked_calls
 from hookmagic.common.errors import InvalidArgument, Unavailable
 from hookmagic.pipeline.run import PipelineRun
 from hookmagic.pipeline.sources import Captured, Lost, Source, as_source
@@ -161,6 +162,7 @@ class _Recorder:
             row[3], row[4], row[5], row[6] = outcome, reason, error, stage
 
 
+@checked_calls
 class Pipeline:
     """Stages joined by bounded queues; :meth:`run` runs frames through them.
 
@@ -198,8 +200,9 @@ class Pipeline:
             raise InvalidArgument(f"queue_size must be an int in 1..{MAX_QUEUE}, got {queue_size!r}")
         if not isinstance(instrument, bool):
             raise InvalidArgument(f"instrument must be True or False, got {instrument!r}")
-        if name is not None and not isinstance(name, str):
-            raise InvalidArgument(f"name must be text, got {type(name).__name__}")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidArgument(f"name must be non-empty text (it labels the run and its "
+                                  f"metrics), got {name!r}")
         if overflow not in ("block", "drop_oldest"):
             raise InvalidArgument(f"overflow must be 'block' or 'drop_oldest', got {overflow!r}")
         if on_error not in ("continue", "stop"):

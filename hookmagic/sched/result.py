@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from hookmagic.common.accessors import checked_calls
 from hookmagic.common.errors import InputFileError, InvalidArgument
 from hookmagic.common.results import SAVED_KIND_KEY, Headline
 
@@ -47,6 +48,7 @@ REQUEST_ORDER = ("id", "model", "priority", "camera", "source", "arrival_s", "de
                  "met_slo", "batch", "batch_size", "stream", "drop_s")
 
 
+@checked_calls
 class Result:
     """Per-request and per-batch records of one scheduling run.
 

@@ -174,43 +174,14 @@ def _read_tables(zf: zipfile.ZipFile, path: Path) -> tuple[dict[str, Any], dict[
     return tables, manifest["meta"]
 
 
-#: columns of measured times and sizes that must be finite and not negative
-_NON_NEGATIVE = ("duration_ns", "bytes", "size", "requested_size")
-
-
 def refuse_bad_numbers(tables: dict[str, Any], where: str) -> None:
     """Raise :class:`TraceNumbersError` when trace tables read from ``where`` hold impossible
-    numbers (see :func:`number_problems`): summed, they would silently shrink totals."""
-    problems = number_problems(tables)
+    numbers (see :func:`hookmagic.trace.schema.number_problems`): summed, they would silently
+    shrink totals."""
+    problems = schema.number_problems(tables)
     if problems:
         raise TraceNumbersError(f"{where!r} is damaged: {'; '.join(problems)} (measured times "
                                 "and sizes are never negative)")
-
-
-def number_problems(tables: dict[str, Any]) -> list[str]:
-    """Impossible numbers in trace tables, in words: negative durations or sizes, and
-    intervals that end before they start."""
-    out = []
-    for name, frame in tables.items():
-        if frame is None or not len(frame):
-            continue
-        for col in _NON_NEGATIVE:
-            if col in frame.columns and frame[col].dtype.kind in "if":
-                neg = int((frame[col].to_numpy() < 0).sum())
-                if neg:
-                    out.append(f"{name}: {neg:,} row(s) with negative {col}")
-        if "start_ns" in frame.columns and "end_ns" in frame.columns \
-                and frame["start_ns"].dtype.kind in "iu" and frame["end_ns"].dtype.kind in "iu":
-            back = int((frame["end_ns"].to_numpy() < frame["start_ns"].to_numpy()).sum())
-            if back:
-                out.append(f"{name}: {back:,} row(s) end before they start")
-            if "duration_ns" in frame.columns and frame["duration_ns"].dtype.kind in "iu":
-                # the analyses sum durations and the views draw start..end: they must agree
-                span = frame["end_ns"].to_numpy() - frame["start_ns"].to_numpy()
-                off = int((frame["duration_ns"].to_numpy() != span).sum())
-                if off:
-                    out.append(f"{name}: {off:,} row(s) whose duration_ns is not end_ns - start_ns")
-    return out
 
 
 def _check_members(zf: zipfile.ZipFile, path: Path) -> None:

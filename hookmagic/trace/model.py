@@ -44,7 +44,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from hookmagic.common.accessors import accepts_methods
-from hookmagic.common.errors import InvalidArgument, MissingAttribute
+from hookmagic.common.errors import BadNumbers, InvalidArgument, MissingAttribute
 from hookmagic.trace import schema
 
 FORMAT_VERSION = 1
@@ -86,6 +86,12 @@ class Trace:
     def __init__(self, tables: Mapping[str, pd.DataFrame] | None = None,
                  meta: Mapping[str, Any] | None = None) -> None:
         self._fill(tables or {}, meta or {})
+        # measured times and sizes are never negative: summed, such rows would shrink totals
+        given = {name: self.__dict__[name] for name in schema.TABLE_NAMES if name in self.__dict__}
+        problems = schema.number_problems(given, intervals=False)
+        if problems:
+            raise BadNumbers(f"impossible numbers in the trace's tables: {'; '.join(problems)} "
+                             "(measured times and sizes are never negative)")
 
     @classmethod
     def empty(cls, reason: str, **meta: Any) -> "Trace":

@@ -159,6 +159,36 @@ def validate(name: str, frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+#: columns of measured times and sizes that must be finite and not negative
+NON_NEGATIVE = ("duration_ns", "bytes", "size", "requested_size")
+
+
+def number_problems(tables: Mapping[str, Any], intervals: bool = True) -> list[str]:
+    """Impossible numbers in trace tables, in words: negative durations or sizes and, with
+    ``intervals``, rows that end before they start or whose duration is not their span."""
+    out = []
+    for name, frame in tables.items():
+        if frame is None or not len(frame):
+            continue
+        for col in NON_NEGATIVE:
+            if col in frame.columns and frame[col].dtype.kind in "if":
+                neg = int((frame[col].to_numpy() < 0).sum())
+                if neg:
+                    out.append(f"{name}: {neg:,} row(s) with negative {col}")
+        if intervals and "start_ns" in frame.columns and "end_ns" in frame.columns \
+                and frame["start_ns"].dtype.kind in "iu" and frame["end_ns"].dtype.kind in "iu":
+            back = int((frame["end_ns"].to_numpy() < frame["start_ns"].to_numpy()).sum())
+            if back:
+                out.append(f"{name}: {back:,} row(s) end before they start")
+            if "duration_ns" in frame.columns and frame["duration_ns"].dtype.kind in "iu":
+                # the analyses sum durations and the views draw start..end: they must agree
+                span = frame["end_ns"].to_numpy() - frame["start_ns"].to_numpy()
+                off = int((frame["duration_ns"].to_numpy() != span).sum())
+                if off:
+                    out.append(f"{name}: {off:,} row(s) whose duration_ns is not end_ns - start_ns")
+    return out
+
+
 _EMPTY: dict[str, pd.DataFrame] = {}
 
 
