@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -47,38 +48,61 @@ if TYPE_CHECKING:  # pragma: no cover
 
 NCCL = "regexp_matches(name, '^nccl')"
 
+#: the second map of :func:`stragglers`: windows in, ``rank, inst, compute_ns`` out
+WindowWork = Callable[[pd.DataFrame], pd.DataFrame]
+
 
 class ClockSkewWarning(UserWarning):
     """Ranks' clocks could not be aligned well; the message gives the estimate and its error."""
 
 
 # -- clocks ----------------------------------------------------------------------------------
-def clock_alignment(ts: "TraceSet", *, max_error_ns: int = 100_000) -> pd.DataFrame:
+#: a host's clock estimate with a larger error than this (ns) raises a ClockSkewWarning
+DEFAULT_MAX_CLOCK_ERROR_NS = 100_000
+
+
+def clock_alignment(ts: "TraceSet", *,
+                    max_error_ns: int = DEFAULT_MAX_CLOCK_ERROR_NS) -> pd.DataFrame:
     """Offset of each rank's clock from the reference rank's (the lowest rank with data).
 
     Columns: ``rank, host, offset_ns`` (subtract it from the rank's times), ``error_ns``
     (NaN where no estimate), ``collectives`` (used), ``method``. Cached in ``ts.cache``.
     """
-    if isinstance(max_error_ns, bool) or not isinstance(max_error_ns, (int, float)) \
-            or not max_error_ns >= 0 or max_error_ns == float("inf"):
-        raise InvalidArgument(f"max_error_ns={max_error_ns!r}: give a finite number of "
-                              "nanoseconds, 0 or more")
+    _check_max_error(max_error_ns)
     key = ("clock", max_error_ns)
     if key in ts.cache:
         return ts.cache[key]
     ranks = ts.ranks
     ranks = ranks[ranks["rank"].isin(ts.data_ranks)]
+    # every rank's collectives are read only when there is more than one clock to align
+    raw = _raw_collectives(ts) if ranks["host"].nunique() > 1 else None
+    out = clock_from(ranks, raw, max_error_ns=max_error_ns)
+    ts.cache[key] = out
+    return out
+
+
+def _check_max_error(max_error_ns: Any) -> None:
+    if isinstance(max_error_ns, bool) or not isinstance(max_error_ns, (int, float)) \
+            or not max_error_ns >= 0 or max_error_ns == float("inf"):
+        raise InvalidArgument(f"max_error_ns={max_error_ns!r}: give a finite number of "
+                              "nanoseconds, 0 or more")
+
+
+def clock_from(ranks: pd.DataFrame, raw: pd.DataFrame | None, *,
+               max_error_ns: int = DEFAULT_MAX_CLOCK_ERROR_NS) -> pd.DataFrame:
+    """The reduce of :func:`clock_alignment`: from the rows (``rank, host``) of the ranks with
+    data and every rank's collectives on its own clock (:func:`collective_map`'s
+    ``collectives``; read only when the ranks are on more than one host)."""
     hosts = ranks.set_index("rank")["host"]
     out = pd.DataFrame({"rank": ranks["rank"].to_numpy(), "host": ranks["host"].to_numpy(),
                         "offset_ns": 0, "error_ns": 0.0, "collectives": 0,
                         "method": "one host: CUPTI's clock is shared"})
     if hosts.nunique() > 1:
-        coll = _raw_collectives(ts)
         ref_rank = int(ranks["rank"].min())
         ref_host = hosts[ref_rank]
-        ref = coll[coll["rank"] == ref_rank].set_index(["collective", "seq"])["end_ns"]
+        ref = raw[raw["rank"] == ref_rank].set_index(["collective", "seq"])["end_ns"]
         # one join of every rank's collectives with the reference rank's, one median per host
-        joined = coll.join(ref.rename("ref_end"), on=["collective", "seq"], how="inner")
+        joined = raw.join(ref.rename("ref_end"), on=["collective", "seq"], how="inner")
         joined["host"] = joined["rank"].map(hosts)
         joined["diff"] = (joined["end_ns"] - joined["ref_end"]).astype(np.float64)
         joined = joined[joined["host"] != ref_host]
@@ -102,19 +126,23 @@ def clock_alignment(ts: "TraceSet", *, max_error_ns: int = 100_000) -> pd.DataFr
             warnings.warn(ClockSkewWarning(
                 f"clock of host {host!r} (ranks {group['rank'].tolist()}) cannot be "
                 "aligned: no collective in common with the reference rank; its times "
-                "stay on its own clock"), stacklevel=2)
+                "stay on its own clock"), stacklevel=3)
         for host in error.index[error > max_error_ns]:
             warnings.warn(ClockSkewWarning(
                 f"clock of host {host!r} aligned to {offset[host] / 1e6:+.3f} ms with an error "
                 f"of about {error[host] / 1e3:.0f} us (more than {max_error_ns / 1e3:.0f} us): "
-                "cross-host timings are uncertain by that much"), stacklevel=2)
+                "cross-host timings are uncertain by that much"), stacklevel=3)
     out["offset_ns"] = out["offset_ns"].astype("int64")
-    ts.cache[key] = out
     return out
 
 
 def _offsets(ts: "TraceSet") -> pd.Series:
-    return clock_alignment(ts).set_index("rank")["offset_ns"]
+    return offsets_from(clock_alignment(ts))
+
+
+def offsets_from(clock: pd.DataFrame) -> pd.Series:
+    """``rank -> offset_ns`` from a :func:`clock_alignment` table."""
+    return clock.set_index("rank")["offset_ns"]
 
 
 # -- collectives -----------------------------------------------------------------------------
@@ -144,9 +172,17 @@ def collectives(ts: "TraceSet") -> pd.DataFrame:
     """
     if "collectives" in ts.cache:
         return ts.cache["collectives"]
-    coll = _raw_collectives(ts).copy()
-    off = _offsets(ts)
-    shift = coll["rank"].map(off).fillna(0).astype("int64")
+    out = collectives_from(_raw_collectives(ts), _offsets(ts))
+    ts.cache["collectives"] = out
+    return out
+
+
+def collectives_from(raw: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
+    """The reduce of :func:`collectives`: every rank's collectives on its own clock
+    (:func:`collective_map`) moved to the reference clock by ``offsets`` (``rank ->
+    offset_ns``), each matched collective given its earliest step and each kernel its wait."""
+    coll = raw.copy()
+    shift = coll["rank"].map(offsets).fillna(0).astype("int64")
     coll["start_ns"] -= shift
     coll["end_ns"] -= shift
     key = ["collective", "seq"]
@@ -154,10 +190,8 @@ def collectives(ts: "TraceSet") -> pd.DataFrame:
     coll["step"] = known.groupby([coll[k] for k in key]).transform("min").fillna(-1) \
         .astype("int64")
     coll["wait_ns"] = coll["duration_ns"] - coll.groupby(key)["duration_ns"].transform("min")
-    out = coll[["rank", "collective", "seq", "step", "start_ns", "end_ns", "duration_ns",
-                "wait_ns", "stream", "name"]]
-    ts.cache["collectives"] = out
-    return out
+    return coll[["rank", "collective", "seq", "step", "start_ns", "end_ns", "duration_ns",
+                 "wait_ns", "stream", "name"]]
 
 
 def capture_starts(ts: "TraceSet") -> pd.Series:
@@ -178,16 +212,34 @@ def capture_starts(ts: "TraceSet") -> pd.Series:
     return out
 
 
-def _capture_delay(ts: "TraceSet", coll: pd.DataFrame) -> pd.Series:
+@dataclass
+class CollectiveRows:
+    """What :func:`collective_map` gives for some ranks (small rows, no kernel-level data):
+    ``collectives``, every NCCL kernel of each rank on its own clock with its own step
+    (``rank, collective, seq, step, start_ns, end_ns, duration_ns, stream, name``), and
+    ``starts``, each rank's capture start (:func:`capture_starts`)."""
+
+    collectives: pd.DataFrame
+    starts: pd.Series
+
+
+def collective_map(ts: "TraceSet") -> CollectiveRows:
+    """The per-rank map that the clock, collectives, skew and stragglers reduce from. Each
+    rank's rows come from its own files and meta alone, so a set of some of the ranks gives
+    exactly those ranks' rows (what a Ray worker computes where the files are)."""
+    return CollectiveRows(_raw_collectives(ts), capture_starts(ts))
+
+
+def _capture_delay(starts: pd.Series, offsets: pd.Series, coll: pd.DataFrame) -> pd.Series:
     """For each rank's first collective of the capture: how much later (aligned clock) its
     capture began than the earliest rank's; 0 for every other row, and everywhere when a
     rank's start is not known. Nothing came before a first collective but the capture's own
-    start, so a rank that began capturing later must not be reported as late by that much."""
-    starts = capture_starts(ts)
+    start, so a rank that began capturing later must not be reported as late by that much.
+    ``starts``: :func:`capture_starts`; ``offsets``: ``rank -> offset_ns``."""
     zero = pd.Series(0, index=coll.index, dtype="int64")
     if coll.empty or not set(coll["rank"]).issubset(starts.index):
         return zero
-    aligned = starts - _offsets(ts).reindex(starts.index).fillna(0).astype("int64")
+    aligned = starts - offsets.reindex(starts.index).fillna(0).astype("int64")
     delay = aligned - aligned.min()
     first = coll["start_ns"] == coll.groupby("rank")["start_ns"].transform("min")
     return zero.where(~first, coll["rank"].map(delay)).astype("int64")
@@ -209,11 +261,19 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
     """
     if "skew" in ts.cache:
         return ts.cache["skew"]
-    coll = collectives(ts)
+    out = skew_from(collectives(ts), capture_starts(ts), _offsets(ts))
+    ts.cache["skew"] = out
+    return out
+
+
+def skew_from(coll: pd.DataFrame, starts: pd.Series, offsets: pd.Series) -> pd.DataFrame:
+    """The reduce of :func:`collective_skew`: from the matched collectives
+    (:func:`collectives_from`), each rank's capture start on its own clock
+    (:func:`capture_starts`) and the clock offsets (``rank -> offset_ns``)."""
     if coll.empty:
         return pd.DataFrame(columns=_SKEW_COLUMNS)
     key = ["collective", "seq"]
-    delay = _capture_delay(ts, coll)
+    delay = _capture_delay(starts, offsets, coll)
     c = coll.assign(capture_delay=delay, arrive_ns=coll["start_ns"] - delay)
     c = c.sort_values(key + ["arrive_ns", "rank"], kind="stable").reset_index(drop=True)
     g = c.groupby(key, sort=False)
@@ -226,9 +286,9 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
     pos = g.cumcount().to_numpy()
     m = c.groupby(key, sort=False)["rank"].transform("size").to_numpy() - 1  # others
     lo, hi = (m - 1) // 2, m // 2
-    starts = c["arrive_ns"].to_numpy(dtype=np.float64)
+    arrive = c["arrive_ns"].to_numpy(dtype=np.float64)
     pick = pd.DataFrame({"collective": c["collective"], "seq": c["seq"],
-                         "v": np.where(pos == lo, starts, 0) + np.where(pos == hi, starts, 0),
+                         "v": np.where(pos == lo, arrive, 0) + np.where(pos == hi, arrive, 0),
                          "w": (pos == lo).astype(int) + (pos == hi).astype(int)})
     pick = pick[(m > 0) & (pick["w"] > 0)].groupby(key, sort=False)[["v", "w"]].sum()
     others = (pick["v"] / pick["w"]).reindex(out.index)
@@ -240,33 +300,47 @@ def collective_skew(ts: "TraceSet") -> pd.DataFrame:
         .astype("int64")
     out["median_start_ns"] = out["median_start_ns"].round().astype("int64")
     out = out.reset_index()[_SKEW_COLUMNS]
-    out = out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
-    ts.cache["skew"] = out
-    return out
+    return out.sort_values("median_start_ns", kind="stable").reset_index(drop=True)
 
 
-def _before_collective(ts: "TraceSet", skew: pd.DataFrame, insts: np.ndarray) -> pd.DataFrame:
+def _before_collective(raw: pd.DataFrame, starts: pd.Series, skew: pd.DataFrame,
+                       insts: np.ndarray, work: WindowWork) -> pd.DataFrame:
     """For the collective instances ``insts`` (rows of ``skew``), per rank: GPU compute and
     idle time between the end of the rank's previous collective and this one's start (each
-    rank on its own clock; compute kernels counted by the part inside the window)."""
+    rank on its own clock; compute kernels counted by the part inside the window).
+    ``raw`` and ``starts`` are :func:`collective_map`'s rows; ``work`` measures the compute
+    inside the windows (:func:`window_compute` over the ranks holding them)."""
     cols = ["rank", "inst", "gap_ns", "compute_ns", "idle_ns"]
-    coll = _raw_collectives(ts)
     order = skew[["collective", "seq"]].reset_index().rename(columns={"index": "inst"})
-    c = coll.merge(order, on=["collective", "seq"]).sort_values(["rank", "inst"])
+    c = raw.merge(order, on=["collective", "seq"]).sort_values(["rank", "inst"])
     c["w_start"] = c.groupby("rank")["end_ns"].shift(1)
     # before a rank's first collective: from its capture's start, where that is known
-    c["w_start"] = c["w_start"].fillna(c["rank"].map(capture_starts(ts)))
+    c["w_start"] = c["w_start"].fillna(c["rank"].map(starts))
     w = c[c["inst"].isin(insts)].dropna(subset=["w_start"])
     w = w[["rank", "inst", "w_start", "start_ns"]].rename(columns={"start_ns": "w_end"})
     w = w.astype("int64")
     w = w[w["w_end"] > w["w_start"]].sort_values(["rank", "w_start"])
     if w.empty:
         return pd.DataFrame(columns=cols)
-    ts.con.register("_windows", w)
+    w = w.merge(work(w), on=["rank", "inst"], how="left")
+    w["compute_ns"] = w["compute_ns"].fillna(0).astype("int64")
+    w["gap_ns"] = w["w_end"] - w["w_start"]
+    # Overlapping compute kernels can sum past the gap; idle never goes below zero.
+    w["compute_ns"] = np.minimum(w["compute_ns"], w["gap_ns"])
+    w["idle_ns"] = w["gap_ns"] - w["compute_ns"]
+    return w[cols]
+
+
+def window_compute(ts: "TraceSet", windows: pd.DataFrame) -> pd.DataFrame:
+    """The second map of :func:`stragglers`: for each window (``rank, inst, w_start, w_end``,
+    each rank's own clock, sorted by rank and start), the time of the compute kernels that
+    start inside it, each counted up to the window's end: ``rank, inst, compute_ns`` (windows
+    with no compute kernel have no row). Reads only the kernels of the set's own ranks."""
+    ts.con.register("_windows", windows)
     try:
         # each kernel goes to the latest window starting at or before it (an ASOF join:
         # a sorted merge, never rank x windows comparisons)
-        busy = ts.sql(f"""
+        return ts.sql(f"""
             SELECT w.rank, w.inst,
                    sum(least(k.end_ns, w.w_end) - k.start_ns) AS compute_ns
             FROM (SELECT rank, start_ns, end_ns FROM kernels WHERE NOT {NCCL}) k
@@ -275,13 +349,6 @@ def _before_collective(ts: "TraceSet", skew: pd.DataFrame, insts: np.ndarray) ->
             GROUP BY ALL""")
     finally:
         ts.con.unregister("_windows")
-    w = w.merge(busy, on=["rank", "inst"], how="left")
-    w["compute_ns"] = w["compute_ns"].fillna(0).astype("int64")
-    w["gap_ns"] = w["w_end"] - w["w_start"]
-    # Overlapping compute kernels can sum past the gap; idle never goes below zero.
-    w["compute_ns"] = np.minimum(w["compute_ns"], w["gap_ns"])
-    w["idle_ns"] = w["gap_ns"] - w["compute_ns"]
-    return w[cols]
 
 
 _STRAGGLER_COLUMNS = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
@@ -305,7 +372,18 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     """
     if "stragglers" in ts.cache:
         return ts.cache["stragglers"]
-    skew = collective_skew(ts)
+    out = stragglers_from(collective_skew(ts), collectives(ts), collective_map(ts),
+                          lambda windows: window_compute(ts, windows))
+    ts.cache["stragglers"] = out
+    return out
+
+
+def stragglers_from(skew: pd.DataFrame, coll: pd.DataFrame, rows: "CollectiveRows",
+                    work: WindowWork) -> pd.DataFrame:
+    """The reduce of :func:`stragglers`: from the collectives' skew (:func:`skew_from`), the
+    matched collectives (:func:`collectives_from`), every rank's own-clock rows
+    (:func:`collective_map`) and ``work``, which measures the compute inside the chosen
+    collectives' windows where the ranks' kernels are (:func:`window_compute`)."""
     if skew.empty:
         return pd.DataFrame(columns=_STRAGGLER_COLUMNS)
     has_steps = bool((skew["step"] >= 0).any())
@@ -317,7 +395,7 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     chosen = skew_in.groupby(group, sort=True)["lateness_ns"].idxmax().to_numpy()
     sel = skew.loc[chosen].copy()
     sel["inst"] = chosen
-    before = _before_collective(ts, skew, chosen).merge(
+    before = _before_collective(rows.collectives, rows.starts, skew, chosen, work).merge(
         sel[["inst", "last_rank"]], on="inst")
     mine = before[before["rank"] == before["last_rank"]].set_index("inst")
     others = before[before["rank"] != before["last_rank"]].groupby("inst")[
@@ -327,10 +405,10 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
     known = d_comp.notna() & d_idle.notna()
     cause = np.where(~known.to_numpy(), "",
                      np.where(d_comp.to_numpy() > d_idle.to_numpy(), "compute", "host"))
-    coll = collectives(ts)[["collective", "seq", "rank", "wait_ns"]]
+    coll = coll[["collective", "seq", "rank", "wait_ns"]]
     waits = coll.merge(sel[["collective", "seq", "last_rank", "inst"]], on=["collective", "seq"])
     waits = waits[waits["rank"] != waits["last_rank"]].groupby("inst")["wait_ns"].median()
-    out = pd.DataFrame({
+    return pd.DataFrame({
         "step": sel["step"].to_numpy() if has_steps else -1,
         "collective": sel["collective"].to_numpy(), "seq": sel["seq"].to_numpy(),
         "straggler_rank": sel["last_rank"].to_numpy(),
@@ -339,8 +417,6 @@ def stragglers(ts: "TraceSet") -> pd.DataFrame:
         "extra_idle_ns": d_idle.fillna(0).round().astype("int64").to_numpy(),
         "others_wait_ns": waits.reindex(chosen).to_numpy(dtype=np.float64),
         "capture_start_ns": sel["capture_start_ns"].to_numpy()})
-    ts.cache["stragglers"] = out
-    return out
 
 
 # -- per rank --------------------------------------------------------------------------------
@@ -624,7 +700,12 @@ def describe(ts: "TraceSet") -> Headline:
     """The set's headline: ranks, ranks with data, problems, steps analysed, the rank most
     often last and its median lateness, the duplicates left out (notes say which ranks could
     not be analysed)."""
-    st = stragglers(ts)
+    return headline(ts, stragglers(ts))
+
+
+def headline(ts: "TraceSet", st: pd.DataFrame) -> Headline:
+    """The reduce of :func:`describe`: from the set's members alone (``ts`` may be a set whose
+    files this process cannot read) and its :func:`stragglers` table ``st``."""
     top = st["straggler_rank"].mode() if len(st) else pd.Series(dtype="int64")
     most = int(top.iloc[0]) if len(top) else None
     mine = st[st["straggler_rank"] == most] if most is not None else st.iloc[:0]
