@@ -288,11 +288,7 @@ def gather(session: str = "default", *, dir: str | os.PathLike | None = None,  #
             m.meta["rank"]["world_size"] = world
     jobs = {str(m.identity.get("job_id", "")) for m in members if m.layout}
     ts = TraceSet(members, job_id=next(iter(jobs)) if len(jobs) == 1 else "")
-    bad = ts.problems
-    if len(bad):
-        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
-        warnings.warn(f"hookmagic.ray.gather: {len(bad)} of {len(ts)} captures cannot be "
-                      f"analysed (the others are analysed): {listing}", stacklevel=2)
+    _warn_problems(ts, "hookmagic.ray.gather", "captures", stacklevel=3)
     if clear:
         ray.get(coll.clear.remote(session), timeout=max(timeout_s, 10))
     import hookmagic.multirank  # noqa: F401  (the TraceSet's methods)
@@ -352,50 +348,199 @@ def shutdown_collector() -> None:
 
 
 # -- the analyses where the files are ----------------------------------------------------------
-def _map_ranks(paths: list[str]) -> Any:
-    """On a Ray worker: the per-rank map over the traces at ``paths`` (files this worker can
-    read), the same function the local engine runs."""
-    import hookmagic.multirank  # noqa: F401
-    from hookmagic.analysis.ranks import per_rank_map
-    from hookmagic.traceset.model import build_traceset
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ts = build_traceset(paths)
-    try:
-        return per_rank_map(ts), ts.ranks[["rank", "status", "reason", "path"]]
-    finally:
-        ts.close()
+class AnalysisTimeout(HookmagicError, TimeoutError):
+    """The Ray tasks of an analysis did not all finish within its ``timeout_s``."""
 
 
 def overlap(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -> Any:
     """``TraceSet.overlap()`` computed on the Ray cluster: the traces at ``paths`` (a folder of
     rank folders, a glob or a list, as :func:`hookmagic.load_many` takes them) are split into
-    tasks of ``ranks_per_task`` ranks, each task runs the per-rank map where it is scheduled
+    tasks of ``ranks_per_task`` paths, each task runs the per-rank map where it is scheduled
     (the files must be readable there), and the driver combines the rows with the same reduce
-    as the local engine, so both give equal tables. Ranks a task could not read are left out
-    and listed in one warning."""
-    import pandas as pd
-
+    as the local engine, so both give equal tables. Ranks that cannot be analysed are listed
+    in one warning; the others are analysed."""
     from hookmagic.analysis.ranks import overlap_from
-    from hookmagic.traceset.members import expand
 
-    timeout_s = _check_timeout(timeout_s)
-    if isinstance(ranks_per_task, bool) or not isinstance(ranks_per_task, int) \
-            or ranks_per_task < 1:
-        raise InvalidArgument(f"ranks_per_task={ranks_per_task!r}: give a whole number, 1 or "
-                              "more")
-    ray = _ray()
-    found = [str(p) for p in expand(paths)]
-    task = ray.remote(num_cpus=1)(_map_ranks)
-    refs = [task.remote(found[i:i + ranks_per_task])
-            for i in range(0, len(found), ranks_per_task)]
-    parts = ray.get(refs, timeout=timeout_s)
-    per = pd.concat([p for p, _ in parts], ignore_index=True)
-    status = pd.concat([r for _, r in parts], ignore_index=True)
-    bad = status[~status["status"].isin(["complete", "partial", "missing"])]
+    run = _OnRay("overlap", paths, "per_rank", ranks_per_task, timeout_s)
+    return overlap_from(run.owned(run.parts))
+
+
+def stragglers(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -> Any:
+    """``TraceSet.stragglers()`` computed on the Ray cluster, with the same arguments as
+    :func:`overlap`. The tasks read each rank's collectives and capture start where the files
+    are; the driver aligns the clocks, matches the collectives and picks each step's
+    straggler with the local engine's reduces; a second round of tasks measures the compute
+    before each chosen collective on the ranks that hold it. Equal to the local table."""
+    return _stragglers(_OnRay("stragglers", paths, "collectives", ranks_per_task, timeout_s))
+
+
+def summary(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -> Any:
+    """``TraceSet.summary()`` computed on the Ray cluster (a
+    :class:`~hookmagic.common.results.Headline`; ``.to_frame()`` for a table), with the same
+    arguments as :func:`overlap`: the set's ranks as ``load_many`` would count them, and its
+    stragglers as :func:`stragglers` finds them."""
+    from hookmagic.analysis.ranks import headline
+
+    run = _OnRay("summary", paths, "collectives", ranks_per_task, timeout_s)
+    return headline(run.members, _stragglers(run))
+
+
+def _stragglers(run: "_OnRay") -> Any:
+    """The stragglers reduce on the driver, over the rows of ``run``'s collective map."""
+    from hookmagic.analysis import ranks as analysis
+
+    rows = analysis.CollectiveRows(run.owned([p.collectives for p in run.parts]),
+                                   run.owned([p.starts for p in run.parts]))
+    ts = run.members
+    data = ts.ranks[ts.ranks["rank"].isin(ts.data_ranks)]
+    offsets = analysis.offsets_from(analysis.clock_from(data, rows.collectives))
+    coll = analysis.collectives_from(rows.collectives, offsets)
+    skew = analysis.skew_from(coll, rows.starts, offsets)
+    return analysis.stragglers_from(skew, coll, rows, run.window_compute)
+
+
+def _on_worker(paths: list[str], what: str, windows: Any = None) -> Any:
+    """On a Ray worker: the traces at ``paths`` (files this worker can read) opened as a set,
+    and one map of :mod:`hookmagic.analysis.ranks` run over it, the function the local engine
+    runs: ``"per_rank"`` (``per_rank_map``), ``"collectives"`` (``collective_map``) or
+    ``"windows"`` (``window_compute`` over ``windows``). The first two come back with the set's
+    members (after its files were read: a rank whose tables cannot be read is damaged) and
+    the copies of a rank it left out."""
+    from hookmagic.analysis import ranks as analysis
+    from hookmagic.traceset.model import build_traceset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the driver warns once, for the whole set
+        ts = build_traceset(paths)
+        try:
+            if what == "windows":
+                return analysis.window_compute(ts, windows)
+            rows = analysis.per_rank_map(ts) if what == "per_rank" \
+                else analysis.collective_map(ts)
+            return {"members": ts.members, "duplicates": ts.duplicates, "rows": rows}
+        finally:
+            ts.close()
+
+
+class _OnRay:
+    """One analysis of the traces at ``paths`` on the Ray cluster: the paths (as
+    :func:`hookmagic.load_many` finds them) split into tasks of ``ranks_per_task``, each
+    running the map ``what`` where Ray schedules it; the ranks merged on the driver as
+    ``load_many`` would (``members``: a set of members only, whose files the driver never
+    reads); one warning naming the ranks not analysed; every wait within ``timeout_s``."""
+
+    def __init__(self, caller: str, paths: Any, what: str, ranks_per_task: Any,
+                 timeout_s: Any) -> None:
+        from hookmagic.traceset.members import expand
+
+        self.timeout_s = _check_timeout(timeout_s)
+        if isinstance(ranks_per_task, bool) or not isinstance(ranks_per_task, int) \
+                or ranks_per_task < 1:
+            raise InvalidArgument(f"ranks_per_task={ranks_per_task!r}: give a whole number, 1 "
+                                  "or more")
+        self.ray = _ray()
+        self.deadline = time.monotonic() + self.timeout_s
+        self.caller = caller
+        found = [str(p) for p in expand(paths)]
+        self.chunks = [found[i:i + ranks_per_task] for i in range(0, len(found), ranks_per_task)]
+        parts = self._run([(chunk, what) for chunk in self.chunks])
+        self.members, self.owner = _merge_members(parts)
+        self.parts = [p["rows"] for p in parts]
+        _warn_problems(self.members, f"hookmagic.ray.{caller}", "ranks", stacklevel=4)
+
+    def _run(self, calls: list[tuple]) -> list[Any]:
+        task = self.ray.remote(num_cpus=1)(_on_worker)
+        refs = [task.remote(*args) for args in calls]
+        try:
+            return self.ray.get(refs, timeout=max(self.deadline - time.monotonic(), 0.0))
+        except self.ray.exceptions.GetTimeoutError:
+            for ref in refs:   # nothing is left running on the cluster for an answer nobody reads
+                try:
+                    self.ray.cancel(ref)
+                except Exception:  # already finished or gone
+                    pass
+            raise AnalysisTimeout(f"hookmagic.ray.{self.caller}: the Ray tasks did not finish "
+                                  f"within timeout_s={self.timeout_s:g} s") from None
+
+    def owned(self, parts: list[Any]) -> Any:
+        """Each rank's rows (a ``rank`` column, or a Series indexed by rank) from the task that
+        read the capture the set kept (a task that read another copy of the rank gives none),
+        in rank order."""
+        import pandas as pd
+
+        keep = []
+        for i, part in enumerate(parts):
+            ranks = part["rank"] if isinstance(part, pd.DataFrame) else part.index.to_series()
+            keep.append(part[(ranks.map(self.owner) == i).to_numpy()])
+        if isinstance(parts[0], pd.Series):
+            return pd.concat(keep).sort_index(kind="stable")
+        return pd.concat(keep, ignore_index=True).sort_values("rank", kind="stable") \
+            .reset_index(drop=True)
+
+    def window_compute(self, windows: Any) -> Any:
+        """The second map of the stragglers: each task that holds some of the windows' ranks
+        measures the compute in their windows."""
+        import pandas as pd
+
+        owner = windows["rank"].map(self.owner)
+        calls = [(chunk, "windows", windows[(owner == i).to_numpy()])
+                 for i, chunk in enumerate(self.chunks) if (owner == i).any()]
+        return pd.concat(self._run(calls), ignore_index=True)
+
+
+def _merge_members(parts: list[dict[str, Any]]) -> tuple[Any, dict[int, int]]:
+    """The tasks' members merged as ``load_many`` merges the members of one set: one capture
+    per rank (the lowest capture number; another copy of it is a duplicate, left out), a
+    *missing* member for each rank below the world size that no task found, and traces of
+    more than one job refused. Returns the set (members only) and ``rank -> task`` that holds
+    each kept capture."""
+    from hookmagic.traceset.members import Member, MixedJobsError, describe_jobs
+    from hookmagic.traceset.model import TraceSet
+
+    groups: dict[int, list[tuple[int, Member]]] = {}
+    duplicates: list[tuple[int, str, str]] = []
+    for i, part in enumerate(parts):
+        duplicates.extend(part["duplicates"])
+        for m in part["members"]:
+            if m.status == "missing" and not m.path:
+                continue   # a task's note for a rank outside its share of the paths
+            groups.setdefault(m.rank, []).append((i, m))
+    jobs = describe_jobs([m for group in groups.values() for _, m in group])
+    named = [j for j in jobs if j]
+    if len(named) > 1:
+        raise MixedJobsError(f"these traces come from {len(jobs)} different jobs "
+                             f"({', '.join(repr(j or '(no job id)') for j in jobs)}); give "
+                             "each job's folder on its own")
+    chosen, owner = [], {}
+    for rank, group in groups.items():
+        readable = [(i, m) for i, m in group if m.layout]
+        if readable:
+            first = min(m.capture for _, m in readable)
+            pick = [(i, m) for i, m in readable if m.capture == first]
+            duplicates.extend((rank, m.path, pick[0][1].path) for _, m in pick[1:])
+        else:
+            pick = group
+        owner[rank] = pick[0][0]
+        chosen.append(pick[0][1])
+    sizes = TraceSet(chosen).ranks["world_size"]
+    world = max([int(sizes.max()) if len(sizes) else 0] +
+                [max(owner) + 1 if owner else 0])
+    for rank in range(world):
+        if rank not in owner:
+            chosen.append(Member("", rank, "missing",
+                                 f"no trace for rank {rank} (world size {world}): the rank "
+                                 "did not write one, or stopped before it could"))
+    ts = TraceSet(chosen, job_id=named[0] if named else "")
+    ts.duplicates = duplicates
+    return ts, owner
+
+
+def _warn_problems(ts: Any, who: str, noun: str, stacklevel: int) -> None:
+    """One warning listing the members of ``ts`` that cannot be analysed (the first 20)."""
+    bad = ts.problems
     if len(bad):
-        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})" for r in bad.itertuples())
-        warnings.warn(f"hookmagic.ray.overlap: {len(bad)} rank(s) not analysed: {listing}",
-                      stacklevel=2)
-    return overlap_from(per.drop_duplicates("rank"))
+        listing = "; ".join(f"rank {r.rank}: {r.status} ({r.reason})"
+                            for r in bad.head(20).itertuples())
+        more = f"; ... and {len(bad) - 20:,} more" if len(bad) > 20 else ""
+        warnings.warn(f"{who}: {len(bad)} of {len(ts)} {noun} cannot be analysed (the others "
+                      f"are analysed): {listing}{more}", stacklevel=stacklevel)

@@ -180,3 +180,114 @@ def test_overlap_on_ray_equals_the_local_engine(cluster, tmp_path):
     distributed = hray.overlap(tmp_path, ranks_per_task=2, timeout_s=T)   # two tasks
     pd.testing.assert_frame_equal(distributed, local)
     assert (distributed["overlap_ns"] == 4 * MS).all()   # by construction of the traces
+
+
+# A SYNTHETIC set for the analyses on Ray: rank 4 (host "c", alone on its clock) is late by
+# its host 2 ms in steps 0 and 3 and computes 3 ms longer in step 2; rank 2's host is 5 ms late
+# in step 1. Rank 3's kernels file is corrupt (damaged), rank 5 is below the world size with
+# no trace (missing), and a copy of rank 2 sits under another name (a duplicate). Hosts "b"
+# and "c" run on clocks offset from host "a"'s.
+LATE_HOST = [[0, 0, 0, 0], [0, 0, 0, 0], [0, 5, 0, 0], [0, 0, 0, 0], [2, 0, 0, 2]]
+LATE_EXTRA = [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 3, 0]]
+LATE_HOSTS = ["a", "a", "b", "b", "c"]
+LATE_OFFSETS = [0, 0, 1_234_567_890, 1_234_567_890, -987_654_321]
+
+
+@pytest.fixture
+def late_set(tmp_path):
+    import shutil
+
+    from hookmagic.trace.folder import save_trace_folder
+    from tests.synthetic_ranks import synthetic_rank_traces
+
+    traces = synthetic_rank_traces(LATE_HOST, LATE_EXTRA, hosts=LATE_HOSTS,
+                                   offsets_ns=LATE_OFFSETS, world_size=6)
+    for r, t in enumerate(traces[:4]):
+        save_trace_folder(t, tmp_path / f"rank={r}")
+    traces[4].save(tmp_path / "r4.hmtrace")                      # a single-file trace too
+    shutil.copytree(tmp_path / "rank=2", tmp_path / "copy-of-rank-2")
+    kernels = tmp_path / "rank=3" / "kernels.parquet"
+    kernels.write_bytes(kernels.read_bytes()[:200] + b"synthetic garbage")
+    return tmp_path
+
+
+def _local(path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ts = hookmagic.load_many(path)
+    return ts
+
+
+def test_stragglers_summary_and_overlap_on_ray_equal_the_local_engine(cluster, late_set):
+    import numpy as np
+
+    from tests.synthetic_ranks import arrivals
+
+    with _local(late_set) as ts:
+        local = {"stragglers": ts.stragglers(), "summary": ts.summary().to_frame(),
+                 "overlap": ts.overlap()}
+    # 2 paths a task: rank=2 and its copy are read by different tasks, rank 3 is damaged
+    # in one task and rank 5 is missing from all of them
+    with pytest.warns(UserWarning, match=r"hookmagic.ray.stragglers: 2 of 6 ranks cannot be "
+                                         r"analysed.*rank 3: damaged.*rank 5: missing"):
+        st = hray.stragglers(late_set, ranks_per_task=2, timeout_s=T)
+    pd.testing.assert_frame_equal(st, local["stragglers"])
+    with pytest.warns(UserWarning, match="hookmagic.ray.summary: 2 of 6 ranks"):
+        summary = hray.summary(late_set, ranks_per_task=2, timeout_s=T)
+    pd.testing.assert_frame_equal(summary.to_frame(), local["summary"])
+    with pytest.warns(UserWarning, match="hookmagic.ray.overlap: 2 of 6 ranks"):
+        ov = hray.overlap(late_set, ranks_per_task=2, timeout_s=T)
+    pd.testing.assert_frame_equal(ov, local["overlap"])
+
+    # what the synthetic set was built to show, on clocks aligned across three hosts
+    assert st["straggler_rank"].tolist() == [4, 2, 4, 4]
+    assert st["cause"].tolist() == ["host", "host", "compute", "host"]
+    analysed = [0, 1, 2, 4]                                     # rank 3 is damaged
+    for k in range(4):
+        a = arrivals(LATE_HOST, LATE_EXTRA, k)[analysed]
+        last = int(np.argmax(a))
+        want = a[last] - np.median(np.delete(a, last))
+        assert st.loc[k, "lateness_ns"] == pytest.approx(want, abs=1)
+    assert st.loc[2, "extra_compute_ns"] == pytest.approx(3 * MS, abs=1)
+    assert summary["ranks"] == 6 and summary["with_data"] == 4 and summary["problems"] == 2
+    assert summary["most_often_last"] == 4 and summary["times_last"] == 3
+    assert summary["duplicates_left_out"] == 1
+    assert summary.title == "hookmagic.TraceSet job synthetic-job"
+    assert ov["rank"].tolist() == analysed and (ov["overlap_ns"] == 4 * MS).all()
+
+
+def test_stragglers_of_a_real_two_gpu_recording_on_ray_equal_the_local_engine(cluster):
+    import json
+
+    runs = ROOT / "notebooks" / "recordings" / "multirank" / "ddp_slow0_50ms"
+    truth = json.loads((runs / "truth_rank=0.json").read_text())
+    with _local(runs) as ts:
+        local, summary = ts.stragglers(), ts.summary().to_frame()
+    st = hray.stragglers(runs, ranks_per_task=1, timeout_s=T)     # one task per rank
+    pd.testing.assert_frame_equal(st, local)
+    pd.testing.assert_frame_equal(hray.summary(runs, ranks_per_task=1, timeout_s=T).to_frame(),
+                                  summary)
+    assert (st["straggler_rank"] == truth["slow_rank"]).all() and (st["cause"] == "host").all()
+
+
+def test_analyses_on_ray_refuse_bad_arguments_and_mixed_jobs(cluster, tmp_path):
+    from hookmagic.trace.folder import save_trace_folder
+    from hookmagic.traceset import MixedJobsError
+    from tests.synthetic_ranks import synthetic_rank_traces
+
+    for analysis in (hray.summary, hray.stragglers, hray.overlap):
+        for bad in (0, -1, 1.5, True, "2"):
+            with pytest.raises(InvalidArgument, match="ranks_per_task"):
+                analysis(tmp_path, ranks_per_task=bad)
+        for bad in (float("nan"), 0, float("inf"), "5"):
+            with pytest.raises(InvalidArgument, match="timeout_s"):
+                analysis(tmp_path, timeout_s=bad)
+    a = synthetic_rank_traces(HOST, EXTRA, job="job-a")
+    b = synthetic_rank_traces(HOST, EXTRA, job="job-b")
+    for r, t in enumerate(a[:2] + b[2:]):
+        save_trace_folder(t, tmp_path / f"rank={r}")
+    for per_task in (1, 3):   # the jobs met on the driver, or inside one task
+        with pytest.raises(MixedJobsError, match="job-a.*job-b|job-b.*job-a"):
+            hray.stragglers(tmp_path, ranks_per_task=per_task, timeout_s=T)
