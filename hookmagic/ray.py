@@ -24,6 +24,12 @@ gives the worker a world rank. :func:`gather` waits for the captures that began,
 time is a *missing* member with its reason, and the others are analysed.
 :func:`send` sends a trace obtained any other way (``hookmagic.load``, a recording). Without a
 GPU, captures are "unavailable" and say why, and the plumbing works the same.
+
+Traces already written to files (a folder of rank folders, a glob, a list) are analysed where
+they are by :func:`summary`, :func:`stragglers` and :func:`overlap`: Ray tasks run the per-rank
+maps of :mod:`hookmagic.analysis.ranks` over a share of the paths each, and the driver reduces
+their small rows with the same functions as ``hookmagic.load_many(paths)``, so both give equal
+tables.
 """
 from __future__ import annotations
 
@@ -498,9 +504,10 @@ def _merge_members(parts: list[dict[str, Any]]) -> tuple[Any, dict[int, int]]:
     from hookmagic.traceset.model import TraceSet
 
     groups: dict[int, list[tuple[int, Member]]] = {}
-    duplicates: list[tuple[int, str, str]] = []
+    copies: dict[tuple[int, int], list[str]] = {}   # (task, rank) -> copies the task left out
     for i, part in enumerate(parts):
-        duplicates.extend(part["duplicates"])
+        for rank, path, _ in part["duplicates"]:
+            copies.setdefault((i, rank), []).append(path)
         for m in part["members"]:
             if m.status == "missing" and not m.path:
                 continue   # a task's note for a rank outside its share of the paths
@@ -512,12 +519,17 @@ def _merge_members(parts: list[dict[str, Any]]) -> tuple[Any, dict[int, int]]:
                              f"({', '.join(repr(j or '(no job id)') for j in jobs)}); give "
                              "each job's folder on its own")
     chosen, owner = [], {}
+    duplicates: list[tuple[int, str, str]] = []
     for rank, group in groups.items():
         readable = [(i, m) for i, m in group if m.layout]
         if readable:
             first = min(m.capture for _, m in readable)
             pick = [(i, m) for i, m in readable if m.capture == first]
-            duplicates.extend((rank, m.path, pick[0][1].path) for _, m in pick[1:])
+            kept = pick[0][1]
+            # every other copy of the kept capture, whichever task met it, is a duplicate
+            for i, m in pick:
+                others = ([m.path] if m is not kept else []) + copies.get((i, rank), [])
+                duplicates.extend((rank, path, kept.path) for path in others)
         else:
             pick = group
         owner[rank] = pick[0][0]

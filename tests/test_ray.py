@@ -291,3 +291,6 @@ def test_analyses_on_ray_refuse_bad_arguments_and_mixed_jobs(cluster, tmp_path):
     for per_task in (1, 3):   # the jobs met on the driver, or inside one task
         with pytest.raises(MixedJobsError, match="job-a.*job-b|job-b.*job-a"):
             hray.stragglers(tmp_path, ranks_per_task=per_task, timeout_s=T)
+    # no task opens a set, reads its files and answers within a microsecond
+    with pytest.raises(hray.AnalysisTimeout, match="timeout_s=1e-06"):
+        hray.summary(tmp_path, timeout_s=1e-6)
