@@ -27,6 +27,15 @@ How ranks are compared
   optimizer steps an automatic capture records). A collective belongs to the step in which
   its kernel started on the earliest-assigned rank: the GPU runs behind its host, so a
   later step is never the right answer when an earlier rank says otherwise.
+
+Maps and reduces
+----------------
+Each analysis is a map that reads only its own ranks' files (:func:`per_rank_map`,
+:func:`collective_map`, and for the stragglers' causes :func:`window_compute`) and a reduce
+over the maps' small rows that does everything across ranks (:func:`overlap_from`,
+:func:`clock_from`, :func:`collectives_from`, :func:`skew_from`, :func:`stragglers_from`,
+:func:`headline`). The functions taking a set run both in this process; :mod:`hookmagic.ray`
+runs the maps in Ray tasks where the files are and the same reduces on the driver.
 """
 from __future__ import annotations
 
