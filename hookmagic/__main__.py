@@ -1,5 +1,7 @@
 """``python -m hookmagic``: the ``hookmagic`` command (``hookmagic.cli``) for an environment
 whose scripts folder is not on PATH."""
+import sys
+
 from hookmagic.cli import main
 
-raise SystemExit(main())
+sys.exit(main())

@@ -4,7 +4,7 @@
 from typing import Any, Mapping
 import pandas as pd
 from hookmagic.common.accessors import accepts_methods
-from hookmagic.common.errors import InvalidArgument, MissingAttribute
+from hookmagic.common.errors import BadNumbers, InvalidArgument, MissingAttribute
 from hookmagic.trace import schema
 import plotly.graph_objects as go
 import os
