@@ -100,9 +100,13 @@ def overlap(self: "TraceSet") -> "pd.DataFrame":
 
 
 @register_method("TraceSet")
-def clock(self: "TraceSet", *, max_error_ns: int = 100_000) -> "pd.DataFrame":
-    """How each rank's clock was aligned to the reference rank's, and the estimate's error."""
-    from hookmagic.analysis.ranks import clock_alignment
+def clock(self: "TraceSet", *, max_error_ns: int | None = None) -> "pd.DataFrame":
+    """How each rank's clock was aligned to the reference rank's, and the estimate's error;
+    ``max_error_ns`` is the largest error accepted (default:
+    ``hookmagic.analysis.ranks.DEFAULT_MAX_CLOCK_ERROR_NS``)."""
+    from hookmagic.analysis.ranks import DEFAULT_MAX_CLOCK_ERROR_NS, clock_alignment
+    if max_error_ns is None:
+        max_error_ns = DEFAULT_MAX_CLOCK_ERROR_NS
     return clock_alignment(self, max_error_ns=max_error_ns)
 
 

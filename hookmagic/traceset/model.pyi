@@ -113,8 +113,10 @@ class TraceSet:
     def _repr_html_(self) -> str:
         ...
 
-    def clock(self: 'TraceSet', *, max_error_ns: int=100000) -> 'pd.DataFrame':
-        """How each rank's clock was aligned to the reference rank's, and the estimate's error."""
+    def clock(self: 'TraceSet', *, max_error_ns: int | None=None) -> 'pd.DataFrame':
+        """How each rank's clock was aligned to the reference rank's, and the estimate's error;
+    ``max_error_ns`` is the largest error accepted (default:
+    ``hookmagic.analysis.ranks.DEFAULT_MAX_CLOCK_ERROR_NS``)."""
 
     def collectives(self: 'TraceSet') -> 'pd.DataFrame':
         """Every NCCL kernel of every rank, matched across ranks, on one clock, with its wait."""
