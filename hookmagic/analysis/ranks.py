@@ -344,20 +344,36 @@ def window_compute(ts: "TraceSet", windows: pd.DataFrame) -> pd.DataFrame:
     """The second map of :func:`stragglers`: for each window (``rank, inst, w_start, w_end``,
     each rank's own clock, sorted by rank and start), the time of the compute kernels that
     start inside it, each counted up to the window's end: ``rank, inst, compute_ns`` (windows
-    with no compute kernel have no row). Reads only the kernels of the set's own ranks."""
-    ts.con.register("_windows", windows)
-    try:
-        # each kernel goes to the latest window starting at or before it (an ASOF join:
-        # a sorted merge, never rank x windows comparisons)
-        return ts.sql(f"""
-            SELECT w.rank, w.inst,
-                   sum(least(k.end_ns, w.w_end) - k.start_ns) AS compute_ns
-            FROM (SELECT rank, start_ns, end_ns FROM kernels WHERE NOT {NCCL}) k
-            ASOF JOIN _windows w ON k.rank = w.rank AND k.start_ns >= w.w_start
-            WHERE k.start_ns < w.w_end
-            GROUP BY ALL""")
-    finally:
-        ts.con.unregister("_windows")
+    with no compute kernel have no row). Reads only the kernels of the set's own ranks, in
+    the per-rank map's batches; each kernel goes to the latest window of its rank starting at
+    or before it (a binary search per rank, never rank x windows comparisons)."""
+    cols = ["rank", "inst", "compute_ns"]
+    w = windows.sort_values(["rank", "w_start"], kind="stable")
+    by_rank = {int(k): g for k, g in w.groupby("rank", sort=False)}
+    parts = []
+    for _, rank, s, e, comm in _kernel_batches(ts):
+        keep = ~comm
+        rank, s, e = rank[keep], s[keep], e[keep]
+        # each batch holds whole ranks, one after the other
+        cut = np.flatnonzero(np.diff(rank)) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, rank.size]):
+            if lo == hi or int(rank[lo]) not in by_rank:
+                continue
+            g = by_rank[int(rank[lo])]
+            ws, we = g["w_start"].to_numpy(np.int64), g["w_end"].to_numpy(np.int64)
+            ks, ke = s[lo:hi], e[lo:hi]
+            j = np.searchsorted(ws, ks, side="right") - 1
+            ok = j >= 0
+            ok[ok] = ks[ok] < we[j[ok]]
+            j, ks, ke = j[ok], ks[ok], ke[ok]
+            total = np.bincount(j, weights=np.minimum(ke, we[j]) - ks, minlength=ws.size)
+            hit = np.bincount(j, minlength=ws.size) > 0
+            parts.append(pd.DataFrame({"rank": g["rank"].to_numpy()[hit],
+                                       "inst": g["inst"].to_numpy()[hit],
+                                       "compute_ns": np.rint(total[hit]).astype(np.int64)}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    return pd.concat(parts, ignore_index=True)[cols]
 
 
 _STRAGGLER_COLUMNS = ["step", "collective", "seq", "straggler_rank", "lateness_ns", "cause",
@@ -450,13 +466,15 @@ def _kernel_batches(ts: "TraceSet"):
     :data:`BATCH_ROWS` rows each): ``(ranks, rank, start_ns, end_ns, comm)`` arrays, each batch
     read from those ranks' own files in one pass."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     files = ts.table_files()["kernels"]
     sizes = {m.rank: _manifest_rows(m) for m in ts.members}
-    want = pa.schema([("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()),
-                      ("rank", pa.int64())])
+    # kernel names read as the files keep them, dictionary-encoded: the NCCL test then runs
+    # once per distinct name, not once per kernel
+    want = pa.schema([("start_ns", pa.int64()), ("end_ns", pa.int64()),
+                      ("name", pa.dictionary(pa.int32(), pa.string())), ("rank", pa.int64())])
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns={"name"}))
     batch: list[int] = []
     rows = 0
     ranks = [r for r in ts.data_ranks if r in files]
@@ -466,21 +484,43 @@ def _kernel_batches(ts: "TraceSet"):
         if rows < BATCH_ROWS and i + 1 < len(ranks):
             continue
         base = os.path.dirname(os.path.dirname(files[batch[0]]))
-        data = ds.dataset([files[r] for r in batch], schema=want, format="parquet",
+        data = ds.dataset([files[r] for r in batch], schema=want, format=fmt,
                           partitioning=ds.partitioning(pa.schema([("rank", pa.int64())]),
                                                        flavor="hive"),
                           partition_base_dir=base).to_table()
-        comm = pc.fill_null(pc.starts_with(data["name"], NCCL_PREFIX.lstrip("^")), False)
         yield (np.asarray(batch, dtype=np.int64), data["rank"].to_numpy(),
                data["start_ns"].to_numpy(), data["end_ns"].to_numpy(),
-               comm.to_numpy(zero_copy_only=False))
+               _nccl_flags(data["name"]))
         batch, rows = [], 0
+
+
+def _nccl_flags(names: Any) -> np.ndarray:
+    """Whether each kernel name (a chunked dictionary array) is an NCCL kernel's, tested once
+    per distinct name of each chunk; a missing name is not."""
+    import pyarrow.compute as pc
+
+    prefix = NCCL_PREFIX.lstrip("^")
+    parts = []
+    for chunk in names.chunks:
+        hit = pc.fill_null(pc.starts_with(chunk.dictionary, prefix), False)
+        hit = np.append(hit.to_numpy(zero_copy_only=False).astype(bool), False)
+        idx = chunk.indices.fill_null(len(hit) - 1).to_numpy()   # null: the appended False
+        parts.append(hit[idx])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
 def _manifest_rows(m: Any) -> int:
     info = m.tables.get("kernels")
     rows = info.get("rows") if isinstance(info, dict) else None
     return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0 else 1
+
+
+def _in_rank_start_order(rank: np.ndarray, s: np.ndarray) -> bool:
+    """Whether the rows are sorted by rank, then start."""
+    if rank.size < 2:
+        return True
+    dr = np.diff(rank)
+    return bool((dr >= 0).all() and (np.diff(s)[dr == 0] >= 0).all())
 
 
 def _segmented_unions(ranks: np.ndarray, rank: np.ndarray, s: np.ndarray, e: np.ndarray,
@@ -494,8 +534,11 @@ def _segmented_unions(ranks: np.ndarray, rank: np.ndarray, s: np.ndarray, e: np.
     e = np.maximum(e, s)
     if gap is not None:
         e = e + gap[np.searchsorted(ranks, rank)]
-    order = np.lexsort((s, rank))
-    r, s, e = rank[order], s[order], e[order]
+    if _in_rank_start_order(rank, s):   # kernels are saved in start order: no sort needed
+        r = rank
+    else:
+        order = np.lexsort((s, rank))
+        r, s, e = rank[order], s[order], e[order]
     new_rank = np.empty(r.size, dtype=bool)
     new_rank[0] = True
     new_rank[1:] = r[1:] != r[:-1]
