@@ -500,7 +500,8 @@ def _merge_members(parts: list[dict[str, Any]]) -> tuple[Any, dict[int, int]]:
     *missing* member for each rank below the world size that no task found, and traces of
     more than one job refused. Returns the set (members only) and ``rank -> task`` that holds
     each kept capture."""
-    from hookmagic.traceset.members import Member, MixedJobsError, describe_jobs
+    from hookmagic.traceset.members import (Member, MixedJobsError, describe_jobs,
+                                            missing_member)
     from hookmagic.traceset.model import TraceSet
 
     groups: dict[int, list[tuple[int, Member]]] = {}
@@ -539,9 +540,7 @@ def _merge_members(parts: list[dict[str, Any]]) -> tuple[Any, dict[int, int]]:
                 [max(owner) + 1 if owner else 0])
     for rank in range(world):
         if rank not in owner:
-            chosen.append(Member("", rank, "missing",
-                                 f"no trace for rank {rank} (world size {world}): the rank "
-                                 "did not write one, or stopped before it could"))
+            chosen.append(missing_member(rank, world))
     ts = TraceSet(chosen, job_id=named[0] if named else "")
     ts.duplicates = duplicates
     return ts, owner

@@ -63,6 +63,12 @@ class Member:
         return rank if isinstance(rank, dict) else {}
 
 
+def missing_member(rank: int, world: int) -> Member:
+    """The record of a rank below the world size that left no trace."""
+    return Member("", rank, "missing", f"no trace for rank {rank} (world size {world}): the "
+                  "rank did not write one, or stopped before it could")
+
+
 def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
     """Paths of a directory of rank folders, a glob, one trace, or a list of any of these."""
     if isinstance(paths, (str, os.PathLike)):

@@ -41,7 +41,8 @@ from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
 from hookmagic.traceset.members import (Member, MixedJobsError, TraceSetError,
-                                        TraceSetQueryError, describe_jobs, expand, open_member)
+                                        TraceSetQueryError, describe_jobs, expand, missing_member,
+                                        open_member)
 
 #: DuckDB's memory limit for a set's queries unless ``memory_limit=`` says otherwise
 DEFAULT_MEMORY_LIMIT = "3GB"
@@ -515,9 +516,7 @@ def build_traceset(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
                 [max(present) + 1 if present else 0])
     for rank in range(world):
         if rank not in present:
-            chosen.append(Member("", rank, "missing",
-                                 f"no trace for rank {rank} (world size {world}): the rank "
-                                 "did not write one, or stopped before it could"))
+            chosen.append(missing_member(rank, world))
     ts = TraceSet(chosen, job_id=job_id, memory_limit=memory_limit, threads=threads)
     ts.duplicates = duplicates
     ts.table_files()   # staged now: a rank with unreadable tables is damaged from the start
