@@ -22,7 +22,7 @@ from hookmagic.common.errors import InputFileError, InvalidArgument, LimitExceed
 from hookmagic.common.optional import require
 from hookmagic.trace import schema
 from hookmagic.trace.model import Trace
-from hookmagic.traceset.members import Member, MixedJobsError, TraceSetError, TraceSetQueryError, describe_jobs, expand, open_member
+from hookmagic.traceset.members import Member, MixedJobsError, TraceSetError, TraceSetQueryError, describe_jobs, expand, missing_member, open_member
 from hookmagic.common.results import Headline
 DEFAULT_MEMORY_LIMIT = '3GB'
 
