@@ -60,13 +60,13 @@ def test_binder_environment_builds_and_runs_the_package(tmp_path):
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PLOTLY_RENDERER")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    # Binder installs torch and torchvision from PyTorch's CPU-only index, which this test's
-    # machines cannot reach: every other pin installs here as it does there, and torch comes
-    # from this environment (a .pth line after the venv's own site-packages). The pins
-    # themselves are checked against what the notebooks run with by the test below.
+    # Binder installs torch from PyTorch's CPU-only index, which this test's machines cannot
+    # reach: every other pin installs here as it does there, and torch comes from this
+    # environment (a .pth line after the venv's own site-packages). The pins themselves are
+    # checked against what the notebooks run with by the test below.
     lines = (repo / "binder" / "requirements.txt").read_text().splitlines()
     kept = [ln for ln in lines if not ln.startswith("--extra-index-url")
-            and not re.match(r"(torch|torchvision)==", ln)]
+            and not re.match(r"torch==", ln)]
     (tmp_path / "requirements.txt").write_text("\n".join(kept) + "\n")
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r",
           str(tmp_path / "requirements.txt")], cwd=repo, env=env)
@@ -159,4 +159,4 @@ def test_every_notebook_import_and_extra_is_pinned_at_the_tested_version():
         except md.PackageNotFoundError:
             continue    # build tools (cmake, ninja) need not be in the test environment
         assert installed.split("+")[0] == version, f"{name}: pinned {version}, tested {installed}"
-    assert {"torch", "torchvision", "av", "duckdb"} <= set(pins)
+    assert {"torch", "av", "duckdb"} <= set(pins)

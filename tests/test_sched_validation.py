@@ -4,6 +4,7 @@ times, and an empty workload gives an empty result with every metric column."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -143,10 +144,19 @@ def test_a_misspelt_model_name_lists_the_known_ones_closest_first():
         S.simulate([spec], [S.Poisson("resnt18", 10.0)], S.Policy(), duration_s=1.0)
 
 
-def test_an_engine_for_a_misspelt_torchvision_model_names_the_known_ones():
-    pytest.importorskip("torchvision")
+def test_an_engine_for_a_misspelt_torchvision_model_names_the_known_ones(monkeypatch):
+    """TorchEngine looks architecture names up in ``torchvision.models.list_models()``. torchvision
+    is a GPU-machine package (its PyPI wheels need CUDA torch), so here a stand-in module answers
+    with a synthetic list of names; the precision check needs only torch."""
+    import types
+
+    import torch
     from hookmagic.sched.engines import TorchEngine
-    with pytest.raises(InvalidArgument, match=r"unknown model 'resnt18'; known: resnet18,"):
+
+    synthetic = types.ModuleType("torchvision")
+    synthetic.models = types.SimpleNamespace(list_models=lambda: ["alexnet", "resnet18", "resnet50"])
+    monkeypatch.setitem(sys.modules, "torchvision", synthetic)
+    with pytest.raises(InvalidArgument, match=r"unknown model 'resnt18'; known: resnet18, resnet50"):
         TorchEngine("r", "resnt18")._build()
     with pytest.raises(InvalidArgument, match="unknown precision 'fp8'; known: fp16, bf16, fp32"):
-        TorchEngine("r", "resnet18", precision="fp8")._build()
+        TorchEngine("r", torch.nn.Linear(2, 2), precision="fp8")._build()
