@@ -24,6 +24,13 @@ PLAN = [
                                   ("bf16", "mma"), ("int8", "mma"), ("f16", "wgmma"), ("bf16", "wgmma")]),
     ("8192", (8192, 8192, 8192), [("sgemm", "warptile"), ("f16", "mma"), ("bf16", "mma"), ("int8", "mma"),
                                   ("f16", "wgmma"), ("bf16", "wgmma")]),
+    # the dispatch table's boundary between wgmma and mma (hookmagic.kernels.dispatch)
+    ("512", (512, 512, 512), [("f16", "mma"), ("f16", "wgmma"), ("bf16", "mma"), ("bf16", "wgmma")]),
+    ("2048", (2048, 2048, 2048), [("f16", "mma"), ("f16", "wgmma"), ("bf16", "mma"), ("bf16", "wgmma")]),
+    ("M=1024", (1024, 4096, 4096), [("f16", "mma"), ("f16", "wgmma")]),
+    ("M=256", (256, 4096, 4096), [("f16", "mma"), ("f16", "wgmma")]),
+    ("K=128", (4096, 4096, 128), [("f16", "mma"), ("f16", "wgmma")]),
+    ("K=512", (4096, 4096, 512), [("f16", "mma"), ("f16", "wgmma")]),
     ("skinny M=8", (8, 4096, 4096), [("sgemm", "warptile"), ("f16", "wmma"), ("f16", "mma"), ("int8", "mma"),
                                      ("f16", "wgmma")]),
     ("skinny M=64", (64, 4096, 4096), [("sgemm", "warptile"), ("f16", "wmma"), ("f16", "mma"), ("int8", "mma"),
@@ -141,6 +148,8 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
            timer: str = "call", variants: bool = False) -> None:
     import torch
 
+    # "device": kernel time alone (cold L2, host launch cost hidden), what the dispatch table compares;
+    # "call": CUDA events around one call, the host's launch cost included
     mem_timer = _time_device if timer == "device" else _time
 
     import hookmagic.kernels as hk
@@ -167,7 +176,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
                 run = ((lambda v, a=a, b=b: hk.sgemm(a, b, variant=v)) if kind == "sgemm"
                        else (lambda v, a=a, b=b: _tensor_core(a, b, v)))
                 exact = a.double() @ b.double() if kind == "sgemm" else a.float() @ b.float()
-            ref_s = _time(ref_fn) if ref_fn else float("nan")
+            ref_s = mem_timer(ref_fn) if ref_fn else float("nan")
             ref_err = (ref_fn().double() - exact.double()).abs().max().item() if ref_fn else 0.0
             data[kind] = (run, ref_s, exact, ref_err)
             rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": "cuBLAS",
@@ -186,7 +195,7 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
             scale = max(exact.abs().max().item(), 1.0)
             eps = {"sgemm": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7, "int8": 0.0}[kind]
             ok = err == 0 if kind == "int8" else err <= 2 * ref_err + eps * scale
-            secs = _time(lambda: run(variant)) if ok else float("nan")
+            secs = mem_timer(lambda: run(variant)) if ok else float("nan")
             rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": variant,
                          "kernel": f"{kind} {variant}", "seconds": secs, "ok": bool(ok), "max_err": err})
             print(f"  {label:12s} {kind:5s} {variant:10s} {secs * 1e3:9.3f} ms ok={ok}", flush=True)

@@ -260,22 +260,19 @@ def _kernel_table(gpus: list[dict]) -> tuple[list[dict[str, Any]], str]:
 
 def _dispatch_defaults(cc: int) -> list[dict[str, Any]]:
     """The variants :mod:`hookmagic.kernels.dispatch`'s table picks on compute capability
-    ``cc`` when a call names none, per operation, dtypes and shape class."""
+    ``cc`` when a call names none, per operation and dtypes."""
     try:
         from hookmagic.kernels.dispatch import TABLE
     except Exception:
         return []
-    out, covered = [], {}
+    out, covered = [], set()
     for rule in TABLE:
         if not rule.min_arch <= cc <= rule.max_arch:
             continue
-        classes = {"large", "small"} if rule.shape_class == "any" else {rule.shape_class}
-        dtypes = [d for d in rule.dtypes if not classes <= covered.get((rule.op, d), set())]
-        for d in dtypes:
-            covered.setdefault((rule.op, d), set()).update(classes)
+        dtypes = [d for d in rule.dtypes if (rule.op, d) not in covered]   # the first matching rule wins
+        covered.update((rule.op, d) for d in dtypes)
         if dtypes:
-            out.append({"op": rule.op, "dtypes": dtypes, "shape_class": rule.shape_class,
-                        "variant": rule.variant, "why": rule.why})
+            out.append({"op": rule.op, "dtypes": dtypes, "variant": rule.variant, "why": rule.why})
     return out
 
 

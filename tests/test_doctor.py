@@ -259,7 +259,7 @@ def test_a_synthetic_gpu_answer_is_reported_with_its_architecture():
     checks = [driver, checkup._gpus_check(gpus, nvml, cuda)]
     text = DoctorReport(checks, gpus, kernels, []).text()
     assert "0: NVIDIA H200 (synthetic), compute capability 9.0 (sm_90, Hopper), 141.0 GiB" in text
-    assert "default gemm float16/bfloat16 (large shapes): wgmma" in text
+    assert "default gemm float16/bfloat16: wgmma" in text
     assert not [line for line in text.splitlines() if "not on this GPU" in line and "wgmma" in line]
 
 
@@ -268,14 +268,12 @@ def test_the_defaults_shown_are_what_dispatch_chooses(cc):
     from hookmagic.checkup import _dispatch_defaults
     from hookmagic.kernels.dispatch import choose
 
-    shapes = {"large": ((4096, 4096), (4096, 4096)), "small": ((128, 64), (64, 128))}
     defaults = _dispatch_defaults(cc)
     assert defaults
     for d in defaults:
-        classes = ["large", "small"] if d["shape_class"] == "any" else [d["shape_class"]]
         for dtype in d["dtypes"]:
-            for cls in classes:
-                assert choose(d["op"], f"sm_{cc}", dtype, shapes[cls]).variant == d["variant"]
+            for shapes in (((4096, 4096), (4096, 4096)), ((8, 64), (64, 128))):
+                assert choose(d["op"], f"sm_{cc}", dtype, shapes).variant == d["variant"]
 
 
 @no_driver

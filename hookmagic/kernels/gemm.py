@@ -40,8 +40,15 @@ def _grid(spec: KernelSpec, m: int, n: int) -> tuple[int, int, int]:
     return (gm, gn, 1) if spec.grid_order == "mn" else (gn, gm, 1)
 
 
-def _check_pair(a: Any, b: Any, dtypes: tuple[str, ...], op: str) -> tuple[runtime.ArrayInfo, runtime.ArrayInfo]:
-    ai, bi = runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b")
+#: int32 kernel arguments that take few values (activation codes, the vector flag), made once
+_I32 = tuple(np.int32(i) for i in range(8))
+
+
+def _check_pair(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, dtypes: Any, op: str
+                ) -> tuple[runtime.ArrayInfo, runtime.ArrayInfo]:
+    if ai.kind == bi.kind and len(ai.shape) == 2 and len(bi.shape) == 2 and ai.shape[1] == bi.shape[0] \
+            and ai.dtype == bi.dtype and ai.dtype in dtypes and ai.device == bi.device >= 0:
+        return ai, bi   # the per-call path: no message is built
     both = f"a is {ai.where()}, b is {bi.where()}"
     if ai.kind != bi.kind:
         raise KernelArgumentError(f"{op}: a and b must both be torch tensors or both CuPy arrays ({both})")
@@ -54,14 +61,7 @@ def _check_pair(a: Any, b: Any, dtypes: tuple[str, ...], op: str) -> tuple[runti
         raise KernelArgumentError(f"{op}: a and b must share one dtype of {', '.join(dtypes)} ({both})")
     if ai.device < 0 or bi.device < 0:
         raise KernelArgumentError(f"{op}: a and b must be on a CUDA device ({both})")
-    if ai.device != bi.device:
-        raise KernelArgumentError(f"{op}: a and b are on different devices ({both})")
-    return ai, bi
-
-
-def _aligned(*infos: runtime.ArrayInfo, elems: int) -> bool:
-    """All operands' base addresses are 16-byte aligned and their rows a multiple of ``elems``."""
-    return all(i.ptr % 16 == 0 and (i.shape[-1] % elems == 0) for i in infos)
+    raise KernelArgumentError(f"{op}: a and b are on different devices ({both})")
 
 
 def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
@@ -74,17 +74,16 @@ def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
     """
     if variant not in SGEMM_VARIANTS:
         raise KernelArgumentError(f"sgemm: unknown variant {variant!r}; one of {', '.join(SGEMM_VARIANTS)}")
-    ai, bi = _check_pair(a, b, ("float32",), "sgemm")
+    ai, bi = _check_pair(runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b"), ("float32",), "sgemm")
     ai, bi = runtime.contiguous(ai), runtime.contiguous(bi)
     m, k = ai.shape
     n = bi.shape[1]
-    c = runtime.empty_like_kind(ai, (m, n), "float32")
+    c, cptr = runtime.new_output(ai, (m, n), "float32")
     if m == 0 or n == 0:
         return c
-    ci = runtime.inspect_array(c, "out")
     kern, grid, block, smem, name, flops, nbytes, tail = _plan("sgemm", variant, "float32", m, n, k, ai.device)
-    vec = int(_aligned(ai, bi, ci, elems=4))
-    runtime.launch(kern, ai, grid, block, (ai.ptr, bi.ptr, ci.ptr, *tail, np.int32(vec)))
+    vec = ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and cptr % 16 == 0 and k % 4 == 0 and n % 4 == 0
+    runtime.launch(kern, ai, grid, block, (ai.ptr, bi.ptr, cptr, *tail, _I32[vec]))
     registry.record(name, flops, nbytes, m=m, n=n, k=k, dtype=ai.dtype)
     return c
 
@@ -130,15 +129,17 @@ GEMM_VARIANTS = ("wmma", "mma", "wgmma")   # "wgmma" runs on sm_90 (H100/H200) o
 _auto_cache: dict[tuple, str] = {}
 
 
-def _auto(device: int, dtype: str, a_shape: tuple, b_shape: tuple) -> str:
-    """The dispatch table's variant for this device, dtype and shape class (cached per key)."""
-    from hookmagic.kernels import dispatch
-    cls = dispatch.shape_class("gemm", (a_shape, b_shape))
-    key = (device, dtype, cls)
+def _auto(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo) -> str:
+    """The dispatch table's variant for the operands' device and dtype (cached per pair); "mma"
+    where the table has none or the operands are not two matrices on a GPU (its checks name why)."""
+    key = (ai.device, ai.dtype)
     v = _auto_cache.get(key)
     if v is None:
+        if ai.device < 0 or len(ai.shape) != 2 or len(bi.shape) != 2:
+            return "mma"
+        from hookmagic.kernels import dispatch
         try:
-            v = dispatch.choose("gemm", runtime.device_arch(device), dtype, (a_shape, b_shape)).variant
+            v = dispatch.choose("gemm", runtime.device_arch(ai.device), ai.dtype, (ai.shape, bi.shape)).variant
         except KernelArgumentError:
             v = "mma"   # an unsupported dtype: the operand checks name it
         _auto_cache[key] = v
@@ -147,11 +148,11 @@ def _auto(device: int, dtype: str, a_shape: tuple, b_shape: tuple) -> str:
 
 def _check_vector(x: Any, name: str, ref: runtime.ArrayInfo, shape: tuple[int, ...]) -> runtime.ArrayInfo:
     xi = runtime.inspect_array(x, name)
-    both = f"{name} is {xi.where()}, a is {ref.where()}"
     if xi.kind != ref.kind or xi.device != ref.device or xi.dtype != ref.dtype:
-        raise KernelArgumentError(f"gemm: {name} must be a {ref.kind} {ref.dtype} array on the device of a ({both})")
-    if tuple(xi.shape) != shape:
-        raise KernelArgumentError(f"gemm: {name} must have shape {list(shape)} ({both})")
+        raise KernelArgumentError(f"gemm: {name} must be a {ref.kind} {ref.dtype} array on the device of a "
+                                  f"({name} is {xi.where()}, a is {ref.where()})")
+    if xi.shape != shape:
+        raise KernelArgumentError(f"gemm: {name} must have shape {list(shape)} ({name} is {xi.where()}, a is {ref.where()})")
     return runtime.contiguous(xi)
 
 
@@ -175,19 +176,15 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     a new array of the operands' kind. ``schedule`` is wgmma's tile schedule
     (:data:`hookmagic.kernels.gemm_wgmma.SCHEDULES`).
     """
+    ai, bi = runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b")
     if variant == "auto":
-        ai0 = runtime.inspect_array(a, "a")
-        bi0 = runtime.inspect_array(b, "b")
-        if ai0.device >= 0 and len(ai0.shape) == 2 and len(bi0.shape) == 2:
-            variant = _auto(ai0.device, ai0.dtype, tuple(ai0.shape), tuple(bi0.shape))
-        else:
-            variant = "mma"   # the operand checks below name what is wrong
+        variant = _auto(ai, bi)
     if variant not in GEMM_VARIANTS:
         raise KernelArgumentError(f"gemm: unknown variant {variant!r}; one of auto, {', '.join(GEMM_VARIANTS)}")
     if activation not in ACTIVATIONS:
         raise KernelArgumentError(f"gemm: activation {activation!r} is not one of None, 'relu', 'gelu', 'gelu_tanh'")
     spec = registry.SPECS[("gemm", variant)]
-    ai, bi = _check_pair(a, b, tuple(spec.entries), f"gemm(variant={variant!r})")
+    ai, bi = _check_pair(ai, bi, spec.entries, f"gemm(variant={variant!r})")
     m, k = ai.shape
     n = bi.shape[1]
     int8 = ai.dtype == "int8"
@@ -209,19 +206,17 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
         bi = runtime.contiguous(bi)
     bias_i = _check_vector(bias, "bias", ai, (n,)) if bias is not None else None
     res_i = _check_vector(residual, "residual", ai, (m, n)) if residual is not None else None
-    out_dtype = "int32" if int8 else ai.dtype
-    c = runtime.empty_like_kind(ai, (m, n), out_dtype)
+    c, cptr = runtime.new_output(ai, (m, n), "int32" if int8 else ai.dtype)
     if m == 0 or n == 0:
         return c
-    ci = runtime.inspect_array(c, "out")
     kern, grid, block, smem, name, flops, nbytes, mnk = _plan("gemm", spec.variant, ai.dtype, m, n, k, ai.device)
     if int8:
-        vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 16 == 0)
-        args = (ai.ptr, bi.ptr, ci.ptr, *mnk, np.int32(vec))
+        vec = ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 16 == 0
+        args = (ai.ptr, bi.ptr, cptr, *mnk, _I32[vec])
     else:
-        vec = int(ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 8 == 0 and n % 8 == 0)
-        args = (ai.ptr, bi.ptr, ci.ptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0,
-                *mnk, np.int32(ACTIVATIONS[activation]), np.int32(vec))
+        vec = ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and k % 8 == 0 and n % 8 == 0
+        args = (ai.ptr, bi.ptr, cptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0,
+                *mnk, _I32[ACTIVATIONS[activation]], _I32[vec])
     runtime.launch(kern, ai, grid, block, args, smem=smem)
     extra = (n if bias_i else 0) * registry.ITEMSIZE[ai.dtype] + (m * n if res_i else 0) * registry.ITEMSIZE[ai.dtype]
     registry.record(name, flops, nbytes + extra, m=m, n=n, k=k, dtype=ai.dtype)

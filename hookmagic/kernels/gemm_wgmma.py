@@ -75,6 +75,13 @@ def _tma_ready(info: runtime.ArrayInfo) -> runtime.ArrayInfo:
     return runtime.inspect_array(out, info.name)
 
 
+class _Scalars(ctypes.Structure):
+    """The kernels' parameters after the two tensor maps (kernels/gemm_wgmma.cu), in order."""
+    _fields_ = [("c", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("residual", ctypes.c_void_p),
+                ("m", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int), ("act", ctypes.c_int),
+                ("vec", ctypes.c_int)]
+
+
 _arch_ok: dict[int, str] = {}
 _kernels: dict[tuple[str, int], Any] = {}
 
@@ -120,10 +127,9 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     n = bi.shape[1]
     dev = ai.device
     check_device(dev)
-    c = runtime.empty_like_kind(ai, (m, n), ai.dtype)
+    c, cptr = runtime.new_output(ai, (m, n), ai.dtype)
     if m == 0 or n == 0:
         return c
-    ci = runtime.inspect_array(c, "out")
     a_t = _tma_ready(ai)
     kpad = a_t.shape[1]
     # b: column-major (K-major) is read as it is; anything else as row-major (N-major)
@@ -156,11 +162,9 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     else:
         raise KernelArgumentError(f"gemm: schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
     kern = _kernel(name, dev)
-    vec = int(n % 8 == 0 and ci.ptr % 16 == 0)
-    args = (map_a, map_b, ctypes.c_void_p(ci.ptr), ctypes.c_void_p(bias_i.ptr if bias_i else 0),
-            ctypes.c_void_p(res_i.ptr if res_i else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-            ctypes.c_int(act), ctypes.c_int(vec))
-    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, SPEC.block, _smem(name), args)
+    vec = int(n % 8 == 0 and cptr % 16 == 0)
+    scalars = _Scalars(cptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0, m, n, k, act, vec)
+    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, SPEC.block, _smem(name), (map_a, map_b), scalars)
     item = registry.ITEMSIZE[ai.dtype]
     extra = (n if bias_i else 0) * item + (m * n if res_i else 0) * item
     registry.record(name, 2 * m * n * k, (m * k + k * n + m * n) * item + extra, m=m, n=n, k=k, dtype=ai.dtype)

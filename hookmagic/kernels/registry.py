@@ -58,7 +58,7 @@ def gemm_work(m: int, n: int, k: int, in_dtype: str, out_dtype: str, extra_bytes
 
 # --- launch log: every launch through hookmagic.kernels declares its work here ---------------
 
-@dataclass
+@dataclass(slots=True)
 class LaunchWork:
     """The declared work of one launch (joined to captured kernels by name and order)."""
     kernel: str
@@ -74,11 +74,12 @@ _listeners: list[Callable[[LaunchWork], None]] = []
 
 def record(kernel: str, flops: int, dram_bytes: int, **args: Any) -> LaunchWork:
     """Declare the work of one launch (user code may call this for its own kernels too)."""
-    w = LaunchWork(kernel, int(flops), int(dram_bytes), dict(args))
+    w = LaunchWork(kernel, int(flops), int(dram_bytes), args)   # args: a fresh dict per call
     with _log_lock:
         _log.append(w)
-    for fn in list(_listeners):
-        fn(w)
+    if _listeners:
+        for fn in list(_listeners):
+            fn(w)
     return w
 
 

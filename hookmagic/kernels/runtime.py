@@ -7,9 +7,8 @@ cuda-core (:mod:`cuda.core`), which shares the device's primary context with tor
 """
 from __future__ import annotations
 
-import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from hookmagic.kernels import build
@@ -21,7 +20,7 @@ _kernels: dict[tuple[str, int, str, str], Any] = {}
 _devices: dict[int, Any] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ArrayInfo:
     """What a kernel wrapper needs to know about one operand."""
     name: str            # the operand's name in messages ("a", "b", "bias", ...)
@@ -32,47 +31,79 @@ class ArrayInfo:
     device: int          # CUDA device ordinal, -1 for host memory
     ptr: int
     obj: Any
+    _contig: bool | None = field(default=None, repr=False, compare=False)
 
-    @functools.cached_property
+    @property
     def contiguous(self) -> bool:
         """Row-major without gaps (strides of size-1 dimensions do not matter); computed once."""
-        s = 1
-        for n, st in zip(reversed(self.shape), reversed(self.strides)):
-            if n > 1 and st != s:
-                return False
-            s *= n
-        return True
+        c = self._contig
+        if c is None:
+            c = self._contig = _row_major(self.shape, self.strides)
+        return c
 
     def where(self) -> str:
         return f"{self.kind} {self.dtype}{list(self.shape)} on " + ("cpu" if self.device < 0 else f"cuda:{self.device}")
 
 
+def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    s = 1
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n > 1 and st != s:
+            return False
+        s *= n
+    return True
+
+
+# The per-call path below is kept to attribute reads and dictionary lookups: on small shapes the
+# host's time to make a call, not the GPU, sets how fast a kernel runs.
+_KINDS: dict[type, str] = {}            # operand type -> "torch" / "cupy"
+_TORCH_DTYPES: dict[Any, str] = {}      # torch.float16 -> "float16"
+_torch: Any = None                      # the torch module, once an operand was a tensor
+
+
+def _kind(x: Any, name: str) -> str:
+    global _torch
+    mod = type(x).__module__.split(".")[0]
+    if mod not in ("torch", "cupy") or not hasattr(x, "shape"):
+        raise KernelArgumentError(f"{name} must be a torch tensor or a CuPy array, not {type(x).__name__}")
+    if mod == "torch":
+        import torch
+        _torch = torch
+    _KINDS[type(x)] = mod
+    return mod
+
+
 def inspect_array(x: Any, name: str) -> ArrayInfo:
     """Describe a torch tensor or CuPy array; raises :class:`KernelArgumentError` for anything else."""
-    mod = type(x).__module__.split(".")[0]
-    if mod == "torch":
-        dev = x.device.index if x.device.type == "cuda" else -1
-        if dev is None:
-            dev = 0
-        dtype = str(x.dtype).removeprefix("torch.")
-        return ArrayInfo(name, "torch", tuple(x.shape), tuple(x.stride()), dtype, dev,
-                         int(x.data_ptr()), x)
-    if mod == "cupy":
-        item = x.dtype.itemsize
-        return ArrayInfo(name, "cupy", tuple(x.shape), tuple(s // item for s in x.strides),
-                         "bfloat16" if x.dtype.name == "bfloat16" else x.dtype.name,
-                         int(x.device.id), int(x.data.ptr), x)
-    raise KernelArgumentError(f"{name} must be a torch tensor or a CuPy array, not {type(x).__name__}")
+    kind = _KINDS.get(type(x)) or _kind(x, name)
+    if kind == "torch":
+        dt = x.dtype
+        dtype = _TORCH_DTYPES.get(dt)
+        if dtype is None:
+            dtype = _TORCH_DTYPES[dt] = str(dt).removeprefix("torch.")
+        return ArrayInfo(name, "torch", tuple(x.shape), x.stride(), dtype, x.get_device(),
+                         x.data_ptr(), x, x.is_contiguous())
+    item = x.dtype.itemsize
+    return ArrayInfo(name, "cupy", tuple(x.shape), tuple(s // item for s in x.strides),
+                     "bfloat16" if x.dtype.name == "bfloat16" else x.dtype.name,
+                     int(x.device.id), int(x.data.ptr), x)
+
+
+def new_output(ref: ArrayInfo, shape: Sequence[int], dtype: str) -> tuple[Any, int]:
+    """A new row-major array of the reference operand's kind on its device, and its address."""
+    if ref.kind == "torch":
+        x = ref.obj.new_empty(shape) if dtype == ref.dtype else \
+            ref.obj.new_empty(shape, dtype=getattr(_torch, dtype))
+        return x, x.data_ptr()
+    import cupy
+    with cupy.cuda.Device(ref.device):
+        x = cupy.empty(tuple(shape), dtype=dtype)
+    return x, int(x.data.ptr)
 
 
 def empty_like_kind(ref: ArrayInfo, shape: Sequence[int], dtype: str) -> Any:
     """A new array of the reference operand's kind on its device."""
-    if ref.kind == "torch":
-        import torch
-        return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=f"cuda:{ref.device}")
-    import cupy
-    with cupy.cuda.Device(ref.device):
-        return cupy.empty(tuple(shape), dtype=dtype)
+    return new_output(ref, shape, dtype)[0]
 
 
 def contiguous(info: ArrayInfo) -> ArrayInfo:
@@ -86,8 +117,10 @@ def contiguous(info: ArrayInfo) -> ArrayInfo:
 def current_stream_handle(ref: ArrayInfo) -> int:
     """The caller's current stream for the operand's library and device, as a CUstream handle."""
     if ref.kind == "torch":
-        import torch
-        return int(torch.cuda.current_stream(ref.device).cuda_stream)
+        raw = getattr(_torch._C, "_cuda_getCurrentRawStream", None)   # torch's own fast accessor
+        if raw is not None:
+            return int(raw(ref.device))
+        return int(_torch.cuda.current_stream(ref.device).cuda_stream)
     import cupy
     with cupy.cuda.Device(ref.device):
         return int(cupy.cuda.get_current_stream().ptr)
@@ -169,17 +202,45 @@ def set_dynamic_smem(kernel: Any, nbytes: int, ordinal: int) -> None:
     _smem_set[(id(kernel), ordinal)] = nbytes
 
 
+_driver_mod: Any = None
+_contexts: dict[int, int] = {}   # device ordinal -> its primary context's handle
+
+
+def make_current(ordinal: int) -> None:
+    """The device's primary context (torch's and CuPy's own) current on this thread: one
+    ``cuCtxGetCurrent`` when it already is, cuda-core's ``set_current`` when it is not."""
+    global _driver_mod
+    want = _contexts.get(ordinal)
+    if want is not None:
+        err, ctx = _driver_mod.cuCtxGetCurrent()
+        if int(ctx) == want:
+            return
+    device(ordinal)
+    from cuda.bindings import driver
+    _driver_mod = driver
+    err, ctx = driver.cuCtxGetCurrent()
+    if int(err) != 0:
+        raise KernelsUnavailable(f"cuCtxGetCurrent failed: {err}")
+    _contexts[ordinal] = int(ctx)
+
+
 def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
            smem: int = 0) -> None:
     """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers) and numpy scalars."""
-    from cuda.core import LaunchConfig, launch as _launch
-    dev = device(ref.device)
+    global _core_launch
+    make_current(ref.device)
     cfg = _configs.get((grid, block, smem))   # one LaunchConfig per launch shape
     if cfg is None:
+        from cuda.core import LaunchConfig
         if len(_configs) > 4096:
             _configs.clear()
         cfg = _configs[(grid, block, smem)] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
-    _launch(_stream(dev, current_stream_handle(ref)), cfg, kernel, *args)
+    if _core_launch is None:
+        from cuda.core import launch as _core_launch
+    _core_launch(_stream(current_stream_handle(ref)), cfg, kernel, *args)
+
+
+_core_launch: Any = None   # cuda.core.launch, imported on the first launch
 
 
 _configs: dict[tuple, Any] = {}
@@ -188,7 +249,7 @@ _configs: dict[tuple, Any] = {}
 _streams: dict[int, Any] = {}
 
 
-def _stream(dev: Any, handle: int) -> Any:
+def _stream(handle: int) -> Any:
     """A cuda-core view of the caller's stream (handle 0: the legacy default stream, as torch's
     and CuPy's default streams are)."""
     s = _streams.get(handle)

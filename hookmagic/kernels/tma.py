@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Sequence
 
+from hookmagic.kernels import runtime
 from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
 
 _lock = threading.Lock()
@@ -23,15 +24,20 @@ _maps: OrderedDict[tuple, Any] = OrderedDict()
 _MAX_MAPS = 256
 _functions: dict[tuple[int, int], Any] = {}
 _smem_allowed: dict[tuple[int, int], int] = {}
-_contexts: dict[int, int] = {}   # device ordinal -> its primary context's handle
+
+
+_driver_mod: list[Any] = []
 
 
 def _driver() -> Any:
+    if _driver_mod:
+        return _driver_mod[0]
     try:
         from cuda.bindings import driver
     except Exception as exc:  # ImportError or a broken wheel
         raise KernelsUnavailable(f"cuda-bindings could not be imported ({exc}); "
                                  "pip install 'hookmagic[kernels]'") from exc
+    _driver_mod.append(driver)
     return driver
 
 
@@ -95,36 +101,22 @@ def _function(kernel: Any, ordinal: int) -> Any:
     return f
 
 
-def _make_current(driver: Any, ordinal: int) -> None:
-    """The device's primary context current on this thread (torch's and CuPy's own), checked with
-    one ``cuCtxGetCurrent``; cuda-core sets it when it is not."""
-    want = _contexts.get(ordinal)
-    if want is not None:
-        err, ctx = driver.cuCtxGetCurrent()
-        if int(err) == 0 and int(ctx) == want:
-            return
-    from hookmagic.kernels import runtime
-    runtime.device(ordinal)
-    err, ctx = driver.cuCtxGetCurrent()
-    _check(err, "cuCtxGetCurrent")
-    _contexts[ordinal] = int(ctx)
+_streams: dict[int, Any] = {}        # CUstream handle -> its cuda-bindings object
+_offsets: dict[type, tuple[int, ...]] = {}
 
 
 def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], block: tuple[int, int, int],
-           smem: int, args: Sequence[Any]) -> None:
-    """``cuLaunchKernel`` with ``args`` given as ``CUtensorMap`` objects (passed by value, 128 bytes)
-    or ctypes scalars (``ctypes.c_void_p`` for pointers, ``ctypes.c_int`` for ints), in order."""
+           smem: int, maps: Sequence[Any], scalars: ctypes.Structure) -> None:
+    """``cuLaunchKernel`` with the kernel's parameters in order: the ``CUtensorMap`` objects of
+    ``maps`` (passed by value, 128 bytes each), then each field of ``scalars``, a ctypes Structure
+    whose fields are the remaining parameters' C types (``c_void_p`` pointers, ``c_int`` ints)."""
     driver = _driver()
-    _make_current(driver, ordinal)
-    addrs = []
-    for a in args:
-        if isinstance(a, driver.CUtensorMap):
-            addrs.append(int(a.getPtr()))
-        elif isinstance(a, ctypes._SimpleCData):
-            addrs.append(ctypes.addressof(a))
-        else:
-            raise KernelArgumentError(f"kernel argument {a!r}: pass a CUtensorMap or a ctypes scalar")
-    params = (ctypes.c_void_p * len(addrs))(*addrs)
+    runtime.make_current(ordinal)
+    offs = _offsets.get(type(scalars))
+    if offs is None:
+        offs = _offsets[type(scalars)] = tuple(getattr(type(scalars), f[0]).offset for f in scalars._fields_)
+    base = ctypes.addressof(scalars)
+    params = (ctypes.c_void_p * (len(maps) + len(offs)))(*[m.getPtr() for m in maps], *[base + o for o in offs])
     f = _function(kernel, ordinal)
     if smem > 48 * 1024 and _smem_allowed.get((id(kernel), ordinal), 0) < smem and isinstance(f, driver.CUfunction):
         # the CUkernel's attribute (runtime.set_dynamic_smem) should carry over; set it on the function too
@@ -132,9 +124,12 @@ def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], b
         (err,) = driver.cuFuncSetAttribute(f, attr, smem)
         _check(err, f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem})")
         _smem_allowed[(id(kernel), ordinal)] = smem
-    (err,) = driver.cuLaunchKernel(f, *grid, *block, smem, driver.CUstream(stream),
-                                   ctypes.addressof(params), 0)
-    _check(err, f"cuLaunchKernel(grid={grid}, block={block}, smem={smem})")
+    cs = _streams.get(stream)
+    if cs is None:
+        cs = _streams[stream] = driver.CUstream(stream)
+    (err,) = driver.cuLaunchKernel(f, *grid, *block, smem, cs, ctypes.addressof(params), 0)
+    if err:   # the message is built only on failure: this is the per-call path
+        _check(err, f"cuLaunchKernel(grid={grid}, block={block}, smem={smem})")
 
 
 __all__ = ["encode_2d", "launch"]

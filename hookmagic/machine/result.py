@@ -131,5 +131,5 @@ def _kernel_lines(gpus: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> 
         if not_here:
             lines.append(f"    not on this GPU: {'; '.join(not_here)}")
         for d in g.get("defaults", []):
-            lines.append(f"    default {d['op']} {'/'.join(d['dtypes'])} ({d['shape_class']} shapes): {d['variant']}")
+            lines.append(f"    default {d['op']} {'/'.join(d['dtypes'])}: {d['variant']}")
     return lines
