@@ -115,14 +115,8 @@ def _impl(impl: str, op: str) -> str:
 
 
 def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple,
-         impl: str = "auto", out_name: str = "y") -> Any:
-    if xi.kind == "torch":   # the cheap path: same shape, dtype and device, row-major
-        import torch
-        y = torch.empty_like(xi.obj, memory_format=torch.contiguous_format)
-        yptr = int(y.data_ptr())
-    else:
-        y = runtime.empty_like_kind(xi, xi.shape, xi.dtype)
-        yptr = runtime.inspect_array(y, out_name).ptr
+         impl: str = "auto") -> Any:
+    y, yptr = runtime.new_output(xi, xi.shape, xi.dtype)
     n = math.prod(xi.shape)
     if n == 0:
         return y
@@ -130,7 +124,7 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     nv = 16 // ITEMSIZE[xi.dtype]
     ptrs = [p.ptr if p is not None else 0 for p in params]
     vec = int(cols % nv == 0 and xi.ptr % 16 == 0 and yptr % 16 == 0 and all(q % 16 == 0 for q in ptrs))
-    key = (op, xi.shape, xi.dtype, xi.device, vec, impl, tuple(p is None for p in params), extra)
+    key = (op, xi.shape, xi.dtype, xi.device, vec, impl, tuple([p is None for p in params]), extra)
     plan = _plans.get(key)   # the launch of this shape/dtype/alignment, worked out once
     if plan is None:
         if len(_plans) > 4096:   # many shapes: start over rather than grow without bound

@@ -92,8 +92,12 @@ def inspect_array(x: Any, name: str) -> ArrayInfo:
 def new_output(ref: ArrayInfo, shape: Sequence[int], dtype: str) -> tuple[Any, int]:
     """A new row-major array of the reference operand's kind on its device, and its address."""
     if ref.kind == "torch":
-        x = ref.obj.new_empty(shape) if dtype == ref.dtype else \
-            ref.obj.new_empty(shape, dtype=getattr(_torch, dtype))
+        if dtype != ref.dtype:
+            x = ref.obj.new_empty(shape, dtype=getattr(_torch, dtype))
+        elif shape == ref.shape:   # torch's quickest allocation
+            x = _torch.empty_like(ref.obj, memory_format=_torch.contiguous_format)
+        else:
+            x = ref.obj.new_empty(shape)
         return x, x.data_ptr()
     import cupy
     with cupy.cuda.Device(ref.device):
