@@ -35,6 +35,33 @@ def synthetic_trace() -> Trace:
     return Trace(synthetic_tables(), synthetic_meta())
 
 
+# ---- running on every core (pytest-xdist) -------------------------------------------------
+
+#: The slowest test files on a 2-core machine, slowest first (each builds an environment, a site,
+#: a wheel, or runs notebooks or a browser). Under ``-n auto --dist loadfile`` they start first,
+#: so that no worker begins a two-minute file when the others are nearly done.
+SLOW_FILES = (
+    "tests/test_binder.py", "tests/test_docs_site.py", "tests/test_wheel.py",
+    "tests/test_browser.py", "tests/test_demo.py", "tests/test_notebook_06.py",
+    "tests/test_ray.py", "tests/test_notebooks.py", "tests/test_notebook_04.py",
+    "tests/test_kernels_wgmma.py", "tests/test_kernels.py", "notebooks/06_pipeline.ipynb",
+    "tests/test_hostile_inputs.py", "tests/test_notebook_05.py", "tests/test_outside_notebook.py",
+    "tests/test_distributed_capture.py", "notebooks/04_scheduler.ipynb",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist would otherwise reorder files by their number of tests, which puts the slow
+    # single-test files last
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 # ---- --strict-skips -----------------------------------------------------------------------
 
 #: markers whose tests may skip under --strict-skips (they need hardware or TensorRT)
@@ -81,6 +108,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
+        reporter.ensure_newline()
         reporter.write_sep("=", "--strict-skips: only GPU/TensorRT tests may skip", red=True)
         for line in _BAD_SKIPS:
             reporter.write_line(f"skipped: {line}")
