@@ -181,10 +181,12 @@ extern "C" __global__ void __launch_bounds__(T2_NT) sgemm_vectorized(
                 make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
 }
 
-// 7. warptile: block tile 128 x 128 x 16 over 4 warps of 64 x 64 (each thread 8 x 16 results in
-//    4 sub-tiles), with double buffering: the next tiles are loaded from global memory into
-//    registers while the current shared-memory buffer is consumed, then written to the other
-//    buffer (one __syncthreads per step).
+// 7. warptile: a block tile of WT_BM x WT_BN x WT_BK over warps of WT_WM x WT_WN, each warp's tile
+//    walked in WT_WMITER x WT_WNITER sub-tiles where each thread holds WT_TM x WT_TN results
+//    (hookmagic/kernels/constants.py: 256 x 128 x 8, 8 warps of 64 x 64 in 2 x 2 sub-tiles), with
+//    double buffering: the next tiles are loaded from global memory into registers while the
+//    current shared-memory buffer is consumed, then written to the other buffer (one
+//    __syncthreads per step).
 #define WT_WMITER ((WT_WM * WT_WN) / (32 * WT_TM * WT_TN * WT_WNITER))
 #define WT_WSUBM (WT_WM / WT_WMITER)
 #define WT_WSUBN (WT_WN / WT_WNITER)

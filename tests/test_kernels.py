@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("cuda.core", reason="needs the [kernels] extra (cuda-core)")
 
 from hookmagic.common.errors import HookmagicError, InvalidArgument, Unavailable  # noqa: E402
-from hookmagic.kernels import build, registry, runtime  # noqa: E402
+from hookmagic.kernels import build, constants, registry, runtime  # noqa: E402
 import hookmagic.kernels as hk  # noqa: E402
 
 
@@ -45,7 +45,8 @@ def test_resource_use_matches_the_sources(checks):
     # static shared memory declared in the sources, byte for byte
     assert t.loc["sgemm_smem_tiled", "smem_bytes"] == (32 * 33 + 32 * 32) * 4
     assert t.loc["sgemm_tile_2d", "smem_bytes"] == (128 * 8 + 8 * 128) * 4
-    assert t.loc["sgemm_warptile", "smem_bytes"] == 2 * (16 * 128 + 16 * 128) * 4
+    wt = constants.SGEMM_WARPTILE   # two buffers of A (BK x BM) and B (BK x BN) tiles
+    assert t.loc["sgemm_warptile", "smem_bytes"] == 2 * (wt["WT_BK"] * wt["WT_BM"] + wt["WT_BK"] * wt["WT_BN"]) * 4
     assert t.loc["gemm_wmma_f16", "smem_bytes"] == 2 * (128 * 40 + 32 * 136) * 2 + 8 * 256 * 4
     assert t.loc["gemm_mma_f16", "smem_bytes"] == 0          # dynamic only
     # launch bounds cap registers: 512 threads -> at most 128 per thread
