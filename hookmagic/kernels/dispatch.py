@@ -38,7 +38,7 @@ TABLE: tuple[Rule, ...] = (
          "mma.sync + ldmatrix + 3-stage cp.async is the library's fastest Tensor Core GEMM before "
          "Hopper and its only INT8 one (wgmma exists on sm_90a only; wmma is the slower teaching variant)"),
     Rule("sgemm", 70, 999, ("float32",), "warptile",
-         "warptile is the fastest step of the SGEMM journey measured (87 % of cuBLAS FP32 at 4096³ and 8192³ on an H200)"),
+         "warptile is the fastest step of the SGEMM journey measured (87 % of cuBLAS FP32 at 4096³, 90 % at 8192³, on an H200: benchmarks/results/kernels-sgemm-h200.md)"),
 )
 
 
