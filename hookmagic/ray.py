@@ -26,7 +26,8 @@ time is a *missing* member with its reason, and the others are analysed.
 GPU, captures are "unavailable" and say why, and the plumbing works the same.
 
 Traces already written to files (a folder of rank folders, a glob, a list) are analysed where
-they are by :func:`summary`, :func:`stragglers` and :func:`overlap`: Ray tasks run the per-rank
+they are by :func:`summary`, :func:`stragglers`, :func:`skew`, :func:`per_rank` and
+:func:`overlap`: Ray tasks run the per-rank
 maps of :mod:`hookmagic.analysis.ranks` over a share of the paths each, and the driver reduces
 their small rows with the same functions as ``hookmagic.load_many(paths)``, so both give equal
 tables.
@@ -391,27 +392,58 @@ def summary(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -
     return headline(run.members, _stragglers(run))
 
 
-def _stragglers(run: "_OnRay") -> Any:
-    """The stragglers reduce on the driver, over the rows of ``run``'s collective map."""
+def skew(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -> Any:
+    """``TraceSet.skew()`` computed on the Ray cluster, with the same arguments as
+    :func:`overlap`: one row per collective matched across ranks, who arrived last and how
+    late. Equal to the local table."""
+    run = _OnRay("skew", paths, "collectives", ranks_per_task, timeout_s)
+    return _collective_reduce(run, run.parts)[2]
+
+
+def per_rank(paths: Any, *, ranks_per_task: int = 64, timeout_s: float = 600.0) -> Any:
+    """``TraceSet.per_rank()`` computed on the Ray cluster, with the same arguments as
+    :func:`overlap`: one row per rank (status, host, GPU, kernels, GPU time, compute and
+    communication, overlap, waits, times last). Each task runs both per-rank maps over its
+    ranks in one pass; equal to the local table."""
     from hookmagic.analysis import ranks as analysis
 
-    rows = analysis.CollectiveRows(run.owned([p.collectives for p in run.parts]),
-                                   run.owned([p.starts for p in run.parts]))
+    run = _OnRay("per_rank", paths, "both", ranks_per_task, timeout_s)
+    per = run.owned([p["per_rank"] for p in run.parts])
+    coll, rows, sk = _collective_reduce(run, [p["collectives"] for p in run.parts])
+    st = analysis.stragglers_from(sk, coll, rows, run.window_compute)
+    return analysis.rank_summary_from(run.members.ranks, per, coll, st)
+
+
+def _collective_reduce(run: "_OnRay", parts: list[Any]) -> tuple[Any, Any, Any]:
+    """On the driver, over the tasks' collective maps (``parts``): the matched collectives on
+    one clock, the rows they came from, and the skew per collective (the local engine's
+    reduces)."""
+    from hookmagic.analysis import ranks as analysis
+
+    rows = analysis.CollectiveRows(run.owned([p.collectives for p in parts]),
+                                   run.owned([p.starts for p in parts]))
     ts = run.members
     data = ts.ranks[ts.ranks["rank"].isin(ts.data_ranks)]
     offsets = analysis.offsets_from(analysis.clock_from(data, rows.collectives))
     coll = analysis.collectives_from(rows.collectives, offsets)
-    skew = analysis.skew_from(coll, rows.starts, offsets)
-    return analysis.stragglers_from(skew, coll, rows, run.window_compute)
+    return coll, rows, analysis.skew_from(coll, rows.starts, offsets)
+
+
+def _stragglers(run: "_OnRay") -> Any:
+    """The stragglers reduce on the driver, over the rows of ``run``'s collective map."""
+    from hookmagic.analysis import ranks as analysis
+
+    coll, rows, sk = _collective_reduce(run, run.parts)
+    return analysis.stragglers_from(sk, coll, rows, run.window_compute)
 
 
 def _on_worker(paths: list[str], what: str, windows: Any = None) -> Any:
     """On a Ray worker: the traces at ``paths`` (files this worker can read) opened as a set,
     and one map of :mod:`hookmagic.analysis.ranks` run over it, the function the local engine
     runs: ``"per_rank"`` (``per_rank_map``), ``"collectives"`` (``collective_map``) or
-    ``"windows"`` (``window_compute`` over ``windows``). The first two come back with the set's
-    members (after its files were read: a rank whose tables cannot be read is damaged) and
-    the copies of a rank it left out."""
+    ``"windows"`` (``window_compute`` over ``windows``), or ``"both"`` (the first two, as a dict
+    of their rows). All but the last come back with the set's members (after its files were
+    read: a rank whose tables cannot be read is damaged) and the copies of a rank it left out."""
     from hookmagic.analysis import ranks as analysis
     from hookmagic.traceset.model import build_traceset
 
@@ -421,8 +453,12 @@ def _on_worker(paths: list[str], what: str, windows: Any = None) -> Any:
         try:
             if what == "windows":
                 return analysis.window_compute(ts, windows)
-            rows = analysis.per_rank_map(ts) if what == "per_rank" \
-                else analysis.collective_map(ts)
+            if what == "both":
+                rows = {"per_rank": analysis.per_rank_map(ts),
+                        "collectives": analysis.collective_map(ts)}
+            else:
+                rows = analysis.per_rank_map(ts) if what == "per_rank" \
+                    else analysis.collective_map(ts)
             return {"members": ts.members, "duplicates": ts.duplicates, "rows": rows}
         finally:
             ts.close()

@@ -227,7 +227,7 @@ def test_stragglers_summary_and_overlap_on_ray_equal_the_local_engine(cluster, l
 
     with _local(late_set) as ts:
         local = {"stragglers": ts.stragglers(), "summary": ts.summary().to_frame(),
-                 "overlap": ts.overlap()}
+                 "overlap": ts.overlap(), "skew": ts.skew(), "per_rank": ts.per_rank()}
     # 2 paths a task: rank=2 and its copy are read by different tasks, rank 3 is damaged
     # in one task and rank 5 is missing from all of them
     with pytest.warns(UserWarning, match=r"hookmagic.ray.stragglers: 2 of 6 ranks cannot be "
@@ -240,6 +240,12 @@ def test_stragglers_summary_and_overlap_on_ray_equal_the_local_engine(cluster, l
     with pytest.warns(UserWarning, match="hookmagic.ray.overlap: 2 of 6 ranks"):
         ov = hray.overlap(late_set, ranks_per_task=2, timeout_s=T)
     pd.testing.assert_frame_equal(ov, local["overlap"])
+    with pytest.warns(UserWarning, match="hookmagic.ray.skew: 2 of 6 ranks"):
+        sk = hray.skew(late_set, ranks_per_task=2, timeout_s=T)
+    pd.testing.assert_frame_equal(sk, local["skew"])
+    with pytest.warns(UserWarning, match="hookmagic.ray.per_rank: 2 of 6 ranks"):
+        per = hray.per_rank(late_set, ranks_per_task=2, timeout_s=T)
+    pd.testing.assert_frame_equal(per, local["per_rank"])
 
     # what the synthetic set was built to show, on clocks aligned across three hosts
     assert st["straggler_rank"].tolist() == [4, 2, 4, 4]
@@ -256,6 +262,10 @@ def test_stragglers_summary_and_overlap_on_ray_equal_the_local_engine(cluster, l
     assert summary["duplicates_left_out"] == 1
     assert summary.title == "hookmagic.TraceSet job synthetic-job"
     assert ov["rank"].tolist() == analysed and (ov["overlap_ns"] == 4 * MS).all()
+    # the skew's last arrivals are the stragglers', and the per-rank table counts them
+    assert sk["last_rank"].tolist() == [4, 2, 4, 4]
+    assert per.set_index("rank").loc[[4, 2], "times_last"].tolist() == [3, 1]
+    assert per.set_index("rank").loc[5, "status"] == "missing"
 
 
 def test_stragglers_of_a_real_two_gpu_recording_on_ray_equal_the_local_engine(cluster):
@@ -265,8 +275,10 @@ def test_stragglers_of_a_real_two_gpu_recording_on_ray_equal_the_local_engine(cl
     truth = json.loads((runs / "truth_rank=0.json").read_text())
     with _local(runs) as ts:
         local, summary = ts.stragglers(), ts.summary().to_frame()
+        local_per = ts.per_rank()
     st = hray.stragglers(runs, ranks_per_task=1, timeout_s=T)     # one task per rank
     pd.testing.assert_frame_equal(st, local)
+    pd.testing.assert_frame_equal(hray.per_rank(runs, ranks_per_task=1, timeout_s=T), local_per)
     pd.testing.assert_frame_equal(hray.summary(runs, ranks_per_task=1, timeout_s=T).to_frame(),
                                   summary)
     assert (st["straggler_rank"] == truth["slow_rank"]).all() and (st["cause"] == "host").all()
@@ -277,7 +289,7 @@ def test_analyses_on_ray_refuse_bad_arguments_and_mixed_jobs(cluster, tmp_path):
     from hookmagic.traceset import MixedJobsError
     from tests.synthetic_ranks import synthetic_rank_traces
 
-    for analysis in (hray.summary, hray.stragglers, hray.overlap):
+    for analysis in (hray.summary, hray.stragglers, hray.overlap, hray.skew, hray.per_rank):
         for bad in (0, -1, 1.5, True, "2"):
             with pytest.raises(InvalidArgument, match="ranks_per_task"):
                 analysis(tmp_path, ranks_per_task=bad)

@@ -637,14 +637,19 @@ def rank_summary(ts: "TraceSet") -> pd.DataFrame:
     Columns: ``rank, status, host, gpu, kernels, span_ns`` (first kernel start to last kernel
     end), ``busy_ns, compute_ns, comm_ns, overlap_pct, wait_ns, times_last, median_lateness_ns``.
     """
-    ranks = ts.ranks[["rank", "status", "host", "gpu"]]
-    per = _per_rank(ts)
+    return rank_summary_from(ts.ranks, _per_rank(ts), collectives(ts), stragglers(ts))
+
+
+def rank_summary_from(ranks: pd.DataFrame, per: pd.DataFrame, coll: pd.DataFrame,
+                      st: pd.DataFrame) -> pd.DataFrame:
+    """The reduce of :func:`rank_summary`: from the set's ranks table, the per-rank map's rows
+    (:func:`per_rank_map`), the matched collectives and the stragglers (whichever engine made
+    them: this process or Ray workers)."""
+    ranks = ranks[["rank", "status", "host", "gpu"]]
     counts = pd.DataFrame({"rank": per["rank"], "kernels": per["kernels"],
                            "span_ns": per["last_ns"] - per["first_ns"]})
-    ov = overlap(ts)[["rank", "busy_ns", "compute_ns", "comm_ns", "overlap_pct"]]
-    coll = collectives(ts)
+    ov = overlap_from(per)[["rank", "busy_ns", "compute_ns", "comm_ns", "overlap_pct"]]
     wait = coll.groupby("rank")["wait_ns"].sum().rename("wait_ns")
-    st = stragglers(ts)
     last = st.groupby("straggler_rank").agg(times_last=("step", "size"),
                                             median_lateness_ns=("lateness_ns", "median"))
     out = (ranks.merge(counts, on="rank", how="left").merge(ov, on="rank", how="left")
