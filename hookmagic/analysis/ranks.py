@@ -445,18 +445,6 @@ def stragglers_from(skew: pd.DataFrame, coll: pd.DataFrame, rows: "CollectiveRow
 
 
 # -- per rank --------------------------------------------------------------------------------
-def _rank_kernels(ts: "TraceSet", rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One rank's kernel ``start_ns, end_ns`` and NCCL flags as arrays, read from that rank's
-    own file (never a query over every rank's files)."""
-    import pyarrow.compute as pc
-
-    t = ts.read_table(rank, "kernels", ["start_ns", "end_ns", "name"])
-    comm = pc.fill_null(pc.starts_with(t["name"], NCCL_PREFIX.lstrip("^")), False)
-    return (t["start_ns"].to_numpy().astype(np.int64, copy=False),
-            t["end_ns"].to_numpy().astype(np.int64, copy=False),
-            comm.to_numpy(zero_copy_only=False).astype(bool, copy=False))
-
-
 #: kernels read at once by the map over ranks (many small ranks are read together)
 BATCH_ROWS = 2_000_000
 
