@@ -14,7 +14,7 @@ def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any
     """What ``op`` would run for operands of ``shapes`` and ``dtype`` on ``arch``, and why.
 
     ``explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")`` names the
-    variant the dispatch table (:mod:`hookmagic.kernels.dispatch`) picks, the shape class and the
+    variant the dispatch table (:mod:`hookmagic.kernels.dispatch`) picks, the rule and the
     measurement behind the pick. The row-wise operations (softmax, layer_norm, rms_norm,
     bias_gelu; one shape, x's) name the kernel their launch plan picks for the row length.
     """
