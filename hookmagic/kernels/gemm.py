@@ -167,7 +167,7 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
       epilogue. ``b`` is fastest column-major (``b = bt.t()`` of a contiguous N x K ``bt``);
       a row-major ``b`` is transposed by a copy first.
     ``variant='auto'`` (the default) runs what :mod:`hookmagic.kernels.dispatch` picks for the
-    device's architecture, the dtype and the shape (``kernels.explain('gemm', a.shape, b.shape,
+    device's architecture and the dtype (``kernels.explain('gemm', a.shape, b.shape,
     dtype=..., arch=...)`` says what and why: wgmma for FP16/BF16 GEMMs on sm_90, mma
     elsewhere). Variants: ``'mma'`` (mma.sync + ldmatrix + 3-stage cp.async, all dtypes), ``'wmma'``
     (FP16/BF16) and ``'wgmma'`` (FP16/BF16 on sm_90 only: wgmma + TMA, see
