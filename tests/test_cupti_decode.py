@@ -131,6 +131,25 @@ def test_virtual_memory_rows_take_the_device_of_their_context(enums):
     assert memory.device.tolist() == [2, 2] and set(memory.source) == {"vmm"}
 
 
+def test_memory_records_and_virtual_memory_rows_in_one_time_order(enums):
+    dev = enums["memory_kind"].index("device")
+    buf = SyntheticBuffer(enums["activity_kind"], 2)
+    buf.kernel(start=1, end=2, name="k", correlation=1, device=2, context=8)
+    buf.memory(time=7, op=enums["memory_op"].index("alloc"), address=0x7F0000000000,
+               nbytes=4096, memory_kind=dev, correlation=2, device=2, context=8)
+    raw = decode(buf)
+    raw["vmm"] = {"time_ns": np.array([5, 9]), "op": np.array([1, 2], np.uint8),
+                  "address": np.array([1 << 40, 1 << 40], np.uint64),
+                  "bytes": np.array([1 << 21, 1 << 21]), "context": np.array([8, 8], np.uint32),
+                  "correlation": np.array([3, 4], np.uint32), "thread": np.array([1, 1]),
+                  "stack_id": np.array([-1, -1], np.int32)}
+    memory = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)["memory"]
+    assert memory.time_ns.tolist() == [5, 7, 9]
+    assert memory.op.tolist() == ["map", "alloc", "unmap"]
+    assert memory.source.tolist() == ["vmm", "cupti", "vmm"]
+    assert memory.device.tolist() == [2, 2, 2] and memory.bytes.tolist() == [1 << 21, 4096, 1 << 21]
+
+
 def test_many_records_with_repeated_names(enums):
     """The benchmark's buffer (50 names over 50,000 records): every record decoded, each
     distinct name interned once."""

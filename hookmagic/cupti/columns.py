@@ -116,37 +116,44 @@ def _rows(table) -> int:
 
 
 def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIndex,
-                  kernels: dict) -> pd.DataFrame | None:
-    if len(m["time_ns"]) == 0 and len(vmm["time_ns"]) == 0:
+                  kernels: dict) -> dict[str, np.ndarray] | None:
+    """CUPTI's memory records and the map/unmap callbacks' rows as one table's columns, in
+    time order (columns of arrays: no DataFrame is built here, :func:`conform` builds one)."""
+    n_cupti, n_vmm = len(m["time_ns"]), len(vmm["time_ns"])
+    if n_cupti == 0 and n_vmm == 0:
         return None
-    cupti = pd.DataFrame({
+    cupti = {
         "time_ns": m["time_ns"].astype(np.int64), "op": _names(m["op"], enums["memory_op"]),
         "address": m["address"], "bytes": m["bytes"],
         "memory_kind": _names(m["memory_kind"], enums["memory_kind"]),
         "device": m["device"], "context": m["context"], "stream": m["stream"],
         "correlation": m["correlation"].astype(np.int64), "is_async": m["is_async"].astype(bool),
-        "source": "cupti",
+        "source": np.full(n_cupti, "cupti", dtype=object),
         "thread": launches.get("thread", m["correlation"], -1),
         "stack_id": launches.get("stack_id", m["correlation"], -1),
-    })
-    # Map/unmap callbacks know the context, not the device: borrow it from any record of
-    # the same context.
-    context_device = dict(zip(np.concatenate([m["context"], kernels["context"]]).tolist(),
-                              np.concatenate([m["device"], kernels["device"]]).tolist()))
-    mapped = pd.DataFrame({
-        "time_ns": vmm["time_ns"], "op": _names(vmm["op"], enums["vmm_op"]),
-        "address": vmm["address"], "bytes": vmm["bytes"], "memory_kind": "device",
-        "device": np.array([context_device.get(c, -1) for c in vmm["context"].tolist()],
-                           dtype=np.int32),
-        "context": vmm["context"], "stream": 0, "correlation": vmm["correlation"].astype(np.int64),
-        "is_async": False, "source": "vmm", "thread": vmm["thread"],
-        "stack_id": vmm["stack_id"].astype(np.int64),
-    })
-    frames = [f for f in (cupti, mapped) if len(f)]
-    if not frames:
-        return cupti
-    return pd.concat(frames, ignore_index=True).sort_values("time_ns", kind="stable",
-                                                          ignore_index=True)
+    }
+    if n_vmm == 0:
+        parts = [cupti]
+    else:
+        # Map/unmap callbacks know the context, not the device: borrow it from any record of
+        # the same context.
+        context_device = dict(zip(np.concatenate([m["context"], kernels["context"]]).tolist(),
+                                  np.concatenate([m["device"], kernels["device"]]).tolist()))
+        mapped = {
+            "time_ns": vmm["time_ns"].astype(np.int64), "op": _names(vmm["op"], enums["vmm_op"]),
+            "address": vmm["address"], "bytes": vmm["bytes"],
+            "memory_kind": np.full(n_vmm, "device", dtype=object),
+            "device": np.array([context_device.get(c, -1) for c in vmm["context"].tolist()],
+                               dtype=np.int32),
+            "context": vmm["context"], "stream": np.zeros(n_vmm, dtype=np.int64),
+            "correlation": vmm["correlation"].astype(np.int64),
+            "is_async": np.zeros(n_vmm, dtype=bool), "source": np.full(n_vmm, "vmm", dtype=object),
+            "thread": vmm["thread"], "stack_id": vmm["stack_id"].astype(np.int64),
+        }
+        parts = [cupti, mapped] if n_cupti else [mapped]
+    cols = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in cupti}
+    order = np.argsort(cols["time_ns"], kind="stable")
+    return {k: v[order] for k, v in cols.items()}
 
 
 def _api_table(a: Columns, callback_name: Callable[[int, int], str | None]) -> pd.DataFrame:

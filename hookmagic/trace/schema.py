@@ -254,9 +254,9 @@ _FILLED_FROM: dict[tuple[str, str], str] = {("allocator_events", "requested_size
 
 def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
     names = list(columns)
-    if list(frame.columns[: len(names)]) != names or not isinstance(frame.index, pd.RangeIndex):
+    if frame.columns.tolist()[: len(names)] != names or not isinstance(frame.index, pd.RangeIndex):
         return False
-    dtypes = frame.dtypes.iloc[: len(names)]
+    dtypes = frame.dtypes.tolist()[: len(names)]
     return all(_dtype_matches(actual, wanted) for actual, wanted in zip(dtypes, columns.values()))
 
 
