@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
 import socket
 import threading
 import zipfile
@@ -65,6 +66,9 @@ def test_keyboard_interrupt_stops_the_run_and_keeps_what_was_measured():
         return x
 
     pipe = Pipeline([Stage("work", slow)])
+    # interrupt_main() does nothing where SIGINT is ignored (pytest-xdist's workers ignore it):
+    # Python's own handler, as in an interactive session, for the length of the run
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt) as info:
             pipe.run(frames(range(10_000)))
@@ -74,6 +78,7 @@ def test_keyboard_interrupt_stops_the_run_and_keeps_what_was_measured():
         assert [s["stage"] for s in run.meta["stuck_workers"]] == ["work"]
     finally:
         release.set()
+        signal.signal(signal.SIGINT, handler)
 
 
 # -- bounds and types, before any thread starts -----------------------------------------------
