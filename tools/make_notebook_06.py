@@ -30,14 +30,14 @@ and how it ended. From that record it names the **bottleneck** with its evidence
 **Prometheus** metrics, CSV and Perfetto traces, and hands its service times to the scheduler.
 
 Part 1 runs live on this machine's CPU: a real H.264 clip (encoded here with PyAV from generated
-pictures — synthetic content, real codec) through a small torchvision model with random weights.
+pictures — synthetic content, real codec) through a small convolutional network written in plain
+PyTorch, with random weights.
 Its timings are this machine's, today. Part 2 replays pipelines **recorded on a GPU machine**
 (labelled with GPU, driver and date)."""),
     ("code", r"""import os, tempfile, time
 import numpy as np
 import pandas as pd
-import torch, torchvision
-from torchvision.transforms import v2
+import torch
 from hookmagic.pipeline import (Pipeline, Stage, video_file, write_synthetic_video, load_run,
                                 sweep, cameras_that_fit)
 from hookmagic.pipeline.views import queues_figure, sweep_figure
@@ -51,13 +51,30 @@ A synthetic 640×360 H.264 clip, 90 frames, encoded with PyAV (FFmpeg inside the
 clip = write_synthetic_video(os.path.join(tmp, "synthetic_clip.mp4"), frames=90, width=640, height=360)
 src = video_file(clip)
 print(src.description.split(", PyAV")[0])"""),
-    ("md", r"""The stages. Preprocessing uses torchvision transforms v2; the model is MobileNetV3-small with
-random weights (`weights=None`: nothing is downloaded; the timings do not depend on the weights),
-batched by 8; postprocessing takes the top-5 classes of each frame."""),
-    ("code", r"""model = torchvision.models.mobilenet_v3_small(weights=None).eval()
-prep = v2.Compose([v2.ToImage(), v2.Resize((224, 224), antialias=True),
-                   v2.ToDtype(torch.float32, scale=True),
-                   v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ("md", r"""The stages. Preprocessing resizes each frame to 224×224 (bilinear, antialiased) and normalises it
+with ImageNet's mean and standard deviation; the model is a small MobileNet-style network (a
+strided stem, four depthwise-separable blocks, global pooling, 1000 classes) in plain PyTorch with
+random weights (nothing is downloaded; the timings do not depend on the weights), batched by 8;
+postprocessing takes the top-5 classes of each frame."""),
+    ("code", r"""nn = torch.nn
+
+def separable(c_in, c_out, stride):
+    # depthwise 3x3 then pointwise 1x1, each with batch norm and ReLU (MobileNet's block)
+    return nn.Sequential(nn.Conv2d(c_in, c_in, 3, stride, 1, groups=c_in, bias=False), nn.BatchNorm2d(c_in), nn.ReLU(),
+                         nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                      separable(16, 32, 2), separable(32, 64, 2), separable(64, 128, 2), separable(128, 256, 2),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 1000)).eval()
+MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+
+def prep(frame):
+    # H x W x 3 uint8 -> 3 x 224 x 224 float32 in 0..1, then ImageNet's normalisation
+    x = torch.from_numpy(frame).permute(2, 0, 1).unsqueeze(0).float() / 255
+    x = nn.functional.interpolate(x, size=(224, 224), mode="bilinear", antialias=True, align_corners=False)
+    return (x[0] - MEAN) / STD
 
 def infer(batch):
     with torch.inference_mode():
@@ -69,7 +86,7 @@ def top5(logits):
 def build(batch=8, pre_workers=1):
     return Pipeline([Stage("preprocess", prep, workers=pre_workers),
                      Stage("infer", infer, batch=batch),
-                     Stage("postprocess", top5)], queue_size=8, name="cpu_mobilenet")
+                     Stage("postprocess", top5)], queue_size=8, name="cpu_cnn")
 
 infer([prep(np.zeros((360, 640, 3), np.uint8))] * 8)   # warm-up outside the measurement
 pipe = build()
@@ -109,7 +126,7 @@ run.what_if(target, 2.0).round(2)"""),
     ("code", r"""print(run.per_batch().head(4).round(2).to_string(index=False))
 run.to_csv(os.path.join(tmp, "per_batch.csv"))
 run.to_chrome_trace(os.path.join(tmp, "run.perfetto.json"))
-saved = run.save(os.path.join(tmp, "cpu_mobilenet"))
+saved = run.save(os.path.join(tmp, "cpu_cnn"))
 print("reloaded:", load_run(saved))"""),
     ("md", r"""### A sweep
 
@@ -126,7 +143,7 @@ free one on 127.0.0.1). A test (`tests/test_pipeline_prometheus.py`) has a real 
 server scrape it during a run and checks its totals equal the run's."""),
     ("code", r"""import urllib.request
 from hookmagic.pipeline.metrics import PipelineExporter
-with PipelineExporter("cpu_mobilenet", port=0) as exporter:
+with PipelineExporter("cpu_cnn", port=0) as exporter:
     build().run(video_file(clip), frames=24, observers=[exporter])
     text = urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics").read().decode()
 print("\n".join(l for l in text.splitlines()
@@ -144,7 +161,7 @@ fit.tail(4).round(1)"""),
 PART2 = [
     ("md", r"""## Part 2 — recorded on a GPU machine
 
-Recordings made by `bash benchmarks/gpu/pipeline.sh` (`lab/pipeline/pipeline_gpu.py`) on the GPU
+Recordings made by `python lab/pipeline/pipeline_gpu.py` on the GPU
 machine: a synthetic 1080p H.264 clip (generated pictures, real codec) decoded by PyAV on the CPU,
 preprocessing on the GPU or with torchvision transforms v2 on the CPU, ResNet-50 FP16 and an
 SSDlite detector on CUDA (random weights: nothing downloaded, timings do not depend on them),

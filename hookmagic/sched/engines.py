@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from hookmagic.common.errors import InvalidArgument
+from hookmagic.common.errors import InvalidArgument, MissingDependency
 
 from .models import ModelSpec
 from .names import unknown_model
@@ -337,7 +337,13 @@ class TorchEngine:
         import torch
         m = self.model_arg
         if isinstance(m, str):
-            import torchvision
+            try:
+                import torchvision
+            except ImportError as err:
+                raise MissingDependency(
+                    f"model {m!r} is named by a string, which is built from torchvision.models, and "
+                    "torchvision is not installed: pip install torchvision (the build matching your "
+                    "torch), or pass an nn.Module") from err
             known = torchvision.models.list_models()
             if m not in known:
                 raise InvalidArgument(unknown_model(m, known))
