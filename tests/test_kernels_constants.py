@@ -45,7 +45,9 @@ def test_a_changed_constant_reaches_nvrtc(cache, monkeypatch):
 
 
 def test_launch_shapes_read_the_same_constants():
-    assert registry.SPECS[("sgemm", "warptile")].block == (128, 1, 1)
+    warptile = registry.SPECS[("sgemm", "warptile")]
+    # a 256 x 128 block tile of 64 x 64 warp tiles: 8 warps, 256 threads
+    assert warptile.tile == (256, 128) and warptile.block == (256, 1, 1)
     assert registry.SPECS[("sgemm", "tile_1d")].block == (512, 1, 1)     # 64 x 64 outputs, 8 a thread
     mma = registry.SPECS[("gemm", "mma")]
     # 3 stages of a 128 x (32 + 8) A tile and a 32 x (128 + 8) B tile of halves; INT8: 2 x 128 x 80 bytes
