@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from hookmagic.common.errors import InputFileError, InvalidArgument, Unavailable
+from hookmagic.common.errors import InputFileError, InvalidArgument, MissingDependency, Unavailable
+from hookmagic.common.optional import install_command
 from hookmagic.pipeline import color
 
 
@@ -418,7 +419,8 @@ def image_folder(path: str | os.PathLike, pattern: str = "*.png") -> Source:
     try:
         from PIL import Image
     except ImportError as err:
-        raise Unavailable("reading an image folder needs Pillow: pip install pillow") from err
+        raise MissingDependency("reading an image folder needs Pillow: "
+                                f"{install_command('pipeline')}") from err
 
     def open_() -> Iterator[np.ndarray]:
         for file in files:
