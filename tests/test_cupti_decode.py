@@ -117,15 +117,20 @@ def test_launch_callbacks_attach_thread_stack_and_range(enums):
     assert k.loc[33, ["thread", "stack_id", "range_id"]].tolist() == [777, 2, 9]
 
 
+def _synthetic_map_unmap() -> dict:
+    """The map/unmap callbacks' columns for a 2 MiB map at t=5 and its unmap at t=9, context 8."""
+    return {"time_ns": np.array([5, 9]), "op": np.array([1, 2], np.uint8),
+            "address": np.array([1 << 40, 1 << 40], np.uint64),
+            "bytes": np.array([1 << 21, 1 << 21]), "context": np.array([8, 8], np.uint32),
+            "correlation": np.array([3, 4], np.uint32), "thread": np.array([1, 1]),
+            "stack_id": np.array([-1, -1], np.int32)}
+
+
 def test_virtual_memory_rows_take_the_device_of_their_context(enums):
     buf = SyntheticBuffer(enums["activity_kind"], 1)
     buf.kernel(start=1, end=2, name="k", correlation=1, device=2, context=8)
     raw = decode(buf)
-    raw["vmm"] = {"time_ns": np.array([5, 9]), "op": np.array([1, 2], np.uint8),
-                  "address": np.array([1 << 40, 1 << 40], np.uint64),
-                  "bytes": np.array([1 << 21, 1 << 21]), "context": np.array([8, 8], np.uint32),
-                  "correlation": np.array([3, 4], np.uint32), "thread": np.array([1, 1]),
-                  "stack_id": np.array([-1, -1], np.int32)}
+    raw["vmm"] = _synthetic_map_unmap()
     memory = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)["memory"]
     assert memory.op.tolist() == ["map", "unmap"]
     assert memory.device.tolist() == [2, 2] and set(memory.source) == {"vmm"}
@@ -138,11 +143,7 @@ def test_memory_records_and_virtual_memory_rows_in_one_time_order(enums):
     buf.memory(time=7, op=enums["memory_op"].index("alloc"), address=0x7F0000000000,
                nbytes=4096, memory_kind=dev, correlation=2, device=2, context=8)
     raw = decode(buf)
-    raw["vmm"] = {"time_ns": np.array([5, 9]), "op": np.array([1, 2], np.uint8),
-                  "address": np.array([1 << 40, 1 << 40], np.uint64),
-                  "bytes": np.array([1 << 21, 1 << 21]), "context": np.array([8, 8], np.uint32),
-                  "correlation": np.array([3, 4], np.uint32), "thread": np.array([1, 1]),
-                  "stack_id": np.array([-1, -1], np.int32)}
+    raw["vmm"] = _synthetic_map_unmap()
     memory = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)["memory"]
     assert memory.time_ns.tolist() == [5, 7, 9]
     assert memory.op.tolist() == ["map", "alloc", "unmap"]
