@@ -3,8 +3,8 @@
     python lab/multirank/import_multirank.py OUT_DIR --recorded-on "2x NVIDIA H200, driver D, DATE"
 
 OUT_DIR is the unpacked multirank.tgz (it holds ``runs/<job>/rank=N`` and ``machine.txt``).
-Each job's rank folders are copied to ``notebooks/recordings/multirank/<job>/`` with
-``meta["recorded_on"]`` and ``meta["description"]`` added (only meta.json is rewritten), with
+Each job's rank folders are saved as ``notebooks/recordings/multirank/<job>/rank=N.hmtrace``
+(one file per rank) with ``meta["recorded_on"]`` and ``meta["description"]`` added, with
 the job's ``truth_rank=N.json`` (the sleeps the job really took). Then the straggler analysis
 of every job is checked against those sleeps and written to
 ``benchmarks/results/multirank_ddp.md``.
@@ -32,6 +32,8 @@ DESCRIPTIONS = {
 
 
 def import_runs(src: Path, recorded_on: str) -> list[str]:
+    import hookmagic
+
     runs = src / "runs"
     done = []
     for job in sorted(p for p in runs.iterdir() if p.is_dir()):
@@ -41,11 +43,10 @@ def import_runs(src: Path, recorded_on: str) -> list[str]:
         dest.mkdir(parents=True)
         for item in sorted(job.iterdir()):
             if item.is_dir() and (item / "meta.json").is_file():
-                shutil.copytree(item, dest / item.name)
-                manifest = json.loads((dest / item.name / "meta.json").read_text())
-                manifest["meta"]["recorded_on"] = recorded_on
-                manifest["meta"]["description"] = DESCRIPTIONS.get(job.name, job.name)
-                (dest / item.name / "meta.json").write_text(json.dumps(manifest, indent=1))
+                trace = hookmagic.load(item)
+                trace.meta["recorded_on"] = recorded_on
+                trace.meta["description"] = DESCRIPTIONS.get(job.name, job.name)
+                trace.save(dest / f"{item.name}.hmtrace")
             elif item.name.startswith("truth_rank="):
                 shutil.copy(item, dest / item.name)
         done.append(job.name)
