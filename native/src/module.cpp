@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "counters.h"
 #include "nvml_sampler.h"
 #include "python_frames.h"
 #include "selection.h"
@@ -340,6 +341,41 @@ PYBIND11_MODULE(_native, m) {
     }, "Stop sampling; the samples as columns (nvml_index is NVML's device index).");
     m.def("nvml_pci", [] { return sampler->pci; },
           "(PCI domain, bus, device) of each NVML device, (-1, -1, -1) where unknown.");
+
+    // Hardware counters (native/src/counters.h): kernel replay, one range per kernel launch.
+    m.def("counters_start", [](std::vector<std::string> metrics, size_t max_ranges) {
+        auto& c = hookmagic::RangeCounters::instance();
+        c.start(Session::instance().cupti(), metrics, max_ranges);
+        return c.passes();
+    }, py::arg("metrics"), py::arg("max_ranges"),
+       "Count `metrics` for every kernel launched until counters_stop(); returns the replay passes.");
+    m.def("counters_stop", [] {
+        hookmagic::CounterRows rows;
+        {
+            py::gil_scoped_release release;
+            rows = hookmagic::RangeCounters::instance().stop();
+        }
+        py::dict out;
+        out["range_index"] = to_numpy(rows.range_index);
+        out["range_name"] = py::cast(rows.range_name);
+        out["metric"] = py::cast(rows.metric);
+        out["value"] = to_numpy(rows.value);
+        out["ranges"] = rows.ranges;
+        out["dropped"] = rows.dropped;
+        out["decode_s"] = rows.decode_s;
+        out["passes"] = hookmagic::RangeCounters::instance().passes();
+        return out;
+    }, "Stop counting; one row per (range, metric), ranges numbered in launch order.");
+    m.def("counters_running", [] { return hookmagic::RangeCounters::instance().running(); });
+    m.def("counters_chip", [] {
+        return hookmagic::RangeCounters::instance().chip_name(Session::instance().cupti());
+    }, "The chip name CUPTI's profiler host API uses for the current device.");
+    m.def("counters_supported", [] {
+        return hookmagic::RangeCounters::instance().supported_metrics(Session::instance().cupti());
+    }, "Every metric name the current device supports for counting.");
+    m.def("counters_unknown", [](std::vector<std::string> metrics) {
+        return hookmagic::RangeCounters::instance().unknown_metrics(Session::instance().cupti(), metrics);
+    }, py::arg("metrics"), "The names in `metrics` the profiler does not know.");
 
     m.def("stop", [] {
         py::gil_scoped_release release;
