@@ -28,6 +28,12 @@ bool starts_with(const char* s, const char* prefix) {
 }
 
 const CUpti_CallbackDomain kDomains[2] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
+// Resource callbacks for CUDA graphs: a node created (under stream capture, inside the
+// launch, copy or memset call that adds it; or by cudaGraphAdd*Node) and a node cloned
+// (instantiation and cudaGraphClone copy every node under a new id, which the activity
+// records of a graph launch then carry).
+const CUpti_CallbackId kGraphNodeCallbacks[2] = {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
+                                                 CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED};
 
 // The synchronising calls, by name prefix, with the type CUPTI's SYNCHRONIZATION records give
 // them and whether their first parameter is the stream (true of every stream call's params).
@@ -130,11 +136,22 @@ void CallbackHooks::enable(const CuptiApi& cupti, CUpti_SubscriberHandle subscri
             cupti.cuptiEnableCallback(1, subscriber, kDomains[d], cbid);
         }
     }
+    // Graph nodes are attributed like launches: the same option turns both on.
+    graph_callbacks_ = false;
+    if ((probe.callback_domains & 3) && role_wanted(kWork, options))
+        for (auto cbid : kGraphNodeCallbacks)
+            if (cupti.cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid) ==
+                CUPTI_SUCCESS)
+                graph_callbacks_ = true;
 }
 
 void CallbackHooks::disable(const CuptiApi& cupti, CUpti_SubscriberHandle subscriber) {
     for (int d = 0; d < 2; ++d)
         for (auto cbid : hooked_[d]) cupti.cuptiEnableCallback(0, subscriber, kDomains[d], cbid);
+    if (graph_callbacks_)
+        for (auto cbid : kGraphNodeCallbacks)
+            cupti.cuptiEnableCallback(0, subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid);
+    graph_callbacks_ = false;
 }
 
 void CallbackHooks::begin(const CuptiApi* cupti, const CaptureOptions& options,
@@ -149,11 +166,26 @@ void CallbackHooks::clear() {
     std::lock_guard<std::mutex> lock(mu_);
     launches.clear();
     vmm.clear();
+    graph_nodes.clear();
     sync.clear();
     fallback_used_ = 0;
     fallback_on_.store(false);
     callbacks = 0;
     stacks_sampled = 0;
+}
+
+bool CallbackHooks::attribute(int32_t& stack, int64_t& range) {
+    stack = stacks_ ? stacks_->sample() : -1;
+    range = t_ranges.empty() ? -1 : t_ranges.back();
+    if (!(stacks_ && stack < 0 && fallback_on_.load(std::memory_order_relaxed))) return false;
+    // No Python frames here (autograd's engine thread): the caller of backward().
+    stack = fallback_stack_.load(std::memory_order_relaxed);
+    if (range < 0)
+        range = (t_backward_range >= 0 &&
+                 t_backward_generation == fallback_generation_.load(std::memory_order_relaxed))
+                    ? t_backward_range
+                    : fallback_range_.load(std::memory_order_relaxed);
+    return true;
 }
 
 void CallbackHooks::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -167,19 +199,9 @@ void CallbackHooks::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cb
             // The runtime implements its calls on the driver: one stack per user call.
             if (d == 1 && t_runtime_depth > 0) return;
             if (d == 0) ++t_runtime_depth;
-            int32_t stack = stacks_ ? stacks_->sample() : -1;
-            int64_t range = t_ranges.empty() ? -1 : t_ranges.back();
-            bool borrowed = false;
-            if (stacks_ && stack < 0 && fallback_on_.load(std::memory_order_relaxed)) {
-                // No Python frames here (autograd's engine thread): the caller of backward().
-                stack = fallback_stack_.load(std::memory_order_relaxed);
-                if (range < 0)
-                    range = (t_backward_range >= 0 &&
-                             t_backward_generation == fallback_generation_.load(std::memory_order_relaxed))
-                                ? t_backward_range
-                                : fallback_range_.load(std::memory_order_relaxed);
-                borrowed = true;
-            }
+            int32_t stack = -1;
+            int64_t range = -1;
+            const bool borrowed = attribute(stack, range);
             std::lock_guard<std::mutex> lock(mu_);
             ++callbacks;
             if (stack >= 0) ++stacks_sampled;
@@ -224,6 +246,38 @@ void CallbackHooks::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cb
         vmm.thread.push_back(os_thread_id());
         vmm.stack_id.push_back(stack);
     }
+}
+
+// A created node gets the creating thread's stack: under stream capture that is the line
+// whose launch, copy or memset became the node. A clone gets no stack of its own (it is made
+// inside cudaGraphInstantiate, whose line says nothing about the node): it names the node it
+// copies, and the kernels replayed from it take that node's stack (hookmagic.cupti.columns).
+void CallbackHooks::on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
+    const bool cloned = cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED;
+    if (noop_ || !data || !cupti_ || (!cloned && cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED))
+        return;
+    const auto* graph = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
+    if (!graph || !graph->node || !cupti_->cuptiGetGraphNodeId) return;
+    uint64_t node = 0, original = 0;
+    if (cupti_->cuptiGetGraphNodeId(graph->node, &node) != CUPTI_SUCCESS || !node) return;
+    if (cloned && (!graph->originalNode ||
+                   cupti_->cuptiGetGraphNodeId(graph->originalNode, &original) != CUPTI_SUCCESS ||
+                   !original))
+        return;
+    uint32_t graph_id = 0;
+    if (graph->graph && cupti_->cuptiGetGraphId) cupti_->cuptiGetGraphId(graph->graph, &graph_id);
+    int32_t stack = -1;
+    int64_t range = -1;
+    if (!cloned) attribute(stack, range);
+    uint64_t now = 0;
+    cupti_->cuptiGetTimestamp(&now);
+    std::lock_guard<std::mutex> lock(mu_);
+    graph_nodes.node.push_back(node);
+    graph_nodes.original.push_back(original);
+    graph_nodes.graph_id.push_back(graph_id);
+    graph_nodes.time_ns.push_back(static_cast<int64_t>(now));
+    graph_nodes.thread.push_back(os_thread_id());
+    graph_nodes.stack_id.push_back(stack);
 }
 
 // One row per user-level synchronising call: a runtime call, or a driver call made outside

@@ -1,6 +1,7 @@
 // CUPTI API callbacks: the launching thread, its Python stack and hookmagic.range for every
 // launch, copy and allocation call (joined to the activity records by correlation id),
-// virtual-memory map/unmap, which CUPTI has no activity record for, and (with
+// virtual-memory map/unmap, which CUPTI has no activity record for, CUDA-graph nodes as they
+// are created (the Python line that captured each node) and cloned (instantiation), and (with
 // sync_from_callbacks) the synchronising calls: stream/device/event/context synchronize and
 // stream wait event, timed from API entry to exit, instead of CUPTI's SYNCHRONIZATION kind.
 //
@@ -37,6 +38,9 @@ public:
     // Called on the application's threads, inside the CUDA call.
     void on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                      const CUpti_CallbackData* data);
+    // CUPTI_CB_DOMAIN_RESOURCE: graph node created or cloned (others are ignored). Called on
+    // the thread that creates the node, inside its CUDA call.
+    void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData* data);
 
     // hookmagic.range on the calling thread (any time, capture or not).
     static void push_range(int64_t id);
@@ -57,6 +61,7 @@ public:
     // Rows written by the callbacks; read them after the capture stopped.
     LaunchTable launches;
     VmmTable vmm;
+    GraphNodeTable graph_nodes;  // with the launch callbacks: graph nodes created and cloned
     SyncTable sync;  // only with sync_from_callbacks; same columns as the activity records
     uint64_t callbacks = 0;
     uint64_t stacks_sampled = 0;
@@ -67,6 +72,9 @@ private:
         kNone = kRoleNone, kWork = kRoleWork, kMap = kRoleMap, kUnmap = kRoleUnmap, kSync = kRoleSync
     };
     void on_sync(int domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
+    // The calling thread's stack and innermost range, or, on a thread without Python frames
+    // while a fallback is set, the fallback's (then returns true).
+    bool attribute(int32_t& stack, int64_t& range);
     std::vector<uint8_t> roles_[2];  // per domain: 0 runtime, 1 driver
     std::vector<uint8_t> sync_type_[2];  // CUpti_ActivitySynchronizationType of kSync ids
     std::vector<uint8_t> sync_stream_[2];  // 1: the call's first parameter is its stream
@@ -75,12 +83,13 @@ private:
     StackInterner* stacks_ = nullptr;
     bool noop_ = false;
     bool sync_ = false;
+    bool graph_callbacks_ = false;  // the graph-node resource callbacks are enabled
     std::atomic<bool> fallback_on_{false};
     std::atomic<int32_t> fallback_stack_{-1};
     std::atomic<int64_t> fallback_range_{-1};
     std::atomic<uint64_t> fallback_generation_{0};
     uint64_t fallback_used_ = 0;
-    std::mutex mu_;  // launches and vmm rows
+    std::mutex mu_;  // launches, vmm and graph_nodes rows
 };
 
 }  // namespace hookmagic

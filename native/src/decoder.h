@@ -36,11 +36,14 @@ using ApiRecord = CUpti_ActivityAPI;
 using MarkerRecord = CUpti_ActivityMarker2;
 
 static_assert(offsetof(KernelRecord, start) == 16 && offsetof(KernelRecord, correlationId) == 92 &&
-                  offsetof(KernelRecord, name) == 104 && offsetof(KernelRecord, graphId) == 156,
+                  offsetof(KernelRecord, name) == 104 && offsetof(KernelRecord, graphNodeId) == 144 &&
+                  offsetof(KernelRecord, graphId) == 156,
               "kernel record layout changed: re-check the versioned struct offsets");
-static_assert(offsetof(MemcpyRecord, bytes) == 8 && offsetof(MemcpyRecord, graphId) == 72,
+static_assert(offsetof(MemcpyRecord, bytes) == 8 && offsetof(MemcpyRecord, graphNodeId) == 64 &&
+                  offsetof(MemcpyRecord, graphId) == 72,
               "memcpy record layout changed");
-static_assert(offsetof(MemsetRecord, memoryKind) == 50 && offsetof(MemsetRecord, graphId) == 72,
+static_assert(offsetof(MemsetRecord, memoryKind) == 50 && offsetof(MemsetRecord, graphNodeId) == 64 &&
+                  offsetof(MemsetRecord, graphId) == 72,
               "memset record layout changed");
 static_assert(offsetof(MemoryRecord, timestamp) == 32 && offsetof(MemoryRecord, isAsync) == 72,
               "memory record layout changed");

@@ -51,6 +51,7 @@ HM_EXPORTER(ApiTable, HM_API_COLUMNS)
 HM_EXPORTER(MarkerTable, HM_MARKER_COLUMNS)
 HM_EXPORTER(LaunchTable, HM_LAUNCH_COLUMNS)
 HM_EXPORTER(VmmTable, HM_VMM_COLUMNS)
+HM_EXPORTER(GraphNodeTable, HM_GRAPH_NODE_COLUMNS)
 HM_EXPORTER(SampleTable, HM_SAMPLE_COLUMNS)
 
 // Names of CUPTI's enumerations, indexed by value, taken from the headers themselves.
@@ -401,6 +402,7 @@ PYBIND11_MODULE(_native, m) {
         out["markers"] = export_table(s.tables.markers);
         out["launches"] = export_table(s.hooks.launches);
         out["vmm"] = export_table(s.hooks.vmm);
+        out["graph_nodes"] = export_table(s.hooks.graph_nodes);
         out["strings"] = py::cast(s.strings.strings);
         auto rows = s.stacks.resolve();
         py::dict st;

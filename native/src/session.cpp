@@ -244,6 +244,11 @@ void Session::detach() {
 }
 
 void Session::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  // graph nodes; their data is not CUpti_CallbackData
+        if (!finalize_pending_.load(std::memory_order_relaxed))
+            hooks.on_resource(cbid, static_cast<const CUpti_ResourceData*>(data));
+        return;
+    }
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     if (finalize_pending_.load(std::memory_order_relaxed)) {

@@ -39,14 +39,15 @@ namespace hookmagic {
     X(uint32_t, stream, HM_FIELD(streamId)) X(uint32_t, correlation, HM_FIELD(correlationId)) \
     X(int64_t, bytes, HM_FIELD(bytes)) X(uint8_t, kind, HM_FIELD(copyKind))                \
     X(uint8_t, src_kind, HM_FIELD(srcKind)) X(uint8_t, dst_kind, HM_FIELD(dstKind))        \
-    X(uint32_t, graph_id, HM_FIELD(graphId))
+    X(uint32_t, graph_id, HM_FIELD(graphId)) X(uint64_t, graph_node, HM_FIELD(graphNodeId))
 
 #define HM_MEMSET_COLUMNS(X)                                                              \
     X(int64_t, start_ns, HM_FIELD(start)) X(int64_t, end_ns, HM_FIELD(end))               \
     X(int32_t, device, HM_FIELD(deviceId)) X(uint32_t, context, HM_FIELD(contextId))      \
     X(uint32_t, stream, HM_FIELD(streamId)) X(uint32_t, correlation, HM_FIELD(correlationId)) \
     X(int64_t, bytes, HM_FIELD(bytes)) X(int64_t, value, HM_FIELD(value))                  \
-    X(uint16_t, memory_kind, HM_FIELD(memoryKind)) X(uint32_t, graph_id, HM_FIELD(graphId))
+    X(uint16_t, memory_kind, HM_FIELD(memoryKind)) X(uint32_t, graph_id, HM_FIELD(graphId)) \
+    X(uint64_t, graph_node, HM_FIELD(graphNodeId))
 
 #define HM_MEMORY_COLUMNS(X)                                                              \
     X(int64_t, time_ns, HM_FIELD(timestamp)) X(uint8_t, op, HM_FIELD(memoryOperationType)) \
@@ -87,6 +88,15 @@ namespace hookmagic {
     X(int64_t, time_ns) X(uint8_t, op) X(uint64_t, address) X(int64_t, bytes)             \
     X(uint32_t, context) X(uint32_t, correlation) X(int64_t, thread) X(int32_t, stack_id)
 
+// Written by the CUDA-graph resource callbacks. One row per graph node created (by a launch,
+// copy or memset under stream capture, or by cudaGraphAdd*Node) with the creating thread's
+// stack: the line that captured the node (`original` 0). One row per node cloned (graph
+// instantiation, cudaGraphClone) naming the node it copies (`original`; no stack). The kernel,
+// copy and memset records of a graph launch carry the instantiated (cloned) node's id.
+#define HM_GRAPH_NODE_COLUMNS(X)                                                          \
+    X(uint64_t, node) X(uint64_t, original) X(uint32_t, graph_id) X(int64_t, time_ns)     \
+    X(int64_t, thread) X(int32_t, stack_id)
+
 #define HM_DECLARE_COLUMN(type, name, ...) std::vector<type> name;
 #define HM_COLUMN_BYTES(type, name, ...) +sizeof(type)
 #define HM_CLEAR_COLUMN(type, name, ...) name.clear(); name.shrink_to_fit();
@@ -113,6 +123,7 @@ HM_TABLE(ApiTable, HM_API_COLUMNS)
 HM_TABLE(MarkerTable, HM_MARKER_COLUMNS)
 HM_TABLE(LaunchTable, HM_LAUNCH_COLUMNS)
 HM_TABLE(VmmTable, HM_VMM_COLUMNS)
+HM_TABLE(GraphNodeTable, HM_GRAPH_NODE_COLUMNS)
 
 // Everything the decoder writes: one table per decoded record kind.
 struct ActivityTables {
