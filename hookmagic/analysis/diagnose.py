@@ -12,7 +12,11 @@ The patterns are those a TensorRT-style profiling review looks for:
 - diverse operators (time spread over many different kernels) -> fusion, whole-network
   precision, a layer-by-layer profile;
 - dominant kernels that cannot fill the GPU (low theoretical occupancy or fewer blocks than
-  the GPU holds) -> batch size, block size, registers, shared memory.
+  the GPU holds) -> batch size, block size, registers, shared memory;
+- with hardware counters, what bounds each heavy kernel (:func:`hookmagic.analysis.counters.classify`):
+  memory-bound (DRAM near its peak) -> fewer bytes; compute-bound (SM or tensor pipe near its
+  peak) -> Tensor Cores or less math; latency-bound (neither busy) -> more work in flight; low
+  achieved occupancy -> the resource that limits it. A trace without counters gets none of these.
 
 Each pattern is one small rule (:data:`RULES`): a function of the trace's :class:`Facts`
 that returns a finding or None. Add a pattern by writing a rule and listing it there.
@@ -29,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.analysis.copies import copy_bandwidth, tiny_kernels
+from hookmagic.analysis.counters import BUSY_PCT, LOW_OCCUPANCY, counters_by_kernel, trace_counters
 from hookmagic.analysis.tables import table
 from hookmagic.analysis.idle import idle_summary
 from hookmagic.analysis.kernels import kernel_summary
@@ -44,8 +49,12 @@ TINY_LAUNCH_SHARE = 0.50       #: share of launches that are tiny for launch-bou
 SYNC_SHARE = 0.20              #: idle time after synchronisation, share of the capture
 DIVERSE_NAMES = 20             #: distinct kernels for "diverse operators"
 DIVERSE_TOP5_SHARE = 0.50      #: ... with the top five holding less than this
-LOW_OCCUPANCY = 0.25           #: theoretical occupancy considered low
-HEAVY_KERNEL_SHARE = 0.10      #: a kernel worth checking for occupancy
+HEAVY_KERNEL_SHARE = 0.10      #: a kernel worth checking for occupancy and its bound
+
+OCCUPANCY_ADVICE = ("Give each launch more blocks (a larger batch size); where registers "
+                    "limit, cap them (__launch_bounds__, maxrregcount); where shared memory "
+                    "limits, use smaller tiles; where warps limit with small blocks, use "
+                    "larger blocks.")
 
 COLUMNS = ["pattern", "severity", "finding", "evidence", "advice", "metric"]
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
@@ -94,6 +103,21 @@ class Facts:
     def idle(self) -> pd.DataFrame:
         """Idle time per device and stream (:func:`idle_summary`)."""
         return idle_summary(self.trace)
+
+    @cached_property
+    def counters(self) -> pd.DataFrame:
+        """Hardware counters per kernel name (:func:`counters_by_kernel`); empty without them."""
+        return counters_by_kernel(trace_counters(self.trace))
+
+    def heavy_counted(self, bound: str) -> pd.DataFrame:
+        """The heavy kernels (the five largest holding :data:`HEAVY_KERNEL_SHARE` of kernel
+        time or more) whose counters say ``bound``, with their ``share``, largest first."""
+        if not len(self.counters) or not len(self.summary):
+            return self.counters.iloc[0:0].assign(share=pd.Series(dtype=float))
+        heavy = self.summary[self.summary["share"] >= HEAVY_KERNEL_SHARE].head(5)
+        mine = self.counters[self.counters["bound"] == bound]
+        return mine.merge(heavy[["name", "share"]], on="name").sort_values(
+            "share", ascending=False, kind="stable").reset_index(drop=True)
 
     @property
     def idle_share(self) -> float:
@@ -243,6 +267,9 @@ def low_occupancy(f: Facts) -> Optional[Finding]:
     heavy = summary[summary["share"] >= HEAVY_KERNEL_SHARE].head(5) if len(summary) else summary
     if not len(heavy):
         return None
+    # kernels whose achieved occupancy was measured are judged by it (achieved_occupancy)
+    if len(f.counters):
+        heavy = heavy[~heavy["name"].isin(f.counters.loc[f.counters["occupancy_pct"].notna(), "name"])]
     sub = f.kernels[f.kernels["name"].isin(heavy["name"])]
     occ = kernel_occupancy(SimpleNamespace(kernels=sub, meta=getattr(f.trace, "meta", {})))
     occ = occ[occ["occupancy"].notna()]
@@ -267,16 +294,128 @@ def low_occupancy(f: Facts) -> Optional[Finding]:
         "finding": f"{len(low)} heavy kernel{'s' if len(low) > 1 else ''} "
                    f"({_pct(share)} of kernel time) cannot fill the GPU.",
         "evidence": "; ".join(parts) + f" (limits: {low['limits_source'].iloc[0]}).",
-        "advice": "Give each launch more blocks (a larger batch size); where "
-                  "registers limit, cap them (__launch_bounds__, maxrregcount); "
-                  "where shared memory limits, use smaller tiles; where warps "
-                  "limit with small blocks, use larger blocks.",
+        "advice": OCCUPANCY_ADVICE,
         "metric": 1.0 - float(low["occupancy"].min())}
+
+
+# -- the rules that read hardware counters (none fires on a trace without them) -----------------
+
+def _each(rows: pd.DataFrame) -> str:
+    """``name (share of kernel time): bound_reason; ...`` for the evidence."""
+    return "; ".join(f"{short(str(r['name']), 40)} ({_pct(r['share'])} of kernel time): "
+                     f"{r['bound_reason']}" + _traffic(r) for _, r in rows.iterrows())
+
+
+def _traffic(r: pd.Series) -> str:
+    parts = []
+    if np.isfinite(r["gbps"]):
+        parts.append(f"{r['gbps']:,.0f} GB/s from DRAM")
+    if np.isfinite(r["tflops"]):
+        parts.append(f"{_g(r['tflops'])} TFLOP/s")
+    if np.isfinite(r["intensity"]):
+        parts.append(f"{_g(r['intensity'])} FLOP/byte")
+    return f", {', '.join(parts)}" if parts else ""
+
+
+def _g(x: float) -> str:
+    """Three significant digits, without an exponent from 0.001 up."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _judged(rows: pd.DataFrame, column: str) -> str:
+    """The pattern's number in the finding: ``91%`` for one kernel, ``up to 91%`` for more."""
+    top = float(rows[column].max())
+    return ("" if len(rows) == 1 else "up to ") + percent(top / 100, 0)
+
+
+def _kernels(rows: pd.DataFrame) -> str:
+    n = len(rows)
+    return (f"{short(str(rows['name'].iloc[0]), 40)} ({_pct(float(rows['share'].iloc[0]))} of "
+            "kernel time)" if n == 1 else
+            f"{n} heavy kernels ({_pct(float(rows['share'].sum()))} of kernel time)")
+
+
+def memory_bound(f: Facts) -> Optional[Finding]:
+    """Heavy kernels whose DRAM throughput is near its peak (hardware counters)."""
+    rows = f.heavy_counted("memory-bound")
+    if not len(rows):
+        return None
+    return {
+        "pattern": "memory-bound", "severity": "medium",
+        "finding": f"Memory-bound: {_judged(rows, 'dram_pct')} of DRAM peak — {_kernels(rows)}.",
+        "evidence": _each(rows) + ".",
+        "advice": "These kernels move data as fast as DRAM allows, so only moving fewer bytes "
+                  "speeds them up: fuse them with their neighbours (torch.compile, TensorRT) so "
+                  "intermediates stay on chip, keep tensors in a narrower type (FP16/BF16/FP8, "
+                  "INT8), and reuse operands from shared memory or L2 (tiling) instead of "
+                  "re-reading them.",
+        "metric": float(rows["dram_pct"].max()) / 100}
+
+
+def compute_bound(f: Facts) -> Optional[Finding]:
+    """Heavy kernels whose SM or tensor pipe is near its peak (hardware counters)."""
+    rows = f.heavy_counted("compute-bound")
+    if not len(rows):
+        return None
+    tensor = rows["tensor_pipe_pct"].fillna(0) >= BUSY_PCT
+    if tensor.all():
+        what = f"tensor pipe {_judged(rows, 'tensor_pipe_pct')}"
+        advice = ("The Tensor Cores are busy: the remaining gains are less math (a smaller "
+                  "model, structured sparsity) or a narrower type with a higher peak (FP8, "
+                  "INT8 where accuracy allows).")
+    else:
+        what = f"SM {_judged(rows, 'sm_pct')} of peak"
+        advice = ("The SMs are busy on CUDA-core math: move it to Tensor Cores (FP16/BF16 "
+                  "inputs, or TF32 for FP32 matmuls: torch.backends.cuda.matmul.allow_tf32), "
+                  "or do less of it.")
+    return {
+        "pattern": "compute-bound", "severity": "info" if tensor.all() else "medium",
+        "finding": f"Compute-bound: {what} — {_kernels(rows)}.",
+        "evidence": _each(rows) + ".", "advice": advice,
+        "metric": float(np.nanmax(rows[["sm_pct", "tensor_pipe_pct"]].to_numpy(float))) / 100}
+
+
+def latency_bound(f: Facts) -> Optional[Finding]:
+    """Heavy kernels that keep neither the SMs nor DRAM busy (hardware counters)."""
+    rows = f.heavy_counted("latency-bound")
+    if not len(rows):
+        return None
+    busiest = np.nanmax(rows[["sm_pct", "dram_pct"]].to_numpy(float), axis=1)
+    return {
+        "pattern": "latency-bound", "severity": "medium",
+        "finding": f"Latency-bound: neither the SMs nor DRAM reach {BUSY_PCT:.0f}% of peak — "
+                   f"{_kernels(rows)}.",
+        "evidence": _each(rows) + ".",
+        "advice": "The kernels wait (on memory latency, dependencies or synchronisation) with "
+                  "too little independent work to hide it: put more work in flight (more "
+                  "blocks: a larger batch; more independent loads and math per thread), make "
+                  "memory accesses coalesced, and look at the warp stall reasons in Nsight "
+                  "Compute for the kind of wait.",
+        "metric": 1.0 - float(np.max(busiest)) / 100}
+
+
+def achieved_occupancy(f: Facts) -> Optional[Finding]:
+    """Heavy kernels with low achieved occupancy and neither unit busy (hardware counters)."""
+    rows = f.heavy_counted("low occupancy")
+    if not len(rows):
+        return None
+    low = rows.sort_values("occupancy_pct", kind="stable").iloc[0]
+    limiter = str(low["limiter"] or "")
+    why = f", limited by {limiter}" if limiter and limiter != "unknown" else ""
+    lowest = percent(float(low["occupancy_pct"]) / 100, 0)
+    return {
+        "pattern": "low-achieved-occupancy", "severity": "medium",
+        "finding": f"Low occupancy: {'' if len(rows) == 1 else 'down to '}{lowest}{why} — "
+                   f"{_kernels(rows)}.",
+        "evidence": _each(rows) + ".",
+        "advice": OCCUPANCY_ADVICE,
+        "metric": 1.0 - float(low["occupancy_pct"]) / 100}
 
 
 #: the patterns looked for, in this order (the result is sorted by severity afterwards)
 RULES: tuple[Callable[[Facts], Optional[Finding]], ...] = (
-    few_kernels, transfers, launch_bound, synchronisation, diverse_operators, low_occupancy)
+    few_kernels, transfers, launch_bound, synchronisation, diverse_operators, low_occupancy,
+    memory_bound, compute_bound, latency_bound, achieved_occupancy)
 
 
 def nothing_captured(f: Facts) -> Finding:
@@ -308,7 +447,9 @@ def diagnose(trace: Any) -> pd.DataFrame:
     """Findings about ``trace``: what bounds it, the evidence in numbers, and advice.
 
     Returns a DataFrame with ``pattern`` (few-kernels, transfers, launch-bound,
-    synchronisation, diverse-operators, low-occupancy, balanced, nothing-captured),
+    synchronisation, diverse-operators, low-occupancy, and with hardware counters
+    memory-bound, compute-bound, latency-bound, low-achieved-occupancy; balanced,
+    nothing-captured),
     ``severity`` (high, medium, info), ``finding`` and ``advice`` (sentences), ``evidence``
     (the numbers) and ``metric`` (the number the pattern was judged on, 0..1), most severe
     first.

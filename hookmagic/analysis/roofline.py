@@ -9,6 +9,10 @@ launches) times its captured launches, over its captured GPU time.
 The DRAM bytes are compulsory traffic (each operand once), so the arithmetic intensity is the
 kernel's best case; a kernel that re-reads operands from DRAM moves more than that.
 
+A trace with hardware counters places its kernels by what they measured instead
+(:func:`measured_rates`): FLOPs counted from executed instructions and the bytes DRAM actually
+moved (:mod:`hookmagic.analysis.counters`).
+
 Pure functions: no plotting, no I/O.
 """
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from hookmagic.analysis.counters import counters_by_kernel, trace_counters
 from hookmagic.analysis.tables import table
 
 #: Datasheet peaks (dense, no sparsity). FLOP/s for float32 (CUDA cores), float16/bfloat16/int8
@@ -70,6 +75,10 @@ def declared_work(work: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
              .reset_index())
 
 
+RATE_COLUMNS = ["name", "step", "launches", "mean_ns", "flops", "dram_bytes", "tflops", "gbps",
+                "intensity", "precision", "registers", "smem_per_block", "threads_per_block"]
+
+
 def kernel_rates(trace: Any, work: Iterable[Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """Achieved rates of every captured kernel with declared work, in capture order.
 
@@ -80,9 +89,7 @@ def kernel_rates(trace: Any, work: Iterable[Mapping[str, Any]] | None = None) ->
     k = table(trace, "kernels")
     w = declared_work(work if work is not None else (getattr(trace, "meta", {}) or {}).get("work", []))
     if k.empty or w.empty:
-        return pd.DataFrame(columns=["name", "step", "launches", "mean_ns", "flops", "dram_bytes", "tflops",
-                                     "gbps", "intensity", "precision", "registers", "smem_per_block",
-                                     "threads_per_block"])
+        return pd.DataFrame(columns=RATE_COLUMNS)
     k = k.sort_values("start_ns", kind="stable")
     ranges = table(trace, "ranges")
     step_of = dict(zip(ranges["range_id"], ranges["name"])) if not ranges.empty else {}
@@ -102,8 +109,37 @@ def kernel_rates(trace: Any, work: Iterable[Mapping[str, Any]] | None = None) ->
     out["smem_per_block"] = [int(first.loc[n, "static_smem"]) + int(first.loc[n, "dynamic_smem"]) for n in out["name"]]
     out["threads_per_block"] = [int(first.loc[n, "block_x"]) * int(first.loc[n, "block_y"]) * int(first.loc[n, "block_z"])
                                 for n in out["name"]]
-    return out[["name", "step", "launches", "mean_ns", "flops", "dram_bytes", "tflops", "gbps", "intensity",
-                "precision", "registers", "smem_per_block", "threads_per_block"]]
+    return out[RATE_COLUMNS]
+
+
+def measured_rates(trace: Any) -> pd.DataFrame:
+    """Achieved rates of every kernel with hardware counters, as :func:`kernel_rates` gives them
+    from declared work, most GPU time first: the same columns, from
+    :func:`hookmagic.analysis.counters.counters_by_kernel` (FLOPs counted from executed
+    instructions, DRAM bytes read + written as measured, each launch's duration in the trace),
+    plus ``bound`` and ``bound_reason`` from the counters. ``precision`` is the one with the most
+    FLOPs; a kernel with no FLOP counters collected has NaN FLOPs and intensity."""
+    by_name = counters_by_kernel(trace_counters(trace))
+    cols = RATE_COLUMNS + ["bound_counters", "bound_reason"]
+    if by_name.empty:
+        return pd.DataFrame(columns=cols)
+    k = table(trace, "kernels").sort_values("start_ns", kind="stable")
+    first = k.groupby("name", sort=False).head(1).set_index("name")
+    ranges = table(trace, "ranges")
+    step_of = dict(zip(ranges["range_id"], ranges["name"])) if not ranges.empty else {}
+    out = by_name.rename(columns={"bound": "bound_counters"}).copy()
+    known = out["name"].isin(first.index)
+
+    def launch(column: str, fill: Any) -> list[Any]:
+        return [first.loc[n, column] if ok else fill for n, ok in zip(out["name"], known)]
+
+    out["step"] = [step_of.get(r, "") for r in launch("range_id", -1)]
+    out["registers"] = [int(v) for v in launch("registers", 0)]
+    out["smem_per_block"] = [int(a) + int(b) for a, b in
+                             zip(launch("static_smem", 0), launch("dynamic_smem", 0))]
+    out["threads_per_block"] = [int(x) * int(y) * int(z) for x, y, z in
+                                zip(launch("block_x", 0), launch("block_y", 0), launch("block_z", 0))]
+    return out[cols].reset_index(drop=True)
 
 
 def range_rates(trace: Any, work: Mapping[str, Mapping[str, float]] | None = None) -> pd.DataFrame:
@@ -153,13 +189,15 @@ def range_rates(trace: Any, work: Mapping[str, Mapping[str, float]] | None = Non
 
 def roofline(rates: pd.DataFrame, peaks: Mapping[str, Any]) -> pd.DataFrame:
     """Add each kernel's roof: ``roof_tflops = min(compute peak of its precision, intensity x DRAM
-    bandwidth)``, ``bound`` ('memory' left of the ridge point, else 'compute') and
-    ``of_roof`` (achieved / roof)."""
+    bandwidth)``, ``bound`` ('memory' left of the ridge point, 'compute' right of it, 'unknown'
+    for a precision without a peak in ``peaks`` or an unknown intensity) and ``of_roof``
+    (achieved / roof)."""
     out = rates.copy()
     compute = out["precision"].map(lambda p: peaks.get(p or "float32", np.nan)).astype(float)
     mem = out["intensity"].astype(float) * float(peaks["dram"])
     out["roof_tflops"] = np.minimum(compute, mem) / 1e12
-    out["bound"] = np.where(mem < compute, "memory", "compute")
+    out["bound"] = np.where(compute.isna() | mem.isna(), "unknown",
+                            np.where(mem < compute, "memory", "compute"))
     out["of_roof"] = out["tflops"] / out["roof_tflops"]
     return out
 

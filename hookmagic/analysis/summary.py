@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from hookmagic.analysis.counters import counter_costs
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.intervals import busy_ns, merge_intervals  # noqa: F401 (public here)
 from hookmagic.common.results import Headline
@@ -98,6 +99,9 @@ class Summary:
     dropped: dict[str, int] = field(default_factory=dict)
     #: problems the loader found in the data (negative durations, ...), from ``meta["warnings"]``
     warnings: list[str] = field(default_factory=list)
+    #: hardware counters' coverage and cost (:func:`hookmagic.analysis.counters.counter_costs`);
+    #: empty for a capture without counters
+    counters: dict[str, Any] = field(default_factory=dict)
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -108,9 +112,15 @@ class Summary:
         """The scalar numbers as the shared :class:`~hookmagic.common.results.Headline`
         (name, value, unit); the tables (top kernels, copies, per device) stay fields."""
         values = {name: getattr(self, name) for name in _HEADLINE_UNITS}
+        units = {k: u for k, u in _HEADLINE_UNITS.items() if u}
+        for key, (name, unit) in _COUNTER_HEADLINE.items():
+            if key in self.counters:
+                values[name] = self.counters[key]
+                if unit:
+                    units[name] = unit
         notes = ([self.reason] if self.reason else []) + list(self.warnings)
         title = f"Trace {self.label!r}" if self.label else "Trace"
-        return Headline(title, values, {k: u for k, u in _HEADLINE_UNITS.items() if u}, notes)
+        return Headline(title, values, units, notes)
 
     def to_frame(self) -> pd.DataFrame:
         """The scalar numbers as a DataFrame: index ``name``, columns ``value`` and ``unit``
@@ -131,6 +141,11 @@ _HEADLINE_UNITS = {
     "kernel_count": "", "kernel_time_s": "s", "peak_memory_bytes": "bytes",
     "allocations": "", "frees": "", "api_calls": "", "overhead_s": "s",
 }
+
+#: the counters' numbers a capture with counters adds to its headline: key of
+#: :attr:`Summary.counters` -> (headline name, unit)
+_COUNTER_HEADLINE = {"kernels": ("counter_kernels", ""), "metrics": ("counter_metrics", ""),
+                     "passes": ("counter_passes", ""), "replay_wall_s": ("counter_replay_s", "s")}
 
 
 _AROUND_THE_CELL = ("start_s", "stop_s", "take_s", "build_s")
@@ -172,7 +187,7 @@ def summarize(trace: "Trace", top: int = 10) -> Summary:
         peak_memory={int(d): int(v) for d, v in peak.items()},
         allocations=int(trace.memory["op"].isin(_ADD_OPS).sum()),
         frees=int(trace.memory["op"].isin(_REMOVE_OPS).sum()),
-        api_calls=len(trace.api))
+        api_calls=len(trace.api), counters=counter_costs(trace))
 
 
 def top_kernels(kernels: pd.DataFrame, top: int = 10) -> pd.DataFrame:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
+from hookmagic.analysis.counters import counter_costs
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.intervals import busy_ns, merge_intervals
 from hookmagic.common.results import Headline
@@ -56,6 +57,7 @@ class Summary:
     overhead: dict[str, float] = ...
     dropped: dict[str, int] = ...
     warnings: list[str] = ...
+    counters: dict[str, Any] = ...
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -81,6 +83,7 @@ class Summary:
     def _repr_mimebundle_(self: 'Summary', include: Any=None, exclude: Any=None) -> dict[str, str]:
         ...
 _HEADLINE_UNITS = {'status': '', 'wall_s': 's', 'busy_s': 's', 'idle_fraction': 'fraction', 'kernel_count': '', 'kernel_time_s': 's', 'peak_memory_bytes': 'bytes', 'allocations': '', 'frees': '', 'api_calls': '', 'overhead_s': 's'}
+_COUNTER_HEADLINE = {'kernels': ('counter_kernels', ''), 'metrics': ('counter_metrics', ''), 'passes': ('counter_passes', ''), 'replay_wall_s': ('counter_replay_s', 's')}
 _AROUND_THE_CELL = ('start_s', 'stop_s', 'take_s', 'build_s')
 
 def summarize(trace: 'Trace', top: int=10) -> Summary:

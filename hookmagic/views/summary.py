@@ -135,7 +135,29 @@ def _headline(summary: "Summary") -> list[tuple[str, str]]:
         rows.append(("API calls", f"{summary.api_calls:,}"))
     if summary.overhead_s:
         rows.append(("capture overhead", seconds(summary.overhead_s)))
+    line = counters_line(getattr(summary, "counters", None) or {})
+    if line:
+        rows.append(("counters", line))
     return rows
+
+
+def counters_line(counters: dict) -> str:
+    """``12 of 14 kernel launches, 11 metrics; 38 replay passes, 2.41 s replaying (kernel
+    replay)`` from :attr:`Summary.counters`; "" without counters."""
+    if not counters:
+        return ""
+    text = (f"{counters.get('kernels', 0):,} of {counters.get('launches', 0):,} kernel launches, "
+            f"{counters.get('metrics', 0):,} metrics")
+    cost = []
+    if "passes" in counters:
+        cost.append(f"{counters['passes']:,} replay passes")
+    if "replay_wall_s" in counters:
+        cost.append(f"{seconds(counters['replay_wall_s'])} replaying")
+    if cost:
+        text += "; " + ", ".join(cost)
+    if counters.get("replay"):
+        text += f" ({counters['replay']} replay)"
+    return text
 
 
 def _warnings(summary: "Summary") -> list[str]:
