@@ -151,6 +151,151 @@ def test_memory_records_and_virtual_memory_rows_in_one_time_order(enums):
     assert memory.device.tolist() == [2, 2, 2] and memory.bytes.tolist() == [1 << 21, 4096, 1 << 21]
 
 
+# -- CUDA graphs: replayed work takes the line that captured its node --------------------------
+# Synthetic graph-node callback rows (the shape of _native.take()["graph_nodes"]): nodes 11, 12
+# and 13 created under stream capture on stacks 3, 4 and 5; instantiation then made nodes 101,
+# 102 and 103 (each also reported as created, on the instantiating line's stack 9) cloned from
+# them; node 104 is a clone of 14, whose creation the capture did not see. The two replays are
+# launched by calls 50 and 51 on stack 8; call 40 launched a kernel directly on stack 2.
+CAPTURED, INSTANTIATE_STACK, REPLAY_STACK, DIRECT_STACK = {11: 3, 12: 4, 13: 5}, 9, 8, 2
+
+
+def _synthetic_graph_nodes(clones_first: bool) -> dict:
+    created = [(n, 0, s) for n, s in CAPTURED.items()]
+    at_instantiation = [(101, 0, INSTANTIATE_STACK), (102, 0, INSTANTIATE_STACK),
+                        (103, 0, INSTANTIATE_STACK), (104, 0, INSTANTIATE_STACK)]
+    clones = [(101, 11, -1), (102, 12, -1), (103, 13, -1), (104, 14, -1)]
+    rows = created + (clones + at_instantiation if clones_first else at_instantiation + clones)
+    node, original, stack = (np.array(c) for c in zip(*rows))
+    n = len(rows)
+    return {"node": node.astype(np.uint64), "original": original.astype(np.uint64),
+            "graph_id": np.full(n, 7, np.uint32), "time_ns": np.arange(n, dtype=np.int64),
+            "thread": np.full(n, 555, np.int64), "stack_id": stack.astype(np.int32)}
+
+
+def _synthetic_memset_node(buf: SyntheticBuffer, graph_id: int, graph_node: int) -> None:
+    """Stamps graph and node ids into the buffer's last record, a memset (graphNodeId @64,
+    graphId @72 in CUpti_ActivityMemset4)."""
+    struct.pack_into("<QI", buf.data, buf.offsets[-1] + 64, graph_node, graph_id)
+
+
+def _synthetic_replays(enums, clones_first: bool = True) -> dict:
+    device = enums["memory_kind"].index("device")
+    buf = SyntheticBuffer(enums["activity_kind"], 9)
+    buf.kernel(start=10, end=20, name="direct", correlation=40)
+    for corr, t0 in ((50, 100), (51, 200)):
+        buf.kernel(start=t0, end=t0 + 10, name="exp", correlation=corr, graph_id=7, graph_node=101)
+        buf.kernel(start=t0 + 10, end=t0 + 25, name="softmax", correlation=corr, graph_id=7,
+                   graph_node=102)
+        buf.memset(start=t0 + 25, end=t0 + 27, nbytes=64, value=0, memory_kind=device,
+                   correlation=corr)
+        _synthetic_memset_node(buf, 7, 103)
+        buf.kernel(start=t0 + 27, end=t0 + 30, name="sum", correlation=corr, graph_id=7,
+                   graph_node=104)
+    raw = decode(buf)
+    raw["launches"] = {"correlation": np.array([40, 50, 51], np.uint32),
+                       "thread": np.array([555, 555, 555]),
+                       "stack_id": np.array([DIRECT_STACK, REPLAY_STACK, REPLAY_STACK], np.int32),
+                       "range_id": np.array([-1, -1, -1])}
+    raw["graph_nodes"] = _synthetic_graph_nodes(clones_first)
+    return raw
+
+
+@pytest.mark.parametrize("clones_first", [True, False])
+def test_replayed_work_takes_the_stack_that_captured_its_node(enums, clones_first):
+    raw = _synthetic_replays(enums, clones_first)
+    tables = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)
+    k = tables["kernels"]
+    by_name = {name: rows for name, rows in k.groupby("name")}
+    assert by_name["direct"][["stack_id", "launch_stack_id"]].values.tolist() == [[2, 2]]
+    assert by_name["exp"]["stack_id"].tolist() == [3, 3]        # node 11's capture line
+    assert by_name["softmax"]["stack_id"].tolist() == [4, 4]    # node 12's
+    # node 14 was created before the capture: the launch's stack is all there is
+    assert by_name["sum"]["stack_id"].tolist() == [REPLAY_STACK] * 2
+    assert (k.loc[k.graph_id != 0, "launch_stack_id"] == REPLAY_STACK).all()
+    assert k["graph_node"].tolist() == [0, 101, 102, 104, 101, 102, 104]
+    memset = tables["memset"]
+    assert memset["graph_node"].tolist() == [103, 103] and memset["graph_id"].tolist() == [7, 7]
+    assert memset["stack_id"].tolist() == [5, 5] and memset["launch_stack_id"].tolist() == [8, 8]
+
+
+def test_without_graph_node_rows_every_record_keeps_its_launch_stack(enums):
+    raw = _synthetic_replays(enums)
+    del raw["graph_nodes"]    # a decoder that hands over no graph-node table
+    k = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)["kernels"]
+    assert k["stack_id"].tolist() == k["launch_stack_id"].tolist() == [2] + [8] * 6
+
+
+def test_clone_chains_resolve_and_cycles_end_unresolved():
+    from hookmagic.cupti.columns import CaptureStacks
+
+    synthetic = {"node": np.array([1, 2, 3, 7, 8, 20]), "original": np.array([0, 1, 2, 8, 7, 0]),
+                 "stack_id": np.array([6, -1, -1, -1, -1, -1])}
+    captured = CaptureStacks(synthetic)
+    # 3 is a clone of 2, a clone of 1 (created on stack 6); 7 and 8 clone each other; node 20
+    # was created on a thread without Python frames; 0 is "not a graph node", 99 unknown
+    assert captured.of(np.array([3, 2, 1, 7, 8, 20, 0, 99])).tolist() == [6, 6, 6, -1, -1, -1,
+                                                                           -1, -1]
+    assert CaptureStacks(None).of(np.array([1, 2])).tolist() == [-1, -1]
+
+
+def _synthetic_graph_stacks() -> dict:
+    """Stacks 3, 4, 5: the capture lines 21, 22, 23 of train.py under main(); 8: replay() called
+    on train.py line 30 (the torch frame above it is library code); 2: line 12."""
+    rows = [(2, 0, "/home/u/train.py", "main", 12)]
+    for sid, line in ((3, 21), (4, 22), (5, 23)):
+        rows += [(sid, 0, "/home/u/train.py", "main", 40), (sid, 1, "/home/u/train.py", "step", line)]
+    rows += [(8, 0, "/home/u/train.py", "main", 30),
+             (8, 1, "/usr/lib/python3.11/site-packages/torch/cuda/graphs.py", "replay", 88)]
+    sid, depth, filename, function, line = (list(c) for c in zip(*rows))
+    return {"stack_id": np.array(sid), "depth": np.array(depth, np.int32), "filename": filename,
+            "function": function, "line": np.array(line, np.int32)}
+
+
+def test_graph_launches_are_one_row_each_with_their_nodes_beneath(enums):
+    raw = _synthetic_replays(enums)
+    raw["stacks"] = _synthetic_graph_stacks()
+    trace = Trace(build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None), {})
+    g = trace.graphs()
+    assert g["kind"].tolist() == ["launch", "kernel", "kernel", "memset", "kernel"] * 2
+    assert g["launch"].tolist() == [0] * 5 + [1] * 5
+    launches = g[g.kind == "launch"]
+    assert launches["correlation"].tolist() == [50, 51] and launches["nodes"].tolist() == [4, 4]
+    assert launches["start_ns"].tolist() == [100, 200] and launches["end_ns"].tolist() == [130, 230]
+    assert launches["duration_ns"].tolist() == [30, 30]
+    assert launches["gpu_ns"].tolist() == [10 + 15 + 2 + 3] * 2
+    assert launches["name"].tolist() == ["graph 7", "graph 7"]
+    assert launches[["file", "line", "function"]].values.tolist() == [
+        ["/home/u/train.py", 30, "main"]] * 2   # the user's line, not torch's replay()
+    nodes = g[(g.kind != "launch") & (g.launch == 0)]
+    assert nodes["name"].tolist() == ["exp", "softmax", "memset", "sum"]
+    assert nodes["graph_node"].tolist() == [101, 102, 103, 104]
+    assert nodes["line"].tolist() == [21, 22, 23, 30]   # capture lines; node 14's is unknown
+    assert nodes["nodes"].tolist() == [0] * 4
+    assert int(g.loc[g.kind != "launch", "gpu_ns"].sum()) == int(launches["gpu_ns"].sum())
+
+
+def test_a_trace_without_graph_launches_has_an_empty_graphs_table(enums):
+    buf = SyntheticBuffer(enums["activity_kind"], 1)
+    buf.kernel(start=1, end=2, name="k", correlation=1)
+    trace = Trace(build_tables(decode(buf), enums, pd.DataFrame(), {}, lambda d, c: None), {})
+    g = trace.graphs()
+    assert len(g) == 0 and list(g.columns) == list(Trace().graphs().columns)
+    assert "launch" in g.columns and "line" in g.columns
+
+
+def test_tables_from_before_capture_lines_take_the_launch_stack(enums):
+    """An older recording's kernels, copies and memsets have no launch_stack_id nor (copies,
+    memsets) graph_node: the stack they have was the launch's; nothing came from a graph node."""
+    old = {"start_ns": [1, 5], "end_ns": [2, 9], "duration_ns": [1, 4], "correlation": [3, 4],
+           "stack_id": [6, -1]}
+    trace = Trace({"kernels": pd.DataFrame({**old, "name": ["a", "b"]}),
+                   "memcpy": pd.DataFrame(old), "memset": pd.DataFrame(old)}, {})
+    for table in (trace.kernels, trace.memcpy, trace.memset):
+        assert table["launch_stack_id"].tolist() == [6, -1]
+        assert table["graph_node"].tolist() == [0, 0]
+
+
 def test_many_records_with_repeated_names(enums):
     """The benchmark's buffer (50 names over 50,000 records): every record decoded, each
     distinct name interned once."""

@@ -2,8 +2,9 @@
 
 The native side hands over one NumPy array per CUPTI field; here they become the tables of
 ``hookmagic.trace.schema``: enumerations named, strings looked up, and the Python stack,
-launching thread and user range of every record joined in by correlation id. Vectorised
-throughout: a million kernels take well under a second.
+launching thread and user range of every record joined in by correlation id (work replayed
+from a CUDA graph takes the stack of the line that captured its node: :class:`CaptureStacks`).
+Vectorised throughout: a million kernels take well under a second.
 """
 from __future__ import annotations
 
@@ -30,13 +31,74 @@ def _timed(raw: Columns) -> dict[str, np.ndarray]:
     return {"start_ns": start, "end_ns": end, "duration_ns": end - start}
 
 
-def _attribution(raw: Columns, launches: CorrelationIndex) -> dict:
+#: clones of clones followed at most this deep (a graph cloned from an instantiated graph's
+#: source, and so on); a longer chain, or a cycle in damaged input, ends the walk unresolved
+MAX_CLONE_DEPTH = 32
+
+
+class CaptureStacks:
+    """The stack of the line that captured each CUDA-graph node.
+
+    Built from the graph-node callbacks' rows (``hookmagic._native.take()["graph_nodes"]``):
+    a created node's row holds the stack of the thread that made it (under stream capture, the
+    line whose launch, copy or memset became the node); a cloned node's row names the node it
+    copies. Graph launches replay instantiated nodes, which are clones, so a replayed record's
+    node is followed back through its clones to the node that was created, and takes that
+    node's stack. Rows absent (``None``), or a node whose creation the capture did not see (the
+    graph was captured before it started), resolve to -1.
+    """
+
+    def __init__(self, rows: Columns | None) -> None:
+        self.nodes = np.zeros(0, dtype=np.int64)   # distinct node ids, ascending
+        self.stack = np.zeros(0, dtype=np.int64)   # the capture stack of each, -1 if unknown
+        if rows is None or not len(rows.get("node", ())):
+            return
+        node = np.asarray(rows["node"]).astype(np.int64)
+        original = np.asarray(rows["original"]).astype(np.int64)
+        stack = np.asarray(rows["stack_id"]).astype(np.int64)
+        cloned = original != 0
+        clone_of = dict(zip(node[cloned].tolist(), original[cloned].tolist()))
+        created: dict[int, int] = {}
+        for n, s in zip(node[~cloned].tolist(), stack[~cloned].tolist()):
+            created.setdefault(n, s)
+        self.nodes = np.unique(node)
+        resolved = []
+        for n in self.nodes.tolist():
+            # a clone's own "created" row (made inside the instantiation) never counts: its
+            # original's does
+            for _ in range(MAX_CLONE_DEPTH):
+                if n not in clone_of:
+                    break
+                n = clone_of[n]
+            resolved.append(-1 if n in clone_of else created.get(n, -1))
+        self.stack = np.asarray(resolved, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.nodes.size)
+
+    def of(self, graph_node: np.ndarray) -> np.ndarray:
+        """The capture stack of each node id in ``graph_node`` (-1: none known, or 0: not a
+        graph node)."""
+        query = np.asarray(graph_node).astype(np.int64)
+        if self.nodes.size == 0 or query.size == 0:
+            return np.full(query.shape, -1, dtype=np.int64)
+        pos = np.clip(np.searchsorted(self.nodes, query), 0, self.nodes.size - 1)
+        hit = (self.nodes[pos] == query) & (query != 0)
+        return np.where(hit, self.stack[pos], -1)
+
+
+def _attribution(raw: Columns, launches: CorrelationIndex, captured: CaptureStacks) -> dict:
+    """Thread, stacks and range of each record from its launch; a record replayed from a CUDA
+    graph takes as ``stack_id`` the stack that captured its node, where known."""
     corr = raw["correlation"]
+    launch_stack = launches.get("stack_id", corr, -1)
+    capture_stack = captured.of(raw["graph_node"])
     return {
         "correlation": corr.astype(np.int64),
         "thread": launches.get("thread", corr, -1),
-        "stack_id": launches.get("stack_id", corr, -1),
+        "stack_id": np.where(capture_stack >= 0, capture_stack, launch_stack),
         "range_id": launches.get("range_id", corr, -1),
+        "launch_stack_id": launch_stack,
     }
 
 
@@ -64,6 +126,8 @@ def build_tables(
                                 thread=launch["thread"].astype(np.int64),
                                 stack_id=launch["stack_id"].astype(np.int64),
                                 range_id=launch["range_id"].astype(np.int64))
+    # the test extension's decoder hands over no callback tables beyond "launches"
+    captured = CaptureStacks(raw.get("graph_nodes"))
 
     k = raw["kernels"]
     kernels = {**_timed(k), "device": k["device"], "context": k["context"], "stream": k["stream"],
@@ -72,20 +136,22 @@ def build_tables(
                                     "registers", "static_smem", "dynamic_smem", "local_mem",
                                     "graph_id")},
                "graph_node": k["graph_node"].astype(np.int64),
-               **_attribution(k, launches)}
+               **_attribution(k, launches, captured)}
 
     c = raw["memcpy"]
     memcpy = {**_timed(c), "device": c["device"], "context": c["context"], "stream": c["stream"],
               "bytes": c["bytes"], "kind": _names(c["kind"], enums["memcpy_kind"]),
               "src_kind": _names(c["src_kind"], enums["memory_kind"]),
               "dst_kind": _names(c["dst_kind"], enums["memory_kind"]),
-              "graph_id": c["graph_id"], **_attribution(c, launches)}
+              "graph_id": c["graph_id"], "graph_node": c["graph_node"].astype(np.int64),
+              **_attribution(c, launches, captured)}
 
     s = raw["memset"]
     memset = {**_timed(s), "device": s["device"], "context": s["context"], "stream": s["stream"],
               "bytes": s["bytes"], "value": s["value"],
               "memory_kind": _names(s["memory_kind"], enums["memory_kind"]),
-              "graph_id": s["graph_id"], **_attribution(s, launches)}
+              "graph_id": s["graph_id"], "graph_node": s["graph_node"].astype(np.int64),
+              **_attribution(s, launches, captured)}
 
     memory = _memory_table(raw["memory"], raw["vmm"], enums, launches, kernels)
 

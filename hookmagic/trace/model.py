@@ -2,7 +2,7 @@
 
 A Trace holds one DataFrame per table of :mod:`hookmagic.trace.schema` (``kernels``, ``memcpy``,
 ``memset``, ``memory``, ``sync``, ``api``, ``ranges``, ``stacks``, ``allocator_events``,
-``samples``) and a ``meta`` dict. Every source (live CUPTI capture, recordings, imports) fills the same tables, so every
+``samples``, ``counters``) and a ``meta`` dict. Every source (live CUPTI capture, recordings, imports) fills the same tables, so every
 analysis and view works on all of them.
 
 ``meta`` keys (all optional except ``format_version`` and ``status``):
@@ -46,6 +46,7 @@ import pandas as pd
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.errors import BadNumbers, InvalidArgument, MissingAttribute
 from hookmagic.trace import schema
+from hookmagic.trace.graphs import graph_launches
 
 FORMAT_VERSION = 1
 
@@ -81,6 +82,7 @@ class Trace:
     stacks: pd.DataFrame
     allocator_events: pd.DataFrame
     samples: pd.DataFrame
+    counters: pd.DataFrame
     meta: dict[str, Any]
 
     def __init__(self, tables: Mapping[str, pd.DataFrame] | None = None,
@@ -141,6 +143,14 @@ class Trace:
         """``"complete"``, ``"partial"`` or ``"unavailable"``."""
         return str(self.meta.get("status", "complete"))
 
+    def kernel_counters(self) -> pd.DataFrame:
+        """The hardware counters as one row per kernel launch and one column per metric.
+
+        Columns ``correlation_id`` and ``kernel``, then the metrics in the order they were
+        asked for; rows in launch order. Built from the long ``counters`` table (empty, with
+        those two columns only, for a capture without counters)."""
+        return wide_counters(self.counters)
+
     def stack_frames(self, stack_id: int) -> list[tuple[str, str, int]]:
         """The Python stack ``stack_id`` as ``(filename, function, line)``, outermost first.
 
@@ -150,6 +160,14 @@ class Trace:
         rows = stacks[stacks["stack_id"] == int(stack_id)].sort_values("depth", kind="stable")
         return [(str(f), str(fn), int(ln)) for f, fn, ln in
                 zip(rows["filename"], rows["function"], rows["line"])]
+
+    def graphs(self) -> pd.DataFrame:
+        """CUDA-graph launches, one row each (``kind`` "launch"), each followed by the kernels,
+        copies and memsets it ran (one row per node run): timing, node counts and the line
+        that launched the graph or captured each node. Columns: see
+        :func:`hookmagic.trace.graphs.graph_launches`. Empty when no graph was launched."""
+        return graph_launches({name: getattr(self, name)
+                               for name in ("kernels", "memcpy", "memset", "stacks")})
 
     def __repr__(self) -> str:
         label = self.meta.get("label")
@@ -164,3 +182,20 @@ class Trace:
         warn = (f"; warning: {'; '.join(str(w) for w in warns)}"
                 if isinstance(warns, list) and warns else "")
         return f"{head}: {counts}{over}{warn}>"
+
+
+def wide_counters(long: pd.DataFrame) -> pd.DataFrame:
+    """Pivot a ``counters`` table (long: correlation_id, kernel, metric, value) to one row per
+    launch and one column per metric. A (launch, metric) pair given twice keeps its last value;
+    a metric missing for a launch is NaN."""
+    keys = ["correlation_id", "kernel"]
+    if not len(long):
+        return pd.DataFrame({"correlation_id": pd.Series(dtype="int64"),
+                             "kernel": pd.Series(dtype="str")})
+    metrics = list(dict.fromkeys(long["metric"].astype(str)))
+    launches = list(dict.fromkeys(zip(long["correlation_id"].tolist(), long["kernel"].astype(str))))
+    wide = long.pivot_table(index=keys, columns="metric", values="value", aggfunc="last",
+                            sort=False)
+    wide = wide.reindex(index=pd.MultiIndex.from_tuples(launches, names=keys), columns=metrics)
+    wide.columns.name = None
+    return wide.reset_index()

@@ -6,6 +6,7 @@ import pandas as pd
 from hookmagic.common.accessors import accepts_methods
 from hookmagic.common.errors import BadNumbers, InvalidArgument, MissingAttribute
 from hookmagic.trace import schema
+from hookmagic.trace.graphs import graph_launches
 import plotly.graph_objects as go
 import os
 from pathlib import Path
@@ -38,6 +39,7 @@ class Trace:
     stacks: pd.DataFrame
     allocator_events: pd.DataFrame
     samples: pd.DataFrame
+    counters: pd.DataFrame
     meta: dict[str, Any]
 
     def __init__(self, tables: Mapping[str, pd.DataFrame] | None=None, meta: Mapping[str, Any] | None=None) -> None:
@@ -62,11 +64,24 @@ class Trace:
     def status(self) -> str:
         """``"complete"``, ``"partial"`` or ``"unavailable"``."""
 
+    def kernel_counters(self) -> pd.DataFrame:
+        """The hardware counters as one row per kernel launch and one column per metric.
+
+        Columns ``correlation_id`` and ``kernel``, then the metrics in the order they were
+        asked for; rows in launch order. Built from the long ``counters`` table (empty, with
+        those two columns only, for a capture without counters)."""
+
     def stack_frames(self, stack_id: int) -> list[tuple[str, str, int]]:
         """The Python stack ``stack_id`` as ``(filename, function, line)``, outermost first.
 
         Empty for -1 (no stack taken) or an id not in the ``stacks`` table.
         """
+
+    def graphs(self) -> pd.DataFrame:
+        """CUDA-graph launches, one row each (``kind`` "launch"), each followed by the kernels,
+        copies and memsets it ran (one row per node run): timing, node counts and the line
+        that launched the graph or captured each node. Columns: see
+        :func:`hookmagic.trace.graphs.graph_launches`. Empty when no graph was launched."""
 
     def __repr__(self) -> str:
         ...
@@ -134,3 +149,8 @@ class Trace:
     Open it at https://ui.perfetto.dev or chrome://tracing; the fields follow PyTorch's
     Kineto traces, so tools that read those (e.g. Holistic Trace Analysis) read it too.
     """
+
+def wide_counters(long: pd.DataFrame) -> pd.DataFrame:
+    """Pivot a ``counters`` table (long: correlation_id, kernel, metric, value) to one row per
+    launch and one column per metric. A (launch, metric) pair given twice keeps its last value;
+    a metric missing for a launch is NaN."""

@@ -11,6 +11,10 @@ Conventions
 - ``correlation`` ties a kernel, copy, memset or allocation to the API call that caused it.
 - ``stack_id`` points into the ``stacks`` table (-1: no Python stack was taken, e.g. the
   launching thread did not hold the GIL). ``range_id`` points into ``ranges`` (-1: none).
+- Work replayed from a CUDA graph (``graph_id`` not 0) has as ``stack_id`` the stack of the
+  line that captured its graph node, where the capture saw the node made; ``launch_stack_id``
+  is always the stack of the call that launched the work (``cudaGraphLaunch`` for a replay),
+  and equals ``stack_id`` for work launched directly. ``range_id`` is the launch's range.
 - ``thread`` is the OS thread id of the launching thread (-1: unknown).
 - Strings are plain ``str`` columns; enumerations use the lower-case names listed below.
 """
@@ -38,8 +42,9 @@ TABLES: dict[str, dict[str, str]] = {
         "dynamic_smem": I32,         # bytes per block
         "local_mem": I32,            # bytes per thread
         "graph_id": I64,             # 0: not launched from a CUDA graph
-        "graph_node": I64,
+        "graph_node": I64,           # the graph node replayed (0: not from a graph)
         "thread": I64, "stack_id": I64, "range_id": I64,
+        "launch_stack_id": I64,
     },
     "memcpy": {
         "start_ns": I64, "end_ns": I64, "duration_ns": I64,
@@ -48,16 +53,18 @@ TABLES: dict[str, dict[str, str]] = {
         "kind": STR,                 # htod, dtoh, dtod, htoh, ptop, atoh, htoa, ... or unknown
         "src_kind": STR,             # pageable, pinned, device, array, managed, ... or unknown
         "dst_kind": STR,
-        "graph_id": I64,
+        "graph_id": I64, "graph_node": I64,
         "thread": I64, "stack_id": I64, "range_id": I64,
+        "launch_stack_id": I64,
     },
     "memset": {
         "start_ns": I64, "end_ns": I64, "duration_ns": I64,
         "device": I32, "context": I64, "stream": I64, "correlation": I64,
         "bytes": I64, "value": I64,
         "memory_kind": STR,
-        "graph_id": I64,
+        "graph_id": I64, "graph_node": I64,
         "thread": I64, "stack_id": I64, "range_id": I64,
+        "launch_stack_id": I64,
     },
     "memory": {
         "time_ns": I64,
@@ -205,7 +212,8 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
 
     ``frame`` is a DataFrame or a mapping of column name to array. Missing columns are filled
     with the column's neutral value (-1 for ids, 0 for numbers, "" for strings, False for
-    flags; an allocator event's ``requested_size`` copies its ``size``) so that partial sources
+    flags; an allocator event's ``requested_size`` copies its ``size``, a ``launch_stack_id``
+    its row's ``stack_id``) so that partial sources
     (imports, older recordings) still produce a complete table. The result is checked by
     :func:`validate`.
     Extra columns are kept after the schema's columns. A DataFrame that already conforms is
@@ -249,7 +257,13 @@ def conform(name: str, frame: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
 
 
 #: (table, column) -> the column a missing one copies (instead of the neutral value)
-_FILLED_FROM: dict[tuple[str, str], str] = {("allocator_events", "requested_size"): "size"}
+_FILLED_FROM: dict[tuple[str, str], str] = {
+    ("allocator_events", "requested_size"): "size",
+    # tables from before capture lines: the stack is the launch's
+    ("kernels", "launch_stack_id"): "stack_id",
+    ("memcpy", "launch_stack_id"): "stack_id",
+    ("memset", "launch_stack_id"): "stack_id",
+}
 
 
 def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
