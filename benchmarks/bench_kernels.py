@@ -38,6 +38,10 @@ PLAN = [
 ]
 #: variants that run only on some GPUs (skipped, not failed, elsewhere)
 NEEDS_SM90 = {"wgmma"}
+#: the "fp8" section (sm_90 only): (label, (M, N, K), kinds); kind "AxB" multiplies an A-type by a
+#: B-type FP8 operand into BF16 with per-tensor scales, against torch._scaled_mm on the same operands
+FP8_PLAN = [("4096", (4096, 4096, 4096), ("e4m3xe4m3", "e4m3xe5m2")), ("8192", (8192, 8192, 8192), ("e4m3xe4m3",)),
+            ("M=1024", (1024, 4096, 4096), ("e4m3xe4m3",))]
 
 
 def _plan(shapes: str = "", cases: str = "") -> list:
@@ -215,6 +219,12 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
     except Exception as exc:  # keep the other rows
         print("  memory-bound cases FAILED:", repr(exc), flush=True)
     Path(out).write_text(json.dumps(rows))
+    if "fp8" in sections and sm90:
+        try:
+            rows += fp8_rows(mem_timer, shapes)
+        except Exception as exc:  # keep the other rows
+            print("  fp8 section FAILED:", repr(exc), flush=True)
+        Path(out).write_text(json.dumps(rows))
     if "infer" in sections:  # the inference kernels (benchmarks/kernel_infer_cases.py)
         try:
             from benchmarks.kernel_infer_cases import infer_rows
@@ -222,6 +232,55 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
         except Exception as exc:  # keep the other rows
             print("  inference section FAILED:", repr(exc), flush=True)
         Path(out).write_text(json.dumps(rows))
+
+
+def fp8_rows(timer, shapes: str = "") -> list[dict]:
+    """gemm_fp8 (each FP8 schedule) against torch._scaled_mm (the reference, "cuBLAS" rows: its
+    default use_fast_accum=False; the fast-accumulation form is a row of its own) on the same
+    operands and scales. Correct means: no farther from the FP32 product of the same FP8 values
+    than twice torch._scaled_mm(use_fast_accum=True) (the same Tensor Core accumulation) plus one
+    BF16 rounding of the result."""
+    import torch
+
+    from hookmagic.kernels.gemm import gemm_fp8
+    from hookmagic.kernels.gemm_wgmma import FP8_SCHEDULES
+
+    want = {x.strip() for x in shapes.split(",") if x.strip()}
+    types = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    rows = []
+    for label, (m, n, k), kinds in FP8_PLAN:
+        if want and label not in want:
+            continue
+        for kind in kinds:
+            ta, tb = (types[t] for t in kind.split("x"))
+            a = torch.randn(m, k, device="cuda").to(ta)
+            b = torch.randn(n, k, device="cuda").to(tb).t()          # column-major, as _scaled_mm takes it
+            sa = torch.tensor(0.5, device="cuda")
+            sb = torch.tensor(2.0 ** -3, device="cuda")
+            exact = (a.float() @ b.float()) * (0.5 * 2.0 ** -3)       # TF32 off: FP32 products of exact values
+            scale = max(exact.abs().max().item(), 1.0)
+            refs = {"cuBLAS": False, "cuBLAS fast accum": True}
+            errs = {}
+            for variant, fast in refs.items():
+                def ref(a=a, b=b, sa=sa, sb=sb, fast=fast):
+                    return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+                errs[variant] = (ref().float() - exact).abs().max().item()
+                rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": variant,
+                             "kernel": f"torch._scaled_mm(use_fast_accum={fast})", "seconds": timer(ref),
+                             "ok": True, "max_err": errs[variant]})
+            for sched in FP8_SCHEDULES:
+                def ours(a=a, b=b, sa=sa, sb=sb, sched=sched):
+                    return gemm_fp8(a, b, sa, sb, out_dtype=torch.bfloat16, schedule=sched)
+                err = (ours().float() - exact).abs().max().item()
+                ok = err <= 2 * errs["cuBLAS fast accum"] + 2.0 ** -8 * scale
+                secs = timer(ours) if ok else float("nan")
+                rows.append({"shape": label, "m": m, "n": n, "k": k, "kind": kind, "variant": f"wgmma@{sched}",
+                             "kernel": f"gemm_fp8 {sched}", "seconds": secs, "ok": bool(ok), "max_err": err})
+                print(f"  {label:8s} {kind:10s} {sched:12s} {secs * 1e3:8.3f} ms ok={ok} err={err:.3g} "
+                      f"(torch {errs['cuBLAS']:.3g}, fast {errs['cuBLAS fast accum']:.3g})", flush=True)
+            del a, b, exact
+            torch.cuda.empty_cache()
+    return rows
 
 
 #: (rows, cols) of the memory-bound cases; bytes = compulsory traffic (read x [+ params], write y)
@@ -306,7 +365,8 @@ def _machine() -> dict:
 
 DESCRIPTION = ("hookmagic.kernels against cuBLAS/cuDNN/PyTorch on the same GPU: GEMMs, row-wise "
                "kernels and inference kernels, microseconds per call (CUDA events)")
-#: variants=1 also times each row-wise op's and memory case's other designs (impl=...)
+#: variants=1 also times each row-wise op's and memory case's other designs (impl=...); sections may
+#: add "fp8" (sm_90: gemm_fp8 against torch._scaled_mm, FP8_PLAN)
 PARAMS = {"sections": "gemm,memory,infer", "shapes": "", "cases": "", "timer": "call", "variants": 0}
 NEEDS = ("gpu", "torch")
 

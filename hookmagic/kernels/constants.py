@@ -28,6 +28,9 @@ I8["I8_LD"] = I8["I8_BK"] + 16
 #: the Hopper wgmma GEMM: 128 x 256 x 64 tiles (wgmma m64n256k16), 4 stages, producer + 2
 #: consumer warpgroups (384 threads)
 WG = {"WG_BM": 128, "WG_BN": 256, "WG_BK": 64, "WG_STAGES": 4, "WG_THREADS": 384}
+#: the FP8 kernels on the same pipeline (kernels/gemm_fp8.cu): a stage's 128-byte swizzled row holds
+#: twice as many 1-byte elements, so K advances 128 per stage (wgmma m64n256k32, 4 per stage)
+WG["WG8_BK"] = WG["WG_BK"] * 2
 
 #: bytes of one pipeline stage (A and B tiles) of the FP16/BF16 mma.sync GEMM
 TC_STAGE_BYTES = (TC["TC_BM"] * TC["TC_ALD"] + TC["TC_BK"] * TC["TC_BLD"]) * 2

@@ -16,6 +16,8 @@ from hookmagic.kernels.errors import KernelArgumentError
 
 #: the measurements behind the Hopper rule (kernel time alone: cold L2, host launch cost hidden)
 HOPPER_GEMM_RESULTS = "benchmarks/results/kernels-gemm-dispatch-h200.md"
+#: the measurements behind the FP8 rule's schedule (against torch._scaled_mm, same timer)
+HOPPER_FP8_RESULTS = "benchmarks/results/kernels-fp8-h200.md"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Rule:
     dtypes: tuple[str, ...]
     variant: str
     why: str                 # the measurement (or the reason, where none applies) behind the pick
+    schedule: str = ""       # the variant's tile schedule, where it has several (wgmma's)
 
 
 TABLE: tuple[Rule, ...] = (
@@ -34,6 +37,9 @@ TABLE: tuple[Rule, ...] = (
          "on an H200 wgmma's kernels ran 1.47-3.0x faster than mma's at every shape measured, from "
          "512³ and 8 x 4096 x 4096 to 8192³ (FP16 and BF16; 96 % of cuBLAS at 4096³, 98 % at 8192³; "
          f"3 fresh processes, {HOPPER_GEMM_RESULTS})"),
+    Rule("gemm_fp8", 90, 90, ("float8_e4m3fn", "float8_e5m2"), "wgmma",
+         "FP8 wgmma (m64n256k32) exists on sm_90a only; the schedule is the faster of the two built for FP8 "
+         f"on an H200 at 4096³, 8192³ and 1024 x 4096 x 4096 ({HOPPER_FP8_RESULTS})", schedule="tiles"),
     Rule("gemm", 80, 999, ("float16", "bfloat16", "int8"), "mma",
          "mma.sync + ldmatrix + 3-stage cp.async is the library's fastest Tensor Core GEMM before "
          "Hopper and its only INT8 one (wgmma exists on sm_90a only; wmma is the slower teaching variant)"),
@@ -43,7 +49,7 @@ TABLE: tuple[Rule, ...] = (
 
 
 def _check_shapes(op: str, shapes: tuple[tuple[int, ...], ...]) -> None:
-    if op in ("gemm", "sgemm") and (len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 2):
+    if op in ("gemm", "sgemm", "gemm_fp8") and (len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 2):
         raise KernelArgumentError(f"{op}: give the shapes of a and b, e.g. (4096, 4096), (4096, 4096); got {shapes}")
 
 
@@ -58,17 +64,27 @@ def choose(op: str, arch: Any, dtype: str, shapes: tuple[tuple[int, ...], ...]) 
                               f"(the dispatch table covers: {_covered(op) or 'nothing'})")
 
 
+def _span(r: Rule) -> str:
+    return "" if r.max_arch == r.min_arch else "+" if r.max_arch >= 999 else f"-{r.max_arch}"
+
+
 def _covered(op: str) -> str:
-    return "; ".join(f"sm_{r.min_arch}+ {'/'.join(r.dtypes)}" for r in TABLE if r.op == op)
+    return "; ".join(f"sm_{r.min_arch}{_span(r)} {'/'.join(r.dtypes)}" for r in TABLE if r.op == op) \
+        + _ELSEWHERE.get(op, "")
+
+
+#: where an operation's table ends, what to use beyond it
+_ELSEWHERE = {"gemm_fp8": " (H100, H200, GH200); FP8 on Ada (sm_89) or Blackwell: torch._scaled_mm"}
 
 
 def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch: str) -> str:
     """In words: the variant the table picks for a GEMM of ``shapes`` and why."""
     r = choose(op, arch, dtype, shapes)
     (m, k), (_, n) = shapes
-    span = "" if r.max_arch == r.min_arch else "+" if r.max_arch >= 999 else f"-{r.max_arch}"
-    return (f"{op} {m}x{k} @ {k}x{n} {dtype} on {arch}: variant={r.variant!r} "
-            f"(rule sm_{r.min_arch}{span} {'/'.join(r.dtypes)}). Why: {r.why}. Override with variant=.")
+    sched = f", schedule={r.schedule!r}" if r.schedule else ""
+    override = "schedule=" if op == "gemm_fp8" else "variant="   # FP8 has one variant and two schedules
+    return (f"{op} {m}x{k} @ {k}x{n} {dtype} on {arch}: variant={r.variant!r}{sched} "
+            f"(rule sm_{r.min_arch}{_span(r)} {'/'.join(r.dtypes)}). Why: {r.why}. Override with {override}.")
 
 
-__all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS"]
+__all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS"]

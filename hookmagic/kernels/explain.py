@@ -15,7 +15,8 @@ def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any
 
     ``explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")`` names the
     variant the dispatch table (:mod:`hookmagic.kernels.dispatch`) picks, the rule and the
-    measurement behind the pick. The row-wise operations (softmax, layer_norm, rms_norm,
+    measurement behind the pick; ``explain("gemm_fp8", (M, K), (K, N), dtype="float8_e4m3fn")``
+    does the same for :func:`hookmagic.kernels.gemm.gemm_fp8` (sm_90 only) and names its tile schedule. The row-wise operations (softmax, layer_norm, rms_norm,
     bias_gelu; one shape, x's) name the kernel their launch plan picks for the row length.
     """
     try:
@@ -23,13 +24,13 @@ def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any
     except (TypeError, ValueError):
         raise KernelArgumentError(f"explain: shapes must be tuples of ints, got {shapes!r}") from None
     arch = normalize_arch(arch)
-    if op in ("gemm", "sgemm"):
+    if op in ("gemm", "sgemm", "gemm_fp8"):
         return dispatch.explain_gemm(op, shapes, dtype, arch)
     if op in _ROWWISE:
         if len(shapes) != 1:
             raise KernelArgumentError(f"{op}: give the shape of x, e.g. (8, 4096); got {shapes}")
         return rowwise.explain_plan(op, shapes[0], dtype, arch)
-    raise KernelArgumentError(f"explain: no dispatch for op {op!r}; one of gemm, sgemm, {', '.join(_ROWWISE)}")
+    raise KernelArgumentError(f"explain: no dispatch for op {op!r}; one of gemm, sgemm, gemm_fp8, {', '.join(_ROWWISE)}")
 
 
 __all__ = ["explain"]

@@ -1,4 +1,5 @@
-"""GEMM: the FP32 SIMT journey (:func:`sgemm`) and the Tensor Core GEMMs (:func:`gemm`)."""
+"""GEMM: the FP32 SIMT journey (:func:`sgemm`), the Tensor Core GEMMs (:func:`gemm`) and the
+Hopper FP8 GEMM with per-tensor scales (:func:`gemm_fp8`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -58,7 +59,8 @@ def _check_pair(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, dtypes: Any, op: s
         raise KernelArgumentError(f"{op}: inner dimensions differ: a has {ai.shape[1]} columns, "
                                   f"b has {bi.shape[0]} rows ({both})")
     if ai.dtype != bi.dtype or ai.dtype not in dtypes:
-        raise KernelArgumentError(f"{op}: a and b must share one dtype of {', '.join(dtypes)} ({both})")
+        hint = "; FP8 operands: gemm_fp8(a, b, scale_a, scale_b)" if ai.dtype.startswith("float8") else ""
+        raise KernelArgumentError(f"{op}: a and b must share one dtype of {', '.join(dtypes)} ({both}){hint}")
     if ai.device < 0 or bi.device < 0:
         raise KernelArgumentError(f"{op}: a and b must be on a CUDA device ({both})")
     raise KernelArgumentError(f"{op}: a and b are on different devices ({both})")
@@ -221,3 +223,99 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     extra = (n if bias_i else 0) * registry.ITEMSIZE[ai.dtype] + (m * n if res_i else 0) * registry.ITEMSIZE[ai.dtype]
     registry.record(name, flops, nbytes + extra, m=m, n=n, k=k, dtype=ai.dtype)
     return c
+
+
+# --- FP8 (Hopper) ----------------------------------------------------------------------------
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+_fp8_schedule: list[str] = []
+
+
+def _check_scale(x: Any, name: str, ref: runtime.ArrayInfo) -> int:
+    """The device address of the FP32 scalar ``x`` (a one-element tensor on a's device)."""
+    xi = runtime.inspect_array(x, name)
+    if xi.kind == "torch" and xi.dtype == "float32" and xi.device == ref.device and xi.obj.numel() == 1:
+        return xi.ptr
+    raise KernelArgumentError(f"gemm_fp8: {name} must be a float32 tensor of one element on the device of a, "
+                              f"as torch._scaled_mm takes it ({name} is {xi.where()}, a is {ref.where()})")
+
+
+def gemm_fp8(a: Any, b: Any, scale_a: Any, scale_b: Any, out_dtype: Any = "bfloat16", bias: Any = None,
+             schedule: str = "auto") -> Any:
+    """``(scale_a * scale_b) * (a @ b) + bias`` from FP8 operands on Hopper Tensor Cores.
+
+    What ``torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)`` computes with
+    per-tensor scales, and with its argument conventions:
+
+    - ``a`` (M x K) row-major and ``b`` (K x N) column-major (``b = bt.t()`` of a contiguous N x K
+      ``bt``): torch tensors of ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``, any combination.
+      FP8 wgmma reads both operands K-major, so these layouts are read as they are; other layouts
+      are refused (naming the fix) rather than copied behind the caller's back.
+    - K a multiple of 16 (TMA reads rows whose byte stride is a multiple of 16) and 16-byte aligned
+      operand addresses; M and N are free (edge tiles are zero-filled and stores guarded).
+    - ``scale_a``, ``scale_b``: float32 tensors of one element on the operands' device (read by the
+      kernel, so they may be produced on the GPU without a synchronisation).
+    - ``out_dtype``: ``torch.bfloat16`` / ``'bfloat16'`` (the default) or ``torch.float16`` /
+      ``'float16'``; ``bias`` (N,) of ``out_dtype`` or None. The products accumulate in the Tensor
+      Cores' FP32 accumulators (what ``torch._scaled_mm(..., use_fast_accum=True)`` does), are
+      scaled in FP32, the bias added, and rounded once to ``out_dtype``.
+
+    Runs on sm_90 (H100, H200, GH200) only: FP8 wgmma and TMA are sm_90a instructions
+    (:class:`KernelsUnavailable` elsewhere, naming torch._scaled_mm for Ada and Blackwell). A separate
+    function rather than a dtype of :func:`gemm`: the scales are required, the two operands may
+    differ in dtype and the output dtype is chosen, none of which :func:`gemm`'s one-dtype
+    signature says. ``schedule``: ``'auto'`` (the dispatch table's pick for FP8,
+    ``kernels.explain('gemm_fp8', a.shape, b.shape, dtype='float8_e4m3fn')`` says which and why),
+    ``'tiles'`` or ``'persistent4'`` (:data:`hookmagic.kernels.gemm_wgmma.FP8_SCHEDULES`). Runs on the
+    caller's current stream; returns a new M x N tensor.
+    """
+    ai, bi = runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b")
+    both = f"a is {ai.where()}, b is {bi.where()}"
+    if ai.kind != "torch" or bi.kind != "torch":
+        raise KernelArgumentError(f"gemm_fp8: a and b must be torch tensors (CuPy has no FP8 dtypes; {both})")
+    if len(ai.shape) != 2 or len(bi.shape) != 2 or ai.shape[1] != bi.shape[0]:
+        raise KernelArgumentError(f"gemm_fp8: a (M x K) and b (K x N) must be matrices with a's columns equal "
+                                  f"to b's rows ({both})")
+    if ai.dtype not in FP8_DTYPES or bi.dtype not in FP8_DTYPES:
+        raise KernelArgumentError(f"gemm_fp8: a and b must be torch.float8_e4m3fn or torch.float8_e5m2 ({both}); "
+                                  "FP16/BF16/INT8 operands: gemm(a, b)")
+    if ai.device < 0 or ai.device != bi.device:
+        raise KernelArgumentError(f"gemm_fp8: a and b must be on one CUDA device ({both})")
+    out = str(out_dtype).removeprefix("torch.")
+    if out not in ("bfloat16", "float16"):
+        raise KernelArgumentError(f"gemm_fp8: out_dtype must be torch.bfloat16 or torch.float16, not {out_dtype!r}")
+    m, k = ai.shape
+    n = bi.shape[1]
+    if not ai.contiguous:
+        raise KernelArgumentError(f"gemm_fp8: a must be row-major (M x K contiguous, strides {list(ai.strides)}): "
+                                  "pass a.contiguous()")
+    bti = runtime.inspect_array(bi.obj.t(), "b")
+    if not bti.contiguous:
+        raise KernelArgumentError(f"gemm_fp8: b must be column-major (b = bt.t() of a contiguous N x K bt, as "
+                                  f"torch._scaled_mm takes it; b has strides {list(bi.strides)}): pass "
+                                  "b.t().contiguous().t()")
+    if k % 16:
+        raise KernelArgumentError(f"gemm_fp8: K (a's columns) must be a multiple of 16, not {k}: TMA reads rows "
+                                  "whose byte stride is a multiple of 16 (torch._scaled_mm asks the same); "
+                                  "pad K with zeros")
+    if ai.ptr % 16 or bti.ptr % 16:
+        raise KernelArgumentError(f"gemm_fp8: a and b must start at 16-byte aligned addresses (a at {ai.ptr:#x}, "
+                                  f"b at {bti.ptr:#x}): pass a copy")
+    sa, sb = _check_scale(scale_a, "scale_a", ai), _check_scale(scale_b, "scale_b", ai)
+    bias_i = None
+    if bias is not None:
+        bias_i = runtime.inspect_array(bias, "bias")
+        if bias_i.kind != "torch" or bias_i.dtype != out or bias_i.device != ai.device or bias_i.shape != (n,):
+            raise KernelArgumentError(f"gemm_fp8: bias must be a {out} tensor of shape [{n}] on the device of a "
+                                      f"(bias is {bias_i.where()}, a is {ai.where()})")
+        bias_i = runtime.contiguous(bias_i)
+    if schedule == "auto":
+        if not _fp8_schedule:
+            from hookmagic.kernels import dispatch
+            _fp8_schedule.append(dispatch.choose("gemm_fp8", "sm_90", FP8_DTYPES[0], ((m, k), (k, n))).schedule)
+        schedule = _fp8_schedule[0]
+    from hookmagic.kernels.gemm_wgmma import check_device, gemm_fp8_wgmma
+    if k == 0:   # no TMA map of an empty operand: the product is zero
+        check_device(ai.device, "gemm_fp8")
+        c = runtime.new_output(ai, (m, n), out)[0].zero_()
+        return c + bias_i.obj if bias_i else c
+    return gemm_fp8_wgmma(ai, bti, sa, sb, out, bias_i, schedule)

@@ -4,6 +4,12 @@ Source: ``kernels/gemm_wgmma.cu``. Block tile 128 x 256 x 64, 384 threads (one p
 warpgroup issuing TMA loads into a 4-stage mbarrier ring, two consumer warpgroups issuing wgmma
 m64n256k16), FP32 accumulate, FP16/BF16 out with the fused bias / activation / residual epilogue.
 
+The FP8 GEMM (:func:`hookmagic.kernels.gemm.gemm_fp8`, source ``kernels/gemm_fp8.cu``) runs on
+the same pipeline (``kernels/wgmma_gemm.cuh``): a stage's 128-byte rows hold 128 FP8 elements of
+K (``constants.WG["WG8_BK"]``), wgmma m64n256k32, the per-tensor scales applied to the FP32
+accumulators before the epilogue. FP8 wgmma reads both operands K-major, so ``b`` is N x K
+row-major (a column-major K x N) and rows need no padding when K is a multiple of 16.
+
 Operand layouts: ``a`` row-major (a transposed/strided ``a`` is copied to row-major first);
 ``b`` row-major (K x N, read N-major with wgmma's transpose flag) or column-major (``b =
 bt.t()`` of a contiguous N x K ``bt``, read K-major as it is, no copy). TMA needs 16-byte aligned
@@ -21,8 +27,10 @@ from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
 from hookmagic.kernels.registry import KernelSpec, register
 
 BM, BN, BK, STAGES, THREADS = (constants.WG[k] for k in ("WG_BM", "WG_BN", "WG_BK", "WG_STAGES", "WG_THREADS"))
+BK8 = constants.WG["WG8_BK"]   # the FP8 kernels' K per stage: the same bytes as BK 16-bit elements
 #: dynamic shared memory: 1 KiB alignment slack + 4 stages of A (16 KiB) and B (32 KiB) + 8 mbarriers
 SMEM_BYTES = 1024 + STAGES * (BM * BK + BN * BK) * 2 + 2 * STAGES * 8
+#: (every figure is bytes: the FP8 kernels' stages hold the same bytes, 128 x 128 and 256 x 128 FP8)
 #: the persistent schedule's: 3 stages + a 128 x (256 + 8) FP16/BF16 output tile + 6 mbarriers
 SMEM_BYTES_PERSISTENT = 1024 + 3 * (BM * BK + BN * BK) * 2 + BM * (BN + 8) * 2 + 2 * 3 * 8
 #: persistent4's: 4 stages + two 64 x 128 staging tiles (one per consumer warpgroup) + 8 mbarriers
@@ -34,6 +42,24 @@ SPEC = register(KernelSpec(
     description="Hopper (sm_90a only): wgmma m64n256k16 from shared memory, TMA loads with 128B swizzle, "
                 "4-stage mbarrier pipeline, producer + 2 consumer warpgroups, 128x256x64 tiles "
                 "(column-major b: gemm_wgmma_<dtype>_bt)"))
+
+
+#: FP8 operand dtypes (torch's names) and output dtypes -> their part of the FP8 kernels' names
+FP8_TYPES = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+FP8_OUT_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+#: (a dtype, b dtype, output dtype) -> the FP8 kernel ("tiles" schedule; "_p4" appended for persistent4)
+FP8_KERNELS = {(a, b, o): f"gemm_fp8_{ta}_{tb}_{to}" for a, ta in FP8_TYPES.items() for b, tb in FP8_TYPES.items()
+               for o, to in FP8_OUT_TYPES.items()}
+#: the schedules the FP8 kernels are built for (kernels/gemm_fp8.cu)
+FP8_SCHEDULES = ("tiles", "persistent4")
+
+FP8_SPEC = register(KernelSpec(
+    "gemm_fp8", "wgmma", "gemm_fp8",
+    {a: f"gemm_fp8_{ta}_<b: e4m3|e5m2>_<out: f16|bf16>" for a, ta in FP8_TYPES.items()},
+    (THREADS, 1, 1), (BM, BN), smem=SMEM_BYTES, arch_specific=True, min_arch=90,
+    description=f"Hopper (sm_90a only) FP8 e4m3/e5m2 with per-tensor scales: wgmma m64n256k32 on the wgmma "
+                f"GEMM's pipeline, {BM}x{BN}x{BK8} tiles, FP32 accumulate, FP16/BF16 out (b is N x K: "
+                "FP8 wgmma reads both operands K-major)"))
 
 
 #: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
@@ -86,15 +112,22 @@ _arch_ok: dict[int, str] = {}
 _kernels: dict[tuple[str, int], Any] = {}
 
 
-def check_device(ordinal: int) -> str:
-    """``'sm_90a'`` for an sm_90 device (H100/H200); :class:`KernelsUnavailable` elsewhere."""
+#: what to use instead of a wgmma kernel on another GPU, by operation
+_ELSEWHERE = {"gemm(variant='wgmma')": "Use variant='mma' (sm_80+) or 'wmma' there.",
+              "gemm_fp8": "FP8 Tensor Cores elsewhere (sm_89 Ada, sm_100 Blackwell) are reached through "
+                          "torch._scaled_mm; or run gemm() in FP16/BF16."}
+
+
+def check_device(ordinal: int, op: str = "gemm(variant='wgmma')") -> str:
+    """``'sm_90a'`` for an sm_90 device (H100/H200/GH200); :class:`KernelsUnavailable` elsewhere,
+    naming ``op`` and what to use instead."""
     arch = _arch_ok.get(ordinal)
     if arch is None:
         arch = runtime.device_arch(ordinal)
         if arch != "sm_90":
             raise KernelsUnavailable(
-                f"gemm(variant='wgmma') needs an sm_90 GPU (H100/H200: wgmma and TMA exist on sm_90a only); "
-                f"cuda:{ordinal} is {arch}. Use variant='mma' (sm_80+) or 'wmma' there.")
+                f"{op} needs an sm_90 GPU (H100, H200 or GH200: wgmma and TMA exist on sm_90a only); "
+                f"cuda:{ordinal} is {arch}. {_ELSEWHERE.get(op, '')}".rstrip())
         _arch_ok[ordinal] = arch
     return "sm_90a"
 
@@ -105,11 +138,11 @@ def _smem(name: str) -> int:
     return SMEM_BYTES_PERSISTENT4 if name.endswith("_p4") else SMEM_BYTES
 
 
-def _kernel(name: str, ordinal: int) -> Any:
+def _kernel(name: str, ordinal: int, family: str = SPEC.family) -> Any:
     """The loaded kernel, its dynamic shared memory allowed (cached: this is the per-call path)."""
     kern = _kernels.get((name, ordinal))
     if kern is None:
-        kern = runtime.get_kernel(SPEC.family, name, ordinal, arch_specific=True)
+        kern = runtime.get_kernel(family, name, ordinal, arch_specific=True)
         runtime.set_dynamic_smem(kern, _smem(name), ordinal)
         _kernels[(name, ordinal)] = kern
     return kern
@@ -173,4 +206,45 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
     return c
 
 
-__all__ = ["gemm_wgmma", "check_device", "SPEC", "SMEM_BYTES", "SCHEDULES"]
+class _Fp8Scalars(ctypes.Structure):
+    """The FP8 kernels' parameters after the two tensor maps (kernels/gemm_fp8.cu), in order."""
+    _fields_ = [("c", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("scale_a", ctypes.c_void_p),
+                ("scale_b", ctypes.c_void_p), ("m", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int),
+                ("vec", ctypes.c_int)]
+
+
+def gemm_fp8_wgmma(ai: runtime.ArrayInfo, bti: runtime.ArrayInfo, scale_a: int, scale_b: int, out_dtype: str,
+                   bias_i: runtime.ArrayInfo | None, schedule: str) -> Any:
+    """``(scale_a * scale_b) * (a @ bt.T) + bias`` with the FP8 kernels; operands already checked by
+    :func:`hookmagic.kernels.gemm.gemm_fp8`: ``a`` M x K and ``bt`` N x K row-major FP8 with K a
+    positive multiple of 16 and 16-byte aligned addresses (TMA reads them as they are), ``scale_a``
+    and ``scale_b`` addresses of FP32 scalars, ``bias`` (N,) of ``out_dtype`` or None."""
+    m, k = ai.shape
+    n = bti.shape[0]
+    dev = ai.device
+    check_device(dev, "gemm_fp8")
+    c, cptr = runtime.new_output(ai, (m, n), out_dtype)
+    if m == 0 or n == 0:
+        return c
+    name = FP8_KERNELS[(ai.dtype, bti.dtype, out_dtype)]
+    map_a = tma.encode_2d(ai.ptr, ai.dtype, k, m, k, (BK8, BM))
+    map_b = tma.encode_2d(bti.ptr, bti.dtype, k, n, k, (BK8, BN))
+    if schedule == "tiles":
+        grid = (-(-m // BM) * -(-n // BN), 1, 1)
+    elif schedule == "persistent4":
+        name += "_p4"
+        grid = (min(-(-m // BM) * -(-n // BN), _sms(dev)), 1, 1)
+    else:
+        raise KernelArgumentError(f"gemm_fp8: schedule={schedule!r}: use one of {', '.join(FP8_SCHEDULES)}")
+    kern = _kernel(name, dev, FP8_SPEC.family)
+    vec = int(n % 8 == 0 and cptr % 16 == 0)
+    scalars = _Fp8Scalars(cptr, bias_i.ptr if bias_i else 0, scale_a, scale_b, m, n, k, vec)
+    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, FP8_SPEC.block, _smem(name), (map_a, map_b), scalars)
+    out_item = registry.ITEMSIZE[out_dtype]
+    registry.record(name, 2 * m * n * k, m * k + k * n + m * n * out_item + (n * out_item if bias_i else 0),
+                    m=m, n=n, k=k, dtype=ai.dtype)
+    return c
+
+
+__all__ = ["gemm_wgmma", "gemm_fp8_wgmma", "check_device", "SPEC", "FP8_SPEC", "SMEM_BYTES", "SCHEDULES",
+           "FP8_SCHEDULES", "FP8_TYPES", "FP8_OUT_TYPES", "FP8_KERNELS"]

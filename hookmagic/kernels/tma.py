@@ -61,8 +61,10 @@ def encode_2d(ptr: int, dtype: str, inner: int, outer: int, row_bytes: int, box:
             _maps.move_to_end(key)
             return m
     driver = _driver()
-    dt = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    types = driver.CUtensorMapDataType
+    # FP8 has no tensor-map type of its own: TMA copies bytes, so UINT8 moves them unchanged
+    dt = {"float16": types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "bfloat16": types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+          "float8_e4m3fn": types.CU_TENSOR_MAP_DATA_TYPE_UINT8, "float8_e5m2": types.CU_TENSOR_MAP_DATA_TYPE_UINT8}[dtype]
     u64, u32 = driver.cuuint64_t, driver.cuuint32_t
     try:
         err, m = driver.cuTensorMapEncodeTiled(

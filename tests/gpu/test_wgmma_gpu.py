@@ -144,3 +144,118 @@ def test_wgmma_repeated_calls_are_deterministic(schedule):
     first = hk.gemm(a, b, variant="wgmma", schedule=schedule)
     for _ in range(5):
         assert torch.equal(hk.gemm(a, b, variant="wgmma", schedule=schedule), first)
+
+
+# ---- gemm_fp8 (kernels/gemm_fp8.cu): FP8 e4m3/e5m2 with per-tensor scales, against torch._scaled_mm ----
+# FP8 products are exact in FP32 (at most 4 x 4 significand bits, exponents far inside FP32's range),
+# so two correct kernels differ only in how they accumulate and in the one rounding to FP16/BF16.
+# Hopper's Tensor Cores sum FP8 products with a narrower adder than FP32 (about 14 bits kept: the
+# DeepSeek-V3 report, section 3.3.2), which torch._scaled_mm avoids by default (use_fast_accum=False
+# promotes partial sums to FP32 registers) and does like this kernel with use_fast_accum=True. Hence
+# two tests: (1) small-integer data whose every partial sum is an integer of at most 12 bits, exact
+# in any adder of >= 13 bits: the result must EQUAL torch._scaled_mm's (and the exact product rounded
+# once); (2) Gaussian data: the accuracy criterion above, torch's error taken from the
+# fast-accumulation form (the same adder).
+from hookmagic.kernels.gemm import gemm_fp8  # noqa: E402
+
+FP8_TYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+FP8_PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m2")]
+# odd M and N (edge tiles), K multiples of 16 that are not of the 128-element stage (TMA zero-fills)
+FP8_SHAPES = [(1, 1, 16), (17, 255, 32), (128, 256, 128), (300, 257, 144), (129, 513, 1008), (255, 520, 4096),
+              (1000, 1000, 2048)]
+
+
+@pytest.fixture(params=["tiles", "persistent4"])
+def fp8_schedule(request):
+    return request.param
+
+
+def _pad16(x, rows):
+    """``x`` (FP8, row-major) with zero rows appended up to ``rows`` (a zero byte is +0 in both formats)."""
+    if x.shape[0] == rows:
+        return x
+    out = torch.zeros(rows, x.shape[1], dtype=torch.uint8, device=x.device)
+    out[: x.shape[0]] = x.view(torch.uint8)
+    return out.view(x.dtype)
+
+
+def _scaled_mm(a, b, sa, sb, out_dtype, fast, bias=None):
+    """torch._scaled_mm on the same operands; M and N padded to multiples of 16 with zero rows
+    (cuBLASLt's FP8 needs them), which changes no element of the M x N result. None where
+    cuBLASLt has no kernel (e5m2 x e5m2)."""
+    m, n = a.shape[0], b.shape[1]
+    mp, np_ = -(-m // 16) * 16, -(-n // 16) * 16
+    bp = _pad16(b.t().contiguous(), np_).t()
+    biasp = None if bias is None else torch.cat([bias, bias.new_zeros(np_ - n)])
+    try:
+        c = torch._scaled_mm(_pad16(a, mp), bp, sa, sb, bias=biasp, out_dtype=out_dtype, use_fast_accum=fast)
+    except RuntimeError:
+        return None
+    return c[:m, :n]
+
+
+def _fp8_operands(m, n, k, ta, tb, sample):
+    a = sample((m, k)).to(FP8_TYPES[ta])
+    b = sample((n, k)).to(FP8_TYPES[tb]).t()     # column-major K x N
+    return a, b
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("ta,tb", FP8_PAIRS)
+@pytest.mark.parametrize("m,n,k", FP8_SHAPES)
+def test_fp8_equals_scaled_mm_on_exactly_summable_data(m, n, k, ta, tb, out_dtype, fp8_schedule):
+    a, b = _fp8_operands(m, n, k, ta, tb, lambda s: torch.randint(-1, 2, s, device="cuda").float())
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")   # powers of two: exact
+    c = gemm_fp8(a, b, sa, sb, out_dtype=out_dtype, schedule=fp8_schedule)
+    torch.cuda.synchronize()
+    assert c.shape == (m, n) and c.dtype == out_dtype and c.is_contiguous()
+    exact = (a.double() @ b.double()) * 0.125       # |sum| <= K <= 4096: exact in FP32, rounded once below
+    assert torch.equal(c, exact.float().to(out_dtype)), _describe_mismatch(c, exact, exact, out_dtype, k, exact.abs())
+    theirs = _scaled_mm(a, b, sa, sb, out_dtype, fast=True)
+    if theirs is not None:
+        assert torch.equal(c, theirs)
+    bias = torch.randint(-8, 9, (n,), device="cuda").to(out_dtype)       # small integers: the sum stays exact
+    cb = gemm_fp8(a, b, sa, sb, out_dtype=out_dtype, bias=bias, schedule=fp8_schedule)
+    assert torch.equal(cb, (exact + bias.double()).float().to(out_dtype))
+
+
+@pytest.mark.parametrize("ta,tb", FP8_PAIRS[:3])        # the pairs torch._scaled_mm runs
+@pytest.mark.parametrize("m,n,k", FP8_SHAPES[2:] + [(2048, 4096, 4096)])
+def test_fp8_gaussian_within_rounding_of_scaled_mm(m, n, k, ta, tb, fp8_schedule):
+    a, b = _fp8_operands(m, n, k, ta, tb, lambda s: 4 * torch.randn(s, device="cuda"))
+    sa, sb = torch.tensor(0.37, device="cuda"), torch.tensor(1.0 / 96, device="cuda")
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    c = gemm_fp8(a, b, sa, sb, bias=bias, schedule=fp8_schedule)
+    s = sa.double() * sb.double()
+    ref = (a.double() @ b.double()) * s + bias.double()
+    theirs = _scaled_mm(a, b, sa, sb, torch.bfloat16, fast=True, bias=bias)
+    magnitude = (a.double().abs() @ b.double().abs()) * s
+    print(f"max error: ours {(c.double() - ref).abs().max().item():.4g}, "
+          f"torch fast {(theirs.double() - ref).abs().max().item():.4g}, "
+          f"torch default {(_scaled_mm(a, b, sa, sb, torch.bfloat16, False, bias).double() - ref).abs().max().item():.4g}")
+    assert_within_rounding(c, theirs, ref, torch.bfloat16, n=k, magnitude=magnitude)
+
+
+def test_fp8_runs_on_the_callers_stream_declares_its_work_and_is_deterministic(fp8_schedule):
+    a, b = _fp8_operands(512, 640, 768, "e4m3", "e4m3", lambda s: torch.randn(s, device="cuda"))
+    sa = torch.tensor(1.0, device="cuda")
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    hk.launch_log(clear=True)
+    with torch.cuda.stream(s):
+        c = gemm_fp8(a, b, sa, sa, schedule=fp8_schedule)
+    s.synchronize()
+    (w,) = [x for x in hk.launch_log(clear=True) if x.kernel.startswith("gemm_fp8")]
+    assert w.kernel.startswith("gemm_fp8_e4m3_e4m3_bf16") and w.flops == 2 * 512 * 640 * 768
+    for _ in range(3):
+        assert torch.equal(gemm_fp8(a, b, sa, sa, schedule=fp8_schedule), c)
+
+
+def test_fp8_k_zero_and_empty():
+    sa = torch.tensor(1.0, device="cuda")
+    e = torch.float8_e4m3fn
+    z = gemm_fp8(torch.zeros(0, 32, device="cuda").to(e), torch.zeros(8, 32, device="cuda").to(e).t(), sa, sa)
+    assert z.shape == (0, 8) and z.dtype == torch.bfloat16
+    bias = torch.arange(6, device="cuda").to(torch.bfloat16)
+    k0 = gemm_fp8(torch.zeros(4, 0, device="cuda").to(e), torch.zeros(6, 0, device="cuda").to(e).t(), sa, sa, bias=bias)
+    assert torch.equal(k0, bias.expand(4, 6))
