@@ -244,7 +244,8 @@ def _synthetic_graph_stacks() -> dict:
     on train.py line 30 (the torch frame above it is library code); 2: line 12."""
     rows = [(2, 0, "/home/u/train.py", "main", 12)]
     for sid, line in ((3, 21), (4, 22), (5, 23)):
-        rows += [(sid, 0, "/home/u/train.py", "main", 40), (sid, 1, "/home/u/train.py", "step", line)]
+        rows += [(sid, 0, "/home/u/train.py", "main", 40),
+                 (sid, 1, "/home/u/train.py", "step", line)]
     rows += [(8, 0, "/home/u/train.py", "main", 30),
              (8, 1, "/usr/lib/python3.11/site-packages/torch/cuda/graphs.py", "replay", 88)]
     sid, depth, filename, function, line = (list(c) for c in zip(*rows))
@@ -273,6 +274,21 @@ def test_graph_launches_are_one_row_each_with_their_nodes_beneath(enums):
     assert nodes["line"].tolist() == [21, 22, 23, 30]   # capture lines; node 14's is unknown
     assert nodes["nodes"].tolist() == [0] * 4
     assert int(g.loc[g.kind != "launch", "gpu_ns"].sum()) == int(launches["gpu_ns"].sum())
+
+
+def test_lines_and_flame_name_the_capture_lines(enums):
+    from hookmagic.analysis.flame import flame_tree
+
+    raw = _synthetic_replays(enums)
+    raw["stacks"] = _synthetic_graph_stacks()
+    trace = Trace(build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None), {})
+    lines = trace.lines().set_index("line")
+    assert lines.loc[21, "launches"] == 2 and lines.loc[21, "kernels"] == "exp ×2"
+    assert lines.loc[22, "launches"] == 2 and lines.loc[12, "launches"] == 1
+    assert lines.loc[30, "launches"] == 2   # node 14's kernels: only their replay line is known
+    nodes = flame_tree(trace, weight="launches").set_index("id")
+    leaf = nodes[nodes["label"] == "exp"].iloc[0]
+    assert nodes.loc[leaf["parent"], "file_line"] == "/home/u/train.py:21" and leaf["value"] == 2
 
 
 def test_a_trace_without_graph_launches_has_an_empty_graphs_table(enums):
