@@ -183,3 +183,29 @@ def test_fp8_operands_off_the_gpu_and_in_gemm_are_refused_with_the_way():
         gemm_fp8(a, _col(32, 8), _scale(), _scale())
     with pytest.raises(hk.KernelArgumentError, match=r"gemm_fp8\(a, b, scale_a, scale_b\)"):
         hk.gemm(a, _col(32, 8))
+
+
+def test_the_fp8_schedule_is_the_measured_fastest_and_meets_the_target():
+    """Against the H200 measurement the rule cites (benchmarks/results, written by
+    ``python -m benchmarks run kernels --set sections=fp8 --set timer=device``)."""
+    import json
+    from pathlib import Path
+
+    path = (Path(__file__).resolve().parents[1] / dispatch.HOPPER_FP8_RESULTS).with_suffix(".json")
+    if not path.is_file():
+        pytest.skip(f"{dispatch.HOPPER_FP8_RESULTS} is not in this checkout")
+    res = json.loads(path.read_text())
+    assert res["gpu"]["name"].startswith("NVIDIA H") and res["params"]["timer"] == "device"
+    times: dict[tuple[str, str], dict[str, dict]] = {}
+    for key, m in res["metrics"].items():
+        stem, unit = (key[:-3], "us") if key.endswith("_us") else (key.removesuffix("_pct_of_cublas"), "pct")
+        kind, variant, label = stem.split("|")
+        times.setdefault((kind, label), {})[f"{variant}:{unit}"] = m
+    picked = dispatch.choose("gemm_fp8", "sm_90", "float8_e4m3fn", ((4096, 4096), (4096, 4096))).schedule
+    assert len(times) >= 4
+    for (kind, label), t in times.items():
+        mine = t[f"wgmma@{picked}:us"]["median"]
+        fastest = min(v["median"] for k, v in t.items() if k.startswith("wgmma@") and k.endswith(":us"))
+        assert mine <= 1.01 * fastest, (kind, label, t)          # the pick is the fastest, or level within 1 %
+        # the target: >= 70 % of torch._scaled_mm in every process
+        assert min(t[f"wgmma@{picked}:pct"]["values"]) >= 70, (kind, label)
