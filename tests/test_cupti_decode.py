@@ -169,7 +169,7 @@ def _synthetic_graph_nodes(clones_first: bool) -> dict:
     node, original, stack = (np.array(c) for c in zip(*rows))
     n = len(rows)
     return {"node": node.astype(np.uint64), "original": original.astype(np.uint64),
-            "graph_id": np.full(n, 7, np.uint32), "time_ns": np.arange(n, dtype=np.int64),
+            "time_ns": np.arange(n, dtype=np.int64),
             "thread": np.full(n, 555, np.int64), "stack_id": stack.astype(np.int32)}
 
 

@@ -264,8 +264,6 @@ void CallbackHooks::on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData*
                    cupti_->cuptiGetGraphNodeId(graph->originalNode, &original) != CUPTI_SUCCESS ||
                    !original))
         return;
-    uint32_t graph_id = 0;
-    if (graph->graph && cupti_->cuptiGetGraphId) cupti_->cuptiGetGraphId(graph->graph, &graph_id);
     int32_t stack = -1;
     int64_t range = -1;
     if (!cloned) attribute(stack, range);
@@ -274,7 +272,6 @@ void CallbackHooks::on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData*
     std::lock_guard<std::mutex> lock(mu_);
     graph_nodes.node.push_back(node);
     graph_nodes.original.push_back(original);
-    graph_nodes.graph_id.push_back(graph_id);
     graph_nodes.time_ns.push_back(static_cast<int64_t>(now));
     graph_nodes.thread.push_back(os_thread_id());
     graph_nodes.stack_id.push_back(stack);

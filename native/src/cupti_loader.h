@@ -20,7 +20,7 @@ struct CuptiApi {
     X(cuptiActivityEnable) X(cuptiActivityDisable) X(cuptiActivityRegisterCallbacks)   \
     X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord)                             \
     X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) X(cuptiFinalize)             \
-    X(cuptiActivitySetAttribute) X(cuptiGetGraphNodeId) X(cuptiGetGraphId)
+    X(cuptiActivitySetAttribute) X(cuptiGetGraphNodeId)
 
 #define HM_DECLARE(name) decltype(&::name) name = nullptr;
     HM_CUPTI_FUNCTIONS(HM_DECLARE)

@@ -94,8 +94,8 @@ namespace hookmagic {
 // instantiation, cudaGraphClone) naming the node it copies (`original`; no stack). The kernel,
 // copy and memset records of a graph launch carry the instantiated (cloned) node's id.
 #define HM_GRAPH_NODE_COLUMNS(X)                                                          \
-    X(uint64_t, node) X(uint64_t, original) X(uint32_t, graph_id) X(int64_t, time_ns)     \
-    X(int64_t, thread) X(int32_t, stack_id)
+    X(uint64_t, node) X(uint64_t, original) X(int64_t, time_ns) X(int64_t, thread)        \
+    X(int32_t, stack_id)
 
 #define HM_DECLARE_COLUMN(type, name, ...) std::vector<type> name;
 #define HM_COLUMN_BYTES(type, name, ...) +sizeof(type)
