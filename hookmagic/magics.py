@@ -83,6 +83,10 @@ class CudaHookMagics(Magics, Configurable):
     @argument("--lite", dest="lite", action="store_true", default=None,
               help="The cheapest capture: kernels, copies, memsets and memory only (no Python "
               "stacks, threads, ranges, synchronisation or NVML samples).")
+    @argument("--counters", dest="counters", nargs="?", const="default", default=None,
+              metavar="SET", help="Hardware counters per kernel (replays each kernel once per "
+              "pass): SET is a set name (default: 'default') or comma-separated Nsight Compute "
+              "metric names; in the line form write --counters=SET.")
     @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
               help="Show the cell's exception instead of raising it (later cells keep running).")
     @argument("--report", dest="report", action="store_true", default=None,
@@ -154,6 +158,8 @@ class CudaHookMagics(Magics, Configurable):
         body, last = self._compile(cell)   # a SyntaxError surfaces before anything starts
         if lite:  # lite turns stacks, NVML and the allocator history off itself
             options = {"lite": True, "memory": options["memory"], "label": options["label"]}
+        if args.counters is not None:
+            options["counters"] = args.counters
 
         trace, value, error = self._run_captured(body, last, options, quiet)
 
@@ -222,6 +228,12 @@ class CudaHookMagics(Magics, Configurable):
                                             _namespaces=[ns])
                 trace = manager.__enter__()
         except Exception as err:  # the capture must never stop the cell from running
+            from hookmagic.cupti.counters import COUNTER_ERRORS
+
+            if isinstance(err, COUNTER_ERRORS):  # ...unless the counters asked for cannot be had
+                from hookmagic.magic_args import MagicFailed
+
+                raise MagicFailed(str(err)) from err
             manager, trace = None, Trace.empty(f"the capture could not start ({err!r})",
                                                label=options.get("label"))
         try:

@@ -1,10 +1,31 @@
-"""Per-kernel hardware counters through CUPTI's range profiler: the metric names, and turning
-the native rows into the Trace's ``counters`` table.
+"""Per-kernel hardware counters through CUPTI's range profiler: the metric names, the
+``counters=`` option, and turning the native rows into the Trace's ``counters`` table.
 
-The names are Nsight Compute's metric names for Hopper (sm_90); the constants below are the
-one source for them (views and diagnoses import the constants, never the strings).
+How they are collected (native/src/counters.cpp): CUPTI's Range Profiler API with **kernel
+replay** and **auto ranges** — every kernel launched inside the capture is one range. CUPTI
+saves the memory the kernel may touch, runs the kernel once per *pass* of the metric set's
+schedule (restoring memory between passes) and keeps one value per metric; the launches are
+serialised. So each kernel costs ``passes`` runs plus the save/restore, and concurrent kernels
+run one after another while counting: the timeline of a capture with counters is not the
+program's normal timeline (durations in the ``kernels`` table are those of a replayed launch;
+``gpu__time_duration.sum`` is one pass's). The number of passes of a set is in
+``trace.meta["counters"]["passes"]`` (the default set: measured on an H200, see
+tests/gpu/test_counters_gpu.py). Metric values are evaluated on the host when the capture ends.
+
+The names are Nsight Compute's metric names for Hopper (sm_90); the constants below are the one
+source for them (views and diagnoses import the constants, never the strings).
 """
 from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hookmagic.common.errors import CaptureFailed, InvalidArgument, Unavailable
+from hookmagic.cupti.errors import CaptureOptionError
 
 #: Compute (SM) throughput, % of peak over the kernel's elapsed cycles (ncu "Compute (SM) Throughput").
 SM_THROUGHPUT_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -20,16 +41,204 @@ L1_HIT_RATE_PCT = "l1tex__t_sector_hit_rate.pct"
 L2_HIT_RATE_PCT = "lts__t_sector_hit_rate.pct"
 #: Tensor-pipe utilisation: % of active cycles the tensor pipe was busy.
 TENSOR_PIPE_PCT = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
-#: Warp-level instructions executed on the FP32 (FMA) pipe, the FP16 pipe and the tensor pipe.
+#: Thread-level FP32 instructions executed (predicated on), as Nsight Compute's roofline counts
+#: them: FP32 FLOPs = 2 * FFMA + FADD + FMUL.
+FP32_FFMA = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
+FP32_FADD = "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"
+FP32_FMUL = "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"
+#: The same for FP16 (HFMA2 and friends count once per instruction and thread).
+FP16_HFMA = "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum"
+FP16_HADD = "smsp__sass_thread_inst_executed_op_hadd_pred_on.sum"
+FP16_HMUL = "smsp__sass_thread_inst_executed_op_hmul_pred_on.sum"
+#: Warp-level instructions executed on the FMA pipe (FP32 and packed FP16 math, IMAD) and, of
+#: those, the FP16 ones: shown as counts, they give no FLOPs by themselves.
 FP32_INSTRUCTIONS = "smsp__inst_executed_pipe_fma.sum"
-FP16_INSTRUCTIONS = "smsp__inst_executed_pipe_fp16.sum"
+FP16_INSTRUCTIONS = "sm__inst_executed_pipe_fma_type_fp16.sum"
+#: Warp-level instructions issued to the tensor pipe (HMMA, HGMMA, IMMA, ...).
 TENSOR_INSTRUCTIONS = "sm__inst_executed_pipe_tensor.sum"
-#: Kernel duration on the GPU, ns.
+#: Tensor-core math operations with FP16 sources (HMMA and HGMMA): FP16 tensor FLOPs, as
+#: Nsight Compute's tensor roofline counts them (the name on Hopper; Ampere's splits by
+#: destination type).
+TENSOR_FP16_OPS = "sm__ops_path_tensor_src_fp16.sum"
+#: Kernel duration on the GPU (one replay pass), ns.
 DURATION_NS = "gpu__time_duration.sum"
 
 #: The default counter set of ``hookmagic.capture(counters=True)`` and ``%%cudahook --counters``.
 DEFAULT_COUNTERS: tuple[str, ...] = (
     SM_THROUGHPUT_PCT, DRAM_THROUGHPUT_PCT, DRAM_BYTES_READ, DRAM_BYTES_WRITE,
     ACHIEVED_OCCUPANCY_PCT, L1_HIT_RATE_PCT, L2_HIT_RATE_PCT, TENSOR_PIPE_PCT,
-    FP32_INSTRUCTIONS, FP16_INSTRUCTIONS, TENSOR_INSTRUCTIONS, DURATION_NS,
+    FP32_FFMA, FP32_FADD, FP32_FMUL, FP16_HFMA, FP16_HADD, FP16_HMUL,
+    FP32_INSTRUCTIONS, FP16_INSTRUCTIONS, TENSOR_INSTRUCTIONS, TENSOR_FP16_OPS, DURATION_NS,
 )
+#: Named sets for ``counters="<name>"`` and ``%%cudahook --counters <name>``.
+COUNTER_SETS: dict[str, tuple[str, ...]] = {"default": DEFAULT_COUNTERS}
+#: The most kernel launches one capture counts (the counter image is sized for them up
+#: front); later launches are dropped and counted in ``meta["counters"]["dropped"]``.
+MAX_KERNELS = 4096
+#: The most metrics one capture may ask for.
+MAX_METRICS = 256
+
+_METRIC_NAME = re.compile(r"^[A-Za-z0-9_]+(?:__[A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)*$")
+# CUptiResult codes the messages tell apart
+_INSUFFICIENT_PRIVILEGES = 35
+_BUSY = (26, 36, 39)  # HARDWARE_BUSY, OLD_PROFILER_API_INITIALIZED, MULTIPLE_SUBSCRIBERS
+_NOT_SUPPORTED = (27, 33, 40, 41, 42, 43, 44, 45, 46)
+_PROFILER_MISSING = -1
+
+
+class CounterOptionError(CaptureOptionError):
+    """``counters=`` is not True/False, a set's name, or a list of metric names."""
+
+
+class UnknownCounter(InvalidArgument):
+    """A metric name this GPU's profiler does not know (the message lists close matches)."""
+
+
+class CountersUnavailable(Unavailable):
+    """Hardware counters cannot be collected here: profiling restricted to admin users,
+    another tool holds the GPU's profiler, or the GPU/driver/CUPTI does not support it."""
+
+
+class CountersFailed(CaptureFailed):
+    """CUPTI's range profiler failed for a reason hookmagic could not name more precisely."""
+
+
+#: What asking for counters may raise: the cell/``with`` fails rather than run uncounted.
+COUNTER_ERRORS = (CounterOptionError, UnknownCounter, CountersUnavailable, CountersFailed)
+
+
+def resolve(counters: Any) -> tuple[str, ...] | None:
+    """The metric names ``counters=`` asks for: None for None/False, :data:`DEFAULT_COUNTERS`
+    for True, a named set for its name (``"default"``), else the given names (a list/tuple of
+    strings, or one string of comma-separated names), duplicates dropped, order kept.
+
+    Raises :class:`CounterOptionError` for anything else."""
+    if counters is None or counters is False:
+        return None
+    if counters is True:
+        return DEFAULT_COUNTERS
+    if isinstance(counters, str):
+        if counters.strip() in COUNTER_SETS:
+            return COUNTER_SETS[counters.strip()]
+        names = [part.strip() for part in counters.split(",") if part.strip()]
+    elif isinstance(counters, (list, tuple)):
+        names = list(counters)
+    else:
+        raise CounterOptionError(f"counters= takes True, a set name ({', '.join(COUNTER_SETS)}) "
+                                 f"or a list of metric names, not {type(counters).__name__}")
+    if not names:
+        raise CounterOptionError("counters= got an empty list of metric names")
+    if len(names) > MAX_METRICS:
+        raise CounterOptionError(f"counters= got {len(names)} metric names; at most "
+                                 f"{MAX_METRICS} per capture")
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str):
+            raise CounterOptionError(f"counters= metric names are strings, not {name!r}")
+        name = name.strip()
+        if name in COUNTER_SETS:
+            candidates = COUNTER_SETS[name]
+        elif _METRIC_NAME.match(name):
+            candidates = (name,)
+        else:
+            raise CounterOptionError(
+                f"counters=: {name[:80]!r} is not a metric name (Nsight Compute's form, "
+                "e.g. dram__bytes_read.sum)")
+        out.extend(c for c in candidates if c not in out)
+    return tuple(out)
+
+
+def close_matches(name: str, supported: list[str], n: int = 5) -> list[str]:
+    """Up to ``n`` supported metric names closest to ``name`` (same unit prefix first)."""
+    unit = name.split("__", 1)[0] + "__"
+    pool = [s for s in supported if s.startswith(unit)] or supported
+    return difflib.get_close_matches(name, pool, n=n, cutoff=0.5)
+
+
+def explain(exc: Exception) -> Exception:
+    """A project error for a failure of the native counters (``exc`` has ``.code``, the
+    CUptiResult, when it came from CUPTI)."""
+    code = getattr(exc, "code", None)
+    if code == _INSUFFICIENT_PRIVILEGES:
+        return CountersUnavailable(
+            "hardware counters are restricted to admin users on this machine (the NVIDIA "
+            "driver's NVreg_RestrictProfilingToAdminUsers=1, ERR_NVGPUCTRPERM): run as root, "
+            "or set `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in "
+            "/etc/modprobe.d/ and reload the driver (or reboot)")
+    if code in _BUSY:
+        return CountersUnavailable(
+            f"another tool holds the GPU's profiler ({exc}): Nsight Compute, Nsight Systems "
+            "with --gpu-metrics, DCGM profiling or a second counting session; stop it and "
+            "capture again")
+    if code in _NOT_SUPPORTED:
+        return CountersUnavailable(f"this GPU/driver does not support hardware counters ({exc})")
+    if code == _PROFILER_MISSING or code == -3:
+        return CountersUnavailable(f"hardware counters are not available: {exc}")
+    return CountersFailed(f"hardware counters failed: {exc}")
+
+
+def check_known(native: Any, metrics: tuple[str, ...]) -> None:
+    """Raise :class:`UnknownCounter` naming every metric of ``metrics`` the profiler does not
+    know, with close matches from the chip's supported list."""
+    try:
+        unknown = list(native.counters_unknown(list(metrics)))
+    except native.CaptureError as exc:
+        raise explain(exc) from None
+    if not unknown:
+        return
+    try:
+        supported = list(native.counters_supported())
+    except native.CaptureError:
+        supported = []
+    parts = []
+    for name in unknown:
+        near = close_matches(name, supported)
+        parts.append(f"{name!r}" + (f" (close: {', '.join(near)})" if near else ""))
+    raise UnknownCounter(f"this GPU's profiler does not know the metric(s) {'; '.join(parts)}")
+
+
+def start(native: Any, metrics: tuple[str, ...]) -> dict[str, Any]:
+    """Check the names and start counting every kernel launched from now on; returns what
+    :func:`stop` needs. Raises :class:`UnknownCounter` or :class:`CountersUnavailable`/
+    :class:`CountersFailed`."""
+    check_known(native, metrics)
+    try:
+        passes = int(native.counters_start(list(metrics), MAX_KERNELS))
+    except native.CaptureError as exc:
+        raise explain(exc) from None
+    return {"metrics": list(metrics), "passes": passes}
+
+
+def stop(native: Any) -> dict[str, Any]:
+    """Stop counting: the native rows (``range_index``, ``metric``, ``value``, ...)."""
+    try:
+        return dict(native.counters_stop())
+    except native.CaptureError as exc:
+        raise explain(exc) from None
+
+
+def counters_table(rows: dict[str, Any], kernels: pd.DataFrame | None) -> tuple[pd.DataFrame, int]:
+    """The ``counters`` table (long form) from the native rows, joined to ``kernels``.
+
+    Ranges are numbered in launch order; so are the kernel launches of one capture when their
+    ``correlation`` ids are sorted (CUPTI numbers API calls in the order they are made). The
+    i-th range is the i-th launch. Returns the table and the number of ranges left without a
+    launch (correlation_id -1; e.g. when the kernels table is empty)."""
+    index = np.asarray(rows.get("range_index", []), dtype=np.int64)
+    metric = list(rows.get("metric", []))
+    value = np.asarray(rows.get("value", []), dtype=np.float64)
+    if kernels is not None and len(kernels):
+        order = kernels.sort_values("correlation", kind="stable")
+        corr = order["correlation"].to_numpy(np.int64)
+        names = order["name"].astype(str).to_numpy()
+    else:
+        corr = np.empty(0, np.int64)
+        names = np.empty(0, object)
+    matched = index < len(corr)
+    safe = np.where(matched, index, 0)
+    correlation = np.where(matched, corr[safe] if len(corr) else -1, -1).astype(np.int64)
+    kernel = np.where(matched, names[safe] if len(names) else "", "")
+    table = pd.DataFrame({"correlation_id": correlation, "kernel": kernel.astype(str),
+                          "metric": metric, "value": value})
+    unmatched = len(set(index[~matched].tolist()))
+    return table, unmatched

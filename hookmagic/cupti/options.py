@@ -75,6 +75,12 @@ class CaptureOptions:
         Record synchronisation (the ``sync`` table) at all.
     nvml_interval_s:
         NVML sampling period in seconds (0.001 to 60).
+    counters:
+        Hardware counters per kernel launch (the Trace's ``counters`` table): None/False (the
+        default) for none, True or ``"default"`` for
+        :data:`~hookmagic.cupti.counters.DEFAULT_COUNTERS`, or a list of Nsight Compute metric
+        names. Each kernel is then replayed once per pass of the set (kernel replay, launches
+        serialised): see :mod:`hookmagic.cupti.counters`. Stored as a tuple of names or None.
     max_stack_depth, buffer_mb, max_buffers, max_table_mb:
         Deepest Python stack kept (1-1024 frames); CUPTI buffer size (1-256 MiB); buffers in
         flight at once (1-4096); the most decoded data kept (MiB; beyond it records are
@@ -102,8 +108,12 @@ class CaptureOptions:
     buffer_mb: int = 8
     max_buffers: int = 32
     max_table_mb: int = 2048
+    counters: Any = None
 
     def __post_init__(self) -> None:
+        from hookmagic.cupti.counters import resolve
+
+        object.__setattr__(self, "counters", resolve(self.counters))
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):

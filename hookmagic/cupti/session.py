@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from hookmagic.cupti import counters as hw_counters
 from hookmagic.cupti import errors, library
 from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
 from hookmagic.cupti.columns import build_tables
@@ -120,6 +121,14 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         rank, world size, host, GPU and job id in ``meta["rank"]``; its path is then in
         ``meta["saved_to"]``. ``hookmagic.load_many(dir)`` reads every rank together.
 
+    ``counters``: hardware counters per kernel launch (True: the default set, or a list of
+    Nsight Compute metric names), in the Trace's ``counters`` table and
+    ``trace.kernel_counters()``; each kernel is replayed once per pass of the set (see
+    :mod:`hookmagic.cupti.counters`), and ``meta["counters"]`` holds the passes and wall time.
+    An unknown metric raises :class:`~hookmagic.cupti.counters.UnknownCounter`; counters this
+    machine cannot collect (admin-only profiling, another profiler) raise
+    :class:`~hookmagic.cupti.counters.CountersUnavailable` when the ``with`` starts.
+
     ``allocator_history`` is off by default: PyTorch's history recording more than doubled the
     time of an allocating inference loop on the GPU machine (ResNet-50: 4.0x in
     benchmarks/bench_overhead.py while it was on by default). ``detach`` (default True)
@@ -186,6 +195,13 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         t0 = time.perf_counter()
         try:
             self._start()
+        except hw_counters.COUNTER_ERRORS:
+            # counters were asked for and cannot be had: say so rather than run uncounted
+            self._stop_quietly()
+            if self._held:
+                self._held = False
+                _lock.release()
+            raise
         except Exception as exc:  # never let the capture stop the user's code from running
             self._stop_quietly()
             self._reason = f"hookmagic could not start the capture ({type(exc).__name__}: {exc})"
@@ -252,6 +268,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             self._sampler.start()
             if self._sampler.error:
                 self._warnings.append(f"No GPU samples: {self._sampler.error}.")
+        self._counting = None
+        if o.counters:  # last: nothing the capture itself launches is counted
+            self._counting = hw_counters.start(native, o.counters)
 
     def _enter_scheduled(self):
         from hookmagic.cupti.schedule import ScheduledCapture
@@ -328,6 +347,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         end_ns = native.timestamp()
         # The sampler reads CUPTI's clock: it stops before CUPTI is detached.
         samples = self._sampler.stop() if self._sampler else {}
+        counted = None
+        if getattr(self, "_counting", None) is not None:
+            t_count = time.perf_counter()
+            counted = hw_counters.stop(native)
+            counted["stop_s"] = time.perf_counter() - t_count
         self._undo_autograd()
         native.stop()
         stop_s = time.perf_counter() - t0
@@ -349,6 +373,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         t2 = time.perf_counter()
         tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
         merge_into(tables, allocator_parts)
+        if counted is not None:
+            tables["counters"], unmatched = hw_counters.counters_table(counted, tables.get("kernels"))
         t4 = time.perf_counter()
         # backward frames; kernels naming a module
         module_kernels = module_stacks(tables, modules_named=bool(len(combos["module"])))
@@ -386,6 +412,12 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             tables.get("kernels"), self.capture_options.stacks and self._frames_supported,
             self._callbacks_active)
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
+        if counted is not None:
+            meta["counters"] = {"metrics": self._counting["metrics"], "replay": "kernel",
+                                "passes": self._counting["passes"],
+                                "kernels": int(counted["ranges"]),
+                                "dropped": int(counted["dropped"]), "unmatched": unmatched,
+                                "replay_wall_s": wall_s, "evaluate_s": counted["stop_s"]}
         self.trace._fill(tables, meta)
         self._native = None
 
@@ -457,6 +489,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         native, self._native = self._native, None
         RECORDER.stop()
         if native is not None:
+            try:
+                if native.counters_running():
+                    native.counters_stop()
+            except Exception:
+                pass
             try:
                 native.stop()
                 native.take()

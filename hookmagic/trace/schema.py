@@ -123,6 +123,14 @@ TABLES: dict[str, dict[str, str]] = {
         "sm_clock_mhz": F64, "mem_clock_mhz": F64,
         "power_w": F64, "temperature_c": F64,
     },
+    # Hardware counters, one row per (kernel launch, metric), from capture(counters=...);
+    # empty for captures without counters. Metric names are Nsight Compute's.
+    "counters": {
+        "correlation_id": I64,       # the launch's `correlation` in the kernels table (-1: unmatched)
+        "kernel": STR,               # the kernel's name
+        "metric": STR,
+        "value": F64,                # in the metric's own unit (bytes, ns, %, instructions)
+    },
 }
 
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)

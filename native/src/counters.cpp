@@ -8,15 +8,25 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "cupti_loader.h"
 #include "session.h"
 
 namespace hookmagic {
+
+// What a host object points into: CUPTI keeps the chip name and the counter availability
+// image by pointer, so both must outlive the object.
+struct HostInputs {
+    std::string chip;
+    std::vector<uint8_t> availability;
+};
+
 namespace {
 
 #define HM_PROFILER_FUNCTIONS(X)                                                             \
-    X(cuptiProfilerInitialize) X(cuptiProfilerDeInitialize) X(cuptiDeviceGetChipName)       \
+    X(cuptiProfilerInitialize) X(cuptiDeviceGetChipName)                                    \
     X(cuptiProfilerGetCounterAvailability) X(cuptiProfilerHostInitialize)                   \
     X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostGetBaseMetrics)                     \
     X(cuptiProfilerHostGetSubMetrics) X(cuptiProfilerHostGetMetricProperties)               \
@@ -80,6 +90,16 @@ void check(const CuptiApi& cupti, CUptiResult r, const char* what) {
         throw CaptureError(static_cast<int>(r), std::string(what) + ": " + cupti.error_string(r));
 }
 
+// HOOKMAGIC_COUNTERS_TRACE=1: each profiler call of start/stop named on stderr before it is
+// made (a crash inside CUPTI then shows where).
+void trace(const char* what) {
+    static const bool on = [] {
+        const char* v = std::getenv("HOOKMAGIC_COUNTERS_TRACE");
+        return v && *v && *v != '0';
+    }();
+    if (on) std::fprintf(stderr, "hookmagic counters: %s\n", what);
+}
+
 // The current context, else the primary context of device 0 made current (what the CUDA
 // runtime would use).
 CUcontext current_context(ProfilerApi& p) {
@@ -103,21 +123,21 @@ std::vector<uint8_t> counter_availability(const CuptiApi& cupti, ProfilerApi& p,
     return image;
 }
 
-// A host object for the chip of `ctx`'s device; the caller deinitialises it.
+// A host object for the chip of `ctx`'s device; the caller deinitialises it, and keeps
+// `inputs` alive until then.
 CUpti_Profiler_Host_Object* host_object(const CuptiApi& cupti, ProfilerApi& p, CUcontext ctx,
-                                        std::string* chip_out = nullptr) {
+                                        HostInputs& inputs) {
     CUdevice dev = 0;
     if (p.cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
     CUpti_Device_GetChipName_Params c{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
     c.deviceIndex = static_cast<size_t>(dev);
     check(cupti, p.cuptiDeviceGetChipName(&c), "cuptiDeviceGetChipName");
-    std::string chip = c.pChipName ? c.pChipName : "";
-    if (chip_out) *chip_out = chip;
-    std::vector<uint8_t> availability = counter_availability(cupti, p, ctx);
+    inputs.chip = c.pChipName ? c.pChipName : "";
+    inputs.availability = counter_availability(cupti, p, ctx);
     CUpti_Profiler_Host_Initialize_Params h{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
     h.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-    h.pChipName = chip.c_str();
-    h.pCounterAvailabilityImage = availability.data();
+    h.pChipName = inputs.chip.c_str();
+    h.pCounterAvailabilityImage = inputs.availability.data();
     check(cupti, p.cuptiProfilerHostInitialize(&h), "cuptiProfilerHostInitialize");
     return h.pHostObject;
 }
@@ -129,14 +149,15 @@ void host_free(ProfilerApi& p, CUpti_Profiler_Host_Object* host) noexcept {
     p.cuptiProfilerHostDeinitialize(&d);
 }
 
+// Once per process and per loaded CUPTI, never undone: on the H200 (CUPTI 13.0) a second
+// range-profiler session after cuptiProfilerDeInitialize + cuptiProfilerInitialize crashed
+// the process in cuptiRangeProfiler* calls.
 void profiler_init(const CuptiApi& cupti, ProfilerApi& p) {
+    static void* initialized_for = nullptr;
+    if (initialized_for == p.handle) return;
     CUpti_Profiler_Initialize_Params i{CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
     check(cupti, p.cuptiProfilerInitialize(&i), "cuptiProfilerInitialize");
-}
-
-void profiler_deinit(ProfilerApi& p) noexcept {
-    CUpti_Profiler_DeInitialize_Params d{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
-    p.cuptiProfilerDeInitialize(&d);
+    initialized_for = p.handle;
 }
 
 // A host object made and freed around one query.
@@ -146,16 +167,14 @@ auto with_host(const CuptiApi& cupti, F&& body) {
     CUcontext ctx = current_context(p);
     profiler_init(cupti, p);
     CUpti_Profiler_Host_Object* host = nullptr;
+    HostInputs inputs;
     try {
-        std::string chip;
-        host = host_object(cupti, p, ctx, &chip);
-        auto out = body(p, host, chip);
+        host = host_object(cupti, p, ctx, inputs);
+        auto out = body(p, host, inputs.chip);
         host_free(p, host);
-        profiler_deinit(p);
         return out;
     } catch (...) {
         host_free(p, host);
-        profiler_deinit(p);
         throw;
     }
 }
@@ -225,31 +244,37 @@ void RangeCounters::start(const CuptiApi& cupti, const std::vector<std::string>&
     for (const auto& m : metrics_) names.push_back(m.c_str());
     try {
         profiler_init(cupti, p);
-        profiler_initialized_ = true;
-        auto* host = host_object(cupti, p, ctx);
+        host_inputs_ = std::make_shared<HostInputs>();
+        trace("host object");
+        auto* host = host_object(cupti, p, ctx, *host_inputs_);
         host_ = host;
         CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
         add.pHostObject = host;
         add.ppMetricNames = names.data();
         add.numMetrics = names.size();
+        trace("cuptiProfilerHostConfigAddMetrics");
         check(cupti, p.cuptiProfilerHostConfigAddMetrics(&add), "cuptiProfilerHostConfigAddMetrics");
         CUpti_Profiler_Host_GetConfigImageSize_Params size{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
         size.pHostObject = host;
+        trace("cuptiProfilerHostGetConfigImageSize");
         check(cupti, p.cuptiProfilerHostGetConfigImageSize(&size), "cuptiProfilerHostGetConfigImageSize");
         config_image_.assign(size.configImageSize, 0);
         CUpti_Profiler_Host_GetConfigImage_Params image{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
         image.pHostObject = host;
         image.configImageSize = config_image_.size();
         image.pConfigImage = config_image_.data();
+        trace("cuptiProfilerHostGetConfigImage");
         check(cupti, p.cuptiProfilerHostGetConfigImage(&image), "cuptiProfilerHostGetConfigImage");
         CUpti_Profiler_Host_GetNumOfPasses_Params passes{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
         passes.configImageSize = config_image_.size();
         passes.pConfigImage = config_image_.data();
+        trace("cuptiProfilerHostGetNumOfPasses");
         check(cupti, p.cuptiProfilerHostGetNumOfPasses(&passes), "cuptiProfilerHostGetNumOfPasses");
         passes_ = passes.numOfPasses;
 
         CUpti_RangeProfiler_Enable_Params enable{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
         enable.ctx = ctx;
+        trace("cuptiRangeProfilerEnable");
         check(cupti, p.cuptiRangeProfilerEnable(&enable), "cuptiRangeProfilerEnable");
         range_profiler_ = enable.pRangeProfilerObject;
 
@@ -259,12 +284,14 @@ void RangeCounters::start(const CuptiApi& cupti, const std::vector<std::string>&
         data_size.numMetrics = names.size();
         data_size.maxNumOfRanges = max_ranges;
         data_size.maxNumRangeTreeNodes = static_cast<uint32_t>(max_ranges);
+        trace("cuptiRangeProfilerGetCounterDataSize");
         check(cupti, p.cuptiRangeProfilerGetCounterDataSize(&data_size), "cuptiRangeProfilerGetCounterDataSize");
         counter_data_.assign(data_size.counterDataSize, 0);
         CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE};
         init.pRangeProfilerObject = enable.pRangeProfilerObject;
         init.counterDataSize = counter_data_.size();
         init.pCounterData = counter_data_.data();
+        trace("cuptiRangeProfilerCounterDataImageInitialize");
         check(cupti, p.cuptiRangeProfilerCounterDataImageInitialize(&init),
               "cuptiRangeProfilerCounterDataImageInitialize");
 
@@ -281,9 +308,11 @@ void RangeCounters::start(const CuptiApi& cupti, const std::vector<std::string>&
         config.minNestingLevel = 1;
         config.passIndex = 0;
         config.targetNestingLevel = 1;
+        trace("cuptiRangeProfilerSetConfig");
         check(cupti, p.cuptiRangeProfilerSetConfig(&config), "cuptiRangeProfilerSetConfig");
         CUpti_RangeProfiler_Start_Params go{CUpti_RangeProfiler_Start_Params_STRUCT_SIZE};
         go.pRangeProfilerObject = enable.pRangeProfilerObject;
+        trace("cuptiRangeProfilerStart");
         check(cupti, p.cuptiRangeProfilerStart(&go), "cuptiRangeProfilerStart");
     } catch (...) {
         release();
@@ -303,14 +332,17 @@ CounterRows RangeCounters::stop() {
         p.cuCtxSynchronize();
         CUpti_RangeProfiler_Stop_Params halt{CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE};
         halt.pRangeProfilerObject = object;
+        trace("cuptiRangeProfilerStop");
         check(cupti, p.cuptiRangeProfilerStop(&halt), "cuptiRangeProfilerStop");
         CUpti_RangeProfiler_DecodeData_Params decode{CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE};
         decode.pRangeProfilerObject = object;
+        trace("cuptiRangeProfilerDecodeData");
         check(cupti, p.cuptiRangeProfilerDecodeData(&decode), "cuptiRangeProfilerDecodeData");
         rows.dropped = decode.numOfRangeDropped;
         CUpti_RangeProfiler_GetCounterDataInfo_Params info{CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE};
         info.pCounterDataImage = counter_data_.data();
         info.counterDataImageSize = counter_data_.size();
+        trace("cuptiRangeProfilerGetCounterDataInfo");
         check(cupti, p.cuptiRangeProfilerGetCounterDataInfo(&info), "cuptiRangeProfilerGetCounterDataInfo");
         rows.ranges = info.numTotalRanges;
         std::vector<const char*> names;
@@ -333,6 +365,7 @@ CounterRows RangeCounters::stop() {
             eval.ppMetricNames = names.data();
             eval.numMetrics = names.size();
             eval.pMetricValues = values.data();
+            trace("cuptiProfilerHostEvaluateToGpuValues");
             check(cupti, p.cuptiProfilerHostEvaluateToGpuValues(&eval), "cuptiProfilerHostEvaluateToGpuValues");
             for (size_t m = 0; m < names.size(); ++m) {
                 rows.range_index.push_back(static_cast<int64_t>(r));
@@ -366,8 +399,7 @@ void RangeCounters::release() noexcept {
     }
     host_free(*p, static_cast<CUpti_Profiler_Host_Object*>(host_));
     host_ = nullptr;
-    if (profiler_initialized_) profiler_deinit(*p);
-    profiler_initialized_ = false;
+    host_inputs_.reset();
     counter_data_.clear();
     config_image_.clear();
 }

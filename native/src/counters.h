@@ -12,12 +12,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace hookmagic {
 
 struct CuptiApi;
+struct HostInputs;
 
 // One row per (range, metric): ranges are numbered in launch order from 0.
 struct CounterRows {
@@ -61,7 +63,7 @@ private:
     void* context_ = nullptr;
     void* range_profiler_ = nullptr;  // CUpti_RangeProfiler_Object*
     void* host_ = nullptr;            // CUpti_Profiler_Host_Object*
-    bool profiler_initialized_ = false;
+    std::shared_ptr<HostInputs> host_inputs_;  // what host_ points into
     std::vector<std::string> metrics_;
     std::vector<uint8_t> config_image_;
     std::vector<uint8_t> counter_data_;
