@@ -226,6 +226,20 @@ def test_without_graph_node_rows_every_record_keeps_its_launch_stack(enums):
     assert k["stack_id"].tolist() == k["launch_stack_id"].tolist() == [2] + [8] * 6
 
 
+def test_a_note_counts_replayed_kernels_whose_capture_line_is_unknown(enums):
+    from hookmagic.cupti.columns import uncaptured_graph_notes
+
+    raw = _synthetic_replays(enums)
+    kernels = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)["kernels"]
+    (note,) = uncaptured_graph_notes(kernels)
+    assert note.startswith("2 of 6 kernels replayed from CUDA graphs")   # node 14's two
+    del raw["graph_nodes"]
+    kernels = build_tables(raw, enums, pd.DataFrame(), {}, lambda d, c: None)["kernels"]
+    assert uncaptured_graph_notes(kernels)[0].startswith("6 of 6 ")
+    assert uncaptured_graph_notes(kernels[kernels.graph_id == 0]) == []
+    assert uncaptured_graph_notes(None) == []
+
+
 def test_clone_chains_resolve_and_cycles_end_unresolved():
     from hookmagic.cupti.columns import CaptureStacks
 

@@ -87,6 +87,22 @@ class CaptureStacks:
         return np.where(hit, self.stack[pos], -1)
 
 
+def uncaptured_graph_notes(kernels: pd.DataFrame | None) -> list[str]:
+    """One line saying how many kernels replayed from CUDA graphs could not be given the line
+    that captured their node (their stack is the graph launch's: the capture did not see the
+    graph being captured), for the trace's warnings; none when there are no such kernels."""
+    if kernels is None or not len(kernels) or "launch_stack_id" not in kernels:
+        return []
+    replayed = kernels["graph_id"].to_numpy() != 0
+    unknown = int((replayed & (kernels["stack_id"].to_numpy()
+                               == kernels["launch_stack_id"].to_numpy())).sum())
+    if not unknown:
+        return []
+    return [f"{unknown:,} of {int(replayed.sum()):,} kernels replayed from CUDA graphs are shown "
+            "on the line that launched their graph: the graph was captured before this capture "
+            "started. Capture the graph inside it to see the line that captured each node."]
+
+
 def _attribution(raw: Columns, launches: CorrelationIndex, captured: CaptureStacks) -> dict:
     """Thread, stacks and range of each record from its launch; a record replayed from a CUDA
     graph takes as ``stack_id`` the stack that captured its node, where known."""
