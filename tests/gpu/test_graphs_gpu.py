@@ -215,6 +215,24 @@ def test_replayed_kernels_take_the_lines_that_captured_them(workload, reference)
     assert int(node_rows["gpu_ns"].sum()) == int(k["duration_ns"].sum())
 
 
+def test_a_graph_captured_before_the_capture_keeps_its_replay_line(workload):
+    from hookmagic.cupti.columns import uncaptured_graph_notes
+
+    x, out = workload.inputs()
+    workload.warm_up(x, out)
+    graph = workload.capture(x, out)
+    torch.cuda.synchronize()
+    with hookmagic.capture() as trace:
+        graph.replay()  # early-replay
+        torch.cuda.synchronize()
+    line = _line_of_marker(test_a_graph_captured_before_the_capture_keeps_its_replay_line,
+                           "# early-replay")
+    k = trace.kernels[trace.kernels["graph_id"] != 0]
+    assert len(k) > 0 and (k["stack_id"] == k["launch_stack_id"]).all()
+    assert {_frame_line(trace, s, Path(__file__).name) for s in k["stack_id"]} == {line}
+    assert uncaptured_graph_notes(trace.kernels)[0].startswith(f"{len(k)} of {len(k)} ")
+
+
 @pytest.mark.needs("cupy")
 def test_cupy_graph_kernels_take_their_capture_lines():
     import cupy as cp
