@@ -31,6 +31,10 @@ analysis and view works on all of them.
   ``callbacks, stacks_sampled``. Per-launch cost inside the cell is not in it (see
   benchmarks/results/overhead.md).
 - ``dropped`` (dict of counts): records lost, e.g. ``{"activity_records": 12}``.
+- ``counters`` (dict): for a capture with hardware counters (the ``counters`` table):
+  ``metrics``, ``replay`` ("kernel"), ``passes``, ``kernels`` (ranges counted), ``dropped``
+  (launches beyond the budget), ``unmatched`` (ranges with no launch in ``kernels``),
+  ``replay_wall_s`` and ``evaluate_s`` (see :mod:`hookmagic.cupti.counters`).
 - ``recorded_on`` (str): for recordings, the GPU, driver and date they were measured on, e.g.
   ``"NVIDIA H100 80GB HBM3, driver 580.159.04, YYYY-MM-DD"``.
 - ``description`` (str): for recordings, the workload recorded.
