@@ -12,7 +12,7 @@ program's normal timeline (durations in the ``kernels`` table are those of a rep
 ``trace.meta["counters"]["passes"]``, with ``replay_wall_s`` (the block's wall time while
 counting) and ``evaluate_s`` (stopping and evaluating on the host). On an H200 (driver
 580.159.04, CUPTI 13.0) the default set took 12 passes, and a block of 14 launches (GEMMs,
-attention, convolution, elementwise; about 2 ms uncounted) took 9.4 s counted plus 0.6 s to
+attention, convolution, elementwise) took 9.4 s counted plus 0.6 s to
 evaluate: the ``smsp__sass_*`` instruction counters make CUPTI patch each kernel's code.
 Metric values are evaluated on the host when the capture ends.
 
