@@ -149,9 +149,9 @@ void host_free(ProfilerApi& p, CUpti_Profiler_Host_Object* host) noexcept {
     p.cuptiProfilerHostDeinitialize(&d);
 }
 
-// Once per process and per loaded CUPTI, never undone: on the H200 (CUPTI 13.0) a second
-// range-profiler session after cuptiProfilerDeInitialize + cuptiProfilerInitialize crashed
-// the process in cuptiRangeProfiler* calls.
+// Once per process and per loaded CUPTI, never undone, so every capture with counters (and
+// every metric query) uses the same profiler interface rather than tearing it down and
+// building it again between captures.
 void profiler_init(const CuptiApi& cupti, ProfilerApi& p) {
     static void* initialized_for = nullptr;
     if (initialized_for == p.handle) return;
