@@ -124,7 +124,7 @@ SHORT_NS = 30_000
 
 def _base(name: str) -> str:
     """A kernel's function name without return type, namespace, template or parameters."""
-    name = name.strip()
+    name = name.strip().replace("(anonymous namespace)", "anonymous")
     if name.startswith("void "):
         name = name[5:]
     for stop in "<(":
