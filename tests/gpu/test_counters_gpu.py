@@ -124,7 +124,8 @@ SHORT_NS = 30_000
 
 def _base(name: str) -> str:
     """A kernel's function name without return type, namespace, template or parameters."""
-    name = name.strip().replace("(anonymous namespace)", "anonymous")
+    # an anonymous namespace: "(anonymous namespace)" in CUPTI's names, "<unnamed>" in ncu's
+    name = name.strip().replace("(anonymous namespace)", "anonymous").replace("<unnamed>", "anonymous")
     if name.startswith("void "):
         name = name[5:]
     for stop in "<(":
