@@ -18,7 +18,7 @@ import pandas as pd
 from hookmagic.cupti import counters as hw_counters
 from hookmagic.cupti import errors, library
 from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
-from hookmagic.cupti.columns import build_tables
+from hookmagic.cupti.columns import build_tables, uncaptured_graph_notes
 from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
 from hookmagic.cupti.nvml_sampler import NvmlSampler
 from hookmagic.cupti.options import LITE_OFF, CaptureOptions
@@ -408,9 +408,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         # launches from threads without Python frames attributed to the caller of backward()
         meta["backward_attributed"] = int(counters.get("fallback_launches", 0))
         meta["module_kernels"] = int(module_kernels)  # kernels whose stack names its modules
+        stacks_wanted = self.capture_options.stacks and self._frames_supported
         meta["warnings"] = list(self._warnings) + missing_stack_notes(
-            tables.get("kernels"), self.capture_options.stacks and self._frames_supported,
-            self._callbacks_active)
+            tables.get("kernels"), stacks_wanted, self._callbacks_active)
+        if stacks_wanted and self._callbacks_active:
+            meta["warnings"] += uncaptured_graph_notes(tables.get("kernels"))
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         if counted is not None:
             meta["counters"] = {"metrics": self._counting["metrics"], "replay": "kernel",
