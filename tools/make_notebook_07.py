@@ -20,7 +20,7 @@ printed below, from the recordings themselves). `benchmarks/gpu/multirank.sh` ra
 gradients) three times: without a straggler, with rank 1 sleeping 20 ms before every forward
 pass, and with rank 0 sleeping 50 ms. The training script only does `import hookmagic`: each
 rank captured optimizer steps 6 to 9 because `HOOKMAGIC_CAPTURE_DIR` and
-`HOOKMAGIC_CAPTURE_STEPS=6:10` were set, and wrote its own trace folder `rank=<N>`.
+`HOOKMAGIC_CAPTURE_STEPS=6:10` were set, and wrote its own trace folder `rank=<N>` (kept here as one file per rank, `rank=<N>.hmtrace`).
 Each job also wrote `truth_rank=<N>.json`: the sleeps really taken, the reference for the
 straggler analysis. Guide: `docs/multirank.md`."""),
     ("code", """# NBVAL_CHECK_OUTPUT
@@ -32,7 +32,7 @@ import hookmagic
 
 runs = Path("recordings/multirank")
 for job in sorted(p for p in runs.iterdir() if p.is_dir()):
-    meta = json.loads((job / "rank=0" / "meta.json").read_text())["meta"]
+    meta = hookmagic.load(job / "rank=0.hmtrace").meta
     print(f"{job.name}: {meta['description']}")
     print(f"    recorded on {meta['recorded_on']}")"""),
     ("md", """## One job, two ranks
