@@ -55,11 +55,11 @@ FP8_SCHEDULES = ("tiles", "persistent4")
 
 FP8_SPEC = register(KernelSpec(
     "gemm_fp8", "wgmma", "gemm_fp8",
-    {a: f"gemm_fp8_{ta}_<b: e4m3|e5m2>_<out: f16|bf16>" for a, ta in FP8_TYPES.items()},
+    {a: f"gemm_fp8_{ta}_{ta}_bf16" for a, ta in FP8_TYPES.items()},   # one per A type; all in FP8_KERNELS
     (THREADS, 1, 1), (BM, BN), smem=SMEM_BYTES, arch_specific=True, min_arch=90,
     description=f"Hopper (sm_90a only) FP8 e4m3/e5m2 with per-tensor scales: wgmma m64n256k32 on the wgmma "
                 f"GEMM's pipeline, {BM}x{BN}x{BK8} tiles, FP32 accumulate, FP16/BF16 out (b is N x K: "
-                "FP8 wgmma reads both operands K-major)"))
+                "FP8 wgmma reads both operands K-major); every A x B pair and output: gemm_fp8_<a>_<b>_<f16|bf16>"))
 
 
 #: "tiles": one block per 128 x 256 tile (epilogue staged through shared memory, 16-byte stores);
