@@ -24,11 +24,8 @@ from tests.synthetic import synthetic
 MS = 1_000_000
 H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_capability": [9, 0],
         "multiprocessors": 132}
-FFMA = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
-FADD = "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"
-FMUL = "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"
-HFMA = "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum"
-TENSOR_FP16 = "sm__ops_path_tensor_src_fp16_dst_fp32.sum"
+FFMA, FADD, FMUL, HFMA = M.FP32_FFMA, M.FP32_FADD, M.FP32_FMUL, M.FP16_HFMA
+TENSOR_FP16 = M.TENSOR_FP16_OPS
 SCRIPT = "synthetic_reduce<script>alert(1)</script>"
 
 # correlation -> (name, duration ms, registers, {metric: value}); launched back to back
@@ -57,7 +54,7 @@ SYNTHETIC_LAUNCHES = {
     7: ("synthetic_uncounted", 0.5, 64, {}),
 }
 SYNTHETIC_COUNTER_META = {"metrics": list(M.DEFAULT_COUNTERS), "passes": 12,
-                          "replay_wall_s": 1.5, "replay": "kernel"}
+                          "replay_wall_s": 1.5, "evaluate_s": 0.25, "replay": "kernel"}
 
 
 def synthetic_kernels() -> pd.DataFrame:
@@ -113,6 +110,30 @@ def test_flops_from_instruction_counts_by_hand():
     assert 7 not in t.index                                   # no counters, no row
 
 
+def test_rates_use_the_replay_pass_duration_and_skip_unmatched_ranges():
+    rows = pd.DataFrame([(1, "synthetic_k", FFMA, 5e9), (1, "synthetic_k", M.DURATION_NS, 2e6),
+                         (-1, "", FFMA, 7e9)], columns=list(LONG_COLUMNS))
+    kernels = pd.DataFrame({"correlation": [1], "duration_ns": [4_000_000]})
+    t = trace_counters(type("T", (), {"counters": rows, "kernels": kernels, "meta": {}})())
+    assert list(t["correlation_id"]) == [1]
+    # 2 x 5e9 FLOPs over the 2 ms replay pass, not the kernels table's 4 ms
+    assert t.loc[0, "duration_ns"] == 2e6 and t.loc[0, "tflops"] == pytest.approx(1e10 / 2e-3 / 1e12)
+
+
+def test_tensor_work_without_tensor_flop_counters_gets_no_rate():
+    # a BF16 GEMM: tensor-pipe instructions issued, no FP16 tensor ops, some FP32 epilogue math
+    rows = pd.DataFrame([(1, "synthetic_bf16", M.TENSOR_INSTRUCTIONS, 1e6),
+                         (1, "synthetic_bf16", M.TENSOR_FP16_OPS, 0.0),
+                         (1, "synthetic_bf16", FFMA, 1e6),
+                         (1, "synthetic_bf16", M.DRAM_BYTES_READ, 1e6),
+                         (1, "synthetic_bf16", M.DRAM_BYTES_WRITE, 1e6),
+                         (1, "synthetic_bf16", M.DURATION_NS, 1e6)], columns=list(LONG_COLUMNS))
+    t = trace_counters(type("T", (), {"counters": rows, "meta": {}})())
+    assert t.loc[0, "flops"] == 2e6 and not t.loc[0, "flops_complete"]
+    assert np.isnan(t.loc[0, "intensity"]) and np.isnan(t.loc[0, "tflops"])
+    assert t.loc[0, "gbps"] == pytest.approx(2e6 / 1e-3 / 1e9)
+
+
 def test_half_precision_fma_counts_two_flops():
     rows = pd.DataFrame([(1, "synthetic_h", HFMA, 5.0)], columns=list(LONG_COLUMNS))
     t = trace_counters(type("T", (), {"counters": rows, "meta": {}})())
@@ -140,6 +161,7 @@ def test_per_kernel_sums_and_duration_weighted_percentages():
 # -- classification --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sm, tensor, dram, occ, bound", [
+    (55, np.nan, 20, 50, "latency-bound"),                  # ncu: both under 60 % is latency
     (20, np.nan, BUSY_PCT, 50, "memory-bound"),             # at the threshold
     (20, np.nan, BUSY_PCT - 0.1, 50, "latency-bound"),      # just under it
     (70, np.nan, 70, 50, "memory-bound"),                   # a tie goes to memory
@@ -239,6 +261,17 @@ def test_diagnosis_uses_the_counters():
     assert "low-occupancy" not in d.index
 
 
+def test_a_grid_under_one_wave_is_still_reported_with_counters():
+    trace = synthetic_counter_trace()
+    k = trace.kernels.copy()
+    # 10 blocks where 132 SMs x 4 resident blocks (64 regs x 256 threads) hold 528
+    k.loc[k["name"] == "synthetic_sgemm", "grid_x"] = 10
+    trace.kernels = k
+    low = diagnose(trace).set_index("pattern").loc["low-occupancy"]
+    assert "synthetic_sgemm" in low["evidence"] and "0.02 waves" in low["evidence"]
+    assert "synthetic_lowocc" not in low["evidence"]          # judged by its achieved occupancy
+
+
 def test_compute_bound_on_tensor_pipe_names_it():
     rows = synthetic_counter_rows()
     rows = rows[rows["kernel"] == "synthetic_hgemm"]
@@ -267,12 +300,21 @@ def test_summary_says_what_counters_cost():
     s = summarize(synthetic_counter_trace())
     assert counter_costs(synthetic_counter_trace()) == {
         "kernels": 6, "launches": 7, "metrics": 10, "passes": 12, "replay_wall_s": 1.5,
-        "replay": "kernel"}
+        "evaluate_s": 0.25, "replay": "kernel"}
     frame = s.to_frame()
     assert frame.loc["counter_kernels", "value"] == 6 and frame.loc["counter_passes", "value"] == 12
     assert frame.loc["counter_replay_s", "unit"] == "s"
-    assert "6 of 7 kernel launches, 10 metrics; 12 replay passes, 1.5 s replaying (kernel replay)" \
+    assert ("6 of 7 kernel launches, 10 metrics; 12 replay passes per kernel, 1.5 s wall time "
+            "with replay, 250 ms evaluating (kernel replay)") \
         in summary_text(s)
+
+
+def test_summary_names_launches_left_uncounted():
+    trace = synthetic_counter_trace()
+    trace.meta["counters"] = {**SYNTHETIC_COUNTER_META, "dropped": 3, "unmatched": 0}
+    costs = counter_costs(trace)
+    assert costs["dropped"] == 3 and "unmatched" not in costs
+    assert "3 launches past the counting limit not counted" in summary_text(summarize(trace))
 
 
 def test_summary_without_counters_has_no_counter_line():
@@ -294,3 +336,13 @@ def test_kernel_names_reach_html_escaped():
     assert any("&lt;script&gt;" in t for t in text) and not any("<script>" in t for t in text)
     assert "<script>alert" not in fig.to_html(include_plotlyjs=False)
     assert "<script>alert" not in diagnose(trace).to_html()
+
+
+def test_trace_roofline_needs_known_peaks():
+    from hookmagic.common.errors import Unavailable
+    trace = synthetic_counter_trace()
+    trace.meta["devices"] = [{**H100, "name": "synthetic GPU"}]
+    with pytest.raises(Unavailable, match="synthetic GPU"):
+        trace_roofline(trace)
+    fig = trace_roofline(trace, peaks="NVIDIA H200")      # a name: its datasheet peaks
+    assert "4.80 TB/s" in " ".join(tr.name for tr in fig.data)

@@ -10,20 +10,24 @@ counters.correlation_id``) for each launch's duration, launch configuration and 
 FLOPs, exactly as computed here (:data:`FLOP_COUNTERS`):
 
 - CUDA-core FP32: ``2 x FFMA + FADD + FMUL`` thread instructions executed with their predicate
-  true (a fused multiply-add is a multiply and an add); FP64 the same with DFMA, DADD, DMUL;
-  16-bit the same with HFMA, HADD, HMUL (a packed ``HFMA2`` is one thread instruction, so it is
-  counted as Nsight Compute's half-precision roofline counts it).
-- Tensor Cores: the ``sm__ops_path_tensor_src_*`` counters, which count math operations; they
-  are taken as FLOPs unscaled, as Nsight Compute's tensor roofline does.
+  true (a fused multiply-add is a multiply and an add); FP16 the same with HFMA, HADD, HMUL
+  (a packed ``HFMA2`` is one thread instruction, so it is counted as Nsight Compute's
+  half-precision roofline counts it).
+- Tensor Cores, FP16 sources: the tensor path's count of math operations, taken as FLOPs
+  unscaled, as Nsight Compute's tensor roofline does. Tensor Core work from other source types
+  (BF16, TF32, FP8, INT8) has no counter in the set: a launch that issued tensor-pipe
+  instructions but has no tensor FLOPs counted gets ``flops_complete`` False, and no
+  intensity or FLOP/s (its FLOPs would be only the CUDA-core part).
 - A precision's FLOPs are NaN when none of its counters was collected; ``flops`` is the sum
-  over the precisions that were (NaN when none was). Warp-level pipe instruction counts
-  (``smsp__inst_executed_pipe_fma``) are shown but give no FLOPs: a warp instruction may be an
-  FFMA (64 FLOPs), an FADD (32) or neither, and predicated-off threads do none.
+  over the precisions that were (NaN when none was). Warp-level instruction counts (FMA pipe,
+  tensor pipe) are shown but give no FLOPs: one warp instruction may be an FFMA (64 FLOPs),
+  an FADD (32), an integer IMAD (none), or an MMA whose FLOPs depend on its shape.
 
-Rates use each launch's duration in the trace (``kernels.duration_ns``: the launch as it ran),
-or the replayed duration (``gpu__time_duration``) for a launch the kernels table lacks. Counters
-are measured under replay (Nsight Compute flushes caches between passes by default), so DRAM
-bytes can exceed what the unreplayed launch moved.
+Rates use the duration of one replay pass (``gpu__time_duration``, the duration Nsight Compute
+reports beside the same counters), or the launch's duration in the ``kernels`` table when that
+metric was not collected. Counters are measured under kernel replay (launches serialised,
+memory restored between passes), so a kernel's DRAM bytes and duration are those of a replayed
+run, which can differ from the same launch in the unprofiled program.
 
 The bound of a kernel (:func:`classify`) follows Nsight Compute's speed-of-light rule: a unit
 at :data:`BUSY_PCT` % of its peak or more bounds the kernel (``compute-bound`` when the SM or
@@ -86,27 +90,19 @@ class FlopCounter(NamedTuple):
     metric: str
     flops_each: float
     precision: str
+    tensor: bool = False
 
 
-_SASS = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
 #: the counters FLOPs are computed from, the FLOPs each counted event does, and its precision
-#: (the keys of :data:`hookmagic.analysis.roofline.PEAKS` where a datasheet peak exists)
+#: (the keys of :data:`hookmagic.analysis.roofline.PEAKS`)
 FLOP_COUNTERS: tuple[FlopCounter, ...] = (
-    FlopCounter(_SASS.format("ffma"), 2.0, "float32"),
-    FlopCounter(_SASS.format("fadd"), 1.0, "float32"),
-    FlopCounter(_SASS.format("fmul"), 1.0, "float32"),
-    FlopCounter(_SASS.format("hfma"), 2.0, "float16"),
-    FlopCounter(_SASS.format("hadd"), 1.0, "float16"),
-    FlopCounter(_SASS.format("hmul"), 1.0, "float16"),
-    FlopCounter(_SASS.format("dfma"), 2.0, "float64"),
-    FlopCounter(_SASS.format("dadd"), 1.0, "float64"),
-    FlopCounter(_SASS.format("dmul"), 1.0, "float64"),
-    FlopCounter("sm__ops_path_tensor_src_fp16_dst_fp16.sum", 1.0, "float16"),
-    FlopCounter("sm__ops_path_tensor_src_fp16_dst_fp32.sum", 1.0, "float16"),
-    FlopCounter("sm__ops_path_tensor_src_bf16_dst_fp32.sum", 1.0, "bfloat16"),
-    FlopCounter("sm__ops_path_tensor_src_tf32_dst_fp32.sum", 1.0, "tfloat32"),
-    FlopCounter("sm__ops_path_tensor_src_int8.sum", 1.0, "int8"),
-    FlopCounter("sm__ops_path_tensor_src_fp64.sum", 1.0, "float64"),
+    FlopCounter(metrics.FP32_FFMA, 2.0, "float32"),
+    FlopCounter(metrics.FP32_FADD, 1.0, "float32"),
+    FlopCounter(metrics.FP32_FMUL, 1.0, "float32"),
+    FlopCounter(metrics.FP16_HFMA, 2.0, "float16"),
+    FlopCounter(metrics.FP16_HADD, 1.0, "float16"),
+    FlopCounter(metrics.FP16_HMUL, 1.0, "float16"),
+    FlopCounter(metrics.TENSOR_FP16_OPS, 1.0, "float16", tensor=True),
 )
 FLOP_PRECISIONS = tuple(dict.fromkeys(c.precision for c in FLOP_COUNTERS))
 
@@ -144,20 +140,23 @@ def kernel_counters(rows: pd.DataFrame, kernels: pd.DataFrame | None = None,
                     meta: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """One row per kernel launch with counters, in the order of the launches' first counter row.
 
-    Columns: ``correlation_id, name, duration_ns`` (the launch's duration in ``kernels``, else
-    the replayed one), the :data:`READABLE` columns (NaN where a metric was not collected),
-    ``dram_bytes`` (read + written), ``<precision>_flops`` per :data:`FLOP_PRECISIONS` and
-    ``flops`` (see the module's docstring), ``precision`` (the one with the most FLOPs, "" when
+    Rows of ``rows`` not matched to a launch (``correlation_id`` below 0) are left out.
+
+    Columns: ``correlation_id, name, duration_ns`` (one replay pass's, else the launch's in
+    ``kernels``; see the module's docstring), the :data:`READABLE` columns (NaN where a
+    metric was not collected), ``dram_bytes`` (read + written), ``<precision>_flops`` per :data:`FLOP_PRECISIONS` and
+    ``flops`` and ``flops_complete`` (see the module's docstring), ``precision`` (the one with the most FLOPs, "" when
     no FLOPs were counted), ``intensity`` (FLOPs per DRAM byte), ``tflops`` and ``gbps``
     (achieved: FLOPs and DRAM bytes over the duration), ``theoretical_occupancy_pct`` and
     ``limiter`` (from the launch configuration, :mod:`hookmagic.analysis.occupancy`), ``bound``
     and ``bound_reason`` (:func:`classify`), then any other collected metric under its own
     name. ``attrs["units"]`` gives each column's unit.
     """
+    if rows is not None and len(rows):
+        rows = rows.loc[rows["correlation_id"] >= 0, list(LONG_COLUMNS)]
     if rows is None or rows.empty:
         return _with_units(pd.DataFrame(columns=["correlation_id", "name", "duration_ns"]
                                         + [r.column for r in READABLE]))
-    rows = rows[list(LONG_COLUMNS)]
     wide = rows.pivot_table(index="correlation_id", columns="metric", values="value",
                             aggfunc="first", sort=False)
     names = rows.groupby("correlation_id", sort=False)["kernel"].first()
@@ -174,7 +173,7 @@ def kernel_counters(rows: pd.DataFrame, kernels: pd.DataFrame | None = None,
     dur = (k.drop_duplicates("correlation").set_index("correlation")["duration_ns"]
            if len(k) else pd.Series(dtype=float))
     traced = out["correlation_id"].map(dur).astype(float)
-    out.insert(2, "duration_ns", traced.fillna(out["replay_ns"]))
+    out.insert(2, "duration_ns", out["replay_ns"].where(out["replay_ns"] > 0, traced))
     out["dram_bytes"] = (col(metrics.DRAM_BYTES_READ) + col(metrics.DRAM_BYTES_WRITE))
 
     for p in FLOP_PRECISIONS:
@@ -184,6 +183,9 @@ def kernel_counters(rows: pd.DataFrame, kernels: pd.DataFrame | None = None,
                              if terms else np.nan)
     per_p = out[[f"{p}_flops" for p in FLOP_PRECISIONS]]
     out["flops"] = per_p.sum(axis=1, min_count=1)
+    tensor = [col(c.metric) for c in FLOP_COUNTERS if c.tensor and c.metric in wide]
+    tensor_flops = pd.concat(tensor, axis=1).sum(axis=1) if tensor else pd.Series(0.0, index=out.index)
+    out["flops_complete"] = ~((out["tensor_warp_inst"] > 0) & ~(tensor_flops > 0))
     best = per_p.fillna(-1.0).to_numpy().argmax(axis=1)
     out["precision"] = np.where(out["flops"].fillna(0) > 0,
                                 np.array(FLOP_PRECISIONS, dtype=object)[best], "")
@@ -206,7 +208,8 @@ def counters_by_kernel(per_launch: pd.DataFrame) -> pd.DataFrame:
     configuration with the most time.
     """
     cols = ["name", "launches", "total_ns", "mean_ns", "dram_read_gb", "dram_write_gb",
-            "dram_bytes", *[f"{p}_flops" for p in FLOP_PRECISIONS], "flops", "precision",
+            "dram_bytes", *[f"{p}_flops" for p in FLOP_PRECISIONS], "flops", "flops_complete",
+            "precision",
             "intensity", "tflops", "gbps", *_PCT_COLUMNS, "theoretical_occupancy_pct",
             "limiter", "bound", "bound_reason"]
     if per_launch is None or per_launch.empty:
@@ -216,6 +219,7 @@ def counters_by_kernel(per_launch: pd.DataFrame) -> pd.DataFrame:
     sums = ["dram_read_gb", "dram_write_gb", "dram_bytes",
             *[f"{p}_flops" for p in FLOP_PRECISIONS], "flops"]
     out = g[sums].sum(min_count=1)
+    out["flops_complete"] = g["flops_complete"].all()
     out.insert(0, "launches", g.size())
     out.insert(1, "total_ns", g["_w"].sum(min_count=1))
     out.insert(2, "mean_ns", out["total_ns"] / out["launches"])
@@ -286,10 +290,12 @@ def _bound(r: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _rates(out: pd.DataFrame, duration_ns: pd.Series) -> None:
+    """Intensity and achieved rates in place; none from FLOPs known to be incomplete."""
     secs = duration_ns.astype(float) / 1e9
     secs = secs.where(secs > 0)
-    out["intensity"] = out["flops"] / out["dram_bytes"].where(out["dram_bytes"] > 0)
-    out["tflops"] = out["flops"] / secs / 1e12
+    flops = out["flops"].where(out["flops_complete"].astype(bool))
+    out["intensity"] = flops / out["dram_bytes"].where(out["dram_bytes"] > 0)
+    out["tflops"] = flops / secs / 1e12
     out["gbps"] = out["dram_bytes"] / secs / 1e9
 
 
@@ -342,22 +348,31 @@ def counter_costs(trace: Any) -> dict[str, Any]:
 
     ``kernels`` (launches with counter values), ``launches`` (kernel launches in the trace),
     ``metrics`` (distinct metrics with values), and from ``meta["counters"]`` where the capture
-    recorded them: ``passes`` (replay passes), ``replay_wall_s`` (wall time spent replaying)
-    and ``replay`` (the replay mode, e.g. ``"kernel"``).
+    recorded them: ``passes`` (replay passes), ``replay_wall_s`` (wall time of the counted
+    capture, replays included), ``evaluate_s`` (stopping and evaluating them), ``replay`` (the replay mode, e.g. ``"kernel"``), and, when not
+    zero, ``dropped`` (launches past the capture's counting limit, not counted) and
+    ``unmatched`` (counted ranges matched to no launch).
     """
     rows = counter_rows(trace)
     if rows.empty:
         return {}
     info = (getattr(trace, "meta", None) or {}).get("counters")
     info = info if isinstance(info, Mapping) else {}
-    out: dict[str, Any] = {"kernels": int(rows["correlation_id"].nunique()),
+    matched = rows["correlation_id"] >= 0
+    out: dict[str, Any] = {"kernels": int(rows.loc[matched, "correlation_id"].nunique()),
                            "launches": len(table(trace, "kernels")),
                            "metrics": int(rows["metric"].nunique())}
-    passes, wall = _num(info.get("passes")), _num(info.get("replay_wall_s"))
+    passes = _num(info.get("passes"))
     if np.isfinite(passes) and passes >= 0:
         out["passes"] = int(passes)
-    if np.isfinite(wall) and wall >= 0:
-        out["replay_wall_s"] = wall
+    for key in ("replay_wall_s", "evaluate_s"):
+        secs = _num(info.get(key))
+        if np.isfinite(secs) and secs >= 0:
+            out[key] = secs
     if info.get("replay"):
         out["replay"] = str(info["replay"])
+    for key in ("dropped", "unmatched"):
+        n = _num(info.get(key))
+        if np.isfinite(n) and n > 0:
+            out[key] = int(n)
     return out

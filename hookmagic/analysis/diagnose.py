@@ -267,17 +267,19 @@ def low_occupancy(f: Facts) -> Optional[Finding]:
     heavy = summary[summary["share"] >= HEAVY_KERNEL_SHARE].head(5) if len(summary) else summary
     if not len(heavy):
         return None
-    # kernels whose achieved occupancy was measured are judged by it (achieved_occupancy)
-    if len(f.counters):
-        heavy = heavy[~heavy["name"].isin(f.counters.loc[f.counters["occupancy_pct"].notna(), "name"])]
     sub = f.kernels[f.kernels["name"].isin(heavy["name"])]
     occ = kernel_occupancy(SimpleNamespace(kernels=sub, meta=getattr(f.trace, "meta", {})))
     occ = occ[occ["occupancy"].notna()]
     if not len(occ):
         return None
     by_name = occ.sort_values("total_ns", ascending=False).groupby("name", sort=False).head(1)
-    low = by_name[(by_name["occupancy"] < LOW_OCCUPANCY)
-                  | (by_name["waves"].fillna(np.inf) < 1.0)]
+    small_grid = by_name["waves"].fillna(np.inf) < 1.0
+    low = by_name[(by_name["occupancy"] < LOW_OCCUPANCY) | small_grid]
+    if len(f.counters):
+        # a kernel whose achieved occupancy was measured is judged by it (achieved_occupancy);
+        # a grid smaller than one wave stays here, as achieved occupancy counts active SMs only
+        measured = f.counters.loc[f.counters["occupancy_pct"].notna(), "name"]
+        low = low[~low["name"].isin(measured) | small_grid.loc[low.index]]
     if not len(low):
         return None
     parts = []

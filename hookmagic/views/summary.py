@@ -142,21 +142,27 @@ def _headline(summary: "Summary") -> list[tuple[str, str]]:
 
 
 def counters_line(counters: dict) -> str:
-    """``12 of 14 kernel launches, 11 metrics; 38 replay passes, 2.41 s replaying (kernel
-    replay)`` from :attr:`Summary.counters`; "" without counters."""
+    """``12 of 14 kernel launches, 11 metrics; 38 replay passes per kernel, 2.41 s wall time
+    with replay (kernel replay)`` from :attr:`Summary.counters`; "" without counters."""
     if not counters:
         return ""
     text = (f"{counters.get('kernels', 0):,} of {counters.get('launches', 0):,} kernel launches, "
             f"{counters.get('metrics', 0):,} metrics")
     cost = []
     if "passes" in counters:
-        cost.append(f"{counters['passes']:,} replay passes")
+        cost.append(f"{counters['passes']:,} replay passes per kernel")
     if "replay_wall_s" in counters:
-        cost.append(f"{seconds(counters['replay_wall_s'])} replaying")
+        cost.append(f"{seconds(counters['replay_wall_s'])} wall time with replay")
+    if "evaluate_s" in counters:
+        cost.append(f"{seconds(counters['evaluate_s'])} evaluating")
     if cost:
         text += "; " + ", ".join(cost)
     if counters.get("replay"):
         text += f" ({counters['replay']} replay)"
+    if counters.get("dropped"):
+        text += f"; {counters['dropped']:,} launches past the counting limit not counted"
+    if counters.get("unmatched"):
+        text += f"; {counters['unmatched']:,} counted ranges matched to no launch"
     return text
 
 
