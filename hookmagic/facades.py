@@ -150,6 +150,16 @@ def diagnose(self: "Trace") -> "pd.DataFrame":
 
 
 @register_method("Trace")
+def roofline(self: "Trace", **kw: Any) -> "go.Figure":
+    """Roofline of the captured kernels (a Plotly figure): each kernel at its measured arithmetic
+    intensity and FLOP/s when the trace has hardware counters, else at its declared work
+    (``meta["work"]``); the title says which. ``peaks=`` a GPU name or a peaks mapping
+    (default: the trace's GPU), ``title=``."""
+    from hookmagic.views.roofline import trace_roofline
+    return call_with(trace_roofline, self, **kw)
+
+
+@register_method("Trace")
 def diff(self: "Trace", other: "Trace", **kw: Any) -> "go.Figure":
     """Differential flame graph of GPU time: this trace against ``other``."""
     from hookmagic.views.flame import diff_figure

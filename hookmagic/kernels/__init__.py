@@ -9,6 +9,7 @@ stream and return the same kind::
     kernels.available()                          # every kernel and its variants
     c = kernels.sgemm(a, b, variant="warptile")  # FP32 SIMT, the optimisation journey
     y = kernels.gemm(x, w, bias=b, activation="gelu")   # FP16/BF16 Tensor Cores, FP32 accumulate
+    c = kernels.gemm_fp8(a8, bt8.t(), scale_a, scale_b)   # FP8 e4m3/e5m2, per-tensor scales, sm_90 (torch._scaled_mm's conventions)
     kernels.explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")  # what runs, why
     p = kernels.softmax(scores); h = kernels.layer_norm(x, w, b); r = kernels.rms_norm(x, w)
     x = kernels.preprocess(frames, (640, 640), mean, std, letterbox=True)   # uint8 frames -> FP16 NCHW, one kernel
@@ -29,7 +30,7 @@ import pandas as pd
 from hookmagic.kernels import registry
 from hookmagic.kernels.build import compile_family, families, normalize_arch
 from hookmagic.kernels.errors import KernelArgumentError, KernelCompileError, KernelsUnavailable
-from hookmagic.kernels.gemm import ACTIVATIONS, GEMM_VARIANTS, SGEMM_VARIANTS, gemm, sgemm
+from hookmagic.kernels.gemm import ACTIVATIONS, GEMM_VARIANTS, SGEMM_VARIANTS, gemm, gemm_fp8, sgemm
 from hookmagic.kernels.registry import LaunchWork, launch_log, record
 from hookmagic.kernels.rowwise import bias_gelu, layer_norm, rms_norm, softmax
 from hookmagic.kernels.preprocess import LetterboxParams, letterbox_params, preprocess
@@ -90,6 +91,6 @@ def check(arch: Any = "sm_90", use_cache: bool = True,
     return pd.DataFrame(rows)
 
 
-__all__ = ["available", "check", "sgemm", "gemm", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
+__all__ = ["available", "check", "sgemm", "gemm", "gemm_fp8", "softmax", "layer_norm", "rms_norm", "bias_gelu", "SGEMM_VARIANTS", "GEMM_VARIANTS", "ACTIVATIONS",
            "CI_ARCHS", "preprocess", "nms", "batched_nms", "decode_boxes", "transpose", "row_sum", "row_max", "attention", "conv2d", "depthwise_conv2d", "pack_conv_weight", "letterbox_params", "LetterboxParams", "KernelCompileError", "KernelArgumentError", "KernelsUnavailable", "launch_log",
            "record", "LaunchWork", "compile_family", "families", "explain"]

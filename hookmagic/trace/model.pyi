@@ -121,6 +121,12 @@ class Trace:
     def memory_map(self: 'Trace', **kw: Any) -> 'go.Figure':
         """Map of device allocations over address and time (a Plotly figure)."""
 
+    def roofline(self: 'Trace', **kw: Any) -> 'go.Figure':
+        """Roofline of the captured kernels (a Plotly figure): each kernel at its measured arithmetic
+    intensity and FLOP/s when the trace has hardware counters, else at its declared work
+    (``meta["work"]``); the title says which. ``peaks=`` a GPU name or a peaks mapping
+    (default: the trace's GPU), ``title=``."""
+
     def save(self: Trace, path: str | os.PathLike) -> Path:
         """Write the trace to one file (ZIP of Parquet tables + meta.json); returns the path.
 
