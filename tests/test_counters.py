@@ -267,3 +267,22 @@ def test_magic_stops_the_cell_when_a_metric_is_unknown(ip):
     result = ip.run_cell("%%cudahook -q --counters synthetic__unknown.sum\nnot_run = 1")
     assert not result.success and "not_run" not in ip.user_ns
     assert "synthetic__unknown.sum" in str(result.error_in_exec)
+
+
+def test_replayed_launches_get_their_counted_duration_end_to_end_in_launch_order():
+    """Synthetic: kernel replay leaves CUPTI's kernel records without timestamps; each launch
+    takes gpu__time_duration as its duration, placed end to end in correlation order."""
+    from hookmagic.cupti import counters as C
+
+    kernels = pd.DataFrame({"correlation": [7, 3, 5], "start_ns": 0, "end_ns": 0,
+                            "duration_ns": 0, "name": ["c", "a", "b"]})
+    counters = pd.DataFrame({"correlation_id": [3, 5, 7, 3], "kernel": ["a", "b", "c", "a"],
+                             "metric": [C.DURATION_NS] * 3 + [C.DRAM_BYTES_READ],
+                             "value": [100.0, 250.0, 40.0, 1e6]})
+    out = C.replayed_kernel_times(kernels, counters, start_ns=1_000)
+    assert out["name"].tolist() == ["a", "b", "c"]
+    assert out["start_ns"].tolist() == [1_000, 1_100, 1_350]
+    assert out["duration_ns"].tolist() == [100, 250, 40]
+    assert (out["end_ns"] - out["start_ns"]).tolist() == [100, 250, 40]
+    timed = kernels.assign(start_ns=[5, 6, 7], end_ns=[9, 9, 9])   # records with timestamps
+    assert C.replayed_kernel_times(timed, counters, 1_000) is timed

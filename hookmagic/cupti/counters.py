@@ -252,3 +252,41 @@ def counters_table(rows: dict[str, Any], kernels: pd.DataFrame | None) -> tuple[
                           "metric": metric, "value": value})
     unmatched = len(set(index[~matched].tolist()))
     return table, unmatched
+
+
+#: ``meta["kernel_timestamps"]`` of a capture with counters
+REPLAY_TIMESTAMPS = ("kernel replay: each kernel's duration is one replayed pass "
+                     "(gpu__time_duration), kernels laid end to end in launch order from the "
+                     "capture's start; not the program's timeline")
+
+
+def replayed_kernel_times(kernels: pd.DataFrame, counters: pd.DataFrame,
+                          start_ns: int) -> pd.DataFrame:
+    """``kernels`` with times for launches CUPTI left without any.
+
+    Under the range profiler's kernel replay CUPTI's kernel records carry no timestamps (start
+    and end 0). Such a launch gets :data:`DURATION_NS` of its counters as its duration, and the
+    launches are placed end to end in launch order from ``start_ns`` (replay serialises them;
+    the gaps of saving and restoring memory between passes are left out), so that totals and
+    per-kernel times are measured ones while the positions are only an order. Launches that
+    have timestamps, or no duration counter, are returned unchanged."""
+    if kernels is None or not len(kernels):
+        return kernels
+    untimed = (kernels["start_ns"].to_numpy() == 0) & (kernels["end_ns"].to_numpy() == 0)
+    if not untimed.any() or counters is None or not len(counters):
+        return kernels
+    dur = counters[counters["metric"] == DURATION_NS].groupby("correlation_id")["value"].first()
+    out = kernels.copy()
+    measured = out["correlation"].map(dur)
+    fill = untimed & measured.notna().to_numpy()
+    if not fill.any():
+        return kernels
+    order = np.argsort(out["correlation"].to_numpy(), kind="stable")
+    durations = np.where(fill, np.nan_to_num(measured.to_numpy(np.float64)), 0).astype(np.int64)
+    ends = int(start_ns) + np.cumsum(durations[order])
+    start = np.empty(len(out), np.int64)
+    start[order] = ends - durations[order]
+    out.loc[fill, "start_ns"] = start[fill]
+    out.loc[fill, "end_ns"] = start[fill] + durations[fill]
+    out.loc[fill, "duration_ns"] = durations[fill]
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)

@@ -375,6 +375,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         merge_into(tables, allocator_parts)
         if counted is not None:
             tables["counters"], unmatched = hw_counters.counters_table(counted, tables.get("kernels"))
+            tables["kernels"] = hw_counters.replayed_kernel_times(
+                tables.get("kernels"), tables["counters"], self._start_ns)
         t4 = time.perf_counter()
         # backward frames; kernels naming a module
         module_kernels = module_stacks(tables, modules_named=bool(len(combos["module"])))
@@ -414,6 +416,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         if stacks_wanted and self._callbacks_active:
             meta["warnings"] += uncaptured_graph_notes(tables.get("kernels"))
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
+        if counted is not None:
+            meta["kernel_timestamps"] = hw_counters.REPLAY_TIMESTAMPS
         if counted is not None:
             meta["counters"] = {"metrics": self._counting["metrics"], "replay": "kernel",
                                 "passes": self._counting["passes"],
