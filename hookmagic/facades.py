@@ -150,6 +150,16 @@ def diagnose(self: "Trace") -> "pd.DataFrame":
 
 
 @register_method("Trace")
+def counter_table(self: "Trace") -> "pd.DataFrame":
+    """The hardware counters of a capture with ``counters=``, one row per kernel launch in
+    readable units (SM and DRAM % of peak, GB moved, occupancy, hit rates, tensor pipe, FLOPs,
+    intensity, achieved TFLOP/s and GB/s) with the bound each launch hits and why (see
+    :func:`hookmagic.analysis.counters.kernel_counters`); empty without counters."""
+    from hookmagic.analysis.counters import trace_counters
+    return trace_counters(self)
+
+
+@register_method("Trace")
 def roofline(self: "Trace", **kw: Any) -> "go.Figure":
     """Roofline of the captured kernels (a Plotly figure): each kernel at its measured arithmetic
     intensity and FLOP/s when the trace has hardware counters, else at its declared work

@@ -68,7 +68,69 @@ def record(variant: str, out: Path) -> Path:
     return path
 
 
-CELLS: list[tuple[str, str]] = []   # filled below
+CELLS: list[tuple[str, str]] = [
+    ("md", """# 08 · Why is this kernel slow? Hardware counters, kernel by kernel
+
+This notebook is a **REPLAY of two recordings made on a GPU** (the GPU, driver and date are printed
+below, from the recordings themselves): one transformer MLP block's forward pass (LayerNorm →
+Linear 1024→4096 → GELU → Linear 4096→1024 → residual add, 8192 tokens), captured with
+`hookmagic.capture(counters=True)` — the same as `%%cudahook --counters` — once in FP32 with TF32
+off, once under `torch.autocast(float16)`. Every kernel was replayed by CUPTI's range profiler to
+read the default counter set (the metric names are Nsight Compute's; how they compare with
+`ncu` on the same launches is in `docs/counters.md`). `python tools/make_notebook_08.py --record
+fp32` (and `fp16`) re-makes them on a GPU."""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+import hookmagic
+
+fp32 = hookmagic.load("recordings/counters_mlp_fp32.hmtrace")
+fp16 = hookmagic.load("recordings/counters_mlp_fp16.hmtrace")
+for t in (fp32, fp16):
+    c = t.meta["counters"]
+    print(f"{t.meta['description']}: REPLAY of a recording made on {t.meta['recorded_on']}")
+    print(f"    {c['kernels']} kernels counted, {len(c['metrics'])} metrics in {c['passes']} replay passes; "
+          f"the block without capture: {t.meta['block_ms_cuda_events']:.3f} ms (CUDA events, median of 20)")"""),
+    ("md", """## Step 1: where the time goes, and what bounds each kernel
+
+`trace.counter_table()` gives one row per kernel launch: its duration (one replayed pass), SM and
+DRAM throughput as % of peak, achieved occupancy, the tensor pipe's share, FLOPs counted from the
+executed instructions, the measured arithmetic intensity and rates, and the bound it hits with
+the numbers behind it (Nsight Compute's speed-of-light rule: a unit at ≥ 60 % of its peak)."""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+cols = ["name", "duration_ns", "sm_pct", "dram_pct", "occupancy_pct", "tensor_pipe_pct",
+        "tflops", "gbps", "bound"]
+table = fp32.counter_table()[cols]
+table.assign(name=table["name"].str.slice(0, 48), duration_us=(table.pop("duration_ns") / 1e3)).round(1)"""),
+    ("md", """The two GEMMs hold almost all of the time. They are **compute-bound** on the FP32 pipes
+(the tensor pipe is idle: TF32 is off), at a rate far below what the same GPU's Tensor Cores give.
+The roofline places each kernel at its measured intensity (FLOPs per DRAM byte) and FLOP/s:"""),
+    ("code", """fp32.roofline()"""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+fp32.diagnose()[["pattern", "finding"]]"""),
+    ("md", """## Step 2: move the GEMMs to Tensor Cores, and measure again
+
+Under `torch.autocast(float16)` cuBLAS picks Hopper's Tensor Core kernels (`nvjet_…`): the tensor
+pipe is now the busy unit, and the GEMMs' FLOPs are counted from the tensor operations."""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+table = fp16.counter_table()[cols]
+table.assign(name=table["name"].str.slice(0, 48), duration_us=(table.pop("duration_ns") / 1e3)).round(1)"""),
+    ("code", """fp16.roofline()"""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+before, after = (t.kernels["duration_ns"].sum() / 1e6 for t in (fp32, fp16))
+events = fp32.meta["block_ms_cuda_events"] / fp16.meta["block_ms_cuda_events"]
+print(f"kernel time, from the counters' durations: {before:.3f} ms -> {after:.3f} ms ({before / after:.1f}x)")
+print(f"the block timed with CUDA events, no capture: {events:.1f}x faster")
+fp16.diagnose()[["pattern", "finding"]]"""),
+    ("md", """## Your own cells
+
+```python
+%%cudahook --counters            # the default set; or --counters=dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+y = model(x)
+```
+
+Counting replays every kernel once per pass (12 for the default set), so keep the cell to the
+launches you want to understand; a capture without `--counters` costs what it always did. The
+summary says how many passes and how much wall time the counters took."""),
+]
 
 
 def main() -> None:

@@ -89,6 +89,12 @@ class Trace:
     def _repr_mimebundle_(self: 'Trace', include: Any=None, exclude: Any=None) -> dict[str, str]:
         ...
 
+    def counter_table(self: 'Trace') -> 'pd.DataFrame':
+        """The hardware counters of a capture with ``counters=``, one row per kernel launch in
+    readable units (SM and DRAM % of peak, GB moved, occupancy, hit rates, tensor pipe, FLOPs,
+    intensity, achieved TFLOP/s and GB/s) with the bound each launch hits and why (see
+    :func:`hookmagic.analysis.counters.kernel_counters`); empty without counters."""
+
     def diagnose(self: 'Trace') -> 'pd.DataFrame':
         """Findings about this trace (idle gaps, tiny kernels, syncs, ...) with advice, one row
     each (see :func:`hookmagic.analysis.diagnose.diagnose` for the columns)."""
