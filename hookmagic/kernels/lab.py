@@ -29,7 +29,7 @@ def recorded_on() -> str:
     return f"{name}, driver {drv}, torch {torch.__version__}, {dt.date.today().isoformat()}"
 
 
-def capture_journey(size: int = 4096, launches: int = 2) -> Any:
+def capture_journey(size: int = 4096, launches: int = 2, counters: bool = False) -> Any:
     """Capture every SGEMM step, the Tensor Core GEMMs and their cuBLAS references on ``size``^3
     matrices, then the row-wise kernels (softmax, LayerNorm, RMSNorm, bias+GELU) on the FP16
     ``size`` x ``size`` matrix (``launches`` each, each step in a ``hookmagic.range`` named after it).
@@ -37,6 +37,7 @@ def capture_journey(size: int = 4096, launches: int = 2) -> Any:
     The returned Trace's ``meta["work"]`` lists the declared work of every launch (kernel name,
     FLOPs, DRAM bytes, dtype); cuBLAS kernels get the work of the matmul they ran.
     ``meta["nvrtc"]`` holds NVRTC's registers / shared memory / spills for the GPU's arch.
+    ``counters=True`` reads the default hardware counters of every launch (kernel replay).
     """
     import torch
 
@@ -76,7 +77,7 @@ def capture_journey(size: int = 4096, launches: int = 2) -> Any:
         steps = kept
         torch.cuda.synchronize()
         registry.launch_log(clear=True)
-        with capture(label="kernel_journey") as trace:
+        with capture(label="kernel_journey", counters=counters) as trace:
             for name, fn in steps:
                 with hm_range(name):
                     for _ in range(launches):

@@ -9,6 +9,9 @@ captured kernel name (cuBLAS kernels get the work of the matmul they ran); ``met
 registers / shared memory / spills NVRTC reported for the GPU's architecture; ``meta["recorded_on"]``
 the GPU, driver and date.
 
+``--counters`` records the journey once more with the default hardware counters, one launch per
+step (``kernel_journey_counters.hmtrace``).
+
 ``--bandwidth`` records instead the memory-bound kernels against a device-to-device copy and torch
 eager (``kernel_bandwidth.hmtrace``) and, where ``hookmagic.kernels.preprocess`` exists, the fused
 frame preprocessing and the torch chain it replaces (``preprocess_fused.hmtrace``,
@@ -28,6 +31,9 @@ def main() -> None:
                     help="journey: the GEMM journey (kernel_journey.hmtrace); inference: the inference kernels beside "
                          "what they replace (kernel_inference.hmtrace)")
     ap.add_argument("--bandwidth", action="store_true", help="record the bandwidth captures instead")
+    ap.add_argument("--counters", action="store_true",
+                    help="journey with the default hardware counters, one launch per step "
+                         "(kernel_journey_counters.hmtrace)")
     args = ap.parse_args()
     if args.bandwidth:
         from hookmagic.kernels.lab import capture_bandwidth
@@ -45,11 +51,14 @@ def main() -> None:
         return
     from hookmagic.kernels.lab import capture_inference, capture_journey
 
-    trace = capture_journey(args.size) if args.what == "journey" else capture_inference()
+    if args.what == "journey":
+        trace = capture_journey(args.size, launches=1 if args.counters else 2, counters=args.counters)
+    else:
+        trace = capture_inference()
     trace.meta["host"] = "gpu-machine"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = trace.save(out / f"kernel_{args.what}.hmtrace")
+    path = trace.save(out / f"kernel_{args.what}{'_counters' if args.counters else ''}.hmtrace")
     print("wrote", path, Path(path).stat().st_size // 1024, "KiB", trace.meta.get("status"),
           len(trace.kernels), "kernels,", len(trace.meta["work"]), "declared launches")
 
