@@ -346,3 +346,20 @@ def test_trace_roofline_needs_known_peaks():
         trace_roofline(trace)
     fig = trace_roofline(trace, peaks="NVIDIA H200")      # a name: its datasheet peaks
     assert "4.80 TB/s" in " ".join(tr.name for tr in fig.data)
+
+
+def test_a_cuda_core_kernel_with_a_few_tensor_pipe_instructions_keeps_its_rate():
+    # as an H200's FP32 SGEMMs: 2.9 % of warp instructions on the tensor pipe, the pipe 0.6 % busy
+    rows = pd.DataFrame([(1, "synthetic_sgemm", M.TENSOR_INSTRUCTIONS, 6.8e7),
+                         (1, "synthetic_sgemm", M.TENSOR_PIPE_PCT, 0.6),
+                         (1, "synthetic_sgemm", M.TENSOR_FP16_OPS, 0.0),
+                         (1, "synthetic_sgemm", FFMA, 1e9),
+                         (1, "synthetic_sgemm", M.DRAM_BYTES_READ, 1e6),
+                         (1, "synthetic_sgemm", M.DRAM_BYTES_WRITE, 1e6),
+                         (1, "synthetic_sgemm", M.DURATION_NS, 1e6)], columns=list(LONG_COLUMNS))
+    t = trace_counters(type("T", (), {"counters": rows, "meta": {}})())
+    assert t.loc[0, "flops_complete"] and t.loc[0, "tflops"] == pytest.approx(2e9 / 1e-3 / 1e12)
+    busy = rows.copy()
+    busy.loc[busy.metric == M.TENSOR_PIPE_PCT, "value"] = 40.0     # real tensor work, uncounted
+    t = trace_counters(type("T", (), {"counters": busy, "meta": {}})())
+    assert not t.loc[0, "flops_complete"] and np.isnan(t.loc[0, "tflops"])

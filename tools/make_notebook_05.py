@@ -233,6 +233,29 @@ or is gone, red is new."""),
 else:
     print("No preprocessing recordings in this checkout yet (notebooks/recordings/preprocess_fused.hmtrace, "
           "preprocess_torch.hmtrace): `hookmagic.kernels.preprocess` was not recorded on a GPU yet.")"""),
+    ("md", """## Why each step is as fast as it is: hardware counters
+
+The same journey captured once more with `hookmagic.capture(counters=True)`, one launch per step
+(recorded on the GPU machine: `python lab/kernels/record_kernels.py --counters`; this is always a
+replay of that recording). Each kernel was replayed by CUPTI's range profiler to read the default
+counter set (`docs/counters.md`). The naive SGEMM keeps every warp slot full yet its SMs are
+nearly idle (each thread waits on memory); tiling raises SM throughput; the register-tiled steps
+trade occupancy for work per thread; the Tensor Core steps move the busy unit to the tensor pipe;
+softmax and the norms lean on DRAM (59–71 % of its peak). `TFLOP/s counted` is the FP32/FP16 FLOPs counted from
+executed instructions (tensor operations for FP16) over the replayed duration, where the counters
+cover the kernel's math (BF16 and INT8 tensor work is not in the default set)."""),
+    ("code", """# NBVAL_CHECK_OUTPUT
+counted = hookmagic.load(here("notebooks/recordings/kernel_journey_counters.hmtrace"))
+print("REPLAY of a recording made on " + counted.meta["recorded_on"] + f"; {counted.meta['counters']['passes']} "
+      f"replay passes per kernel, {counted.meta['counters']['replay_wall_s']:.0f} s of replay for {len(counted.kernels)} kernels")
+steps = (counted.kernels[["correlation", "range_id"]]
+         .merge(counted.ranges[["range_id", "name"]].rename(columns={"name": "step"}), on="range_id")
+         .rename(columns={"correlation": "correlation_id"}))
+table = counted.counter_table().merge(steps, on="correlation_id").sort_values("correlation_id")
+table = table.assign(us=table.duration_ns / 1e3,
+                     tflops_counted=(table.flops / table.duration_ns / 1e3).where(table.flops_complete))
+table[["step", "us", "sm_pct", "dram_pct", "occupancy_pct", "tensor_pipe_pct", "tflops_counted",
+       "bound"]].round(1).reset_index(drop=True)"""),
     ("md", """## What NVRTC said at compile time vs what the capture recorded
 
 `hookmagic kernels check` reads registers, shared memory and spills from NVRTC's `ptxas -v` report

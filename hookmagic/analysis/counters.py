@@ -15,9 +15,10 @@ FLOPs, exactly as computed here (:data:`FLOP_COUNTERS`):
   half-precision roofline counts it).
 - Tensor Cores, FP16 sources: the tensor path's count of math operations, taken as FLOPs
   unscaled, as Nsight Compute's tensor roofline does. Tensor Core work from other source types
-  (BF16, TF32, FP8, INT8) has no counter in the set: a launch that issued tensor-pipe
-  instructions but has no tensor FLOPs counted gets ``flops_complete`` False, and no
-  intensity or FLOP/s (its FLOPs would be only the CUDA-core part).
+  (BF16, TF32, FP8, INT8) has no counter in the set: a launch whose tensor pipe was busy
+  (:data:`TENSOR_WORK_PCT` of its cycles or more) but has no tensor FLOPs counted gets
+  ``flops_complete`` False, and no intensity or FLOP/s (its FLOPs would be only the CUDA-core
+  part).
 - A precision's FLOPs are NaN when none of its counters was collected; ``flops`` is the sum
   over the precisions that were (NaN when none was). Warp-level instruction counts (FMA pipe,
   tensor pipe) are shown but give no FLOPs: one warp instruction may be an FFMA (64 FLOPs),
@@ -58,6 +59,8 @@ LONG_COLUMNS = ("correlation_id", "kernel", "metric", "value")
 BUSY_PCT = 60.0
 #: occupancy (a fraction of the SM's warp slots) considered low, theoretical or achieved
 LOW_OCCUPANCY = 0.25
+#: the tensor pipe's busy share (% of active cycles) from which a launch holds Tensor Core work
+TENSOR_WORK_PCT = 1.0
 
 BOUNDS = ("memory-bound", "compute-bound", "latency-bound", "low occupancy", "unknown")
 
@@ -185,7 +188,13 @@ def kernel_counters(rows: pd.DataFrame, kernels: pd.DataFrame | None = None,
     out["flops"] = per_p.sum(axis=1, min_count=1)
     tensor = [col(c.metric) for c in FLOP_COUNTERS if c.tensor and c.metric in wide]
     tensor_flops = pd.concat(tensor, axis=1).sum(axis=1) if tensor else pd.Series(0.0, index=out.index)
-    out["flops_complete"] = ~((out["tensor_warp_inst"] > 0) & ~(tensor_flops > 0))
+    # tensor work the counters cannot turn into FLOPs: the tensor pipe busy for at least
+    # TENSOR_WORK_PCT of the cycles (CUDA-core kernels issue a few tensor-pipe instructions too:
+    # an H200's FP32 SGEMMs 0-3 % of their warp instructions, the pipe below 1 % busy), or any
+    # tensor-pipe instruction where the pipe's utilisation was not collected
+    pipe = out["tensor_pipe_pct"] if "tensor_pipe_pct" in out else pd.Series(np.nan, index=out.index)
+    tensor_work = pipe.ge(TENSOR_WORK_PCT).where(pipe.notna(), out["tensor_warp_inst"] > 0)
+    out["flops_complete"] = ~(tensor_work.astype(bool) & ~(tensor_flops > 0))
     best = per_p.fillna(-1.0).to_numpy().argmax(axis=1)
     out["precision"] = np.where(out["flops"].fillna(0) > 0,
                                 np.array(FLOP_PRECISIONS, dtype=object)[best], "")
