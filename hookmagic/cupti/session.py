@@ -418,7 +418,6 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         if counted is not None:
             meta["kernel_timestamps"] = hw_counters.REPLAY_TIMESTAMPS
-        if counted is not None:
             meta["counters"] = {"metrics": self._counting["metrics"], "replay": "kernel",
                                 "passes": self._counting["passes"],
                                 "kernels": int(counted["ranges"]),
