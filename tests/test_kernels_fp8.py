@@ -14,6 +14,7 @@ import hookmagic.kernels as hk
 from hookmagic.kernels import build, constants, dispatch, gemm_wgmma, runtime, tma
 
 cuda_core = pytest.importorskip("cuda.core")
+from tests.test_kernels_wgmma import family_ptx  # noqa: E402
 torch = pytest.importorskip("torch")
 gemm_mod = importlib.import_module("hookmagic.kernels.gemm")   # the package's ``gemm`` is the function
 gemm_fp8 = gemm_mod.gemm_fp8
@@ -27,19 +28,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def _ptx(arch: str) -> str:
-    """gemm_fp8's PTX for ``arch``, straight from NVRTC (cuda.core's PTX path wants a driver)."""
-    from cuda.bindings import nvrtc
-    err, prog = nvrtc.nvrtcCreateProgram(build.source_text("gemm_fp8").encode(), b"gemm_fp8.cu", 0, [], [])
-    assert int(err) == 0
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"] + [f"-I{d}".encode() for d in build.include_paths()] \
-        + [o.encode() for o in constants.defines("gemm_fp8")]
-    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    assert int(err) == 0, err
-    err, size = nvrtc.nvrtcGetPTXSize(prog)
-    buf = b" " * size
-    (err,) = nvrtc.nvrtcGetPTX(prog, buf)
-    nvrtc.nvrtcDestroyProgram(prog)
-    return buf.decode(errors="replace")
+    return family_ptx("gemm_fp8", arch)
 
 
 def test_fp8_stage_is_the_16_bit_stage_in_bytes():

@@ -17,13 +17,14 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def _ptx(arch: str) -> str:
-    """The family's PTX for ``arch``, straight from NVRTC (cuda.core's PTX path wants a driver)."""
+def family_ptx(family: str, arch: str) -> str:
+    """A kernel family's PTX for ``arch``, straight from NVRTC (cuda.core's PTX path wants a
+    driver), compiled with the tile constants as build passes them."""
     from cuda.bindings import nvrtc
-    err, prog = nvrtc.nvrtcCreateProgram(build.source_text("gemm_wgmma").encode(), b"gemm_wgmma.cu", 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(build.source_text(family).encode(), f"{family}.cu".encode(), 0, [], [])
     assert int(err) == 0
     opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"] + [f"-I{d}".encode() for d in build.include_paths()] \
-        + [o.encode() for o in constants.defines("gemm_wgmma")]   # the tile constants, as build passes them
+        + [o.encode() for o in constants.defines(family)]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     assert int(err) == 0, err
     err, size = nvrtc.nvrtcGetPTXSize(prog)
@@ -31,6 +32,10 @@ def _ptx(arch: str) -> str:
     (err,) = nvrtc.nvrtcGetPTX(prog, buf)
     nvrtc.nvrtcDestroyProgram(prog)
     return buf.decode(errors="replace")
+
+
+def _ptx(arch: str) -> str:
+    return family_ptx("gemm_wgmma", arch)
 
 
 def test_compiles_for_sm90a_without_spills(cache):
