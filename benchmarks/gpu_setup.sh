@@ -9,9 +9,11 @@ mkdir -p "$OUT"
 # wheels and the native build go to a private folder (mode 700), never a fixed name in /tmp
 HOOKMAGIC_GPU_STATE=${HOOKMAGIC_GPU_STATE:-${XDG_CACHE_HOME:-${HOME:-$PWD}/.cache}/hookmagic-gpu}
 mkdir -p -m 700 "$HOOKMAGIC_GPU_STATE"
-if [ -d .whl ]; then
+# HOOKMAGIC_WHEELS names another carried wheel folder (e.g. .whl-nvdec: no duckdb, PyNvVideoCodec)
+WHEELS=${HOOKMAGIC_WHEELS:-.whl}
+if [ -d "$WHEELS" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$HOOKMAGIC_GPU_STATE/site" .whl/*.whl >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; return 1 2>/dev/null || exit 1; }
+    --target "$HOOKMAGIC_GPU_STATE/site" "$WHEELS"/*.whl >"$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; return 1 2>/dev/null || exit 1; }
 fi
 export PYTHONPATH=$HOOKMAGIC_GPU_STATE/site:$PWD
 PYBIND11_DIR=$(python3 -c "import pybind11; print(pybind11.get_cmake_dir())")
