@@ -225,6 +225,12 @@ def worker(out: str, sections: tuple[str, ...] = ("gemm", "memory", "infer"), sh
         except Exception as exc:  # keep the other rows
             print("  fp8 section FAILED:", repr(exc), flush=True)
         Path(out).write_text(json.dumps(rows))
+    if "attention" in sections and sm90:
+        try:
+            rows += attention_rows()
+        except Exception as exc:  # keep the other rows
+            print("  attention section FAILED:", repr(exc), flush=True)
+        Path(out).write_text(json.dumps(rows))
     if "infer" in sections:  # the inference kernels (benchmarks/kernel_infer_cases.py)
         try:
             from benchmarks.kernel_infer_cases import infer_rows
@@ -279,6 +285,55 @@ def fp8_rows(timer, shapes: str = "") -> list[dict]:
                 print(f"  {label:8s} {kind:10s} {sched:12s} {secs * 1e3:8.3f} ms ok={ok} err={err:.3g} "
                       f"(torch {errs['cuBLAS']:.3g}, fast {errs['cuBLAS fast accum']:.3g})", flush=True)
             del a, b, exact
+            torch.cuda.empty_cache()
+    return rows
+
+
+#: the "attention" section (sm_90): (batch, heads, seq, head dim); each causal and not, FP16 and BF16
+ATTENTION_PLAN = [(4, 16, 4096, 128), (4, 16, 4096, 64), (4, 16, 1024, 128), (4, 16, 1024, 64)]
+#: the attention section's reference: torch SDPA restricted to its FlashAttention backend
+SDPA_FLASH = "torch SDPA (flash)"
+
+
+def attention_rows(reps: int = 25) -> list[dict]:
+    """kernels.attention (variant "wgmma", the sm_90 default, and "mma") against torch SDPA's flash
+    backend on the same operands, kernel time alone (``_time_device``: cold L2, host launch cost
+    hidden, median of ``reps``). Correct means: no farther from the FP32 SDPA of the same inputs
+    than twice the flash backend is, plus one unit of output rounding."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import hookmagic.kernels as hk
+    F = torch.nn.functional
+    rows = []
+    for b, h, s, d in ATTENTION_PLAN:
+        for dtype, kind in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
+            for causal in (False, True):
+                shape = f"b{b} h{h} s{s} d{d}{' causal' if causal else ''}"
+                flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+
+                def flash(q=q, k=k, v=v, causal=causal):
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+                ref_err = (flash().float() - exact).abs().max().item()
+                ulp = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8}[kind] * max(exact.abs().max().item(), 1.0)
+                impls = {SDPA_FLASH: flash,
+                         "wgmma": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, variant="wgmma"),
+                         "mma": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, variant="mma")}
+                for variant, fn in impls.items():
+                    err = (fn().float() - exact).abs().max().item()
+                    ok = variant == SDPA_FLASH or err <= 2 * ref_err + ulp
+                    secs = _time_device(fn, reps) if ok else float("nan")
+                    rows.append({"section": "attention", "shape": shape, "kind": kind, "variant": variant,
+                                 "seconds": secs, "flops": flops, "ok": bool(ok), "max_err": err})
+                    print(f"  {shape:28s} {kind:4s} {variant:20s} {secs * 1e3:8.3f} ms "
+                          f"{flops / secs / 1e12:7.1f} TFLOP/s ok={ok} err={err:.3g} (flash {ref_err:.3g})",
+                          flush=True)
+                del exact
+            del q, k, v
             torch.cuda.empty_cache()
     return rows
 
@@ -366,7 +421,8 @@ def _machine() -> dict:
 DESCRIPTION = ("hookmagic.kernels against cuBLAS/cuDNN/PyTorch on the same GPU: GEMMs, row-wise "
                "kernels and inference kernels, microseconds per call (CUDA events)")
 #: variants=1 also times each row-wise op's and memory case's other designs (impl=...); sections may
-#: add "fp8" (sm_90: gemm_fp8 against torch._scaled_mm, FP8_PLAN)
+#: add "fp8" (sm_90: gemm_fp8 against torch._scaled_mm, FP8_PLAN) and "attention" (sm_90:
+#: kernels.attention against torch SDPA's flash backend, ATTENTION_PLAN)
 PARAMS = {"sections": "gemm,memory,infer", "shapes": "", "cases": "", "timer": "call", "variants": 0}
 NEEDS = ("gpu", "torch")
 
@@ -382,6 +438,7 @@ def measure(sections: str, shapes: str, cases: str, timer: str, variants: int = 
         rows = json.loads(path.read_text())
     out = {}
     reference = {(r["shape"], r["kind"]): r["seconds"] for r in rows if r["variant"] == "cuBLAS"}
+    sdpa = {(r["shape"], r["kind"]): r["seconds"] for r in rows if r.get("variant") == SDPA_FLASH}
     for r in rows:
         if r.get("ok", True) and r.get("seconds") and r["seconds"] == r["seconds"]:
             key = f"{r['kind']}|{r['variant']}|{r['shape']}".replace(" ", "_")
@@ -389,6 +446,11 @@ def measure(sections: str, shapes: str, cases: str, timer: str, variants: int = 
             ref = reference.get((r["shape"], r["kind"]))
             if r["variant"] != "cuBLAS" and ref and ref == ref:
                 out[f"{key}_pct_of_cublas"] = 100.0 * ref / float(r["seconds"])
+            ref_sdpa = sdpa.get((r["shape"], r["kind"]))
+            if r["variant"] != SDPA_FLASH and ref_sdpa and ref_sdpa == ref_sdpa:
+                out[f"{key}_pct_of_sdpa"] = 100.0 * ref_sdpa / float(r["seconds"])
+            if r.get("flops"):
+                out[f"{key}_tflops"] = r["flops"] / float(r["seconds"]) / 1e12
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookmagic.kernels import dispatch, rowwise
+from hookmagic.kernels.attention import explain_attention
 from hookmagic.kernels.build import normalize_arch
 from hookmagic.kernels.errors import KernelArgumentError
 
@@ -16,8 +17,10 @@ def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any
     ``explain("gemm", (4096, 4096), (4096, 4096), dtype="float16", arch="sm_90")`` names the
     variant the dispatch table (:mod:`hookmagic.kernels.dispatch`) picks, the rule and the
     measurement behind the pick; ``explain("gemm_fp8", (M, K), (K, N), dtype="float8_e4m3fn")``
-    does the same for :func:`hookmagic.kernels.gemm.gemm_fp8` (sm_90 only) and names its tile schedule. The row-wise operations (softmax, layer_norm, rms_norm,
-    bias_gelu; one shape, x's) name the kernel their launch plan picks for the row length.
+    does the same for :func:`hookmagic.kernels.gemm.gemm_fp8` (sm_90 only) and names its tile schedule.
+    ``explain("attention", q.shape, k.shape, dtype="bfloat16")`` names the attention kernel (wgmma
+    or mma) and why. The row-wise operations (softmax, layer_norm, rms_norm, bias_gelu; one shape,
+    x's) name the kernel their launch plan picks for the row length.
     """
     try:
         shapes = tuple(tuple(int(v) for v in s) for s in shapes)
@@ -26,11 +29,14 @@ def explain(op: str, *shapes: tuple[int, ...], dtype: str = "float16", arch: Any
     arch = normalize_arch(arch)
     if op in ("gemm", "sgemm", "gemm_fp8"):
         return dispatch.explain_gemm(op, shapes, dtype, arch)
+    if op == "attention":
+        return explain_attention(shapes, dtype, arch)
     if op in _ROWWISE:
         if len(shapes) != 1:
             raise KernelArgumentError(f"{op}: give the shape of x, e.g. (8, 4096); got {shapes}")
         return rowwise.explain_plan(op, shapes[0], dtype, arch)
-    raise KernelArgumentError(f"explain: no dispatch for op {op!r}; one of gemm, sgemm, gemm_fp8, {', '.join(_ROWWISE)}")
+    raise KernelArgumentError(f"explain: no dispatch for op {op!r}; one of gemm, sgemm, gemm_fp8, attention, "
+                              f"{', '.join(_ROWWISE)}")
 
 
 __all__ = ["explain"]
