@@ -214,3 +214,69 @@ def test_parquet_exports_read_back(tmp_path):
     assert events.equals(run.events)
     with pytest.raises(ValueError):
         run.to_parquet(tmp_path / "x.parquet", per="nope")
+
+
+def synthetic_batched_run(period_ms: float, batches: list[list[int]], starts_ms: list[float],
+                          service_ms: float, batch: int, wait_ms: float = 0.0,
+                          device: str = "cpu") -> PipelineRun:
+    """A synthetic run: a source paced at one frame per ``period_ms`` (read 0.1 ms), then one
+    batch stage whose executions ran ``batches`` (lists of frames) from ``starts_ms``, each
+    taking ``service_ms``."""
+    n = sum(len(b) for b in batches)
+    rows = []
+    for f in range(n):
+        t = int(f * period_ms * MS)
+        rows.append((f, "read", 0, 0, -1, 1, t, t, t + MS // 10, t + MS // 10, -1, -1, "ok", ""))
+    for b, (frames_, start) in enumerate(zip(batches, starts_ms)):
+        s, e = int(start * MS), int((start + service_ms) * MS)
+        for f in frames_:
+            rows.append((f, "infer", 1, 0, b, len(frames_), int(f * period_ms * MS) + MS // 10,
+                         s, e, e, -1, -1, "ok", ""))
+    ev = pd.DataFrame(rows, columns=["frame", "stage", "stage_index", "worker", "batch",
+                                     "batch_size", "enqueue_ns", "start_ns", "end_ns", "put_ns",
+                                     "gpu_start_ns", "gpu_end_ns", "status", "error"])
+    fr = pd.DataFrame({"frame": range(n), "source": "synthetic", "index": range(n),
+                       "created_ns": [int(f * period_ms * MS) for f in range(n)],
+                       "outcome": "done", "reason": "", "error": "", "stage": "infer"})
+    stages = [{"name": "read", "workers": 1, "batch": None, "device": "cpu", "kind": "source"},
+              {"name": "infer", "workers": 1, "batch": batch, "batch_wait_ms": wait_ms,
+               "device": device, "kind": "stage"}]
+    meta = {"pipeline": "synthetic", "stages": stages, "queue_size": 16, "overflow": "block",
+            "streams": [{"name": "synthetic", "fps": 1000 / period_ms}]}
+    return PipelineRun(ev, fr, meta)
+
+
+def test_model_waits_for_a_batch_to_fill_as_the_runner_does():
+    # synthetic: a frame every 10 ms, batch 4 with a 25 ms wait: the worker takes a frame, two
+    # more arrive within 25 ms, the batch of 3 runs at the deadline for 1 ms. Frames wait 25, 15
+    # and 5 ms, so their latency is 0.1 + {25, 15, 5} + 1 ms: p50 16.1 ms (1.1 ms without the
+    # wait), at the source's 100 fps
+    batches = [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(60)]
+    starts = [30 * i + 0.1 + 25 for i in range(60)]
+    run = synthetic_batched_run(10.0, batches, starts, 1.0, batch=4, wait_ms=25.0)
+    sim = simulate(run)
+    assert sim["fps"] == pytest.approx(100.0, rel=0.02)
+    assert sim["p50_ms"] == pytest.approx(16.1, abs=0.6)
+    assert sim["p99_ms"] == pytest.approx(26.1, abs=0.6)
+
+
+@pytest.mark.parametrize("device, expected_ms", [("cuda", 8.0), ("cpu", 2.0)])
+def test_a_batch_size_never_measured_is_scaled_by_the_stage_s_cost_line(device, expected_ms):
+    # synthetic: measured only full batches of 4 taking 8 ms (frames queued, 2 ms apart). Paced
+    # at one frame per 20 ms the model runs batches of 1: a GPU stage's smaller batch costs the
+    # measured 8 ms, a CPU stage's 8 / 4 = 2 ms (latency = 0.1 ms read + that)
+    batches = [[4 * i + j for j in range(4)] for i in range(30)]
+    starts = [8 * 4 * i / 4 + 6 for i in range(30)]
+    run = synthetic_batched_run(20.0, batches, starts, 8.0, batch=4, device=device)
+    sim = simulate(run)
+    assert sim["p50_ms"] == pytest.approx(0.1 + expected_ms, abs=0.2)
+
+
+def test_batch_cost_is_the_line_through_the_measured_sizes():
+    from hookmagic.pipeline.model import batch_cost
+    sizes = np.array([8] * 20 + [4] * 5 + [2] * 3)
+    dur = 0.002 + 0.0005 * sizes  # synthetic: 2 ms + 0.5 ms a frame, exactly
+    a, b = batch_cost(sizes, dur, gpu=True)
+    assert (a, b) == (pytest.approx(0.002), pytest.approx(0.0005))
+    assert batch_cost(np.array([8, 8]), np.array([0.01, 0.01]), gpu=True) == (0.01, 0.0)
+    assert batch_cost(np.array([8, 8]), np.array([0.01, 0.01]), gpu=False) == (0.0, 0.00125)

@@ -17,6 +17,14 @@ def _threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("hookmagic-")]
 
 
+def _threads_after_leaving(timeout_s: float = 5.0) -> list[str]:
+    """The hookmagic threads still alive once closed ones had time to leave."""
+    deadline = time.monotonic() + timeout_s
+    while _threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _threads()
+
+
 def test_every_frame_passes_every_stage_in_order_with_its_value():
     out = []
     pipe = Pipeline([Stage("double", lambda x: 2 * x, workers=2), Stage("inc", lambda x: x + 1),
@@ -35,7 +43,26 @@ def test_every_frame_passes_every_stage_in_order_with_its_value():
         assert (g["end_ns"] <= g["put_ns"]).all()
         assert (g["enqueue_ns"].to_numpy()[1:] == g["put_ns"].to_numpy()[:-1]).all()
     assert set(ev.loc[ev["stage"] == "double", "worker"]) <= {0, 1}
-    assert _threads() == []
+    # the stage workers are kept for the next run (the reader thread is gone); close ends them
+    assert sorted(_threads()) == ["hookmagic-double-0", "hookmagic-double-1",
+                                  "hookmagic-inc-0", "hookmagic-sink-0"]
+    pipe.close()
+    assert _threads_after_leaving() == []
+
+
+def test_a_pipeline_keeps_its_worker_threads_across_runs():
+    def workers() -> set[int]:
+        return {t.ident for t in threading.enumerate() if t.name.startswith("hookmagic-where-")}
+
+    seen: set[int] = set()
+    pipe = Pipeline([Stage("where", lambda x: seen.add(threading.get_ident()) or x, workers=2)])
+    pipe.run(range(20))
+    first = workers()
+    assert len(first) == 2
+    pipe.run(range(20))
+    assert workers() == first and seen <= first
+    del pipe  # collecting the pipeline ends its threads
+    assert _threads_after_leaving() == []
 
 
 def test_batches_take_up_to_batch_frames_and_split_results():
@@ -90,7 +117,8 @@ def test_on_error_stop_reraises_once_keeps_the_partial_run_and_leaks_no_thread()
     assert run is pipe.last_run
     assert run.frame_outcomes.set_index("index").loc[5, "outcome"] == "failed"
     assert len(run.frame_outcomes) < 1000
-    assert _threads() == []
+    pipe.close()
+    assert _threads_after_leaving() == []
 
 
 def test_keyboard_interrupt_in_a_stage_stops_cleanly():
@@ -102,7 +130,9 @@ def test_keyboard_interrupt_in_a_stage_stops_cleanly():
     pipe = Pipeline([Stage("s", interrupt)])
     with pytest.raises(KeyboardInterrupt):
         pipe.run(range(10_000))
-    assert pipe.last_run is not None and _threads() == []
+    assert pipe.last_run is not None
+    pipe.close()
+    assert _threads_after_leaving() == []
 
 
 def test_returning_none_drops_the_frame_with_a_reason():
@@ -185,7 +215,7 @@ def test_seconds_stops_reading_and_finishes_what_was_read():
         synthetic_cameras(2, fps=200, height=4, width=4), seconds=0.3)
     counts = run.outcomes.to_dict()
     assert counts.get("done", 0) > 0 and set(counts) == {"done"}
-    assert _threads() == []
+    assert _threads_after_leaving() == []  # the pipeline was collected: its workers left
 
 
 def test_observers_hear_every_stage_execution_and_frame():

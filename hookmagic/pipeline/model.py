@@ -1,15 +1,21 @@
 """What-if for a pipeline: a discrete-event model of the measured run.
 
-The model is the pipeline as it ran — the same stages, worker counts, batch sizes, bounded FIFO
-queues with blocking hand-over (or drop-oldest at the source queue), the same sources with their
-pacing and frame counts — driven by the *measured* service times: each stage execution draws one
-of that stage's measured durations (for batches, one measured at the same batch size, or the
-nearest size scaled linearly; a warm-up execution, see
-:func:`~hookmagic.pipeline.analysis.warmup_flags`, is replayed once, the first time the model
-runs that size, never drawn again), plus the framework's measured hand-over time of that stage
-(:func:`handover_s`). Making a stage k× faster divides its measured durations by k. Its throughput
-and end-to-end latency are compared with the measured run and with the model of the run as
-measured, which shows how far to trust it.
+The model is the pipeline as it ran — the same stages, worker counts, batch sizes and batch
+waits, bounded FIFO queues with blocking hand-over (or drop-oldest at the source queue), the same
+sources with their pacing and frame counts — driven by the *measured* service times: each stage
+execution draws one of that stage's measured durations at the same batch size (a warm-up
+execution, see :func:`~hookmagic.pipeline.analysis.warmup_flags`, is replayed once, the first
+time the model runs that size, never drawn again), plus the framework's measured hand-over time
+of that stage (:func:`handover_s`). Making a stage k× faster divides its measured durations by k.
+
+Partial batches: a batch stage takes what is queued when a worker is free (after waiting up to
+its ``batch_wait_ms`` for a full batch, as the runner does), so a faster pipeline may run sizes
+the measured run never did. A size not measured draws from the nearest measured size, scaled
+by :func:`batch_cost`: the straight line ``a + b·n`` through the measured sizes' medians when
+two or more sizes were measured; with one size, a GPU stage's smaller batch takes as long as the
+measured one (a batch under the GPU's width costs about the same launches and passes) and a CPU
+stage's scales with its frames. Throughput and end-to-end latency are compared with the measured
+run and with the model of the run as measured, which shows how far to trust it.
 """
 from __future__ import annotations
 
@@ -25,21 +31,51 @@ from hookmagic.pipeline.analysis import batches, throughput, warmup_flags
 from hookmagic.pipeline.run import PipelineRun
 
 
+def batch_cost(sizes: np.ndarray, durations_s: np.ndarray,
+               gpu: bool) -> tuple[float, float]:
+    """``(a, b)``: a stage's steady service time of a batch of n frames, modelled as ``a + b·n``
+    (both >= 0), from its executions' sizes and durations. Two or more sizes: the least-squares
+    line through each size's median, weighted by how often the size ran. One size ``m`` with
+    median ``t``: ``(t, 0)`` for a GPU stage (a smaller batch costs the same), ``(0, t/m)`` for a
+    CPU stage (cost per frame). Only sizes a run never measured are drawn through this line."""
+    sizes = np.asarray(sizes, dtype=float)
+    durations_s = np.asarray(durations_s, dtype=float)
+    if len(sizes) == 0:
+        return 0.0, 0.0
+    us = np.unique(sizes)
+    med = np.array([np.median(durations_s[sizes == s]) for s in us])
+    if len(us) == 1:
+        return (float(med[0]), 0.0) if gpu else (0.0, float(med[0] / us[0]))
+    w = np.array([(sizes == s).sum() for s in us], dtype=float)
+    mx, my = np.average(us, weights=w), np.average(med, weights=w)
+    b = float(np.sum(w * (us - mx) * (med - my)) / np.sum(w * (us - mx) ** 2))
+    a = my - b * mx
+    if b < 0:           # larger batches measured faster: noise; no size effect
+        return float(my), 0.0
+    if a < 0:           # through the origin instead
+        return 0.0, float(np.sum(w * us * med) / np.sum(w * us * us))
+    return float(a), b
+
+
 class _Sampler:
     """Service times of one stage: warm-up executions (``warm``) are replayed once each, the
     first time the model runs that batch size, in the order they happened; every other draw
-    comes from the steady-state executions of that size (or the nearest size, scaled)."""
+    comes from the steady-state executions of that size, or of the nearest size scaled by the
+    stage's :func:`batch_cost` line."""
 
     def __init__(self, sizes: np.ndarray, durations_s: np.ndarray, rng: np.random.Generator,
-                 warm: np.ndarray | None = None):
+                 warm: np.ndarray | None = None, gpu: bool = False):
         self.rng = rng
         warm = np.zeros(len(sizes), dtype=bool) if warm is None else warm
         steady = ~warm
+        if not steady.any():  # every execution was a warm-up: they are all there is
+            steady = np.ones(len(sizes), dtype=bool)
         self.by_size = {int(s): durations_s[(sizes == s) & steady]
                         for s in np.unique(sizes[steady])}
         self.sizes = np.array(sorted(self.by_size))
         self.warm = {int(s): deque(durations_s[(sizes == s) & warm].tolist())
                      for s in np.unique(sizes[warm])}
+        self.cost = batch_cost(sizes[steady], durations_s[steady], gpu)
 
     def draw(self, n: int) -> float:
         pending = self.warm.get(n)
@@ -50,7 +86,9 @@ class _Sampler:
             return float(arr[self.rng.integers(len(arr))])
         near = int(self.sizes[np.argmin(np.abs(self.sizes - n))])
         arr = self.by_size[near]
-        return float(arr[self.rng.integers(len(arr))]) * n / near
+        a, b = self.cost
+        scale = (a + b * n) / (a + b * near) if a + b * near > 0 else n / near
+        return float(arr[self.rng.integers(len(arr))]) * scale
 
 
 def handover_s(run: PipelineRun, stage: str) -> float:
@@ -103,11 +141,14 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9 / speedup.get(st["name"], 1.0)
         h = hand[st["name"]]
         dur = dur + (h if np.isfinite(h) else fallback)  # the framework's cost is not sped up
-        samplers.append(_Sampler(b["size"].to_numpy(), dur, rng, b["warm"].to_numpy()))
+        samplers.append(_Sampler(b["size"].to_numpy(), dur, rng, b["warm"].to_numpy(),
+                                 gpu=st.get("device") == "cuda"))
     read, procs = samplers[0], samplers[1:]
     S = len(procs)
     workers = [int(s["workers"]) for s in stages[1:]]
     batch = [int(s.get("batch") or 1) for s in stages[1:]]
+    wait = [float(s.get("batch_wait_ms") or 0.0) / 1e3 if s.get("batch") else 0.0
+            for s in stages[1:]]
     cap = int(run.meta["queue_size"])
     drop_oldest = run.meta.get("overflow") == "drop_oldest"
     counts = run.frame_outcomes["source"].value_counts()
@@ -118,6 +159,8 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
     q = [deque() for _ in range(S)]
     free = list(workers)
     blocked = [deque() for _ in range(S)]
+    # a batch a worker holds while it waits (up to the stage's batch wait) for it to fill
+    forming: list[dict | None] = [None] * S
     created: list[float] = []
     finish: dict[int, float] = {}
     dropped = [0]
@@ -138,12 +181,31 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         created.append(due if fps else start)
         push(start + read.draw(1), "read", (j, f))
 
+    def launch(i: int, t: float, items: list) -> None:
+        push(t + procs[i].draw(len(items)), "done", (i, items))
+
     def start_work(i: int, t: float) -> None:
+        f = forming[i]
+        while f is not None and q[i]:  # the waiting batch takes what arrived
+            while q[i] and len(f["items"]) < batch[i]:
+                f["items"].append(q[i].popleft())
+            if len(f["items"]) == batch[i]:
+                forming[i] = None
+                launch(i, t, f["items"])
+            refill(i, t)  # room in the queue: a blocked stage before it hands over
+            f = forming[i]
+        if f is not None:
+            return
         while free[i] > 0 and q[i]:
             n = min(batch[i], len(q[i]))
             items = [q[i].popleft() for _ in range(n)]
             free[i] -= 1
-            push(t + procs[i].draw(n), "done", (i, items))
+            if n < batch[i] and wait[i] > 0:  # the runner's worker waits for more frames
+                forming[i] = f = {"items": items}
+                push(t + wait[i], "deadline", (i, f))
+                refill(i, t)
+                return
+            launch(i, t, items)
             refill(i, t)
 
     def refill(i: int, t: float) -> None:
@@ -192,6 +254,12 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         if kind == "read":
             j, f = data
             deliver(0, t, "src", j, deque([f]))
+        elif kind == "deadline":
+            i, f = data
+            if forming[i] is f:  # not filled before its wait ran out: run what it holds
+                forming[i] = None
+                launch(i, t, f["items"])
+                start_work(i, t)
         else:
             i, items = data
             deliver(i + 1, t, "stage", i, deque(items))

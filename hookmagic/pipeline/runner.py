@@ -7,12 +7,16 @@ hands frames through bounded FIFO queues (back-pressure, or drop-oldest at the s
 runs each stage's ``fn`` on ``workers`` threads inside a ``hookmagic.range`` named after the
 stage while a capture records ranges (so ``%%cudahook`` around a run groups each stage's
 kernels; outside a capture no range is opened, it would record nothing), and times GPU stages
-with CUDA events on each worker's own stream. The result is a :class:`PipelineRun`.
+with CUDA events on each worker's own stream. The result is a :class:`PipelineRun`. The stage
+workers are threads the pipeline keeps across its runs (:mod:`hookmagic.pipeline.workers`), with
+their CUDA streams and the libraries' per-thread handles; the source is read by a new thread per
+stream each run.
 
 What instrumentation costs per stage execution: host timestamps and one row appended to the
-thread's own list (always); for GPU stages two ``cudaEventRecord`` calls on events reused from
-the pipeline's pool, resolved to times once after the run (``instrument=True``); a range only
-under a capture. See lab/pipeline/pipeline_instrument.py.
+thread's own list (always); for GPU stages two ``cuEventRecord`` calls that keep the GIL, on
+events the worker reuses, read once after the run (``instrument=True``,
+:mod:`hookmagic.pipeline.cuda_events`); a range only under a capture. A GPU stage waits for its
+stream after ``fn`` with or without instrumentation. See lab/pipeline/pipeline_instrument.py.
 
 On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
 threads get :data:`LEAVE_S` to leave (a worker still inside its stage's ``fn`` then is left
@@ -24,24 +28,23 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import math
-
 from hookmagic.common.accessors import checked_calls
 from hookmagic.common.errors import InvalidArgument, Unavailable
+from hookmagic.pipeline import cuda_events
 from hookmagic.pipeline.run import PipelineRun
 from hookmagic.pipeline.sources import Captured, Lost, Source, as_source
+from hookmagic.pipeline.workers import Workers
 
 _END = object()  # end-of-stream marker, one per worker of the receiving stage
 _POLL_S = 0.05   # how often blocked threads look at the stop flag
-#: GPU batches a worker keeps as CUDA-event pairs before it turns the oldest into times inside the
-#: run, two per stage execution (a run shorter than this resolves them all after it ends)
-_RESOLVE_EVERY = 4096
 #: the most worker threads one stage may ask for, and one pipeline in all (checked before any
 #: thread starts: a thread per worker, and no machine this runs on has use for more)
 MAX_WORKERS = 256
@@ -75,7 +78,7 @@ class Stage:
     first dimension is the batch). Returning None drops the frame (recorded, not an error).
     ``workers`` threads run the stage. ``device="cuda"`` runs ``fn`` on the worker's own CUDA
     stream and times it with CUDA events. ``batch_wait_ms`` waits that long for a batch to fill
-    (0: take what is queued).
+    (0: take what is queued: batches are partial whenever fewer frames wait).
     """
 
     name: str
@@ -131,15 +134,17 @@ class _Recorder:
 
     Each thread appends its event rows (one per frame per stage) to its *own* list, so the hot
     path takes no lock; GPU stages keep, per batch, the index of its first row and the CUDA-event
-    pair around it. The pairs are turned into times after the run; past :data:`_RESOLVE_EVERY`
-    pending pairs a worker resolves its two oldest after each execution (complete: no wait), so
-    a long run holds a bounded number of events without pausing a worker for a whole chunk."""
+    pair around it. The pairs are turned into times after the run; past
+    :data:`~hookmagic.pipeline.cuda_events.PENDING_MAX` pending pairs a worker reads its two
+    oldest after each execution (complete: no wait), so a long run holds a bounded number of
+    events without pausing a worker for a whole chunk."""
 
     def __init__(self) -> None:
         # per thread: its rows, its GPU batches waiting to be resolved (first row index, rows,
-        # start event, end event) and those resolved (first row index, rows, start ns, end ns)
+        # event pair) and those resolved (first row index, rows, start ns, end ns)
         self.threads: list[tuple[list[tuple], collections.deque, list[tuple]]] = []
         self.frames: list[list] = []    # fid -> [source, index, created_ns, outcome, reason, error, stage]
+        self.owners: dict[int, Any] = {}  # id(pending list) -> the EventPairs its pairs come from
         self.lock = threading.Lock()
         self.batch_ids = itertools.count()
 
@@ -171,7 +176,10 @@ class Pipeline:
     queued frame instead (for live cameras). ``on_error="continue"`` records a failing frame and
     goes on; ``"stop"`` stops the run and re-raises. ``instrument=False`` skips the
     ``hookmagic.range`` (opened only while a capture records ranges) and the CUDA events
-    (host timestamps are always taken; GPU stages then wait on their stream instead).
+    (host timestamps are always taken).
+
+    The stage workers are kept between runs (one run at a time per pipeline); :meth:`close`
+    ends them, as collecting the pipeline does.
     """
 
     def __init__(self, stages: Sequence[Stage], queue_size: int = 8, overflow: str = "block",
@@ -214,7 +222,15 @@ class Pipeline:
         self.instrument = instrument
         self.name = name
         self.last_run: PipelineRun | None = None
-        self._event_pool: list[tuple[Any, Any]] = []  # timing CUDA-event pairs, reused
+        self._workers = Workers()
+        self._closer = weakref.finalize(self, self._workers.close)
+        self._running = threading.Lock()
+        self._ref_event: int | None = None  # the runs' GPU reference event (driver handle)
+
+    def close(self) -> None:
+        """End the worker threads this pipeline keeps between runs (a later run starts new
+        ones)."""
+        self._workers.close()
 
     def __repr__(self) -> str:
         parts = " → ".join(f"{s.name}" + (f"×{s.workers}" if s.workers > 1 else "")
@@ -250,7 +266,13 @@ class Pipeline:
         if src.stage in {s.name for s in self.stages}:
             raise InvalidArgument(f"a stage is named {src.stage!r}, the name of the source's own "
                                   "read stage: rename it")
-        return _Run(self, src, frames, seconds, list(observers)).execute()
+        if not self._running.acquire(blocking=False):
+            raise InvalidArgument(f"pipeline {self.name!r} is already running: a pipeline runs "
+                                  "one source at a time (build a second Pipeline to run two)")
+        try:
+            return _Run(self, src, frames, seconds, list(observers)).execute()
+        finally:
+            self._running.release()
 
 
 class _Run:
@@ -272,7 +294,9 @@ class _Run:
         self.finished: set[int] = set()     # indices of the threads that have left
         self.finished_cv = threading.Condition()
         self.cuda = any(s.device == "cuda" for s in pipe.stages)
-        self.gpu_ref: tuple[Any, int] | None = None
+        self.gpu_ref: cuda_events.Reference | None = None
+        self.gpu_timing = "none (no GPU stage)" if not self.cuda else (
+            "off (instrument=False)" if not pipe.instrument else "CUDA events (driver API)")
 
     # -- queue helpers -------------------------------------------------------------------
     def _put(self, k: int, item: Any) -> bool:
@@ -371,29 +395,34 @@ class _Run:
             if last:
                 self._end_of(0)
 
-    def _work(self, k: int, worker: int) -> None:
+    def _work(self, k: int, worker: int, state: dict) -> None:
+        """Stage k's worker ``worker``, on the thread the pipeline keeps for it (``state`` is
+        that thread's own: its CUDA stream and timing events, kept across runs)."""
         st, rec, pipe = self.pipe.stages[k], self.rec, self.pipe
         rows_out, gpu_out, gpu_done = rec.thread_lists()
         append = rows_out.append
         name, fn, batched, observers = st.name, st.fn, bool(st.batch), self.observers
         gpu = st.device == "cuda"
         last = k == len(pipe.stages) - 1
-        stream = None
-        timed = gpu and pipe.instrument
+        stream = pairs = record = take = None
+        handle = 0
+        timed = gpu and self.gpu_ref is not None
         if gpu:
             import torch
-            stream = torch.cuda.Stream()
+            stream = state.get("stream")
+            if stream is None:
+                stream = state["stream"] = torch.cuda.Stream()
             # this thread is the pipeline's: its current stream stays the worker's own stream
             # (what `with torch.cuda.stream(...)` around each call would do, without its cost)
             torch.cuda.set_stream(stream)
-            pool = pipe._event_pool
-
-            def event_pair() -> tuple[Any, Any]:
-                try:
-                    return pool.pop()   # reused across runs: created once per pipeline
-                except IndexError:
-                    return (torch.cuda.Event(enable_timing=True),
-                            torch.cuda.Event(enable_timing=True))
+            handle = stream.cuda_stream
+            if timed:
+                pairs = state.get("events")
+                if pairs is None:
+                    cuda_events.bind_context(stream.device.index or 0)
+                    pairs = state["events"] = cuda_events.EventPairs()
+                record, take = pairs.record, pairs.take
+                rec.owners[id(gpu_out)] = pairs  # whose pairs the pending entries are
         rng = recorder = None
         if pipe.instrument:
             # a range per stage execution while a capture records ranges; outside a capture
@@ -429,19 +458,18 @@ class _Run:
                 try:
                     arg = [it.payload for it in items] if batched else first.payload
                     if timed:
-                        pair = event_pair()
-                        pair[0].record(stream)
+                        pair = take()
+                        record(pair[0], handle)
                     if rng is not None and recorder.active:
                         with rng(name):
                             out = fn(arg)
                     else:
                         out = fn(arg)
                     if timed:
-                        pair[1].record(stream)
-                        pair[1].synchronize()
+                        record(pair[1], handle)
+                    if gpu:
+                        stream.synchronize()  # the end event is complete with it
                         timed_pair = pair
-                    elif gpu:
-                        stream.synchronize()
                     outs = self._split(st, out, len(items)) if batched else [out]
                 except Exception as err:  # noqa: BLE001 - recorded per frame
                     status, error, outs = "failed", f"{type(err).__name__}: {err}", None
@@ -453,9 +481,11 @@ class _Run:
                 if observers:
                     self._notify_stage(name, (end - start) / 1e9, n)
                 if timed_pair is not None:
-                    gpu_out.append((len(rows_out), n, timed_pair[0], timed_pair[1]))
-                    if len(gpu_out) >= _RESOLVE_EVERY:
-                        self._resolve(gpu_out, gpu_done, 2)
+                    gpu_out.append((len(rows_out), n, timed_pair))
+                    if len(gpu_out) >= cuda_events.PENDING_MAX:
+                        cuda_events.resolve(self.gpu_ref, pairs, gpu_out, gpu_done, 2)
+                elif pair is not None:  # fn failed between the two records: reuse the pair
+                    pairs.give(pair)
                 for j, it in enumerate(items):
                     res = outs[j] if outs is not None else None
                     it.payload = res
@@ -490,18 +520,6 @@ class _Run:
                 last_worker = self.alive[k] == 0
             if last_worker:
                 self._end_of(k + 1)
-
-    def _resolve(self, pending: collections.deque, done: list[tuple],
-                 count: int | None = None) -> None:
-        """Turn the ``count`` oldest (default: all) completed CUDA-event pairs into host-clock ns
-        (via the run's reference event) and give the pairs back to the pipeline's pool."""
-        ref, ref_ns = self.gpu_ref  # type: ignore[misc]
-        pool = self.pipe._event_pool
-        for _ in range(len(pending) if count is None else min(count, len(pending))):
-            first, n, ev0, ev1 = pending.popleft()
-            done.append((first, n, ref_ns + int(ref.elapsed_time(ev0) * 1e6),
-                         ref_ns + int(ref.elapsed_time(ev1) * 1e6)))
-            pool.append((ev0, ev1))
 
     @staticmethod
     def _split(st: Stage, out: Any, n: int) -> list[Any] | None:
@@ -549,26 +567,31 @@ class _Run:
         if self.cuda:
             import torch
             torch.cuda.synchronize()
-            ref = torch.cuda.Event(enable_timing=True)
-            ref.record()
-            ref.synchronize()
-            self.gpu_ref = (ref, time.perf_counter_ns())
-        threads = []
-        for k, st in enumerate(pipe.stages):
-            for w in range(st.workers):
-                threads.append(self._thread(len(threads), f"hookmagic-{st.name}-{w}",
-                                            self._work, (k, w)))
+            if pipe.instrument:
+                try:
+                    cuda_events.bind_context(torch.cuda.current_device())
+                    if pipe._ref_event is None:
+                        pipe._ref_event = cuda_events.new_event()
+                    self.gpu_ref = cuda_events.Reference(pipe._ref_event)
+                except Unavailable as err:  # no driver library to time with: run untimed
+                    self.gpu_timing = f"off ({err})"
+        keys = self._worker_keys()
         t0 = time.perf_counter()
         started_ns = time.perf_counter_ns()
         wall_start = time.time()
-        for sidx, stream in enumerate(self.src.streams):
-            threads.append(self._thread(len(threads), f"hookmagic-read-{stream.name}",
-                                        self._read, (stream, sidx, t0)))
-        everyone = len(threads)
+        readers = [self._thread(len(keys) + sidx, f"hookmagic-read-{stream.name}",
+                                self._read, (stream, sidx, t0))
+                   for sidx, stream in enumerate(self.src.streams)]
+        everyone = len(keys) + len(readers)
+        submitted: set[int] = set()
         cv = self.finished_cv
         interrupted: BaseException | None = None
         try:
-            for t in threads:
+            for i, (k, w) in enumerate(keys):
+                pipe._workers.submit((k, w), f"hookmagic-{pipe.stages[k].name}-{w}",
+                                     self._task(i, k, w))
+                submitted.add(i)
+            for t in readers:
                 t.start()
             while True:
                 # a Condition, not Thread.join: a KeyboardInterrupt inside join(timeout) can
@@ -593,10 +616,15 @@ class _Run:
             # then leave without the ones that do not (daemon threads; reported as stuck)
             self.stop.set()
             with cv:
-                # threads an interrupt kept from starting will not leave: they never came
-                self.finished.update(i for i, t in enumerate(threads) if t.ident is None)
+                # workers and readers an interrupt kept from starting will not leave: they
+                # never came
+                self.finished.update(i for i in range(len(keys)) if i not in submitted)
+                self.finished.update(len(keys) + j for j, t in enumerate(readers)
+                                     if t.ident is None)
                 cv.wait_for(lambda: len(self.finished) == everyone, timeout=LEAVE_S)
-        stuck = [key for i, key in enumerate(self._worker_keys()) if i not in self.finished]
+        stuck = [key for i, key in enumerate(keys) if i not in self.finished]
+        for key in stuck:  # the next run gets a new thread in its place
+            pipe._workers.abandon(key)
         run = self._result(started_ns, wall_start, stuck)
         pipe.last_run = run
         err = interrupted or self.error
@@ -619,6 +647,18 @@ class _Run:
                     self.finished.add(i)
                     self.finished_cv.notify_all()
         return threading.Thread(target=main, name=name, daemon=True)
+
+    def _task(self, i: int, k: int, w: int) -> Callable[[dict], None]:
+        """Worker ``w`` of stage ``k`` as a task for its kept thread; adds ``i`` to
+        :attr:`finished` when it returns."""
+        def task(state: dict) -> None:
+            try:
+                self._work(k, w, state)
+            finally:
+                with self.finished_cv:
+                    self.finished.add(i)
+                    self.finished_cv.notify_all()
+        return task
 
     def _worker_keys(self) -> list[tuple[int, int]]:
         """(stage index, worker) of each worker thread, in the order :meth:`execute` starts them."""
@@ -645,10 +685,10 @@ class _Run:
                  "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error"]
         # column by column (pandas' row-wise constructor costs ~5 µs per row)
         if self.gpu_ref is not None and any(pending for _, pending, _ in rec.threads):
-            import torch
-            torch.cuda.synchronize()
+            # every pending pair's end event is complete: its worker waited for its stream
             for _, pending, done in rec.threads:
-                self._resolve(pending, done)
+                if pending and id(pending) in rec.owners:
+                    cuda_events.resolve(self.gpu_ref, rec.owners[id(pending)], pending, done)
         rows: list[tuple] = []
         gpu: list[tuple] = []
         for trows, _, tdone in list(rec.threads):
@@ -684,7 +724,8 @@ class _Run:
             "stages": [{"name": self.src.stage, "workers": len(self.src.streams), "batch": None,
                         "device": "cpu", "kind": "source"}]
                       + [{"name": s.name, "workers": s.workers, "batch": s.batch,
-                          "device": s.device, "kind": "stage"} for s in pipe.stages],
+                          "batch_wait_ms": s.batch_wait_ms, "device": s.device, "kind": "stage"}
+                         for s in pipe.stages],
             "queue_size": pipe.queue_size, "overflow": pipe.overflow,
             "on_error": pipe.on_error, "instrument": pipe.instrument,
             "source": self.src.description,
@@ -695,5 +736,6 @@ class _Run:
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_start)),
             "clock": "time.perf_counter_ns (host); GPU times from CUDA events on each worker's "
                      "stream, placed on the host clock by one reference event",
+            "gpu_timing": self.gpu_timing,
         }
         return PipelineRun(events, frames, meta)
