@@ -273,7 +273,7 @@ def test_a_batch_size_never_measured_is_scaled_by_the_stage_s_cost_line(device, 
 
 
 def test_batch_cost_is_the_line_through_the_measured_sizes():
-    from hookmagic.pipeline.model import batch_cost
+    from hookmagic.pipeline.analysis import batch_cost
     sizes = np.array([8] * 20 + [4] * 5 + [2] * 3)
     dur = 0.002 + 0.0005 * sizes  # synthetic: 2 ms + 0.5 ms a frame, exactly
     a, b = batch_cost(sizes, dur, gpu=True)

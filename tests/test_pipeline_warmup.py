@@ -65,3 +65,13 @@ def test_the_model_as_measured_reproduces_recorded_gpu_runs(name):
     # each recording within 12 %; with warm-ups resampled as steady state two of them were off
     # by 21 % and 44 %
     assert abs(model / measured - 1) <= 0.12
+
+
+def test_a_short_run_of_many_partial_sizes_still_finds_its_warmup():
+    # synthetic: no size ran the 4 later times that make it its own reference; every later
+    # execution takes 2 + 0.5 n ms, the first one (size 6) 300 ms: the line through the later
+    # executions flags it and nothing else
+    sizes = [6, 3, 5, 3, 7, 5, 2, 6, 7, 2, 4]
+    durs = [300] + [2 + 0.5 * n for n in sizes[1:]]
+    flags = warmup_flags(_synthetic_batches(durs, sizes), workers=1)
+    assert flags.tolist() == [True] + [False] * 10

@@ -57,6 +57,32 @@ def batches(run: PipelineRun, stage: str) -> pd.DataFrame:
     return out[["worker", "start_ns", "end_ns", "size", "blocked_ns", "gpu_ms"]]
 
 
+def batch_cost(sizes: np.ndarray, durations_s: np.ndarray,
+               gpu: bool) -> tuple[float, float]:
+    """``(a, b)``: a stage's steady service time of a batch of n frames, modelled as ``a + b·n``
+    (both >= 0), from its executions' sizes and durations. Two or more sizes: the least-squares
+    line through each size's median, weighted by how often the size ran. One size ``m`` with
+    median ``t``: ``(t, 0)`` for a GPU stage (a smaller batch costs the same), ``(0, t/m)`` for a
+    CPU stage (cost per frame). Only sizes a run never measured are drawn through this line."""
+    sizes = np.asarray(sizes, dtype=float)
+    durations_s = np.asarray(durations_s, dtype=float)
+    if len(sizes) == 0:
+        return 0.0, 0.0
+    us = np.unique(sizes)
+    med = np.array([np.median(durations_s[sizes == s]) for s in us])
+    if len(us) == 1:
+        return (float(med[0]), 0.0) if gpu else (0.0, float(med[0] / us[0]))
+    w = np.array([(sizes == s).sum() for s in us], dtype=float)
+    mx, my = np.average(us, weights=w), np.average(med, weights=w)
+    b = float(np.sum(w * (us - mx) * (med - my)) / np.sum(w * (us - mx) ** 2))
+    a = my - b * mx
+    if b < 0:           # larger batches measured faster: noise; no size effect
+        return float(my), 0.0
+    if a < 0:           # through the origin instead
+        return 0.0, float(np.sum(w * us * med) / np.sum(w * us * us))
+    return float(a), b
+
+
 #: one of the first executions at a batch size that takes this many times the steady-state time
 #: of that size is warm-up (lazy initialisation, cuDNN/TensorRT autotuning of a new shape)
 WARMUP_FACTOR = 3.0
@@ -70,7 +96,9 @@ def warmup_flags(b: pd.DataFrame, workers: int) -> np.ndarray:
     :data:`WARMUP_FACTOR` × the steady time of that size. A size seen too few times to be its
     own reference (a partial batch) is compared with the nearest larger well-sampled size (a
     smaller batch takes no longer in steady state), else the nearest smaller one scaled
-    linearly."""
+    linearly. When no size is well sampled (short runs of many partial sizes), the reference is
+    the :func:`batch_cost` line through all the later executions, if there are
+    :data:`WARMUP_MIN_STEADY` of them."""
     flags = np.zeros(len(b), dtype=bool)
     if b.empty:
         return flags
@@ -86,7 +114,16 @@ def warmup_flags(b: pd.DataFrame, workers: int) -> np.ndarray:
         rest = dur[(size == s) & ~first]
         if len(rest) >= WARMUP_MIN_STEADY:
             steady[int(s)] = float(np.median(rest))
+    later = ~first
     if not steady:
+        if later.sum() < WARMUP_MIN_STEADY:
+            return flags
+        a, b_ = batch_cost(size[later], dur[later], gpu=True)
+        biggest = int(size[later].max())
+        for i in np.nonzero(first)[0]:
+            s = int(size[i])
+            ref = a + b_ * s if b_ > 0 or s <= biggest else a * s / biggest
+            flags[i] = dur[i] > WARMUP_FACTOR * ref
         return flags
     known = np.array(sorted(steady))
     for i in np.nonzero(first)[0]:

@@ -83,3 +83,13 @@ def swscale_args(matrix: str, rng: str) -> dict:
             "dst_color_range": ColorRange.JPEG,
             "interpolation": (Interpolation.POINT | Interpolation.ACCURATE_RND
                               | Interpolation.FULL_CHR_H_INT)}
+
+
+def swscale_from_rgb_args(matrix: str) -> dict:
+    """Keyword arguments for PyAV's ``VideoFrame.reformat`` from full-range RGB to limited-range
+    YUV with ``matrix`` (writing a clip tagged with that matrix, accurately rounded)."""
+    from av.video.reformatter import ColorRange, Colorspace, Interpolation
+    check(matrix, None)
+    return {"dst_colorspace": Colorspace.ITU709 if matrix == "bt709" else Colorspace.ITU601,
+            "src_color_range": ColorRange.JPEG, "dst_color_range": ColorRange.MPEG,
+            "interpolation": Interpolation.BILINEAR | Interpolation.ACCURATE_RND}

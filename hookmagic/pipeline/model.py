@@ -27,34 +27,8 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.errors import InvalidArgument
-from hookmagic.pipeline.analysis import batches, throughput, warmup_flags
+from hookmagic.pipeline.analysis import batch_cost, batches, throughput, warmup_flags
 from hookmagic.pipeline.run import PipelineRun
-
-
-def batch_cost(sizes: np.ndarray, durations_s: np.ndarray,
-               gpu: bool) -> tuple[float, float]:
-    """``(a, b)``: a stage's steady service time of a batch of n frames, modelled as ``a + b·n``
-    (both >= 0), from its executions' sizes and durations. Two or more sizes: the least-squares
-    line through each size's median, weighted by how often the size ran. One size ``m`` with
-    median ``t``: ``(t, 0)`` for a GPU stage (a smaller batch costs the same), ``(0, t/m)`` for a
-    CPU stage (cost per frame). Only sizes a run never measured are drawn through this line."""
-    sizes = np.asarray(sizes, dtype=float)
-    durations_s = np.asarray(durations_s, dtype=float)
-    if len(sizes) == 0:
-        return 0.0, 0.0
-    us = np.unique(sizes)
-    med = np.array([np.median(durations_s[sizes == s]) for s in us])
-    if len(us) == 1:
-        return (float(med[0]), 0.0) if gpu else (0.0, float(med[0] / us[0]))
-    w = np.array([(sizes == s).sum() for s in us], dtype=float)
-    mx, my = np.average(us, weights=w), np.average(med, weights=w)
-    b = float(np.sum(w * (us - mx) * (med - my)) / np.sum(w * (us - mx) ** 2))
-    a = my - b * mx
-    if b < 0:           # larger batches measured faster: noise; no size effect
-        return float(my), 0.0
-    if a < 0:           # through the origin instead
-        return 0.0, float(np.sum(w * us * med) / np.sum(w * us * us))
-    return float(a), b
 
 
 class _Sampler:

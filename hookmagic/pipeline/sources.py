@@ -473,14 +473,31 @@ def as_source(obj: Any) -> Source:
                           "frames, a video path, or a hookmagic.pipeline source)")
 
 
+#: the patterns :func:`write_synthetic_video` draws
+PATTERNS = ("bands", "natural")
+#: FFmpeg's colorspace code written into a synthetic clip's stream for each matrix
+_TAG = {"bt601": 6, "bt709": 1}
+
+
 def write_synthetic_video(path: str | os.PathLike, frames: int = 60, width: int = 320,
                           height: int = 240, fps: int = 30, codec: str = "libx264",
-                          preset: str = "veryfast", seed: int = 0) -> Path:
-    """Encode a *synthetic* test video with PyAV: a moving gradient over fixed noise, ``frames``
-    long, ``width×height`` at ``fps`` (``codec`` libx264 → H.264, yuv420p).
+                          preset: str = "veryfast", seed: int = 0, pattern: str = "bands",
+                          color_matrix: str | None = None) -> Path:
+    """Encode a *synthetic* test video with PyAV, ``frames`` long, ``width×height`` at ``fps``
+    (``codec`` libx264 → H.264, yuv420p).
+
+    ``pattern="bands"``: a moving gradient over fixed noise. ``"natural"``: a camera panning
+    over a generated landscape-like texture (1/f amplitude spectrum, the statistics of natural
+    images, with correlated colour channels) while a textured disc crosses it, so the encoder
+    finds real motion and fine detail. ``color_matrix="bt601"|"bt709"`` converts the RGB
+    pictures with that matrix (limited range) and tags the stream so (SMPTE 170M / BT.709);
+    None leaves the stream untagged (FFmpeg's default conversion).
 
     For tests, notebooks and benchmarks: the file is really encoded, the pictures are generated.
     """
+    if pattern not in PATTERNS:
+        raise InvalidArgument(f"pattern must be one of {list(PATTERNS)}, got {pattern!r}")
+    color.check(color_matrix, None)
     if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 1_000_000:
         raise InvalidArgument(f"frames must be an int in 1..1000000, got {frames!r}")
     _check_size(width, height)
@@ -494,20 +511,75 @@ def write_synthetic_video(path: str | os.PathLike, frames: int = 60, width: int 
     if not path.parent.is_dir():
         raise InvalidArgument(f"cannot write {path}: its folder does not exist")
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.int32)
-    base = np.stack([xx, yy, xx + yy], axis=-1)
-    base = (base + rng.integers(0, 24, base.shape)).astype(np.uint8)
-    step = np.array([4, 2, 1], dtype=np.uint8)
+    picture = (_natural_pictures(frames, width, height, rng) if pattern == "natural"
+               else _band_pictures(width, height, rng))
     with av.open(str(path), mode="w") as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         if codec == "libx264":
             stream.options = {"preset": preset}
+        if color_matrix is not None:
+            stream.codec_context.colorspace = _TAG[color_matrix]
+            stream.codec_context.color_range = 1  # limited (MPEG)
+            convert = color.swscale_from_rgb_args(color_matrix)
         for i in range(frames):
-            img = base + (step * (i % 256)).astype(np.uint8)  # uint8 wraps: moving bands
-            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame = av.VideoFrame.from_ndarray(picture(i), format="rgb24")
+            if color_matrix is not None:
+                frame = frame.reformat(format="yuv420p", **convert)
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+def _band_pictures(width: int, height: int, rng: np.random.Generator) -> Callable[[int], Any]:
+    """Frame i of the "bands" pattern: a gradient over fixed noise whose bands move."""
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.int32)
+    base = np.stack([xx, yy, xx + yy], axis=-1)
+    base = (base + rng.integers(0, 24, base.shape)).astype(np.uint8)
+    step = np.array([4, 2, 1], dtype=np.uint8)
+    return lambda i: base + (step * (i % 256)).astype(np.uint8)  # uint8 wraps: moving bands
+
+
+def _one_over_f(h: int, w: int, exponent: float, rng: np.random.Generator) -> np.ndarray:
+    """A zero-mean, unit-variance ``h×w`` field whose amplitude spectrum falls as 1/f^exponent."""
+    fy = np.fft.fftfreq(h)[:, None]
+    fx = np.fft.rfftfreq(w)[None, :]
+    f = np.hypot(fx, fy)
+    f[0, 0] = 1.0
+    spec = (rng.standard_normal(f.shape) + 1j * rng.standard_normal(f.shape)) / f ** exponent
+    spec[0, 0] = 0.0
+    x = np.fft.irfft2(spec, s=(h, w))
+    return (x - x.mean()) / (x.std() or 1.0)
+
+
+def _texture(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """An ``h×w×3`` uint8 landscape-like texture: 1/f luminance, smoother and weaker colour."""
+    lum = _one_over_f(h, w, 1.0, rng)
+    c1, c2 = _one_over_f(h, w, 1.5, rng), _one_over_f(h, w, 1.5, rng)
+    rgb = np.stack([118 + 48 * lum + 34 * c1, 112 + 48 * lum - 12 * c1 + 14 * c2,
+                    100 + 48 * lum - 40 * c2], axis=-1)
+    return np.clip(np.round(rgb), 0, 255).astype(np.uint8)
+
+
+def _natural_pictures(frames: int, width: int, height: int,
+                      rng: np.random.Generator) -> Callable[[int], Any]:
+    """Frame i of the "natural" pattern: a window panning (3 px right, 1 px down a frame, back
+    and forth) over a larger texture, with a textured disc crossing it the other way."""
+    span = min(frames, 240)  # the pan turns back after this many frames
+    big = _texture(height + span + 1, width + 3 * span + 1, rng)
+    d = max(8, min(width, height) // 4)
+    disc = _texture(d, d, rng)
+    yy, xx = np.mgrid[0:d, 0:d]
+    inside = (yy - d / 2) ** 2 + (xx - d / 2) ** 2 <= (d / 2) ** 2
+
+    def picture(i: int) -> np.ndarray:
+        k = i % (2 * span)
+        k = k if k < span else 2 * span - k
+        img = big[k:k + height, 3 * k:3 * k + width].copy()
+        x = int((width - d) * (1 - (i % frames) / max(frames - 1, 1)))
+        y = (height - d) // 2
+        img[y:y + d, x:x + d][inside] = disc[inside]
+        return img
+    return picture

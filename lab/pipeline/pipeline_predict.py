@@ -1,0 +1,266 @@
+"""Do the pipeline model's predictions hold on a real GPU pipeline? NVDEC decode → GPU
+preprocess → ResNet-50 FP16 → top-5, with the inference made heavier or lighter for real.
+
+    python lab/pipeline/pipeline_predict.py --clip CLIP.mp4 --out DIR [--processes 3] [--loops 4]
+
+GPU machine with torch, torchvision and PyNvVideoCodec (no PyAV needed: the clip is made
+beforehand, e.g. by ``lab/pipeline/pipeline_color.py make``). In each fresh process, for each
+``repeats`` r in 4, 2, 1 (the infer stage runs the same ResNet-50, channels-last FP16, batch 16,
+random weights, r times per batch: r=1 is the lightest), one pipeline is built and run twice over
+the clip looped ``--loops`` times: a *cold* run (the process's first run of that pipeline: lazy
+initialisation, cuDNN's first batches of each size) and a *warm* run (the pipeline keeps its
+worker threads). Checks, per process:
+
+- **as measured**: ``what_if(...)``'s "model: as measured" fps against the run it models, for
+  every cold and warm run (target within 5 %); the warm-up executions ``run.warmup()`` found;
+- **what-if**: for each pair (heavier r_h, lighter r_l), ``what_if("infer", k)`` on the heavier
+  warm run, with k the ratio of the two infer functions' own times at a full batch (median of 10
+  calls each, timed alone before the runs), against the lighter warm run's measured fps (target
+  within 10 %); the prediction with the nominal k = r_h / r_l is recorded too (the stage's host
+  overhead does not scale with r, so the nominal factor overstates the speed-up).
+
+Writes ``DIR/pipeline_predict.json`` (every run's figures) and ``DIR/pipeline_predict.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+REPEATS = (4, 2, 1)
+PAIRS = ((4, 2), (2, 1), (4, 1))
+BATCH = 16
+
+
+def _looped(clip: Path, loops: int, smoke: bool = False):
+    """The NVDEC source of ``clip`` read ``loops`` times in a row, as one stream (``smoke``:
+    PyAV's CPU decode instead, to check the script without a GPU)."""
+    from hookmagic.pipeline import nvdec_video, video_file
+    from hookmagic.pipeline.sources import Source, Stream
+
+    src = video_file(clip) if smoke else nvdec_video(clip)
+    one = src.streams[0]
+
+    def open_():
+        for _ in range(loops):
+            yield from one.open()
+    return Source([Stream(one.name, open_, None, f"{one.description} ×{loops}")], src.stage,
+                  f"{src.description}, ×{loops}", meta=src.meta)
+
+
+def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
+    import torch
+
+    from hookmagic.pipeline import Pipeline, Stage
+    from hookmagic.pipeline.analysis import batches as batches_of, warmup_flags
+
+    dev, side, half = ("cpu", 32, torch.float32) if smoke else ("cuda", 224, torch.float16)
+    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(3, 1, 1) * 255
+    if smoke:  # a tiny stand-in model: checks the script, its numbers mean nothing
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1),
+                                    torch.nn.Flatten(), torch.nn.Linear(8, 1000)).eval()
+    else:
+        import torchvision
+        model = torchvision.models.resnet50(weights=None).eval().to(dev).half()
+        model = model.to(memory_format=torch.channels_last)
+
+    def pre(frame):  # H×W×3 uint8 on the GPU (NVDEC) → 3×224×224 FP16
+        x = torch.as_tensor(frame, device=dev).permute(2, 0, 1).float()[None]
+        x = torch.nn.functional.interpolate(x, size=(side, side), mode="bilinear",
+                                            antialias=False, align_corners=False)[0]
+        return ((x - mean) / std).to(half)
+
+    def infer_r(r):
+        def infer(batch):
+            with torch.inference_mode():
+                x = torch.stack(batch).contiguous(memory_format=torch.channels_last)
+                for _ in range(r - 1):
+                    model(x)
+                return model(x)
+        return infer
+
+    def post(logits):
+        return torch.softmax(logits.float(), -1).topk(5).indices.cpu().numpy()
+
+    out: dict = {"runs": [], "standalone_ms": {}}
+    runs = {}
+    # the infer stage's own time at a full batch, outside any pipeline: what "k× faster" means
+    x = [pre(np.zeros((720, 1280, 3), np.uint8) if smoke else
+             torch.zeros((720, 1280, 3), dtype=torch.uint8, device=dev))] * BATCH
+    for r in REPEATS:
+        fn = infer_r(r)
+        times = []
+        for i in range(13):
+            t = time.perf_counter()
+            fn(x)
+            if not smoke:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        out["standalone_ms"][r] = float(np.median(times[3:]) * 1e3)
+    for r in REPEATS:
+        pipe = Pipeline([Stage("preprocess", pre, device=dev),
+                         Stage("infer", infer_r(r), batch=BATCH, device=dev),
+                         Stage("postprocess", post, device=dev)], queue_size=32,
+                        name=f"nvdec_resnet50_x{r}")
+        for phase in ("cold", "warm"):
+            t = time.perf_counter()
+            run = pipe.run(_looped(clip, loops, smoke))
+            wall = time.perf_counter() - t
+            table = run.what_if("infer", 1.0)
+            b = batches_of(run, "infer")
+            warm = warmup_flags(b, 1)
+            dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e6
+            full = (b["size"].to_numpy() == BATCH) & ~warm
+            w = run.warmup()
+            sizes = b["size"].value_counts().sort_index()
+            row = {"repeats": r, "phase": phase, "wall_s": wall,
+                   "frames_done": int(table.loc["measured", "frames_done"]),
+                   "fps": float(table.loc["measured", "fps"]),
+                   "model_fps": float(table.loc["model: as measured", "fps"]),
+                   "p50_ms": float(table.loc["measured", "p50_ms"]),
+                   "model_p50_ms": float(table.loc["model: as measured", "p50_ms"]),
+                   "bottleneck": run.bottleneck().stage,
+                   "infer_full_ms": float(np.median(dur[full])) if full.any() else float("nan"),
+                   "infer_sizes": {int(k): int(v) for k, v in sizes.items()},
+                   "warmups": [{"stage": x.stage, "size": int(x.size), "ms": float(x.ms),
+                                "steady_p50_ms": float(x.steady_p50_ms)}
+                               for x in w.itertuples()],
+                   "gpu_timing": run.meta.get("gpu_timing")}
+            row["model_err"] = row["model_fps"] / row["fps"] - 1
+            out["runs"].append(row)
+            runs[(r, phase)] = run
+            print(json.dumps({k: v for k, v in row.items() if k != "warmups"}), file=sys.stderr,
+                  flush=True)
+        pipe.close()
+    whatif = []
+    for rh, rl in PAIRS:
+        heavy, light = runs[(rh, "warm")], runs[(rl, "warm")]
+        th = next(x for x in out["runs"] if x["repeats"] == rh and x["phase"] == "warm")
+        tl = next(x for x in out["runs"] if x["repeats"] == rl and x["phase"] == "warm")
+        k = out["standalone_ms"][rh] / out["standalone_ms"][rl]
+        pred = float(heavy.what_if("infer", k).iloc[-1]["fps"])
+        nominal = float(heavy.what_if("infer", rh / rl).iloc[-1]["fps"])
+        whatif.append({"heavy": rh, "light": rl, "k_measured": k,
+                       "k_in_runs": th["infer_full_ms"] / tl["infer_full_ms"],
+                       "predicted_fps": pred,
+                       "light_fps": tl["fps"], "err": pred / tl["fps"] - 1,
+                       "nominal_k": rh / rl, "nominal_fps": nominal,
+                       "nominal_err": nominal / tl["fps"] - 1,
+                       "light_model_fps": float(light.what_if("infer", 1.0).iloc[1]["fps"])})
+    out["whatif"] = whatif
+    out["source"] = runs[(1, "warm")].meta.get("source")
+    return out
+
+
+def machine() -> dict:
+    import platform
+    info = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "python": platform.python_version()}
+    try:
+        import torch
+        import torchvision
+        info.update(torch=torch.__version__, torchvision=torchvision.__version__,
+                    gpu=torch.cuda.get_device_name(0))
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        info["driver"] = (out.stdout.strip().splitlines() or ["unknown"])[0]
+        import PyNvVideoCodec
+        info["pynvvideocodec"] = getattr(PyNvVideoCodec, "__version__", "?")
+    except (ImportError, OSError, RuntimeError, subprocess.TimeoutExpired) as err:
+        info["error"] = str(err)
+    return info
+
+
+def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
+    def mm(vals, fmt="{:.0f}"):
+        vals = [v for v in vals if v == v]
+        if not vals:
+            return "–"
+        a, b = fmt.format(min(vals)), fmt.format(max(vals))
+        return a if a == b else f"{a} – {b}"
+
+    lines = [f"# Pipeline model against real NVDEC pipelines, {info.get('gpu')} "
+             f"(driver {info.get('driver')}), {info['date']}", "",
+             f"torch {info.get('torch')}, torchvision {info.get('torchvision')}, PyNvVideoCodec "
+             f"{info.get('pynvvideocodec')}, Python {info['python']}. {len(rows)} fresh "
+             f"processes; ranges are min–max over them. Source: {rows[0].get('source')}. "
+             f"Re-run: `python lab/pipeline/pipeline_predict.py --clip {Path(args.clip).name} "
+             f"--processes {args.processes} --loops {args.loops}` (clip from "
+             "`lab/pipeline/pipeline_color.py make`).", "",
+             "## Model as measured (target: within 5 %)", "",
+             "| infer repeats | run | fps measured | fps model | model error | infer batch ms "
+             "(steady, 16) | batch sizes run | warm-ups found (stage size: ms) | bottleneck |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in REPEATS:
+        for phase in ("cold", "warm"):
+            rs = [x for p in rows for x in p["runs"] if x["repeats"] == r and x["phase"] == phase]
+            sizes = sorted({s for x in rs for s in x["infer_sizes"]})
+            warm = "; ".join(sorted({f"{w['stage']} {w['size']}: {w['ms']:.0f}" for x in rs
+                                     for w in x["warmups"]})) or "none"
+            lines.append(f"| {r} | {phase} | {mm([x['fps'] for x in rs])} | "
+                         f"{mm([x['model_fps'] for x in rs])} | "
+                         f"{mm([100 * x['model_err'] for x in rs], '{:+.1f}')} % | "
+                         f"{mm([x['infer_full_ms'] for x in rs], '{:.2f}')} | "
+                         f"{', '.join(map(str, sizes))} | {warm} | "
+                         f"{', '.join(str(x['bottleneck']) for x in rs)} |")
+    lines += ["", "## What-if against a pipeline really made lighter (target: within 10 %)", "",
+              "| heavier → lighter (repeats) | k measured | predicted fps | measured fps "
+              "(lighter) | error | with nominal k | error (nominal k) |",
+              "|---|---|---|---|---|---|---|"]
+    for rh, rl in PAIRS:
+        ws = [w for p in rows for w in p["whatif"] if (w["heavy"], w["light"]) == (rh, rl)]
+        lines.append(f"| {rh} → {rl} | {mm([w['k_measured'] for w in ws], '{:.2f}')} | "
+                     f"{mm([w['predicted_fps'] for w in ws])} | {mm([w['light_fps'] for w in ws])}"
+                     f" | {mm([100 * w['err'] for w in ws], '{:+.1f}')} % | "
+                     f"{mm([w['nominal_fps'] for w in ws])} (k = {rh / rl:g}) | "
+                     f"{mm([100 * w['nominal_err'] for w in ws], '{:+.1f}')} % |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clip", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--loops", type=int, default=4)
+    ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU decode and a tiny CPU model: checks the script, numbers mean nothing")
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(Path(args.clip), args.loops, args.smoke)))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for p in range(args.processes):
+        res = subprocess.run([sys.executable, __file__, "--worker", "--clip", args.clip,
+                              "--out", args.out, "--loops", str(args.loops),
+                              *(["--smoke"] if args.smoke else [])],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            print(res.stdout[-2000:], res.stderr[-6000:], sep="\n", file=sys.stderr)
+            raise SystemExit(f"process {p} failed (rc {res.returncode})")
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        print(f"[predict {time.strftime('%H:%M:%S')}] process {p}: "
+              + "; ".join(f"x{w['heavy']}→x{w['light']} {100 * w['err']:+.1f} %"
+                          for w in rows[-1]["whatif"]), flush=True)
+    info = machine()
+    (out / "pipeline_predict.json").write_text(json.dumps({"machine": info, "processes": rows},
+                                                          indent=1))
+    text = report(rows, info, args)
+    (out / "pipeline_predict.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
