@@ -63,3 +63,28 @@ def test_a_capture_around_a_run_groups_each_stage_s_kernels_under_its_range():
     assert len(in_matmul) >= 11 * (16 // 4)  # 11 GEMMs per batch of 4
     batches = run.events[run.events["stage"] == "matmul"]["batch"].nunique()
     assert (ranges["name"] == "matmul").sum() == batches
+
+
+def test_runs_reuse_their_worker_threads_and_time_every_gpu_execution():
+    import threading
+
+    pipe = Pipeline([Stage("inc", lambda x: x + 1, device="cuda"),
+                     Stage("dbl", lambda x: x * 2, device="cuda")], queue_size=4)
+    base = torch.zeros(16, device="cuda")
+    first = pipe.run([base] * 50)
+    names = {t.ident for t in threading.enumerate() if t.name.startswith(("hookmagic-inc-",
+                                                                         "hookmagic-dbl-"))}
+    second = pipe.run([base] * 5000)  # past PENDING_MAX pairs a worker reads its oldest in the run
+    assert {t.ident for t in threading.enumerate()
+            if t.name.startswith(("hookmagic-inc-", "hookmagic-dbl-"))} == names
+    for run in (first, second):
+        assert run.meta["gpu_timing"] == "CUDA events (driver API)"
+        ev = run.events[run.events["stage"] != "read"]
+        assert (ev["gpu_start_ns"] > 0).all() and (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all()
+        # the host waited for the stream after each execution: the GPU's end precedes the
+        # host's end on one clock (within the reference event's placement, 1 ms)
+        assert (ev["gpu_end_ns"] <= ev["end_ns"] + 1_000_000).all()
+    off = Pipeline(pipe.stages, instrument=False).run([base] * 20)
+    assert (off.events["gpu_start_ns"] == -1).all()
+    assert off.meta["gpu_timing"] == "off (instrument=False)"
+    pipe.close()
