@@ -221,3 +221,137 @@ def summarise_infer(raw, nproc: int) -> list[str]:
             okv = "yes" if r["ok"].all() else f"NO (max err {r['max_err'].max():.3g})"
             lines.append(f"| {case} | {impl} | {rate} | {ofc} | {sp} | {okv} |")
     return lines
+
+
+# --- a benchmark of its own: preprocessing against the torch chain, and the 65,536-column rows ---------
+# (``python -m benchmarks.kernel_infer_cases`` runs it in fresh processes and writes the result in the
+# harness's schema; the module defines what the harness's registry needs to run it as ``kernels_infer``)
+DESCRIPTION = ("preprocess 8x1080p -> 640x640 fp16 (plain, letterbox, NV12; every design) against the torch "
+               "eager chain and a copy of the same bytes, and softmax/LayerNorm/RMSNorm on 256 x 65536 rows "
+               "against torch and a copy: 'call' = CUDA events around one call (the host's launch cost "
+               "included, median of 50), 'kernel' = kernel time from a cold L2 with the launch cost hidden "
+               "(median of 21)")
+PARAMS = {"impls": "auto,pixel,x2,y2,xy", "rows": 1}
+NEEDS: tuple[str, ...] = ("gpu", "torch")
+
+
+def measure(impls: str = "auto,pixel,x2,y2,xy", rows: int = 1) -> dict[str, float]:
+    import torch
+
+    import hookmagic.kernels as hk
+    from benchmarks.bench_kernels import _HOST, _time, _time_device
+
+    def both(fn) -> tuple[float, float, float]:
+        k = _time_device(fn, reps=21)
+        return _time(fn, max_reps=50, min_reps=50), k, _HOST["last"]
+
+    out: dict[str, float] = {}
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
+    nv12 = torch.randint(0, 256, (8, 1620, 1920), dtype=torch.uint8, device="cuda")
+    chain, chain_letterbox = torch_preprocess_chains(frames)
+    cases = (("plain", frames, {}, chain), ("letterbox", frames, {"letterbox": True}, chain_letterbox),
+             ("nv12", nv12, {"format": "NV12"}, None))
+    for case, fr, kw, ref in cases:
+        nbytes = fr.numel() + 8 * 3 * 640 * 640 * 2
+        c_call, c_kernel, _ = both(_copy(nbytes))
+        out[f"pre_{case}_copy_kernel_us"] = c_kernel * 1e6
+        if ref is not None:
+            r_call, r_kernel, r_host = both(ref)
+            out[f"pre_{case}_torch_chain_call_us"] = r_call * 1e6
+            out[f"pre_{case}_torch_chain_kernel_us"] = r_kernel * 1e6
+            out[f"pre_{case}_torch_chain_host_us"] = r_host * 1e6
+        pixel = hk.preprocess(fr, (640, 640), MEAN, STD, impl="pixel", **kw).float()
+        for impl in [s.strip() for s in impls.split(",") if s.strip()]:
+            fn = (lambda fr=fr, kw=kw, impl=impl: hk.preprocess(fr, (640, 640), MEAN, STD, impl=impl, **kw))
+            mine = fn().float()
+            err = (mine - (ref().float() if ref is not None else pixel)).abs().max().item()
+            if not err <= 0.02:
+                out[f"pre_{case}_{impl}_wrong_max_err"] = err
+                continue
+            call, kernel, host = both(fn)
+            p = f"pre_{case}_{impl}"
+            out[f"{p}_call_us"], out[f"{p}_kernel_us"], out[f"{p}_host_us"] = call * 1e6, kernel * 1e6, host * 1e6
+            out[f"{p}_kernel_pct_of_copy"] = 100 * c_kernel / kernel
+            if ref is not None:
+                out[f"{p}_vs_chain_call_x"] = r_call / call
+                out[f"{p}_vs_chain_kernel_x"] = r_kernel / kernel
+    del frames, nv12
+    torch.cuda.empty_cache()
+    if int(rows):
+        F = torch.nn.functional
+        for dtype in (torch.float32, torch.float16):
+            d = str(dtype).removeprefix("torch.")
+            x = torch.randn(256, 65536, device="cuda", dtype=dtype)
+            w = torch.randn(65536, device="cuda", dtype=dtype)
+            nb = 2 * x.numel() * x.element_size()
+            _, c_kernel, _ = both(_copy(nb))
+            for op, mine, theirs in (("softmax", lambda: hk.softmax(x), lambda: torch.softmax(x, -1)),
+                                     ("layer_norm", lambda: hk.layer_norm(x, w, w),
+                                      lambda: F.layer_norm(x, (65536,), w, w)),
+                                     ("rms_norm", lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (65536,), w))):
+                err = (mine().float() - theirs().float()).abs().max().item()
+                if not err <= (2e-2 if dtype == torch.float16 else 1e-4):
+                    out[f"{op}_{d}_65k_wrong_max_err"] = err
+                    continue
+                _, k_mine, _ = both(mine)
+                _, k_theirs, _ = both(theirs)
+                out[f"{op}_{d}_65k_kernel_us"] = k_mine * 1e6
+                out[f"{op}_{d}_65k_pct_of_copy"] = 100 * c_kernel / k_mine
+                out[f"{op}_{d}_65k_vs_torch_x"] = k_theirs / k_mine
+            del x, w
+    return out
+
+
+def _main() -> None:
+    """Run :func:`measure` in fresh processes (``--processes N``, default 3) and write
+    ``--out``/kernels_infer.{json,md} in the harness's schema (``--one``: one process, metrics
+    as JSON on the last line)."""
+    import argparse
+    import datetime as dt
+    import json
+    import os
+    import statistics
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks import harness
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.kernel_infer_cases")
+    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=harness.RESULTS)
+    ap.add_argument("--name", default="kernels_infer")
+    ap.add_argument("--impls", default=PARAMS["impls"])
+    ap.add_argument("--rows", type=int, default=PARAMS["rows"])
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    params = {"impls": a.impls, "rows": a.rows}
+    if a.one:
+        print(json.dumps(measure(**params)))
+        return
+    values: dict[str, list[float]] = {}
+    for i in range(a.processes):
+        done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_infer_cases", "--one", "--impls", a.impls,
+                               "--rows", str(a.rows)], cwd=harness.ROOT, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")]))})
+        if done.returncode != 0:
+            raise SystemExit(f"process {i + 1} failed\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items():
+            values.setdefault(k, []).append(v)
+        print(f"process {i + 1}/{a.processes} done", flush=True)
+    result = {"benchmark": a.name, "description": DESCRIPTION,
+              "command": f"python -m benchmarks.kernel_infer_cases --processes {a.processes}",
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "commit": harness.commit(), "machine": harness.machine(), "gpu": harness.gpu(), "params": params,
+              "processes": a.processes,
+              "metrics": {k: {"min": min(v), "max": max(v), "median": statistics.median(v), "values": v}
+                          for k, v in values.items()}}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"{a.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (a.out / f"{a.name}.md").write_text(harness.markdown(result))
+    print(harness.markdown(result))
+
+
+if __name__ == "__main__":
+    _main()

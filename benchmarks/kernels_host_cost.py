@@ -5,8 +5,10 @@ from __future__ import annotations
 import statistics
 import time
 
-DESCRIPTION = ("host cost per call (us, median over calls) of kernels.gemm/sgemm/softmax/layer_norm on "
-               "small shapes vs the torch call, CPU time to enqueue without synchronising")
+DESCRIPTION = ("host cost per call (us, median over batches) of kernels.gemm (mma, wgmma)/sgemm/softmax/"
+               "layer_norm/rms_norm/preprocess on small shapes vs the same torch call, CPU time to enqueue "
+               "without synchronising; the floors (torch.empty_like, a prepared launch alone) and the "
+               "cuda-core launcher beside them")
 PARAMS = {"calls": 2000, "warmup": 200, "size": 64}
 NEEDS: tuple[str, ...] = ("gpu", "torch")
 
@@ -31,18 +33,35 @@ def _per_call_us(fn, calls: int, warmup: int) -> float:
 def measure(calls: int, warmup: int, size: int) -> dict[str, float]:
     import torch
     import torch.nn.functional as F
+
     from hookmagic import kernels as hk
+    from hookmagic.kernels import rowwise, runtime
 
     s = int(size)
     h = torch.randn(s, s, device="cuda", dtype=torch.float16)
     f = torch.randn(s, s, device="cuda")
     x = torch.randn(8, 1024, device="cuda", dtype=torch.float16)
     w = torch.randn(1024, device="cuda", dtype=torch.float16)
+    frames = torch.randint(0, 256, (8, 1080, 1920, 3), dtype=torch.uint8, device="cuda")
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    m_t = torch.tensor(mean, device="cuda")[:, None, None]
+    s_t = torch.tensor(std, device="cuda")[:, None, None]
+    small = frames[:1, :64, :64]   # preprocess's host cost on a small frame (the call, not the kernel)
+    small_c = small.contiguous()
+
+    def torch_pre():   # the torch chain's host cost (5 kernels), on the same small frame
+        y = small_c.permute(0, 3, 1, 2).float()
+        y = F.interpolate(y, size=(32, 32), mode="bilinear", align_corners=False, antialias=False)
+        return ((y / 255 - m_t) / s_t).half()
+
     cases = {
-        "gemm_f16": (lambda: hk.gemm(h, h), lambda: h @ h),
+        "gemm_mma_f16": (lambda: hk.gemm(h, h, variant="mma"), lambda: h @ h),
+        "gemm_f16": (lambda: hk.gemm(h, h), lambda: h @ h),   # the default (wgmma on sm_90)
         "sgemm_f32": (lambda: hk.sgemm(f, f), lambda: f @ f),
         "softmax_f16": (lambda: hk.softmax(x), lambda: torch.softmax(x, -1)),
         "layer_norm_f16": (lambda: hk.layer_norm(x, w, w), lambda: F.layer_norm(x, (1024,), w, w)),
+        "rms_norm_f16": (lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (1024,), w)),
+        "preprocess_f16": (lambda: hk.preprocess(small_c, (32, 32), mean, std), torch_pre),
     }
     out: dict[str, float] = {}
     for name, (ours, theirs) in cases.items():
@@ -51,4 +70,22 @@ def measure(calls: int, warmup: int, size: int) -> dict[str, float]:
         out[f"{name}_us"] = a
         out[f"{name}_torch_us"] = b
         out[f"{name}_vs_torch_x"] = a / b
+    # the floors: torch's output allocation alone, and the softmax call plan's launch alone (its
+    # prepared launch with fixed pointers: no allocation, no signature, no record)
+    out["floor_empty_like_us"] = _per_call_us(lambda: torch.empty_like(x), calls, warmup)
+    hk.softmax(x)
+    key = next(k for k in rowwise._calls if k[0] == "softmax" and k[1] == x.shape and k[3] == x.dtype)
+    prep, _work, tail = rowwise._calls[key]
+    y = torch.empty_like(x)
+    args = (x.data_ptr(), y.data_ptr(), *tail)
+    out["floor_prepared_launch_us"] = _per_call_us(lambda: runtime.launch_prepared(prep, "torch", 0, args),
+                                                   calls, warmup)
+    # the same calls through cuda.core's launch (the launcher before the driver path)
+    runtime.LAUNCHER = "cuda-core"
+    try:
+        out["softmax_f16_cuda_core_launcher_us"] = _per_call_us(lambda: hk.softmax(x), calls, warmup)
+        out["gemm_mma_f16_cuda_core_launcher_us"] = _per_call_us(lambda: hk.gemm(h, h, variant="mma"), calls,
+                                                                 warmup)
+    finally:
+        runtime.LAUNCHER = "driver"
     return out

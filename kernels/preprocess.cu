@@ -211,6 +211,100 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
   }
 }
 
+// ---- PXX x PXY output pixels a thread: adjacent columns, rows a block height apart ----
+// Thread (x, y) of a (32, 8) block computes columns PXX * (32 * blockIdx.x + x) + j, j < PXX, of rows
+// 8 * PXY * blockIdx.y + y + 8 * i, i < PXY, with hm_preprocess's arithmetic pixel for pixel (byte
+// taps). Every tap of its PXX * PXY pixels is loaded before the first is used (more loads in flight
+// a thread: the one-pixel kernel issues 12 one-byte loads and waits), and with PXX = 2 an NCHW row
+// of an even width is written as one 2-element store a channel (a warp writes 64 pixels: 128 bytes
+// of FP16 a plane, full sectors).
+template <typename T> struct PPPair;
+template <> struct PPPair<float> {
+  static __device__ __forceinline__ void st(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
+};
+template <> struct PPPair<__half> {
+  static __device__ __forceinline__ void st(__half* p, float v0, float v1) { *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1); }
+};
+template <> struct PPPair<__nv_bfloat16> {
+  static __device__ __forceinline__ void st(__nv_bfloat16* p, float v0, float v1) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+  }
+};
+
+template <typename T, int PXX, int PXY>
+__device__ __forceinline__ void hm_preprocess_xy(const unsigned char* __restrict__ base,
+                                                 const unsigned long long* __restrict__ ptrs, long long frame_stride,
+                                                 int pitch, int in_h, int in_w, int fmt, T* __restrict__ out,
+                                                 int out_h, int out_w, int nhwc, int box_x, int box_y, int box_w,
+                                                 int box_h, float scale_x, float scale_y, float a0, float a1, float a2,
+                                                 float b0, float b1, float b2, float p0, float p1, float p2, int swap,
+                                                 PPColor col) {
+  const int ox0 = (blockIdx.x * blockDim.x + threadIdx.x) * PXX;
+  const int oyb = blockIdx.y * blockDim.y * PXY + threadIdx.y;
+  const int b = blockIdx.z;
+  if (ox0 >= out_w || oyb >= out_h) return;
+  const unsigned char* f = ptrs ? reinterpret_cast<const unsigned char*>(__ldg(ptrs + b)) : base + (long long)b * frame_stride;
+  const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
+  // Coordinates are clamped into the box, so every tap's address is valid and its load needs no
+  // branch: the compiler can issue all of them before the first blend. Pixels outside the box or
+  // the output take the padding value after the loads.
+  float r[PXY][PXX][3];
+  float v[PXY][PXX][4][3];
+  float w[PXY][PXX][4];
+  bool in[PXY][PXX];
+#pragma unroll
+  for (int i = 0; i < PXY; ++i) {
+    const int oy = oyb + blockDim.y * i;
+    const int by = oy - box_y;
+    const int byc = min(max(by, 0), box_h - 1);
+    float sy = fmaf(scale_y, (float)byc + 0.5f, -0.5f);
+    sy = sy < 0.f ? 0.f : sy;
+    const int y0 = (int)sy;
+    const int y1 = y0 + (y0 < in_h - 1 ? 1 : 0);
+    const float ly1 = sy - (float)y0, ly0 = 1.f - ly1;
+#pragma unroll
+    for (int j = 0; j < PXX; ++j) {
+      const int bx = ox0 + j - box_x;
+      in[i][j] = oy < out_h && ox0 + j < out_w && bx >= 0 && by >= 0 && bx < box_w && by < box_h;
+      const int bxc = min(max(bx, 0), box_w - 1);
+      float sx = fmaf(scale_x, (float)bxc + 0.5f, -0.5f);
+      sx = sx < 0.f ? 0.f : sx;
+      const int x0 = (int)sx;
+      const int x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
+      const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
+      w[i][j][0] = lx0; w[i][j][1] = lx1; w[i][j][2] = ly0; w[i][j][3] = ly1;
+      pp_pixel(f, pitch, in_h, x0, y0, fmt, col, v[i][j][0]);
+      pp_pixel(f, pitch, in_h, x1, y0, fmt, col, v[i][j][1]);
+      pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v[i][j][2]);
+      pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v[i][j][3]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < PXY; ++i) {
+#pragma unroll
+    for (int j = 0; j < PXX; ++j) {
+      pp_blend(v[i][j][0], v[i][j][1], v[i][j][2], v[i][j][3], w[i][j][0], w[i][j][1], w[i][j][2], w[i][j][3], swap,
+               a, bb, r[i][j]);
+      if (!in[i][j]) { r[i][j][0] = p0; r[i][j][1] = p1; r[i][j][2] = p2; }
+    }
+  }
+  const size_t plane = (size_t)out_h * out_w;
+#pragma unroll
+  for (int i = 0; i < PXY; ++i) {
+    const int oy = oyb + blockDim.y * i;
+    if (oy >= out_h) break;
+    if (PXX == 2 && !nhwc && (out_w & 1) == 0) {   // ox0 even, ox0 + 1 < out_w: aligned pairs
+      T* o = out + (size_t)b * 3 * plane + (size_t)oy * out_w + ox0;
+#pragma unroll
+      for (int c = 0; c < 3; ++c) PPPair<T>::st(o + c * plane, r[i][0][c], r[i][PXX - 1][c]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < PXX; ++j)
+        if (ox0 + j < out_w) pp_store(out, b, oy, ox0 + j, out_h, out_w, nhwc, r[i][j]);
+    }
+  }
+}
+
 // The three kernels of a type share one parameter list (the host passes the same arguments to each).
 #define HM_PP_PARAMS(T)                                                                                        \
   const unsigned char *base, const unsigned long long *ptrs, long long frame_stride, int pitch, int in_h,       \
@@ -226,7 +320,10 @@ __device__ __forceinline__ void hm_preprocess4(const unsigned char* __restrict__
 #define HM_PREPROCESS(SUFFIX, T)                                                                               \
   HM_PP_ENTRY(preprocess_##SUFFIX, T, hm_preprocess<T>)                                                        \
   HM_PP_ENTRY(preprocess4_##SUFFIX, T, (hm_preprocess4<T, 4>))                                                 \
-  HM_PP_ENTRY(preprocess1w_##SUFFIX, T, (hm_preprocess4<T, 1>))
+  HM_PP_ENTRY(preprocess1w_##SUFFIX, T, (hm_preprocess4<T, 1>))                                               \
+  HM_PP_ENTRY(preprocess_x2_##SUFFIX, T, (hm_preprocess_xy<T, 2, 1>))                                          \
+  HM_PP_ENTRY(preprocess_y2_##SUFFIX, T, (hm_preprocess_xy<T, 1, 2>))                                          \
+  HM_PP_ENTRY(preprocess_xy_##SUFFIX, T, (hm_preprocess_xy<T, 2, 2>))
 
 HM_PREPROCESS(f32, float)
 HM_PREPROCESS(f16, __half)

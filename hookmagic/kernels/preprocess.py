@@ -50,11 +50,23 @@ register(KernelSpec("preprocess", "fused1w", "preprocess", {d: f"preprocess1w_{s
                     _BLOCK, (8, 32), min_arch=70,
                     description="as 'fused', one output pixel a thread, RGB tap pairs from aligned 4-byte loads, "
                                 "NV12 chroma pairs as 2-byte loads"))
-#: "auto" (= "pixel"): one pixel a thread with byte loads; "w1": one pixel a thread with word-wide
-#: tap loads; "w4": four pixels a thread (lane-interleaved) with word-wide tap loads. The benchmark
-#: compares them in one process: on an H100 "pixel" was the fastest in all three
-#: cases (benchmarks/results/rowfast/README.md, round 2). Chosen by preprocess's ``impl=``.
-IMPLS = {"auto": ("fused", 1), "pixel": ("fused", 1), "w1": ("fused1w", 1), "w4": ("fused4", 4)}
+for _v, _tile, _what in (("x2", (8, 64), "two adjacent output pixels a thread (NCHW rows of even width written as "
+                                         "2-element stores)"),
+                         ("y2", (16, 32), "two output pixels a thread, 8 rows apart"),
+                         ("xy", (16, 64), "2 x 2 output pixels a thread (adjacent columns, rows 8 apart)")):
+    register(KernelSpec("preprocess", _v, "preprocess", {d: f"preprocess_{_v}_{s}" for d, s in _SUFFIX.items()},
+                        _BLOCK, _tile, min_arch=70,
+                        description=f"as 'fused' (byte taps, the same arithmetic), {_what}: every tap loaded "
+                                    "before the first is used"))
+#: impl -> (variant, output columns a thread, output rows a thread). "pixel": one pixel a thread
+#: with byte loads; "w1": one pixel a thread with word-wide tap loads; "w4": four pixels a thread
+#: (lane-interleaved) with word-wide tap loads; "x2", "y2", "xy": 2 or 2 x 2 pixels a thread with
+#: byte loads. The benchmark compares them in one process (benchmarks/kernel_memory_cases.py,
+#: ``variants=1``); "auto" is the fastest measured: on an H100 "pixel" was the fastest of the first
+#: three in all three cases (benchmarks/results/rowfast/README.md, round 2). Chosen by
+#: preprocess's ``impl=``.
+IMPLS = {"auto": ("fused", 1, 1), "pixel": ("fused", 1, 1), "w1": ("fused1w", 1, 1), "w4": ("fused4", 4, 1),
+         "x2": ("x2", 2, 1), "y2": ("y2", 1, 2), "xy": ("xy", 2, 2)}
 
 
 @dataclass(frozen=True)
@@ -271,6 +283,19 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
     ``dtype`` float16, bfloat16 or float32. A single frame still gives a batch of one.
     ``impl`` picks the kernel design (:data:`IMPLS`; "auto" is the fastest measured).
     """
+    if type(frames) is _Tensor:   # a torch batch of a signature seen before: the call plan
+        try:
+            key = (frames.shape, frames.stride(), frames.dtype, frames.get_device(), size, mean, std, layout, dtype,
+                   letterbox, format, channels, pad_value, color_matrix, full_range, impl)
+            c = _calls.get(key)
+        except Exception:   # an unhashable option (a list): the full path
+            c = key = None
+        if c is not None:
+            prep, work, shape, tdtype, stride, head, tail = c
+            out = frames.new_empty(shape, dtype=tdtype)
+            runtime.launch_prepared(prep, "torch", key[3], (frames.data_ptr(), 0, stride, *head, out.data_ptr(), *tail))
+            registry.record_work(work)
+            return out
     if impl not in IMPLS:
         raise KernelArgumentError(f"preprocess: impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     fmt = str(format).upper()
@@ -301,18 +326,60 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
         raise KernelArgumentError(f"preprocess: at most 65535 frames per call, got {fr.batch}")
     optr = int(out.data_ptr()) if fr.ref.kind == "torch" else runtime.inspect_array(out, "out").ptr
     head, tail = _scalars(fr.height, fr.width, fr.pitch, fmt, chans, lay, oh, ow, bool(letterbox), m, s, pad, col)
-    variant, px = IMPLS[impl]
+    variant, px, py = IMPLS[impl]
     spec = registry.SPECS[("preprocess", variant)]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)
-    grid = (-(-ow // (_BLOCK[0] * px)), -(-oh // _BLOCK[1]), fr.batch)
+    grid = (-(-ow // (_BLOCK[0] * px)), -(-oh // (_BLOCK[1] * py)), fr.batch)
     args = (fr.base, _table_ptr(fr.table), np.int64(fr.frame_stride), *head, optr, *tail)
     runtime.launch(kern, fr.ref, grid, _BLOCK, args)
     n_out = fr.batch * 3 * oh * ow
-    registry.record(name, _OPS_PER_ELEMENT * n_out, fr.batch * fr.nbytes + n_out * ITEMSIZE[dt],
-                    batch=fr.batch, frame=(fr.height, fr.width), size=(oh, ow), format=fmt, layout=lay,
-                    dtype=dt, letterbox=bool(letterbox))
+    work = registry.record(name, _OPS_PER_ELEMENT * n_out, fr.batch * fr.nbytes + n_out * ITEMSIZE[dt],
+                           batch=fr.batch, frame=(fr.height, fr.width), size=(oh, ow), format=fmt, layout=lay,
+                           dtype=dt, letterbox=bool(letterbox))
+    if fr.ref.obj is frames and fr.ref.kind == "torch" and type(frames).__name__ == "Tensor" \
+            and _plain(size, mean, std, pad_value, dtype):
+        _remember((frames.shape, frames.stride(), frames.dtype, frames.get_device(), size, mean, std, layout, dtype,
+                   letterbox, format, channels, pad_value, color_matrix, full_range, impl),
+                  (runtime.prepare(kern, grid, _BLOCK, args), work, shape, out.dtype, args[2], head, tail), frames)
     return out
+
+
+# --- the per-call path of a torch batch whose signature was seen before --------------------------
+# The frames' shape, strides, dtype and device and every option key a call plan made by the first
+# call (its checks, geometry and scalars): a later call allocates the output and launches.
+_calls: dict[tuple, tuple] = {}
+
+
+class _NoTensor:   # stands for torch.Tensor until a torch batch was seen (torch is optional)
+    pass
+
+
+_Tensor: type = _NoTensor
+
+
+def _plain(*options: Any) -> bool:
+    """Options whose values cannot change behind the key: numbers, strings, tuples of numbers, dtypes."""
+    for o in options:
+        if isinstance(o, tuple):
+            if any(type(v) not in (int, float) for v in o):
+                return False
+        elif type(o) not in (int, float, str, bool) and type(o).__module__.split(".")[0] != "torch" \
+                or hasattr(o, "shape"):
+            return False
+    return True
+
+
+def _remember(key: tuple, plan: tuple, frames: Any) -> None:
+    global _Tensor
+    try:
+        hash(key)
+    except TypeError:
+        return
+    if len(_calls) > 4096:   # many geometries: start over rather than grow without bound
+        _calls.clear()
+    _calls[key] = plan
+    _Tensor = type(frames)
 
 
 @functools.lru_cache(maxsize=256)

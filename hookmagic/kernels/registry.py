@@ -83,6 +83,17 @@ def record(kernel: str, flops: int, dram_bytes: int, **args: Any) -> LaunchWork:
     return w
 
 
+def record_work(w: LaunchWork) -> LaunchWork:
+    """Declare one launch whose work was worked out before (a launch plan's own
+    :class:`LaunchWork`, shared by every launch of that plan: treat log entries as read-only)."""
+    with _log_lock:
+        _log.append(w)
+    if _listeners:
+        for fn in list(_listeners):
+            fn(w)
+    return w
+
+
 def launch_log(clear: bool = False) -> list[LaunchWork]:
     """The launches declared since the start (or the last ``clear``), oldest first (at most 100,000)."""
     with _log_lock:

@@ -115,7 +115,7 @@ def _impl(impl: str, op: str) -> str:
 
 
 def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None], extra: tuple,
-         impl: str = "auto") -> Any:
+         impl: str = "auto", call_key: tuple | None = None) -> Any:
     y, yptr = runtime.new_output(xi, xi.shape, xi.dtype)
     n = math.prod(xi.shape)
     if n == 0:
@@ -123,7 +123,8 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     cols = xi.shape[-1]
     nv = 16 // ITEMSIZE[xi.dtype]
     ptrs = [p.ptr if p is not None else 0 for p in params]
-    vec = int(cols % nv == 0 and xi.ptr % 16 == 0 and yptr % 16 == 0 and all(q % 16 == 0 for q in ptrs))
+    aligned = xi.ptr % 16 == 0 and yptr % 16 == 0 and all(q % 16 == 0 for q in ptrs)
+    vec = int(cols % nv == 0 and aligned)
     key = (op, xi.shape, xi.dtype, xi.device, vec, impl, tuple([p is None for p in params]), extra)
     plan = _plans.get(key)   # the launch of this shape/dtype/alignment, worked out once
     if plan is None:
@@ -131,8 +132,80 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
             _plans.clear()
         plan = _plans[key] = _plan(op, xi, params, extra, n, cols, nv, vec, impl)
     kern, grid, block, smem, name, tail, flops, nbytes, rows = plan
-    runtime.launch(kern, xi, grid, block, (xi.ptr, *ptrs, yptr, *tail), smem)
-    registry.record(name, flops, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
+    args = (xi.ptr, *ptrs, yptr, *tail)
+    runtime.launch(kern, xi, grid, block, args, smem)
+    work = registry.record(name, flops, nbytes, rows=rows, cols=cols, dtype=xi.dtype)
+    if call_key is not None:   # the next call with this signature takes _fast
+        if len(_calls) > 4096:
+            _calls.clear()
+        _calls[call_key + (aligned,)] = (runtime.prepare(kern, grid, block, args, smem), work, tail)
+    return y
+
+
+# --- the per-call path of a torch call whose signature was seen before ----------------------------
+# The operands' signature (shape, strides, dtype, device of x and of each parameter; the options;
+# whether every pointer is 16-byte aligned) keys a call plan made by the first call's checks and
+# _run: the prepared launch, its declared work and the scalar arguments. A later call with that
+# signature allocates the output, reads the pointers and launches: no ArrayInfo, no re-planning.
+_calls: dict[tuple, tuple] = {}
+
+
+class _NoTensor:   # stands for torch.Tensor until a torch tensor was seen (torch is optional)
+    pass
+
+
+_Tensor: type = _NoTensor
+_Parameter: type = _NoTensor
+_empty_like: Any = None
+
+
+def _sig(p: Any) -> tuple | None:
+    return None if p is None else (type(p), p.shape, p.stride(), p.dtype, p.get_device())
+
+
+def _call_key(op: str, x: Any, params: tuple, options: tuple) -> tuple | None:
+    """The fast path's key of a call whose operands are contiguous torch tensors (else None)."""
+    global _Tensor, _Parameter, _empty_like
+    if type(x).__module__.split(".")[0] != "torch" or not x.is_contiguous() \
+            or any(type(o) not in (int, float, str, bool) for o in options):   # e.g. a tensor eps: values may change
+        return None
+    import torch
+    if type(x) is not torch.Tensor or any(p is not None and (type(p) not in (torch.Tensor, torch.nn.Parameter)
+                                                             or not p.is_contiguous()) for p in params):
+        return None
+    _Tensor, _Parameter, _empty_like = torch.Tensor, torch.nn.Parameter, torch.empty_like
+    return (op, x.shape, x.stride(), x.dtype, x.get_device(), options, *[_sig(p) for p in params])
+
+
+def _fast(op: str, x: Any, params: tuple, options: tuple) -> Any:
+    """``op``'s result through the call plan of a signature seen before, or None (the full path)."""
+    y = _empty_like(x)
+    xp, yp = x.data_ptr(), y.data_ptr()
+    if params:
+        ptrs = []
+        sigs = []
+        a = xp | yp
+        for p in params:
+            if p is None:
+                ptrs.append(0)
+                sigs.append(None)
+            elif type(p) is _Tensor or type(p) is _Parameter:
+                q = p.data_ptr()
+                a |= q
+                ptrs.append(q)
+                sigs.append((type(p), p.shape, p.stride(), p.dtype, p.get_device()))
+            else:
+                return None
+        key = (op, x.shape, x.stride(), x.dtype, x.get_device(), options, *sigs, not (a & 15))
+    else:
+        ptrs = ()
+        key = (op, x.shape, x.stride(), x.dtype, x.get_device(), options, not ((xp | yp) & 15))
+    c = _calls.get(key)
+    if c is None:
+        return None
+    prep, work, tail = c
+    runtime.launch_prepared(prep, "torch", key[4], (xp, *ptrs, yp, *tail))
+    registry.record_work(work)
     return y
 
 
@@ -240,6 +313,10 @@ def softmax(x: Any, dim: int = -1, impl: str = "auto") -> Any:
     """``softmax(x, dim)`` like ``torch.softmax``: online (running max and sum in one pass over
     the row, a second pass writes). Any row length; a ``dim`` other than the last is moved there
     by a copy. ``impl`` picks the kernel design (:data:`IMPLS`; "auto" is the fastest measured)."""
+    if type(x) is _Tensor:
+        y = _fast("softmax", x, (), (dim, impl))
+        if y is not None:
+            return y
     _impl(impl, "softmax")
     xi = runtime.inspect_array(x, "x")
     nd = len(xi.shape)
@@ -250,37 +327,53 @@ def softmax(x: Any, dim: int = -1, impl: str = "auto") -> Any:
         moved = x.movedim(dim, -1) if xi.kind == "torch" else __import__("cupy").moveaxis(x, dim, -1)
         y = softmax(moved, -1, impl)
         return y.movedim(-1, dim) if xi.kind == "torch" else __import__("cupy").moveaxis(y, -1, dim)
+    key = _call_key("softmax", x, (), (dim, impl)) if xi.kind == "torch" else None
     xi = _check(x, "softmax", xi)
-    return _run("softmax", xi, [], (), impl)
+    return _run("softmax", xi, [], (), impl, key)
 
 
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, impl: str = "auto") -> Any:
     """``torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)``: mean and (biased)
     variance by Welford in one pass, then normalise; ``weight``/``bias`` of shape (cols,) or None."""
+    if type(x) is _Tensor:
+        y = _fast("layer_norm", x, (weight, bias), (eps, impl))
+        if y is not None:
+            return y
     _impl(impl, "layer_norm")
+    key = _call_key("layer_norm", x, (weight, bias), (eps, impl))
     xi = _check(x, "layer_norm")
     return _run("layer_norm", xi, [_param(weight, "weight", xi, "layer_norm"), _param(bias, "bias", xi, "layer_norm")],
-                (np.float32(eps),), impl)
+                (np.float32(eps),), impl, key)
 
 
 def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, impl: str = "auto") -> Any:
     """``torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)``: ``x / sqrt(mean(x²) + eps) * weight``."""
+    if type(x) is _Tensor:
+        y = _fast("rms_norm", x, (weight,), (eps, impl))
+        if y is not None:
+            return y
     _impl(impl, "rms_norm")
+    key = _call_key("rms_norm", x, (weight,), (eps, impl))
     xi = _check(x, "rms_norm")
     return _run("rms_norm", xi, [_param(weight, "weight", xi, "rms_norm")], (np.float32(eps),),
-                impl)
+                impl, key)
 
 
 def bias_gelu(x: Any, bias: Any = None, approximate: str = "none", impl: str = "auto") -> Any:
     """``gelu(x + bias)`` with ``bias`` of shape (x.shape[-1],) or None; ``approximate`` is
     ``'none'`` (exact erf, torch's default) or ``'tanh'``."""
+    if type(x) is _Tensor:
+        y = _fast("bias_gelu", x, (bias,), (approximate, impl))
+        if y is not None:
+            return y
     if approximate not in ("none", "tanh"):
         raise KernelArgumentError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     _impl(impl, "bias_gelu")
+    key = _call_key("bias_gelu", x, (bias,), (approximate, impl))
     xi = _check(x, "bias_gelu")
     act = 3 if approximate == "none" else 2
     return _run("bias_gelu", xi, [_param(bias, "bias", xi, "bias_gelu")], (np.int32(act),),
-                impl)
+                impl, key)
 
 
 #: per-block opt-in shared memory by architecture number (CUDA programming guide, compute

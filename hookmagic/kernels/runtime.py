@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from hookmagic.kernels import build
 from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
 
@@ -62,13 +64,14 @@ _torch: Any = None                      # the torch module, once an operand was 
 
 
 def _kind(x: Any, name: str) -> str:
-    global _torch
+    global _torch, _raw_stream
     mod = type(x).__module__.split(".")[0]
     if mod not in ("torch", "cupy") or not hasattr(x, "shape"):
         raise KernelArgumentError(f"{name} must be a torch tensor or a CuPy array, not {type(x).__name__}")
     if mod == "torch":
         import torch
         _torch = torch
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # torch's own fast accessor
     _KINDS[type(x)] = mod
     return mod
 
@@ -121,9 +124,8 @@ def contiguous(info: ArrayInfo) -> ArrayInfo:
 def current_stream_handle(ref: ArrayInfo) -> int:
     """The caller's current stream for the operand's library and device, as a CUstream handle."""
     if ref.kind == "torch":
-        raw = getattr(_torch._C, "_cuda_getCurrentRawStream", None)   # torch's own fast accessor
-        if raw is not None:
-            return int(raw(ref.device))
+        if _raw_stream is not None:
+            return int(_raw_stream(ref.device))
         return int(_torch.cuda.current_stream(ref.device).cuda_stream)
     import cupy
     with cupy.cuda.Device(ref.device):
@@ -228,10 +230,35 @@ def make_current(ordinal: int) -> None:
     _contexts[ordinal] = int(ctx)
 
 
+#: how :func:`launch` reaches the driver: "driver" (``cuLaunchKernel`` through ctypes, the arguments
+#: packed by one cached ``struct`` format into a per-thread buffer: the per-call path) or "cuda-core"
+#: (``cuda.core.launch``; also the fallback where libcuda cannot be opened or an argument is not a
+#: Python/NumPy scalar). The host-cost benchmark times both in one process.
+LAUNCHER = "driver"
+
+
 def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
            smem: int = 0) -> None:
-    """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers) and numpy scalars."""
-    global _core_launch
+    """Launch on the current stream of ``ref``'s library. ``args`` are ints (pointers: 8 bytes),
+    floats (doubles), bools and NumPy scalars (their own C type), as for ``cuda.core.launch``."""
+    if LAUNCHER == "driver" and _drv is not False:
+        fmt = _formats.get(tuple(map(type, args)))   # one struct format per argument-type signature
+        if fmt is None:
+            fmt = _format(args)
+        if fmt and (_drv is not None or _open_driver()):
+            tl = _tls.__dict__.get("buf") or _thread_buffers()
+            if ref.kind == "torch" and _raw_stream is not None:
+                stream = _raw_stream(ref.device)
+            else:
+                stream = current_stream_handle(ref)
+            fmt.pack_into(tl[0], 0, *(_dims.get((grid, block)) or _dims_for(grid, block)), smem, stream, *args)
+            if _drv.cuCtxGetCurrent(tl[3]) or tl[4].value != _contexts.get(ref.device):
+                make_current(ref.device)
+            err = _drv.cuLaunchKernelEx(tl[1], _handles.get(id(kernel)) or _handle(kernel), tl[2], None)
+            if err:
+                raise KernelsUnavailable(f"cuLaunchKernelEx(grid={grid}, block={block}, smem={smem}) failed: "
+                                         f"{_error_name(err)}")
+            return
     make_current(ref.device)
     cfg = _configs.get((grid, block, smem))   # one LaunchConfig per launch shape
     if cfg is None:
@@ -239,9 +266,162 @@ def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int,
         if len(_configs) > 4096:
             _configs.clear()
         cfg = _configs[(grid, block, smem)] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+    global _core_launch
     if _core_launch is None:
         from cuda.core import launch as _core_launch
     _core_launch(_stream(current_stream_handle(ref)), cfg, kernel, *args)
+
+
+# --- the driver path: libcuda through ctypes --------------------------------------------------
+# A per-thread buffer holds a CUlaunchConfig (grid, block, shared memory, stream; no attributes)
+# followed by one kernel parameter per 8-byte slot, and a parameter array that points at the slots
+# once: a call packs the configuration and its arguments with one precompiled struct format and
+# makes one foreign call, cuLaunchKernelEx(&config, kernel, params, NULL), whose four arguments
+# are prebuilt ctypes objects (no conversion). The driver copies the parameters when the launch
+# is enqueued, so the buffer is free again when the call returns.
+_MAX_ARGS = 64
+#: CUlaunchConfig: 7 unsigned ints, padding, the CUstream, then attrs (NULL) and numAttrs (0)
+#: packed as zeros up to the first parameter slot at byte 64
+_CONFIG = "=7I4xQ24x"
+_CONFIG_BYTES = 64
+#: struct codes of each argument type, padded to its 8-byte slot (Python ints are pointers)
+_CODES: dict[type, str] = {int: "q", float: "d", bool: "?7x"}
+#: struct codes (standard sizes) of NumPy scalars by (dtype kind, itemsize)
+_NP_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1): "B", ("u", 2): "H",
+             ("u", 4): "I", ("u", 8): "Q", ("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("b", 1): "?"}
+_formats: dict[tuple, Any] = {}
+_dims: dict[tuple, tuple[int, ...]] = {}
+_handles: dict[int, Any] = {}     # id(cuda-core Kernel) -> its CUkernel handle as a ctypes c_void_p
+_keep: list[Any] = []             # the kernels whose handles are cached (their ids stay theirs)
+_tls = threading.local()
+_drv: Any = None                  # the ctypes CDLL of libcuda; False where it cannot be opened
+_raw_stream: Any = None           # torch._C._cuda_getCurrentRawStream once torch was seen
+
+
+def _format(args: Sequence[Any]) -> Any:
+    """The cached struct format (launch configuration, then ``args``) for ``args``' types, or 0
+    (the cuda-core path) for an argument type it does not cover or more than :data:`_MAX_ARGS`."""
+    import struct
+    codes = []
+    for a in args:
+        c = _CODES.get(type(a))
+        if c is None:
+            dt = getattr(a, "dtype", None)
+            c = _NP_CODES.get((dt.kind, dt.itemsize)) if isinstance(a, np.generic) and dt is not None else None
+            if c is None:
+                codes = None
+                break
+            c += f"{8 - dt.itemsize}x" if dt.itemsize < 8 else ""
+        codes.append(c)
+    fmt = struct.Struct(_CONFIG + "".join(codes)) if codes is not None and len(codes) <= _MAX_ARGS else 0
+    if len(_formats) > 4096:
+        _formats.clear()
+    _formats[tuple(map(type, args))] = fmt
+    return fmt
+
+
+def _thread_buffers() -> tuple[Any, ...]:
+    """This thread's (config + argument slots, a pointer to the config, the parameter pointer
+    array, a CUcontext out-pointer, the CUcontext)."""
+    import ctypes
+    buf = (ctypes.c_char * (_CONFIG_BYTES + 8 * _MAX_ARGS))()
+    base = ctypes.addressof(buf)
+    params = (ctypes.c_void_p * _MAX_ARGS)(*[base + _CONFIG_BYTES + 8 * i for i in range(_MAX_ARGS)])
+    ctx = ctypes.c_void_p()
+    tl = _tls.buf = (buf, ctypes.c_void_p(base), ctypes.c_void_p(ctypes.addressof(params)), ctypes.byref(ctx), ctx,
+                     params)
+    return tl
+
+
+def _dims_for(grid: Any, block: Any) -> tuple[int, ...]:
+    """(gx, gy, gz, bx, by, bz) of a grid and block given as ints or 1-3 tuples, cached."""
+    def three(v: Any) -> tuple[int, int, int]:
+        t = (int(v),) if isinstance(v, (int, np.integer)) else tuple(int(x) for x in v)
+        return (t + (1, 1, 1))[:3]   # type: ignore[return-value]
+    d = three(grid) + three(block)
+    if len(_dims) > 4096:
+        _dims.clear()
+    _dims[(grid, block)] = d
+    return d
+
+
+def _handle(kernel: Any) -> Any:
+    """The cuda-core kernel's CUkernel (a library kernel, launched in the current context; older
+    cuda-core: a CUfunction) as a ctypes pointer, cached."""
+    import ctypes
+    h = _handles[id(kernel)] = ctypes.c_void_p(int(kernel.handle))
+    _keep.append(kernel)
+    return h
+
+
+def _open_driver() -> bool:
+    """Open libcuda and declare the three entry points the driver path calls; False if it cannot."""
+    global _drv
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        # no argtypes: every argument passed is a prebuilt ctypes object (nothing to convert)
+        lib.cuLaunchKernelEx.restype = ctypes.c_int
+        lib.cuCtxGetCurrent.restype = ctypes.c_int
+        lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        lib.cuGetErrorName.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        _drv = False
+        return False
+    _drv = lib
+    return True
+
+
+def _error_name(err: int) -> str:
+    import ctypes
+    name = ctypes.c_char_p()
+    if _drv and _drv.cuGetErrorName(err, ctypes.byref(name)) == 0 and name.value:
+        return f"{name.value.decode()} ({err})"
+    return f"CUresult {err}"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One kernel's launch shape and argument format, worked out once (:func:`prepare`): a call
+    then only packs its arguments and enqueues (:func:`launch_prepared`)."""
+    kernel: Any
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int
+    fmt: Any            # the struct format of config + arguments; 0: the cuda-core path
+    head: tuple[int, ...]   # (gx, gy, gz, bx, by, bz, smem)
+    handle: Any         # the kernel's handle as a ctypes pointer (None on the cuda-core path)
+
+
+def prepare(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], smem: int = 0) -> Prepared:
+    """The launch of ``kernel`` with arguments of the types of ``args`` (values do not matter),
+    ready for :func:`launch_prepared`."""
+    fmt = _formats.get(tuple(map(type, args))) or _format(args)
+    if fmt and _drv is None:
+        _open_driver()
+    drv = fmt and _drv
+    return Prepared(kernel, grid, block, smem, fmt if drv else 0, _dims_for(grid, block) + (smem,),
+                    (_handles.get(id(kernel)) or _handle(kernel)) if drv else None)
+
+
+def launch_prepared(p: Prepared, kind: str, ordinal: int, args: Sequence[Any]) -> None:
+    """Launch a :class:`Prepared` kernel with ``args`` (of the types it was prepared with) on the
+    current stream of the ``kind`` library ("torch"/"cupy") on device ``ordinal``."""
+    if p.fmt and LAUNCHER == "driver":
+        tl = _tls.__dict__.get("buf") or _thread_buffers()
+        if kind == "torch" and _raw_stream is not None:
+            stream = _raw_stream(ordinal)
+        else:
+            stream = current_stream_handle(ArrayInfo("", kind, (), (), "", ordinal, 0, None))
+        p.fmt.pack_into(tl[0], 0, *p.head, stream, *args)
+        if _drv.cuCtxGetCurrent(tl[3]) or tl[4].value != _contexts.get(ordinal):
+            make_current(ordinal)
+        err = _drv.cuLaunchKernelEx(tl[1], p.handle, tl[2], None)
+        if err:
+            raise KernelsUnavailable(f"cuLaunchKernelEx(grid={p.grid}, block={p.block}, smem={p.smem}) failed: "
+                                     f"{_error_name(err)}")
+        return
+    launch(p.kernel, ArrayInfo("", kind, (), (), "", ordinal, 0, None), p.grid, p.block, args, p.smem)
 
 
 _core_launch: Any = None   # cuda.core.launch, imported on the first launch

@@ -165,6 +165,33 @@ def test_preprocess_nv12(matrix, full):
     _check_pre(ours, ref, ref.float(), torch.float32, MEAN, STD, nv12=True)
 
 
+@pytest.mark.parametrize("impl", ["x2", "y2", "xy"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+def test_preprocess_multi_pixel_designs_equal_the_one_pixel_kernel(impl, dtype):
+    """The 2 and 2 x 2 pixels-a-thread kernels do the one-pixel kernel's arithmetic (checked against
+    torchvision above) pixel for pixel: equal to it within one unit of the output's rounding (the
+    compiler may contract a multiply-add differently), on odd and even widths, heights that are not
+    a multiple of the block's rows, letterbox, NHWC, BGR, NV12, strided and listed frames."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    frames = torch.randint(0, 256, (3, 37, 53, 3), dtype=torch.uint8, device="cuda", generator=g)
+    big = torch.randint(0, 256, (2, 1080, 1920, 3), dtype=torch.uint8, device="cuda", generator=g)
+    nv12 = torch.randint(0, 256, (2, 144, 160), dtype=torch.uint8, device="cuda", generator=g)
+    calls = [(frames, (23, 31), {}), (frames, (64, 90), {}), (frames, (64, 90), {"layout": "NHWC"}),
+             (frames, (40, 48), {"letterbox": True}), (frames, (40, 47), {"letterbox": True, "layout": "NHWC"}),
+             (frames, (30, 30), {"format": "BGR", "channels": "RGB"}), (big, (640, 640), {}),
+             (big, (640, 640), {"letterbox": True}), (big[:, 5:1000, 7:1500], (224, 224), {}),
+             ([f for f in frames], (17, 18), {}), (nv12, (50, 70), {"format": "NV12"}),
+             (frames[0], (9, 10), {})]
+    for fr, size, kw in calls:
+        ours = hk.preprocess(fr, size, MEAN, STD, dtype=dtype, impl=impl, **kw)
+        ref = hk.preprocess(fr, size, MEAN, STD, dtype=dtype, impl="pixel", **kw)
+        assert ours.shape == ref.shape and ours.dtype == ref.dtype, (impl, size, kw)
+        # outputs are at most 2.7 in magnitude ((255/255 - 0.406) / 0.225 and NV12's clamp): one
+        # rounding unit of the largest is the bound for every element
+        eps = torch.finfo(dtype).eps
+        assert ((ours.float() - ref.float()).abs() <= 2.7 * eps).all(), (impl, size, kw)
+
+
 def test_preprocess_bad_input_and_empty_batch():
     frames = torch.zeros(2, 10, 12, 3, dtype=torch.uint8, device="cuda")
     assert hk.preprocess(frames[:0], (4, 4)).shape == (0, 3, 4, 4)

@@ -121,3 +121,64 @@ def test_every_row_design_matches_torch(shape, dtype, impl):
             F.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5), dtype)
     _within(hk.rms_norm(x, w, impl=impl), F.rms_norm(x, (c,), w, 1e-6),
             F.rms_norm(x.double(), (c,), w.double(), 1e-6), dtype)
+
+
+# --- the per-call path: call plans and the driver launcher ------------------------------------------
+
+def test_repeated_calls_through_call_plans_stay_correct_when_alignment_and_data_change():
+    """The second and later calls of a signature take the call plan (rowwise._calls); a
+    contiguous but misaligned view of the same shape is another signature (the multi-pass kernel)."""
+    from hookmagic.kernels import rowwise
+    w = torch.nn.Parameter(torch.randn(4096, device="cuda"))
+    b = torch.randn(4096, device="cuda")
+    store = torch.randn(8 * 4096 + 1, device="cuda")
+    for i in range(3):
+        x = torch.randn(8, 4096, device="cuda") * (i + 1)
+        off = store[1:].view(8, 4096)            # 4 bytes past a 16-byte boundary
+        for xx in (x, off):
+            ref = F.layer_norm(xx.double(), (4096,), w.double(), b.double(), 1e-5)
+            _within(hk.layer_norm(xx, w, b), F.layer_norm(xx, (4096,), w, b, 1e-5), ref, torch.float32)
+            _within(hk.softmax(xx), torch.softmax(xx, -1), torch.softmax(xx.double(), -1), torch.float32)
+    keys = [k for k in rowwise._calls if k[0] == "layer_norm" and k[1] == (8, 4096)]
+    assert sorted(k[-1] for k in keys) == [False, True]   # aligned and misaligned: two call plans
+
+
+def test_launches_go_to_the_callers_stream_and_work_from_a_new_thread():
+    import threading
+    x = torch.randn(64, 1000, device="cuda")
+    x2 = torch.zeros_like(x)
+    hk.softmax(x2)                                 # the call plan exists before the stream test
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(20_000_000)              # holds s
+        x2.copy_(x)                                # on s, after the sleep
+        y = hk.softmax(x2)                         # on s, it reads x; anywhere else, zeros
+    s.synchronize()
+    _within(y, torch.softmax(x, -1), torch.softmax(x.double(), -1), torch.float32)
+    out = {}
+
+    def work():
+        try:
+            out["y"] = hk.rms_norm(x)
+        except BaseException as exc:   # reported by the assertion below
+            out["err"] = exc
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert "err" not in out, out.get("err")
+    torch.cuda.synchronize()
+    _within(out["y"], F.rms_norm(x, (1000,)), F.rms_norm(x.double(), (1000,)), torch.float32)
+
+
+def test_cuda_core_launcher_gives_the_same_results():
+    from hookmagic.kernels import runtime
+    x = torch.randn(16, 2048, device="cuda", dtype=torch.float16)
+    w = torch.randn(2048, device="cuda", dtype=torch.float16)
+    fast = hk.layer_norm(x, w, w)
+    runtime.LAUNCHER = "cuda-core"
+    try:
+        slow = hk.layer_norm(x, w, w)
+    finally:
+        runtime.LAUNCHER = "driver"
+    assert torch.equal(fast, slow)
