@@ -14,8 +14,9 @@ stream each run.
 
 What instrumentation costs per stage execution: host timestamps and one row appended to the
 thread's own list (always); for GPU stages two ``cuEventRecord`` calls that keep the GIL, on
-events the worker reuses, read once after the run (``instrument=True``,
-:mod:`hookmagic.pipeline.cuda_events`); a range only under a capture. A GPU stage waits for its
+events the worker reuses, read once after the run, around every execution that starts at least
+:data:`~hookmagic.pipeline.cuda_events.INTERVAL_S` after the worker's previous timed one
+(``instrument=True``, :mod:`hookmagic.pipeline.cuda_events`); a range only under a capture. A GPU stage waits for its
 stream after ``fn`` with or without instrumentation. See lab/pipeline/pipeline_instrument.py.
 
 On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
@@ -407,6 +408,8 @@ class _Run:
         stream = pairs = record = take = None
         handle = 0
         timed = gpu and self.gpu_ref is not None
+        interval = int(cuda_events.INTERVAL_S * 1e9)
+        next_timed = 0  # perf_counter_ns from which this worker's next execution is timed
         if gpu:
             import torch
             stream = state.get("stream")
@@ -457,7 +460,8 @@ class _Run:
                 self.busy[(k, worker)] = [it.fid for it in items]
                 try:
                     arg = [it.payload for it in items] if batched else first.payload
-                    if timed:
+                    if timed and start >= next_timed:
+                        next_timed = start + interval
                         pair = take()
                         record(pair[0], handle)
                     if rng is not None and recorder.active:
@@ -465,7 +469,7 @@ class _Run:
                             out = fn(arg)
                     else:
                         out = fn(arg)
-                    if timed:
+                    if pair is not None:
                         record(pair[1], handle)
                     if gpu:
                         stream.synchronize()  # the end event is complete with it

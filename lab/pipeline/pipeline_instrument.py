@@ -121,10 +121,47 @@ def _build(config: str, frames: int):
     return make, (small * (frames // len(small) + 1))[:frames], torch.cuda.synchronize
 
 
+def call_costs() -> dict:
+    """Host µs per call, one thread, nothing else running: cuEventRecord through ctypes.PyDLL
+    (what the runner does), torch.cuda.Event.record, and Stream.synchronize after a tiny kernel."""
+    import torch
+
+    from hookmagic.pipeline import cuda_events
+    s = torch.cuda.Stream()
+    torch.cuda.set_stream(s)
+    cuda_events.bind_context(torch.cuda.current_device())
+    pairs = cuda_events.EventPairs()
+    evs = [pairs.take() for _ in range(512)]
+    tev = [torch.cuda.Event(enable_timing=True) for _ in range(512)]
+    x = torch.zeros(16, device="cuda")
+    h, rec = s.cuda_stream, pairs.record
+    out = {}
+    for name, one in (("driver_record_us", lambda i: rec(evs[i][0], h)),
+                      ("torch_record_us", lambda i: tev[i].record(s))):
+        best = float("inf")
+        for _ in range(5):
+            s.synchronize()
+            t = time.perf_counter_ns()
+            for i in range(512):
+                one(i)
+            best = min(best, (time.perf_counter_ns() - t) / 512 / 1e3)
+        out[name] = best
+    times = []
+    for i in range(200):
+        x.add_(1)
+        t = time.perf_counter_ns()
+        s.synchronize()
+        times.append((time.perf_counter_ns() - t) / 1e3)
+    out["sync_after_kernel_us"] = float(np.median(times))
+    torch.cuda.set_stream(torch.cuda.default_stream())
+    return out
+
+
 def worker(config: str, frames: int, pairs: int) -> dict:
     from hookmagic.pipeline import Pipeline
 
     make, data, sync = _build(config, frames)
+    costs = call_costs() if config == "gpu_noop" else {}
     pipes = {True: Pipeline(make(), queue_size=32, instrument=True, name=f"{config}_on"),
              False: Pipeline(make(), queue_size=32, instrument=False, name=f"{config}_off")}
     for inst in (True, False):  # warm-up (all frames): allocator, cuDNN, the event pool
@@ -142,6 +179,9 @@ def worker(config: str, frames: int, pairs: int) -> dict:
             assert thr["frames_done"] == len(data), thr
             row = {"pair": p, "instrument": inst, "fps": thr["fps"],
                    "wall_fps": len(data) / wall, "cpu_us": cpu / len(data) * 1e6}
+            if inst and sync is not None:  # the share of GPU stage executions that were timed
+                gev = run.events[run.events["stage_index"] > 0]
+                row["timed_share"] = float((gev["gpu_start_ns"] >= 0).mean())
             bat = [s.name for s in pipes[inst].stages if s.batch]
             if bat:
                 ev = (run.events[run.events["stage"] == bat[0]].drop_duplicates("batch")
@@ -161,7 +201,10 @@ def worker(config: str, frames: int, pairs: int) -> dict:
     meds = [r["median_batch_ms"] for r in runs if "median_batch_ms" in r]
     extra = ({"first_batch_ms": float(np.median(firsts)), "median_batch_ms": float(np.median(meds))}
              if firsts else {})
-    return {"config": config, "frames": len(data), "pairs": pairs, **extra,
+    timed = [r["timed_share"] for r in runs if "timed_share" in r]
+    if timed:
+        extra["timed_share"] = float(np.median(timed))
+    return {"config": config, "frames": len(data), "pairs": pairs, **extra, **costs,
             "cpu_us_on": cpu_on, "cpu_us_off": cpu_off,
             "fps_on": float(np.median([on[p]["fps"] for p in range(pairs)])),
             "fps_off": float(np.median([off[p]["fps"] for p in range(pairs)])),
@@ -268,6 +311,15 @@ def main() -> int:
                      f"{mm(list(1e6 / d['fps_on'] - 1e6 / d['fps_off']), '{:+.1f}')} |")
     for c in configs:
         d = df[df["config"] == c]
+        if "timed_share" in d and d["timed_share"].notna().any():
+            lines += ["", f"{c}: share of GPU stage executions timed (instrumented runs, median "
+                      f"per process): {mm(list(100 * d['timed_share']), '{:.1f}')} %."]
+        if "driver_record_us" in d and d["driver_record_us"].notna().any():
+            lines += ["", f"{c}, host µs per call on one thread with nothing else running: "
+                      f"cuEventRecord through ctypes.PyDLL {mm(list(d['driver_record_us']), '{:.2f}')}"
+                      f", torch.cuda.Event.record {mm(list(d['torch_record_us']), '{:.2f}')}, "
+                      f"Stream.synchronize after a tiny kernel "
+                      f"{mm(list(d['sync_after_kernel_us']), '{:.1f}')}."]
         if "first_batch_ms" in d and d["first_batch_ms"].notna().any():
             lines += ["", f"{c}: the batched stage's first batch of a run took "
                       f"{mm(list(d['first_batch_ms']), '{:.1f}')} ms, its later batches "

@@ -2,11 +2,16 @@
 preprocess → ResNet-50 FP16 → top-5, with the inference made heavier or lighter for real.
 
     python lab/pipeline/pipeline_predict.py --clip CLIP.mp4 --out DIR [--processes 3] [--loops 4]
+        [--infer graph|eager]
 
 GPU machine with torch, torchvision and PyNvVideoCodec (no PyAV needed: the clip is made
 beforehand, e.g. by ``lab/pipeline/pipeline_color.py make``). In each fresh process, for each
-``repeats`` r in 4, 2, 1 (the infer stage runs the same ResNet-50, channels-last FP16, batch 16,
-random weights, r times per batch: r=1 is the lightest), one pipeline is built and run twice over
+``repeats`` r (the infer stage runs the same ResNet-50, channels-last FP16, batch 16, random
+weights, r times per batch). ``--infer eager`` (r = 4, 2, 1) calls the model from Python: about
+160 kernel launches per pass, so the stage holds the GIL much of its time and competes with the
+decode thread for it. ``--infer graph`` (r = 16, 8, 4) replays one CUDA graph of the model
+captured at batch 16 (a partial batch is padded: it costs what a full one does), as deployed
+engines do, so the stage mostly waits for the GPU. One pipeline per r is built and run twice over
 the clip looped ``--loops`` times: a *cold* run (the process's first run of that pipeline: lazy
 initialisation, cuDNN's first batches of each size) and a *warm* run (the pipeline keeps its
 worker threads). Checks, per process:
@@ -34,9 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-REPEATS = (4, 2, 1)
-PAIRS = ((4, 2), (2, 1), (4, 1))
+#: how many times the infer stage runs the model per batch, per --infer mode (heaviest first)
+REPEATS = {"eager": (4, 2, 1), "graph": (16, 8, 4)}
 BATCH = 16
+
+
+def _pairs(repeats: tuple[int, ...]) -> list[tuple[int, int]]:
+    a, b, c = repeats
+    return [(a, b), (b, c), (a, c)]
 
 
 def _looped(clip: Path, loops: int, smoke: bool = False):
@@ -55,7 +65,7 @@ def _looped(clip: Path, loops: int, smoke: bool = False):
                   f"{src.description}, ×{loops}", meta=src.meta)
 
 
-def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
+def worker(clip: Path, loops: int, smoke: bool = False, mode: str = "graph") -> dict:
     import torch
 
     from hookmagic.pipeline import Pipeline, Stage
@@ -87,6 +97,29 @@ def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
                 return model(x)
         return infer
 
+    if mode == "graph" and not smoke:
+        static_x = torch.zeros((BATCH, 3, side, side), dtype=half, device=dev).contiguous(
+            memory_format=torch.channels_last)
+        side_stream = torch.cuda.Stream()
+        side_stream.wait_stream(torch.cuda.current_stream())
+        with torch.inference_mode(), torch.cuda.stream(side_stream):
+            for _ in range(3):
+                model(static_x)
+        torch.cuda.current_stream().wait_stream(side_stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph):
+            static_y = model(static_x)
+
+        def infer_r(r):  # noqa: F811 - the graph form of the same stage
+            def infer(batch):
+                n = len(batch)
+                with torch.inference_mode():
+                    static_x[:n].copy_(torch.stack(batch))
+                    for _ in range(r):
+                        graph.replay()
+                    return static_y[:n].clone()
+            return infer
+
     def post(logits):
         return torch.softmax(logits.float(), -1).topk(5).indices.cpu().numpy()
 
@@ -95,7 +128,9 @@ def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
     # the infer stage's own time at a full batch, outside any pipeline: what "k× faster" means
     x = [pre(np.zeros((720, 1280, 3), np.uint8) if smoke else
              torch.zeros((720, 1280, 3), dtype=torch.uint8, device=dev))] * BATCH
-    for r in REPEATS:
+    repeats = REPEATS[mode]
+    out["infer"] = mode
+    for r in repeats:
         fn = infer_r(r)
         times = []
         for i in range(13):
@@ -105,11 +140,11 @@ def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
         out["standalone_ms"][r] = float(np.median(times[3:]) * 1e3)
-    for r in REPEATS:
+    for r in repeats:
         pipe = Pipeline([Stage("preprocess", pre, device=dev),
                          Stage("infer", infer_r(r), batch=BATCH, device=dev),
                          Stage("postprocess", post, device=dev)], queue_size=32,
-                        name=f"nvdec_resnet50_x{r}")
+                        name=f"nvdec_resnet50_{mode}_x{r}")
         for phase in ("cold", "warm"):
             t = time.perf_counter()
             run = pipe.run(_looped(clip, loops, smoke))
@@ -141,7 +176,7 @@ def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
                   flush=True)
         pipe.close()
     whatif = []
-    for rh, rl in PAIRS:
+    for rh, rl in _pairs(repeats):
         heavy, light = runs[(rh, "warm")], runs[(rl, "warm")]
         th = next(x for x in out["runs"] if x["repeats"] == rh and x["phase"] == "warm")
         tl = next(x for x in out["runs"] if x["repeats"] == rl and x["phase"] == "warm")
@@ -156,7 +191,7 @@ def worker(clip: Path, loops: int, smoke: bool = False) -> dict:
                        "nominal_err": nominal / tl["fps"] - 1,
                        "light_model_fps": float(light.what_if("infer", 1.0).iloc[1]["fps"])})
     out["whatif"] = whatif
-    out["source"] = runs[(1, "warm")].meta.get("source")
+    out["source"] = runs[(repeats[-1], "warm")].meta.get("source")
     return out
 
 
@@ -193,13 +228,15 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
              f"{info.get('pynvvideocodec')}, Python {info['python']}. {len(rows)} fresh "
              f"processes; ranges are min–max over them. Source: {rows[0].get('source')}. "
              f"Re-run: `python lab/pipeline/pipeline_predict.py --clip {Path(args.clip).name} "
-             f"--processes {args.processes} --loops {args.loops}` (clip from "
+             f"--processes {args.processes} --loops {args.loops} --infer {args.infer}` (clip from "
              "`lab/pipeline/pipeline_color.py make`).", "",
+             f"Infer stage: {rows[0]['infer']} (see the script's docstring).", "",
              "## Model as measured (target: within 5 %)", "",
              "| infer repeats | run | fps measured | fps model | model error | infer batch ms "
              "(steady, 16) | batch sizes run | warm-ups found (stage size: ms) | bottleneck |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in REPEATS:
+    repeats = REPEATS[rows[0]["infer"]]
+    for r in repeats:
         for phase in ("cold", "warm"):
             rs = [x for p in rows for x in p["runs"] if x["repeats"] == r and x["phase"] == phase]
             sizes = sorted({s for x in rs for s in x["infer_sizes"]})
@@ -215,7 +252,7 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
               "| heavier → lighter (repeats) | k measured | predicted fps | measured fps "
               "(lighter) | error | with nominal k | error (nominal k) |",
               "|---|---|---|---|---|---|---|"]
-    for rh, rl in PAIRS:
+    for rh, rl in _pairs(repeats):
         ws = [w for p in rows for w in p["whatif"] if (w["heavy"], w["light"]) == (rh, rl)]
         lines.append(f"| {rh} → {rl} | {mm([w['k_measured'] for w in ws], '{:.2f}')} | "
                      f"{mm([w['predicted_fps'] for w in ws])} | {mm([w['light_fps'] for w in ws])}"
@@ -232,11 +269,12 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--loops", type=int, default=4)
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--infer", choices=sorted(REPEATS), default="graph")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU decode and a tiny CPU model: checks the script, numbers mean nothing")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(Path(args.clip), args.loops, args.smoke)))
+        print(json.dumps(worker(Path(args.clip), args.loops, args.smoke, args.infer)))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +282,7 @@ def main() -> int:
     for p in range(args.processes):
         res = subprocess.run([sys.executable, __file__, "--worker", "--clip", args.clip,
                               "--out", args.out, "--loops", str(args.loops),
-                              *(["--smoke"] if args.smoke else [])],
+                              "--infer", args.infer, *(["--smoke"] if args.smoke else [])],
                              capture_output=True, text=True)
         if res.returncode != 0:
             print(res.stdout[-2000:], res.stderr[-6000:], sep="\n", file=sys.stderr)

@@ -36,6 +36,9 @@ def test_gpu_stages_have_cuda_event_times_inside_their_host_span():
     run = _pipe().run(frames)
     assert run.outcomes.to_dict() == {"done": 32}
     ev = run.events[run.events["stage"] != "read"]
+    # executions are timed at least INTERVAL_S apart per worker: each worker's first one always
+    assert (ev.groupby("stage")["gpu_start_ns"].max() > 0).all()
+    ev = ev[ev["gpu_start_ns"] >= 0]
     assert (ev["gpu_start_ns"] > 0).all() and (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all()
     # the GPU's time of a stage is no longer than the host's time around it (the host waited for
     # the end event); the reference event places them on one clock within a millisecond
@@ -74,13 +77,23 @@ def test_runs_reuse_their_worker_threads_and_time_every_gpu_execution():
     first = pipe.run([base] * 50)
     names = {t.ident for t in threading.enumerate() if t.name.startswith(("hookmagic-inc-",
                                                                          "hookmagic-dbl-"))}
-    second = pipe.run([base] * 5000)  # past PENDING_MAX pairs a worker reads its oldest in the run
+    second = pipe.run([base] * 5000)
     assert {t.ident for t in threading.enumerate()
             if t.name.startswith(("hookmagic-inc-", "hookmagic-dbl-"))} == names
+    from hookmagic.pipeline.cuda_events import INTERVAL_S
     for run in (first, second):
         assert run.meta["gpu_timing"] == "CUDA events (driver API)"
         ev = run.events[run.events["stage"] != "read"]
-        assert (ev["gpu_start_ns"] > 0).all() and (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all()
+        for (_, _), w in ev.groupby(["stage", "worker"]):
+            timed = w[w["gpu_start_ns"] >= 0].sort_values("start_ns")
+            untimed = w[w["gpu_start_ns"] < 0]
+            assert len(timed) >= 1 and (untimed["gpu_end_ns"] == -1).all()
+            # timed executions start INTERVAL_S apart; one is timed in every such interval
+            assert (timed["start_ns"].diff().dropna() >= INTERVAL_S * 1e9).all()
+            span = w["start_ns"].max() - w["start_ns"].min()
+            assert len(timed) >= span / (INTERVAL_S * 1e9) / 2
+        ev = ev[ev["gpu_start_ns"] >= 0]
+        assert (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all()
         # the host waited for the stream after each execution: the GPU's end precedes the
         # host's end on one clock (within the reference event's placement, 1 ms)
         assert (ev["gpu_end_ns"] <= ev["end_ns"] + 1_000_000).all()

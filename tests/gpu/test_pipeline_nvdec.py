@@ -131,4 +131,5 @@ def test_an_nvdec_source_feeds_a_gpu_pipeline(backend, clip):
     assert run.outcomes.to_dict() == {"done": N}
     assert run.stage_names[0] == "decode"
     ev = run.events[run.events["stage"] == "preprocess"]
-    assert (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all() and (ev["gpu_start_ns"] > 0).all()
+    ev = ev[ev["gpu_start_ns"] >= 0]  # the timed executions (INTERVAL_S apart)
+    assert len(ev) >= 1 and (ev["gpu_end_ns"] >= ev["gpu_start_ns"]).all()
