@@ -245,9 +245,9 @@ __device__ __forceinline__ void hm_preprocess_xy(const unsigned char* __restrict
   if (ox0 >= out_w || oyb >= out_h) return;
   const unsigned char* f = ptrs ? reinterpret_cast<const unsigned char*>(__ldg(ptrs + b)) : base + (long long)b * frame_stride;
   const float a[3] = {a0, a1, a2}, bb[3] = {b0, b1, b2};
-  // Coordinates are clamped into the box, so every tap's address is valid and its load needs no
-  // branch: the compiler can issue all of them before the first blend. Pixels outside the box or
-  // the output take the padding value after the loads.
+  // Coordinates are clamped into the box, so every tap's address is valid and a row's loads need
+  // no per-pixel branch: the compiler can issue all of them before the first blend. Pixels outside
+  // the box or the output take the padding value after the loads.
   float r[PXY][PXX][3];
   float v[PXY][PXX][4][3];
   float w[PXY][PXX][4];
@@ -262,6 +262,7 @@ __device__ __forceinline__ void hm_preprocess_xy(const unsigned char* __restrict
     const int y0 = (int)sy;
     const int y1 = y0 + (y0 < in_h - 1 ? 1 : 0);
     const float ly1 = sy - (float)y0, ly0 = 1.f - ly1;
+    const bool row_in = oy < out_h && by >= 0 && by < box_h;
 #pragma unroll
     for (int j = 0; j < PXX; ++j) {
       const int bx = ox0 + j - box_x;
@@ -273,10 +274,15 @@ __device__ __forceinline__ void hm_preprocess_xy(const unsigned char* __restrict
       const int x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
       const float lx1 = sx - (float)x0, lx0 = 1.f - lx1;
       w[i][j][0] = lx0; w[i][j][1] = lx1; w[i][j][2] = ly0; w[i][j][3] = ly1;
-      pp_pixel(f, pitch, in_h, x0, y0, fmt, col, v[i][j][0]);
-      pp_pixel(f, pitch, in_h, x1, y0, fmt, col, v[i][j][1]);
-      pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v[i][j][2]);
-      pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v[i][j][3]);
+      if (row_in) {   // uniform across a warp (one output row): letterbox bands load nothing
+        pp_pixel(f, pitch, in_h, x0, y0, fmt, col, v[i][j][0]);
+        pp_pixel(f, pitch, in_h, x1, y0, fmt, col, v[i][j][1]);
+        pp_pixel(f, pitch, in_h, x0, y1, fmt, col, v[i][j][2]);
+        pp_pixel(f, pitch, in_h, x1, y1, fmt, col, v[i][j][3]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) v[i][j][t][0] = v[i][j][t][1] = v[i][j][t][2] = 0.f;
+      }
     }
   }
 #pragma unroll

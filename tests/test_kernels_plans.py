@@ -131,7 +131,7 @@ def test_driver_arguments_land_in_cuLaunchKernelEx_layout():
             np.float16(0.5), np.int8(-2))
     fmt = runtime._format(args)
     tl = runtime._thread_buffers()
-    buf, params = tl[0], tl[5]
+    buf, params = tl[0], tl[3]
     fmt.pack_into(buf, 0, 3, 2, 1, 128, 1, 1, 4096, 0xABC0, *args)
     cfg = CUlaunchConfig.from_buffer(buf)
     assert ctypes.sizeof(CUlaunchConfig) <= runtime._CONFIG_BYTES

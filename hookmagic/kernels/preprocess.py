@@ -61,12 +61,19 @@ for _v, _tile, _what in (("x2", (8, 64), "two adjacent output pixels a thread (N
 #: impl -> (variant, output columns a thread, output rows a thread). "pixel": one pixel a thread
 #: with byte loads; "w1": one pixel a thread with word-wide tap loads; "w4": four pixels a thread
 #: (lane-interleaved) with word-wide tap loads; "x2", "y2", "xy": 2 or 2 x 2 pixels a thread with
-#: byte loads. The benchmark compares them in one process (benchmarks/kernel_memory_cases.py,
-#: ``variants=1``); "auto" is the fastest measured: on an H100 "pixel" was the fastest of the first
-#: three in all three cases (benchmarks/results/rowfast/README.md, round 2). Chosen by
-#: preprocess's ``impl=``.
+#: byte loads. "auto" is :func:`auto_impl`'s pick. Chosen by preprocess's ``impl=``; the benchmark
+#: compares them in one process (``python -m benchmarks.kernel_infer_cases``).
 IMPLS = {"auto": ("fused", 1, 1), "pixel": ("fused", 1, 1), "w1": ("fused1w", 1, 1), "w4": ("fused4", 4, 1),
          "x2": ("x2", 2, 1), "y2": ("y2", 1, 2), "xy": ("xy", 2, 2)}
+
+
+def auto_impl(letterbox: bool) -> str:
+    """The design ``impl="auto"`` runs: "x2" (two adjacent pixels a thread), but "pixel" for
+    letterboxed output. On an H200 (8 x 1080p -> 640 x 640 FP16, kernel time, one process) "x2" took
+    27.2 us against "pixel"'s 29.3 (RGB) and 36.8 against 42.4 (NV12), "pixel" 22.2 against "x2"'s
+    25.5 letterboxed; 2 rows a thread ("y2", "xy") was slower in all three
+    (benchmarks/results/kernels-infer-h200.md has the 3-process figures)."""
+    return "pixel" if letterbox else "x2"
 
 
 @dataclass(frozen=True)
@@ -326,7 +333,7 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
         raise KernelArgumentError(f"preprocess: at most 65535 frames per call, got {fr.batch}")
     optr = int(out.data_ptr()) if fr.ref.kind == "torch" else runtime.inspect_array(out, "out").ptr
     head, tail = _scalars(fr.height, fr.width, fr.pitch, fmt, chans, lay, oh, ow, bool(letterbox), m, s, pad, col)
-    variant, px, py = IMPLS[impl]
+    variant, px, py = IMPLS[auto_impl(bool(letterbox)) if impl == "auto" else impl]
     spec = registry.SPECS[("preprocess", variant)]
     name = spec.entries[dt]
     kern = runtime.get_kernel(spec.family, name, fr.ref.device)
@@ -341,7 +348,7 @@ def preprocess(frames: Any, size: Any, mean: Any = (0.0, 0.0, 0.0), std: Any = (
             and _plain(size, mean, std, pad_value, dtype):
         _remember((frames.shape, frames.stride(), frames.dtype, frames.get_device(), size, mean, std, layout, dtype,
                    letterbox, format, channels, pad_value, color_matrix, full_range, impl),
-                  (runtime.prepare(kern, grid, _BLOCK, args), work, shape, out.dtype, args[2], head, tail), frames)
+                  (runtime.prepare(kern, fr.ref.device, grid, _BLOCK, args), work, shape, out.dtype, args[2], head, tail), frames)
     return out
 
 

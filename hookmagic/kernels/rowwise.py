@@ -138,7 +138,7 @@ def _run(op: str, xi: runtime.ArrayInfo, params: list[runtime.ArrayInfo | None],
     if call_key is not None:   # the next call with this signature takes _fast
         if len(_calls) > 4096:
             _calls.clear()
-        _calls[call_key + (aligned,)] = (runtime.prepare(kern, grid, block, args, smem), work, tail)
+        _calls[call_key + (aligned,)] = (runtime.prepare(kern, xi.device, grid, block, args, smem), work, tail)
     return y
 
 

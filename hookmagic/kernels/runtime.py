@@ -252,12 +252,11 @@ def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int,
             else:
                 stream = current_stream_handle(ref)
             fmt.pack_into(tl[0], 0, *(_dims.get((grid, block)) or _dims_for(grid, block)), smem, stream, *args)
-            if _drv.cuCtxGetCurrent(tl[3]) or tl[4].value != _contexts.get(ref.device):
-                make_current(ref.device)
-            err = _drv.cuLaunchKernelEx(tl[1], _handles.get(id(kernel)) or _handle(kernel), tl[2], None)
-            if err:
-                raise KernelsUnavailable(f"cuLaunchKernelEx(grid={grid}, block={block}, smem={smem}) failed: "
-                                         f"{_error_name(err)}")
+            h = _handles.get((id(kernel), ref.device)) or _handle(kernel, ref.device)
+            if smem > 48 * 1024 and _func_smem.get(h.value, 0) < smem:
+                _allow_smem(h, smem)
+            if _drv.cuLaunchKernelEx(tl[1], h, tl[2], None):
+                _relaunch(ref.device, tl, h, grid, block, smem)
             return
     make_current(ref.device)
     cfg = _configs.get((grid, block, smem))   # one LaunchConfig per launch shape
@@ -291,7 +290,7 @@ _NP_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1
              ("u", 4): "I", ("u", 8): "Q", ("f", 2): "e", ("f", 4): "f", ("f", 8): "d", ("b", 1): "?"}
 _formats: dict[tuple, Any] = {}
 _dims: dict[tuple, tuple[int, ...]] = {}
-_handles: dict[int, Any] = {}     # id(cuda-core Kernel) -> its CUkernel handle as a ctypes c_void_p
+_handles: dict[tuple[int, int], Any] = {}   # (id(cuda-core Kernel), device) -> its CUfunction (ctypes)
 _keep: list[Any] = []             # the kernels whose handles are cached (their ids stay theirs)
 _tls = threading.local()
 _drv: Any = None                  # the ctypes CDLL of libcuda; False where it cannot be opened
@@ -321,15 +320,13 @@ def _format(args: Sequence[Any]) -> Any:
 
 
 def _thread_buffers() -> tuple[Any, ...]:
-    """This thread's (config + argument slots, a pointer to the config, the parameter pointer
-    array, a CUcontext out-pointer, the CUcontext)."""
+    """This thread's (config + argument slots, a pointer to the config, a pointer to the parameter
+    array, the parameter array)."""
     import ctypes
     buf = (ctypes.c_char * (_CONFIG_BYTES + 8 * _MAX_ARGS))()
     base = ctypes.addressof(buf)
     params = (ctypes.c_void_p * _MAX_ARGS)(*[base + _CONFIG_BYTES + 8 * i for i in range(_MAX_ARGS)])
-    ctx = ctypes.c_void_p()
-    tl = _tls.buf = (buf, ctypes.c_void_p(base), ctypes.c_void_p(ctypes.addressof(params)), ctypes.byref(ctx), ctx,
-                     params)
+    tl = _tls.buf = (buf, ctypes.c_void_p(base), ctypes.c_void_p(ctypes.addressof(params)), params)
     return tl
 
 
@@ -345,13 +342,47 @@ def _dims_for(grid: Any, block: Any) -> tuple[int, ...]:
     return d
 
 
-def _handle(kernel: Any) -> Any:
-    """The cuda-core kernel's CUkernel (a library kernel, launched in the current context; older
-    cuda-core: a CUfunction) as a ctypes pointer, cached."""
+def _handle(kernel: Any, ordinal: int) -> Any:
+    """The CUfunction of a cuda-core kernel in device ``ordinal``'s primary context (cuda-core loads
+    cubins as libraries: its kernels are CUkernel handles, resolved once here rather than by the
+    driver at every launch), as a ctypes pointer, cached."""
     import ctypes
-    h = _handles[id(kernel)] = ctypes.c_void_p(int(kernel.handle))
+    make_current(ordinal)
+    h = kernel.handle
+    if type(h).__name__ == "CUfunction":   # older cuda-core: a module's function already
+        f = ctypes.c_void_p(int(h))
+    else:
+        f = ctypes.c_void_p()
+        err = _drv.cuKernelGetFunction(ctypes.byref(f), ctypes.c_void_p(int(h)))
+        if err:
+            raise KernelsUnavailable(f"cuKernelGetFunction failed: {_error_name(err)}")
+    _handles[(id(kernel), ordinal)] = f
     _keep.append(kernel)
-    return h
+    return f
+
+
+#: CUfunction handle -> the dynamic shared memory its launches were allowed (beyond 48 KiB)
+_func_smem: dict[int, int] = {}
+
+
+def _allow_smem(f: Any, nbytes: int) -> None:
+    """Allow the function ``nbytes`` of dynamic shared memory (set_dynamic_smem sets it on the
+    CUkernel for the device; the function's own attribute is set too, as the driver reads it)."""
+    err = _drv.cuFuncSetAttribute(f, 8, nbytes)   # 8: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if err:
+        raise KernelsUnavailable(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) failed: "
+                                 f"{_error_name(err)}")
+    _func_smem[f.value] = nbytes
+
+
+def _relaunch(ordinal: int, tl: tuple, f: Any, grid: Any, block: Any, smem: int) -> None:
+    """A launch failed: make the device's primary context current (a new thread may have none;
+    another may be current) and launch once more, or raise with the driver's error."""
+    make_current(ordinal)
+    err = _drv.cuLaunchKernelEx(tl[1], f, tl[2], None)
+    if err:
+        raise KernelsUnavailable(f"cuLaunchKernelEx(grid={grid}, block={block}, smem={smem}) failed: "
+                                 f"{_error_name(err)}")
 
 
 def _open_driver() -> bool:
@@ -362,7 +393,8 @@ def _open_driver() -> bool:
         lib = ctypes.CDLL("libcuda.so.1")
         # no argtypes: every argument passed is a prebuilt ctypes object (nothing to convert)
         lib.cuLaunchKernelEx.restype = ctypes.c_int
-        lib.cuCtxGetCurrent.restype = ctypes.c_int
+        lib.cuKernelGetFunction.restype = ctypes.c_int
+        lib.cuFuncSetAttribute.restype = ctypes.c_int
         lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         lib.cuGetErrorName.restype = ctypes.c_int
     except (OSError, AttributeError):
@@ -393,15 +425,21 @@ class Prepared:
     handle: Any         # the kernel's handle as a ctypes pointer (None on the cuda-core path)
 
 
-def prepare(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], smem: int = 0) -> Prepared:
-    """The launch of ``kernel`` with arguments of the types of ``args`` (values do not matter),
-    ready for :func:`launch_prepared`."""
+def prepare(kernel: Any, ordinal: int, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+            smem: int = 0) -> Prepared:
+    """The launch of ``kernel`` on device ``ordinal`` with arguments of the types of ``args``
+    (values do not matter), ready for :func:`launch_prepared`."""
     fmt = _formats.get(tuple(map(type, args))) or _format(args)
     if fmt and _drv is None:
         _open_driver()
     drv = fmt and _drv
-    return Prepared(kernel, grid, block, smem, fmt if drv else 0, _dims_for(grid, block) + (smem,),
-                    (_handles.get(id(kernel)) or _handle(kernel)) if drv else None)
+    h = None
+    if drv:
+        make_current(ordinal)
+        h = _handles.get((id(kernel), ordinal)) or _handle(kernel, ordinal)
+        if smem > 48 * 1024 and _func_smem.get(h.value, 0) < smem:
+            _allow_smem(h, smem)
+    return Prepared(kernel, grid, block, smem, fmt if drv else 0, _dims_for(grid, block) + (smem,), h)
 
 
 def launch_prepared(p: Prepared, kind: str, ordinal: int, args: Sequence[Any]) -> None:
@@ -414,12 +452,8 @@ def launch_prepared(p: Prepared, kind: str, ordinal: int, args: Sequence[Any]) -
         else:
             stream = current_stream_handle(ArrayInfo("", kind, (), (), "", ordinal, 0, None))
         p.fmt.pack_into(tl[0], 0, *p.head, stream, *args)
-        if _drv.cuCtxGetCurrent(tl[3]) or tl[4].value != _contexts.get(ordinal):
-            make_current(ordinal)
-        err = _drv.cuLaunchKernelEx(tl[1], p.handle, tl[2], None)
-        if err:
-            raise KernelsUnavailable(f"cuLaunchKernelEx(grid={p.grid}, block={p.block}, smem={p.smem}) failed: "
-                                     f"{_error_name(err)}")
+        if _drv.cuLaunchKernelEx(tl[1], p.handle, tl[2], None):
+            _relaunch(ordinal, tl, p.handle, p.grid, p.block, p.smem)
         return
     launch(p.kernel, ArrayInfo("", kind, (), (), "", ordinal, 0, None), p.grid, p.block, args, p.smem)
 
