@@ -296,7 +296,8 @@ SDPA_FLASH = "torch SDPA (flash)"
 
 
 def attention_rows(reps: int = 25) -> list[dict]:
-    """kernels.attention (variant "wgmma", the sm_90 default, and "mma") against torch SDPA's flash
+    """kernels.attention (variant "wgmma", the sm_90 default, in each of its schedules, and "mma")
+    against torch SDPA's flash
     backend on the same operands, kernel time alone (``_time_device``: cold L2, host launch cost
     hidden, median of ``reps``). Correct means: no farther from the FP32 SDPA of the same inputs
     than twice the flash backend is, plus one unit of output rounding."""
@@ -304,6 +305,7 @@ def attention_rows(reps: int = 25) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import hookmagic.kernels as hk
+    from hookmagic.kernels.attention import SCHEDULES
     F = torch.nn.functional
     rows = []
     for b, h, s, d in ATTENTION_PLAN:
@@ -320,9 +322,11 @@ def attention_rows(reps: int = 25) -> list[dict]:
                 exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
                 ref_err = (flash().float() - exact).abs().max().item()
                 ulp = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8}[kind] * max(exact.abs().max().item(), 1.0)
-                impls = {SDPA_FLASH: flash,
-                         "wgmma": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, variant="wgmma"),
-                         "mma": lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, variant="mma")}
+                impls = {SDPA_FLASH: flash}
+                for sched in SCHEDULES:
+                    impls[f"wgmma@{sched}"] = lambda q=q, k=k, v=v, c=causal, sc=sched: hk.attention(
+                        q, k, v, causal=c, variant="wgmma", schedule=sc)
+                impls["mma"] = lambda q=q, k=k, v=v, c=causal: hk.attention(q, k, v, causal=c, variant="mma")
                 for variant, fn in impls.items():
                     err = (fn().float() - exact).abs().max().item()
                     ok = variant == SDPA_FLASH or err <= 2 * ref_err + ulp

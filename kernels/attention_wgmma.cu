@@ -14,7 +14,9 @@
 //    N-major (the transpose flag) from shared memory.
 // Within a consumer the next tile's Q K^T is issued before this tile's P V and before its softmax
 // (FlashAttention-3's intra-warpgroup overlap): the softmax of tile t runs while the Tensor Cores
-// do P_{t-1} V_{t-1}; O is rescaled once that wgmma has retired.
+// do P_{t-1} V_{t-1}; O is rescaled once that wgmma has retired. The "pingpong" entry points (_pp)
+// also make the two consumers take turns issuing their wgmmas (named barriers 1 and 2,
+// FlashAttention-3's inter-warpgroup schedule), so one's softmax runs while the other's GEMMs do.
 // Tensor maps are 4-D (d, seq, heads, batch), so a tile past the sequence's end is zero-filled by
 // TMA (never the next head's rows); masked scores are -inf before the exponential. Causal masking
 // is top-left aligned (query i sees keys j <= i), as torch's is_causal; causal blocks run the
@@ -209,7 +211,23 @@ __device__ __forceinline__ void aw_pack_p(unsigned (*p)[4], const float* s) {
     for (int i = 0; i < 4; ++i) p[kk][i] = aw_pack<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-template <typename T, int D>
+// PP: the consumers take turns issuing wgmmas. A turn is one issue block (the first tile's Q K^T,
+// each loop step's Q K^T + P V, the last P V): ntiles + 1 turns for each consumer. Consumer c waits
+// on barrier 1 + c and, its wgmmas issued, arrives on the other's; consumer 1 opens consumer 0's
+// first turn and skips its own last arrive, so every barrier sees as many arrives as waits.
+// (Immediate barrier ids, so ptxas reserves 3 barriers rather than all 16.)
+template <bool PP>
+__device__ __forceinline__ void aw_turn_begin(int cw) {
+  if (PP && cw == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  if (PP && cw == 1) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+}
+template <bool PP>
+__device__ __forceinline__ void aw_turn_end(int cw, bool last) {
+  if (PP && cw == 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+  if (PP && cw == 1 && !last) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+}
+
+template <typename T, int D, bool PP>
 __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const HmTensorMap* tmK,
                                                    const HmTensorMap* tmV, T* __restrict__ o, long long o_bs,
                                                    long long o_hs, long long o_rs, int q_len, int k_len,
@@ -262,12 +280,15 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
   float s[AW_BN / 2], alpha[2];
   unsigned p[AW_BN / 16][4];
   float row_m[2] = {AW_NEG_INF, AW_NEG_INF}, row_l[2] = {0.f, 0.f};
+  if (PP && cw == 1 && ntiles > 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");   // consumer 0 goes first
   hm_mbar_wait(sm.q_full(), 0);
   if (ntiles > 0) {
+    aw_turn_begin<PP>(cw);
     hm_mbar_wait(sm.k_full(0), 0);
     hm_wgmma_fence();
     aw_qk<T, D>(s, qa, sm.k);
     hm_wgmma_commit();
+    aw_turn_end<PP>(cw, false);
     hm_wgmma_wait<0>();
     if (leader) hm_mbar_arrive(sm.k_empty(0));
     aw_softmax(s, row_m, row_l, alpha, 0, r_lo, row_w, tq, k_len, causal, scale_log2);
@@ -275,6 +296,7 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
   }
   for (int t = 1; t < ntiles; ++t) {
     const unsigned st = t % AW_STAGES, sp = (t - 1) % AW_STAGES;
+    aw_turn_begin<PP>(cw);
     hm_mbar_wait(sm.k_full(st), (unsigned)(t / AW_STAGES) & 1u);
     hm_wgmma_fence();
     aw_qk<T, D>(s, qa, sm.k + st * sm.KV_BYTES);            // S of tile t ...
@@ -282,6 +304,7 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
     hm_mbar_wait(sm.v_full(sp), (unsigned)((t - 1) / AW_STAGES) & 1u);
     aw_pv<T, D>(oacc, p, sm.v + sp * sm.KV_BYTES);           // ... while O += P V of tile t - 1
     hm_wgmma_commit();
+    aw_turn_end<PP>(cw, false);
     hm_wgmma_wait<1>();                                      // S of tile t is ready
     if (leader) hm_mbar_arrive(sm.k_empty(st));
     aw_softmax(s, row_m, row_l, alpha, t * AW_BN, r_lo, row_w, tq, k_len, causal, scale_log2);
@@ -298,10 +321,12 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
   }
   if (ntiles > 0) {
     const unsigned sl = (ntiles - 1) % AW_STAGES;
+    aw_turn_begin<PP>(cw);
     hm_mbar_wait(sm.v_full(sl), (unsigned)((ntiles - 1) / AW_STAGES) & 1u);
     hm_wgmma_fence();
     aw_pv<T, D>(oacc, p, sm.v + sl * sm.KV_BYTES);
     hm_wgmma_commit();
+    aw_turn_end<PP>(cw, true);
     hm_wgmma_wait<0>();
   }
   T* O = o + b * o_bs + h * o_hs;
@@ -321,21 +346,25 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
     }
   }
 }
-#define AW_BODY(T, D) hm_attention_wgmma<T, D>(&tmQ, &tmK, &tmV, o, o_bs, o_hs, o_rs, q_len, k_len, scale_log2, causal)
+#define AW_BODY(T, D, PP) hm_attention_wgmma<T, D, PP>(&tmQ, &tmK, &tmV, o, o_bs, o_hs, o_rs, q_len, k_len, scale_log2, causal)
 #else
-#define AW_BODY(T, D) ((void)0)
+#define AW_BODY(T, D, PP) ((void)0)
 #endif  // HM_WGMMA_BODY
 
 // Grid (ceil(seq_q / 128), heads, batch), AW_THREADS threads, dynamic shared memory
 // 1024 + 128 * D * 2 * (1 + 2 * AW_STAGES) + 8 * (1 + 4 * AW_STAGES) bytes (hookmagic/kernels/attention.py).
-#define AW_ENTRY(NAME, T, D)                                                                                     \
+#define AW_ENTRY(NAME, T, D, PP)                                                                                 \
   extern "C" __global__ void __launch_bounds__(AW_THREADS, 1) NAME(                                              \
       const __grid_constant__ HmTensorMap tmQ, const __grid_constant__ HmTensorMap tmK,                          \
       const __grid_constant__ HmTensorMap tmV, T* o, long long o_bs, long long o_hs, long long o_rs, int q_len,  \
       int k_len, float scale_log2, int causal) {                                                                 \
-    AW_BODY(T, D);                                                                                               \
+    AW_BODY(T, D, PP);                                                                                           \
   }
-AW_ENTRY(attention_wgmma_f16_d64, __half, 64)
-AW_ENTRY(attention_wgmma_f16_d128, __half, 128)
-AW_ENTRY(attention_wgmma_bf16_d64, __nv_bfloat16, 64)
-AW_ENTRY(attention_wgmma_bf16_d128, __nv_bfloat16, 128)
+// schedule "overlap" (no suffix) and "pingpong" (_pp)
+#define AW_ENTRIES(SUFFIX, PP)                                          \
+  AW_ENTRY(attention_wgmma_f16_d64##SUFFIX, __half, 64, PP)             \
+  AW_ENTRY(attention_wgmma_f16_d128##SUFFIX, __half, 128, PP)           \
+  AW_ENTRY(attention_wgmma_bf16_d64##SUFFIX, __nv_bfloat16, 64, PP)     \
+  AW_ENTRY(attention_wgmma_bf16_d128##SUFFIX, __nv_bfloat16, 128, PP)
+AW_ENTRIES(, false)
+AW_ENTRIES(_pp, true)

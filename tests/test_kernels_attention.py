@@ -15,6 +15,7 @@ from tests.test_kernels_wgmma import family_ptx  # noqa: E402
 
 attention_mod = __import__("hookmagic.kernels.attention", fromlist=["attention"])   # the package's name is the function
 NAMES = {f"attention_wgmma_{t}_d{d}" for t in ("f16", "bf16") for d in (64, 128)}
+PINGPONG = {n + "_pp" for n in NAMES}
 BIG = ((4, 16, 4096, 128), (4, 16, 4096, 128))
 
 
@@ -26,7 +27,7 @@ def cache(tmp_path, monkeypatch):
 
 def test_compiles_for_sm90a_without_spills(cache):
     c = build.compile_family("attention_wgmma", "sm_90a")
-    assert set(c.kernels) == NAMES
+    assert set(c.kernels) == NAMES | PINGPONG
     for info in c.kernels.values():
         # 384 threads, one block per SM: at most 65536 / 384 = 170 registers (ptxas rounds to 168)
         assert 0 < info["registers"] <= 168
@@ -43,7 +44,7 @@ def test_sm90a_code_uses_wgmma_tma_and_register_a_and_other_targets_get_stubs():
     assert any("m64n64k16" in line and "}, {%r" in line for line in ptx.splitlines())
     for needle in ("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes",
                    "mbarrier.try_wait.parity", "setmaxnreg.inc.sync.aligned.u32 240",
-                   "setmaxnreg.dec.sync.aligned.u32 24"):
+                   "setmaxnreg.dec.sync.aligned.u32 24", "bar.arrive"):   # bar.arrive: the pingpong turns
         assert needle in ptx, needle
     for arch in ("sm_90", "sm_80"):
         other = family_ptx("attention_wgmma", arch)
@@ -53,11 +54,11 @@ def test_sm90a_code_uses_wgmma_tma_and_register_a_and_other_targets_get_stubs():
 def test_available_lists_the_wgmma_kernels_with_their_shared_memory():
     t = hk.available()
     w = t[(t.op == "attention") & t.variant.str.startswith("wgmma")]
-    assert set(w.kernel) == NAMES and set(w.min_arch) == {"sm_90"} and set(w.block) == {384}
+    assert set(w.kernel) == PINGPONG and set(w.min_arch) == {"sm_90"} and set(w.block) == {384}
     smem = w.set_index("kernel")["dynamic_smem"]
     for d in (64, 128):
         # 1 KiB alignment slack, Q (128 x d), 2 stages of K and of V (128 x d each), 9 mbarriers
-        assert smem[f"attention_wgmma_f16_d{d}"] == 1024 + 128 * d * 2 * 5 + 8 * 9
+        assert smem[f"attention_wgmma_f16_d{d}_pp"] == 1024 + 128 * d * 2 * 5 + 8 * 9
     assert smem.max() <= 227 * 1024      # the H100's per-block limit
 
 
@@ -67,7 +68,7 @@ def test_explain_picks_wgmma_on_hopper_for_fixed_length(dtype, d):
     q = (2, 8, 1000, d)
     text = hk.explain("attention", q, q, dtype=dtype, arch="sm_90")
     suffix = "f16" if dtype == "float16" else "bf16"
-    assert "variant='wgmma'" in text and f"attention_wgmma_{suffix}_d{d}" in text
+    assert "variant='wgmma'" in text and f"attention_wgmma_{suffix}_d{d}_pp, schedule='pingpong'" in text
     assert attention_mod.HOPPER_ATTENTION_RESULTS in text and "variant='mma'" in text
     assert "variant='wgmma'" in hk.explain("attention", q, q, dtype=dtype, arch="sm_90a")
 
@@ -103,5 +104,7 @@ def test_variant_argument_is_checked_before_any_gpu_work():
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(hk.KernelArgumentError, match=r"variant must be one of \('auto', 'wgmma', 'mma'\)"):
         hk.attention(q, q, q, variant="fastest")
+    with pytest.raises(hk.KernelArgumentError, match=r"schedule must be one of \('pingpong', 'overlap'\)"):
+        hk.attention(q, q, q, schedule="tiles")
     with pytest.raises(hk.KernelArgumentError, match="must be on a CUDA device"):
         hk.attention(q, q, q, variant="wgmma")

@@ -37,27 +37,31 @@ def _kernels_run(fn) -> list[str]:
     return out, [w.kernel for w in hk.launch_log(clear=True)]
 
 
+@pytest.mark.parametrize("schedule", ["overlap", "pingpong"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b, h, s, d", [(2, 3, 1, 64), (1, 2, 17, 128), (2, 4, 256, 64), (2, 2, 384, 128),
                                         (1, 2, 1000, 128), (1, 1, 4097, 64), (1, 2, 2048, 128)])
-def test_wgmma_matches_sdpa(b, h, s, d, causal, dtype):
+def test_wgmma_matches_sdpa(b, h, s, d, causal, dtype, schedule):
     torch.manual_seed(s + d)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
-    out, ran = _kernels_run(lambda: hk.attention(q, k, v, causal=causal, variant="wgmma"))
-    assert ran == [f"attention_wgmma_{'f16' if dtype == torch.float16 else 'bf16'}_d{d}"]
+    out, ran = _kernels_run(lambda: hk.attention(q, k, v, causal=causal, variant="wgmma", schedule=schedule))
+    suffix = "_pp" if schedule == "pingpong" else ""
+    assert ran == [f"attention_wgmma_{'f16' if dtype == torch.float16 else 'bf16'}_d{d}{suffix}"]
     _check(out, q, k, v, causal)
 
 
+@pytest.mark.parametrize("schedule", ["overlap", "pingpong"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq, sk", [(100, 300), (300, 100), (129, 1), (1, 257), (70, 50)])
-def test_other_key_length_strided_and_scale(sq, sk, causal):
+def test_other_key_length_strided_and_scale(sq, sk, causal, schedule):
     # q a (B, S, H, D) tensor viewed as (B, H, S, D): TMA reads the strides as they are
     q = torch.randn(2, sq, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     k = torch.randn(2, 4, sk, 128, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(2, sk, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    _check(hk.attention(q, k, v, causal=causal, variant="wgmma"), q, k, v, causal)
-    _check(hk.attention(q, k, v, causal=causal, scale=0.3, variant="wgmma"), q, k, v, causal, scale=0.3)
+    _check(hk.attention(q, k, v, causal=causal, variant="wgmma", schedule=schedule), q, k, v, causal)
+    _check(hk.attention(q, k, v, causal=causal, scale=0.3, variant="wgmma", schedule=schedule), q, k, v, causal,
+           scale=0.3)
 
 
 def test_large_scores_and_broadcast_heads():
@@ -72,7 +76,7 @@ def test_large_scores_and_broadcast_heads():
 def test_auto_runs_wgmma_for_fixed_length_and_mma_for_offsets():
     q, k, v = (torch.randn(1, 2, 200, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     out, ran = _kernels_run(lambda: hk.attention(q, k, v, causal=True))
-    assert ran == ["attention_wgmma_f16_d64"]
+    assert ran == ["attention_wgmma_f16_d64_pp"]                               # schedule "pingpong"
     _check(out, q, k, v, True)
     out, ran = _kernels_run(lambda: hk.attention(q, k, v, causal=True, variant="mma"))
     assert ran == ["attention_f16_d64"]
