@@ -80,6 +80,29 @@ def measure(calls: int, warmup: int, size: int) -> dict[str, float]:
     args = (x.data_ptr(), y.data_ptr(), *tail)
     out["floor_prepared_launch_us"] = _per_call_us(lambda: runtime.launch_prepared(prep, "torch", 0, args),
                                                    calls, warmup)
+    # where a launch's time goes: one trivial driver call through ctypes (cuGetErrorName), the same
+    # launch through cuda-bindings' cuLaunchKernel (its own argument conversion), and torch's own
+    # in-place op on the same tensor (dispatcher and launch, no allocation)
+    try:
+        import ctypes
+        name = ctypes.c_char_p()
+        ref = ctypes.byref(name)
+        drv = runtime._drv
+        out["floor_ctypes_driver_call_us"] = _per_call_us(lambda: drv.cuGetErrorName(0, ref), calls, warmup)
+        from cuda.bindings import driver
+        fn = driver.CUfunction(prep.handle.value)
+        params = (ctypes.c_void_p * len(args))()
+        vals = [ctypes.c_uint64(args[0]), ctypes.c_uint64(args[1])] + [ctypes.c_int32(int(v)) for v in tail]
+        for i, v in enumerate(vals):
+            params[i] = ctypes.addressof(v)
+        g, b = prep.head[:3], prep.head[3:6]
+        stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
+        addr = ctypes.addressof(params)
+        out["floor_bindings_launch_us"] = _per_call_us(
+            lambda: driver.cuLaunchKernel(fn, *g, *b, prep.smem, stream, addr, 0), calls, warmup)
+        out["torch_inplace_op_us"] = _per_call_us(lambda: y.mul_(1.0), calls, warmup)
+    except Exception as exc:   # the breakdown is optional: keep the figures above
+        print("host-cost breakdown failed:", repr(exc))
     # the same calls through cuda.core's launch (the launcher before the driver path)
     runtime.LAUNCHER = "cuda-core"
     try:
