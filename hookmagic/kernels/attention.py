@@ -62,7 +62,7 @@ def _wgmma_name(dtype: str, d: int, schedule: str) -> str:
 #: the wgmma kernel's schedules (``attention(..., schedule=)``): "overlap" issues each consumer's next
 #: Q K^T before its softmax; "pingpong" also makes the two consumer warpgroups take turns issuing
 #: wgmmas (entry points ``..._pp``). The default, "pingpong", ran every shape of
-#: HOPPER_ATTENTION_RESULTS 13-20 % faster than "overlap" on an H200.
+#: HOPPER_ATTENTION_RESULTS 1.10-1.18x faster than "overlap" on an H200.
 SCHEDULES = ("pingpong", "overlap")
 DEFAULT_SCHEDULE = "pingpong"
 
@@ -82,8 +82,8 @@ VARIANTS = ("auto", "wgmma", "mma")
 HOPPER_ATTENTION_RESULTS = "benchmarks/results/kernels-attention-h200.md"
 _WHY_WGMMA = ("wgmma and TMA exist on sm_90a only; on an H200 (kernel time, 3 processes) the wgmma kernel ran "
               "every measured shape (batch 4, 16 heads, seq 1024 and 4096, d 64 and 128, causal and not, FP16 and "
-              "BF16) 1.4-2.2x faster than the mma kernel: 93-134 % of torch SDPA's flash backend, 129 % at seq 4096, "
-              f"d 128 ({HOPPER_ATTENTION_RESULTS})")
+              "BF16) 1.57-2.56x faster than the mma kernel: 104-155 % of torch SDPA's flash backend, 149-151 % at "
+              f"seq 4096, d 128 ({HOPPER_ATTENTION_RESULTS})")
 _WHY_MMA = ("mma.sync + cp.async (FlashAttention-2's scheme) is the library's attention kernel before Hopper "
             "(wgmma exists on sm_90a only)")
 
