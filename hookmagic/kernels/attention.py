@@ -13,14 +13,13 @@ the wgmma kernel on sm_90 for fixed-length batches and the mma kernel for everyt
 """
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-
-import ctypes
-import threading
-from collections import OrderedDict
 
 from hookmagic.kernels import registry, runtime, tma
 from hookmagic.kernels.build import arch_number, normalize_arch
@@ -163,8 +162,9 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None 
     top-left aligned (query ``i`` sees keys ``j <= i``). A query with no keys gives zeros.
     ``variant``: ``"auto"`` (the wgmma kernel on sm_90 for fixed-length operands, else the mma
     kernel: :func:`hookmagic.kernels.explain` says which and why), ``"wgmma"`` (sm_90 only, fixed
-    length) or ``"mma"``; ``schedule`` (wgmma kernel only): one of :data:`SCHEDULES`. ``block_m`` (mma kernel only): query rows per block, 64 (4 warps) or 128
-    (8 warps: half the K/V traffic). Returns a new array shaped like ``q``.
+    length) or ``"mma"``. ``schedule`` (wgmma kernel only): ``"pingpong"`` (default) or
+    ``"overlap"`` (:data:`SCHEDULES`). ``block_m`` (mma kernel only): query rows per block, 64
+    (4 warps) or 128 (8 warps: half the K/V traffic). Returns a new array shaped like ``q``.
     """
     op = "attention"
     qi, ki, vi = (runtime.inspect_array(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -301,7 +301,8 @@ def _tensor_map(i: runtime.ArrayInfo, rows: int) -> Any:
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     except Exception as exc:  # no driver library, or a binding that takes other argument types
         raise KernelsUnavailable(f"cuTensorMapEncodeTiled could not be called ({type(exc).__name__}: {exc}); "
-                                 "the wgmma attention kernel needs the NVIDIA driver and cuda-bindings >= 12.0") from exc
+                                 "the wgmma attention kernel needs the NVIDIA driver and cuda-bindings >= 12.0"
+                                 ) from exc
     tma._check(err, f"cuTensorMapEncodeTiled({i.name} {i.dtype} {i.shape}, byte strides {st})")
     with _maps_lock:
         _maps[key] = m
