@@ -15,7 +15,7 @@ stream and return the same kind::
     x = kernels.preprocess(frames, (640, 640), mean, std, letterbox=True)   # uint8 frames -> FP16 NCHW, one kernel
     keep = kernels.nms(boxes, scores, 0.5); xyxy = kernels.decode_boxes(head[..., :4])
     t = kernels.transpose(x, "NCHW->NHWC"); s = kernels.row_sum(x); m = kernels.row_max(x)
-    o = kernels.attention(q, k, v, causal=True)  # flash-style, FP16/BF16, head dim 64/128, varlen offsets
+    o = kernels.attention(q, k, v, causal=True)  # FP16/BF16, head dim 64/128; wgmma + TMA on sm_90, mma.sync elsewhere and for varlen offsets
     y = kernels.conv2d(x_nhwc, w_krsc, b, stride=2, padding=1)  # implicit GEMM, NHWC + KRSC (or layout="NCHW")
     kernels.check("sm_90")                       # compile everything, registers/smem/spills (no GPU)
 
