@@ -231,11 +231,11 @@ DESCRIPTION = ("preprocess 8x1080p -> 640x640 fp16 (plain, letterbox, NV12; ever
                "against torch and a copy: 'call' = CUDA events around one call (the host's launch cost "
                "included, median of 50), 'kernel' = kernel time from a cold L2 with the launch cost hidden "
                "(median of 21)")
-PARAMS = {"impls": "auto,pixel,x2,y2,xy", "rows": 1}
+PARAMS = {"impls": "auto,pixel,x2,y2,xy", "rows": 1, "row_impls": "auto"}
 NEEDS: tuple[str, ...] = ("gpu", "torch")
 
 
-def measure(impls: str = "auto,pixel,x2,y2,xy", rows: int = 1) -> dict[str, float]:
+def measure(impls: str = "auto,pixel,x2,y2,xy", rows: int = 1, row_impls: str = "auto") -> dict[str, float]:
     import torch
 
     import hookmagic.kernels as hk
@@ -285,19 +285,23 @@ def measure(impls: str = "auto,pixel,x2,y2,xy", rows: int = 1) -> dict[str, floa
             w = torch.randn(65536, device="cuda", dtype=dtype)
             nb = 2 * x.numel() * x.element_size()
             _, c_kernel, _ = both(_copy(nb))
-            for op, mine, theirs in (("softmax", lambda: hk.softmax(x), lambda: torch.softmax(x, -1)),
-                                     ("layer_norm", lambda: hk.layer_norm(x, w, w),
-                                      lambda: F.layer_norm(x, (65536,), w, w)),
-                                     ("rms_norm", lambda: hk.rms_norm(x, w), lambda: F.rms_norm(x, (65536,), w))):
-                err = (mine().float() - theirs().float()).abs().max().item()
-                if not err <= (2e-2 if dtype == torch.float16 else 1e-4):
-                    out[f"{op}_{d}_65k_wrong_max_err"] = err
-                    continue
-                _, k_mine, _ = both(mine)
+            for op, theirs in (("softmax", lambda: torch.softmax(x, -1)),
+                               ("layer_norm", lambda: F.layer_norm(x, (65536,), w, w)),
+                               ("rms_norm", lambda: F.rms_norm(x, (65536,), w))):
                 _, k_theirs, _ = both(theirs)
-                out[f"{op}_{d}_65k_kernel_us"] = k_mine * 1e6
-                out[f"{op}_{d}_65k_pct_of_copy"] = 100 * c_kernel / k_mine
-                out[f"{op}_{d}_65k_vs_torch_x"] = k_theirs / k_mine
+                for impl in [s.strip() for s in row_impls.split(",") if s.strip()]:
+                    mine = {"softmax": lambda impl=impl: hk.softmax(x, impl=impl),
+                            "layer_norm": lambda impl=impl: hk.layer_norm(x, w, w, impl=impl),
+                            "rms_norm": lambda impl=impl: hk.rms_norm(x, w, impl=impl)}[op]
+                    p = f"{op}_{d}_65k" + ("" if impl == "auto" else f"_{impl}")
+                    err = (mine().float() - theirs().float()).abs().max().item()
+                    if not err <= (2e-2 if dtype == torch.float16 else 1e-4):
+                        out[f"{p}_wrong_max_err"] = err
+                        continue
+                    _, k_mine, _ = both(mine)
+                    out[f"{p}_kernel_us"] = k_mine * 1e6
+                    out[f"{p}_pct_of_copy"] = 100 * c_kernel / k_mine
+                    out[f"{p}_vs_torch_x"] = k_theirs / k_mine
             del x, w
     return out
 
@@ -323,16 +327,17 @@ def _main() -> None:
     ap.add_argument("--name", default="kernels_infer")
     ap.add_argument("--impls", default=PARAMS["impls"])
     ap.add_argument("--rows", type=int, default=PARAMS["rows"])
+    ap.add_argument("--row-impls", default=PARAMS["row_impls"])
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    params = {"impls": a.impls, "rows": a.rows}
+    params = {"impls": a.impls, "rows": a.rows, "row_impls": a.row_impls}
     if a.one:
         print(json.dumps(measure(**params)))
         return
     values: dict[str, list[float]] = {}
     for i in range(a.processes):
         done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_infer_cases", "--one", "--impls", a.impls,
-                               "--rows", str(a.rows)], cwd=harness.ROOT, capture_output=True, text=True,
+                               "--rows", str(a.rows), "--row-impls", a.row_impls], cwd=harness.ROOT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                   filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")]))})
         if done.returncode != 0:
@@ -341,7 +346,8 @@ def _main() -> None:
             values.setdefault(k, []).append(v)
         print(f"process {i + 1}/{a.processes} done", flush=True)
     result = {"benchmark": a.name, "description": DESCRIPTION,
-              "command": f"python -m benchmarks.kernel_infer_cases --processes {a.processes}",
+              "command": f"python -m benchmarks.kernel_infer_cases --processes {a.processes} --impls {a.impls} "
+                         f"--row-impls {a.row_impls}",
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "commit": harness.commit(), "machine": harness.machine(), "gpu": harness.gpu(), "params": params,
               "processes": a.processes,

@@ -68,12 +68,12 @@ IMPLS = {"auto": ("fused", 1, 1), "pixel": ("fused", 1, 1), "w1": ("fused1w", 1,
 
 
 def auto_impl(letterbox: bool) -> str:
-    """The design ``impl="auto"`` runs: "x2" (two adjacent pixels a thread), but "pixel" for
-    letterboxed output. On an H200 (8 x 1080p -> 640 x 640 FP16, kernel time, one process) "x2" took
-    27.2 us against "pixel"'s 29.3 (RGB) and 36.8 against 42.4 (NV12), "pixel" 22.2 against "x2"'s
-    25.5 letterboxed; 2 rows a thread ("y2", "xy") was slower in all three
-    (benchmarks/results/kernels-infer-h200.md has the 3-process figures)."""
-    return "pixel" if letterbox else "x2"
+    """The design ``impl="auto"`` runs: "x2", two adjacent output pixels a thread. On an H200
+    (8 x 1080p -> 640 x 640 FP16, kernel time from a cold L2, 3 fresh processes) "x2" took 27.4-28.3 us
+    against "pixel"'s 28.4-29.1 (RGB), 21.9-22.4 against 22.2-22.3 letterboxed and 37.7-38.0 against
+    42.2-42.7 (NV12); 2 rows a thread ("y2", "xy") was slower than both in all three (one process).
+    Figures: benchmarks/results/kernels-infer-h200.md."""
+    return "x2"
 
 
 @dataclass(frozen=True)
