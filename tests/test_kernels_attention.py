@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 
 import hookmagic.kernels as hk
-from hookmagic.kernels import build
 
 cuda_core = pytest.importorskip("cuda.core")
 
-from tests.test_kernels_wgmma import family_ptx  # noqa: E402
+from tests.kernel_compiles import compiled_with_ptx, family_ptx  # noqa: E402
 
 attention_mod = __import__("hookmagic.kernels.attention", fromlist=["attention"])   # the package's name is the function
 NAMES = {f"attention_wgmma_{t}_d{d}" for t in ("f16", "bf16") for d in (64, 128)}
@@ -19,14 +18,8 @@ PINGPONG = {n + "_pp" for n in NAMES}
 BIG = ((4, 16, 4096, 128), (4, 16, 4096, 128))
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOOKMAGIC_KERNEL_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-def test_compiles_for_sm90a_without_spills(cache):
-    c = build.compile_family("attention_wgmma", "sm_90a")
+def test_compiles_for_sm90a_without_spills():
+    c, _ = compiled_with_ptx("attention_wgmma", "sm_90a")
     assert set(c.kernels) == NAMES | PINGPONG
     for info in c.kernels.values():
         # 384 threads, one block per SM: at most 65536 / 384 = 170 registers (ptxas rounds to 168)
@@ -36,7 +29,7 @@ def test_compiles_for_sm90a_without_spills(cache):
 
 
 def test_sm90a_code_uses_wgmma_tma_and_register_a_and_other_targets_get_stubs():
-    ptx = family_ptx("attention_wgmma", "sm_90a")
+    _, ptx = compiled_with_ptx("attention_wgmma", "sm_90a")    # the PTX of the compile above
     for t in ("f16", "bf16"):
         assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}" in ptx   # Q K^T and P V at d 128
         assert f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{t}.{t}" in ptx    # P V at d 64

@@ -11,20 +11,14 @@ import importlib
 import pytest
 
 import hookmagic.kernels as hk
-from hookmagic.kernels import build, constants, dispatch, gemm_wgmma, runtime, tma
+from hookmagic.kernels import constants, dispatch, gemm_wgmma, runtime, tma
 
 cuda_core = pytest.importorskip("cuda.core")
-from tests.test_kernels_wgmma import family_ptx  # noqa: E402
+from tests.kernel_compiles import compiled_with_ptx, family_ptx  # noqa: E402
 torch = pytest.importorskip("torch")
 gemm_mod = importlib.import_module("hookmagic.kernels.gemm")   # the package's ``gemm`` is the function
 gemm_fp8 = gemm_mod.gemm_fp8
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOOKMAGIC_KERNEL_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 def _ptx(arch: str) -> str:
@@ -38,8 +32,8 @@ def test_fp8_stage_is_the_16_bit_stage_in_bytes():
     assert "-DWG8_BK=128" in constants.defines("gemm_fp8")
 
 
-def test_compiles_for_sm90a_without_spills(cache):
-    c = build.compile_family("gemm_fp8", "sm_90a")
+def test_compiles_for_sm90a_without_spills():
+    c, _ = compiled_with_ptx("gemm_fp8", "sm_90a")
     names = {f"gemm_fp8_{a}_{b}_{o}{s}" for a in ("e4m3", "e5m2") for b in ("e4m3", "e5m2") for o in ("f16", "bf16")
              for s in ("", "_p4")}
     assert set(c.kernels) == names == {n + s for n in gemm_wgmma.FP8_KERNELS.values() for s in ("", "_p4")}
@@ -50,8 +44,8 @@ def test_compiles_for_sm90a_without_spills(cache):
     assert "serialized" not in c.log           # ptxas's warning when wgmma cannot run asynchronously
 
 
-def test_sm90a_code_uses_fp8_wgmma_for_every_pair_and_other_targets_get_stubs(cache):
-    ptx = _ptx("sm_90a")
+def test_sm90a_code_uses_fp8_wgmma_for_every_pair_and_other_targets_get_stubs():
+    _, ptx = compiled_with_ptx("gemm_fp8", "sm_90a")    # the PTX of the compile above
     for a in ("e4m3", "e5m2"):
         for b in ("e4m3", "e5m2"):
             assert f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{a}.{b}" in ptx, (a, b)

@@ -6,40 +6,18 @@ from __future__ import annotations
 import pytest
 
 import hookmagic.kernels as hk
-from hookmagic.kernels import build, constants, gemm_wgmma, runtime
+from hookmagic.kernels import gemm_wgmma, runtime
 
 cuda_core = pytest.importorskip("cuda.core")
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOOKMAGIC_KERNEL_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-def family_ptx(family: str, arch: str) -> str:
-    """A kernel family's PTX for ``arch``, straight from NVRTC (cuda.core's PTX path wants a
-    driver), compiled with the tile constants as build passes them."""
-    from cuda.bindings import nvrtc
-    err, prog = nvrtc.nvrtcCreateProgram(build.source_text(family).encode(), f"{family}.cu".encode(), 0, [], [])
-    assert int(err) == 0
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"] + [f"-I{d}".encode() for d in build.include_paths()] \
-        + [o.encode() for o in constants.defines(family)]
-    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-    assert int(err) == 0, err
-    err, size = nvrtc.nvrtcGetPTXSize(prog)
-    buf = b" " * size
-    (err,) = nvrtc.nvrtcGetPTX(prog, buf)
-    nvrtc.nvrtcDestroyProgram(prog)
-    return buf.decode(errors="replace")
+from tests.kernel_compiles import compiled_with_ptx, family_ptx  # noqa: E402
 
 
 def _ptx(arch: str) -> str:
     return family_ptx("gemm_wgmma", arch)
 
 
-def test_compiles_for_sm90a_without_spills(cache):
-    c = build.compile_family("gemm_wgmma", "sm_90a")
+def test_compiles_for_sm90a_without_spills():
+    c, _ = compiled_with_ptx("gemm_wgmma", "sm_90a")
     names = {f"gemm_wgmma_{t}{b}{p}" for t in ("f16", "bf16") for b in ("", "_bt") for p in ("", "_p", "_p4", "_c2")}
     assert set(c.kernels) == names
     for info in c.kernels.values():
@@ -49,8 +27,8 @@ def test_compiles_for_sm90a_without_spills(cache):
     assert "serialized" not in c.log           # ptxas's warning when wgmma cannot run asynchronously
 
 
-def test_sm90a_code_uses_wgmma_tma_and_mbarriers_and_other_targets_get_stubs(cache):
-    ptx = _ptx("sm_90a")
+def test_sm90a_code_uses_wgmma_tma_and_mbarriers_and_other_targets_get_stubs():
+    _, ptx = compiled_with_ptx("gemm_wgmma", "sm_90a")    # the PTX of the compile above
     for needle in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
                    "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
                    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
