@@ -104,11 +104,11 @@ def measure(calls: int, warmup: int, size: int) -> dict[str, float]:
     except Exception as exc:   # the breakdown is optional: keep the figures above
         print("host-cost breakdown failed:", repr(exc))
     # the same calls through cuda.core's launch (the launcher before the driver path)
-    runtime.LAUNCHER = "cuda-core"
+    before = runtime.set_launcher("cuda-core")
     try:
         out["softmax_f16_cuda_core_launcher_us"] = _per_call_us(lambda: hk.softmax(x), calls, warmup)
         out["gemm_mma_f16_cuda_core_launcher_us"] = _per_call_us(lambda: hk.gemm(h, h, variant="mma"), calls,
                                                                  warmup)
     finally:
-        runtime.LAUNCHER = "driver"
+        runtime.set_launcher(before)
     return out

@@ -143,3 +143,14 @@ def test_driver_arguments_land_in_cuLaunchKernelEx_layout():
     assert got[:7] == [0x7F0012345600, -3, 1.5, 2.25, True, -7, 2**63 + 5]
     assert got[7] == np.float16(0.5).view(np.uint16) and got[8] == -2
     assert runtime._format((object(),)) == 0          # not a scalar: the cuda-core path
+
+
+def test_set_launcher_names_the_choices_and_returns_the_previous_one():
+    before = runtime.set_launcher("cuda-core")
+    try:
+        assert runtime.LAUNCHER == "cuda-core" and before in runtime.LAUNCHERS
+        with pytest.raises(hk.KernelArgumentError, match="driver, cuda-core"):
+            runtime.set_launcher("native")
+    finally:
+        runtime.set_launcher(before)
+    assert runtime.LAUNCHER == before

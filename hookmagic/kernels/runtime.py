@@ -230,11 +230,22 @@ def make_current(ordinal: int) -> None:
     _contexts[ordinal] = int(ctx)
 
 
-#: how :func:`launch` reaches the driver: "driver" (``cuLaunchKernel`` through ctypes, the arguments
-#: packed by one cached ``struct`` format into a per-thread buffer: the per-call path) or "cuda-core"
-#: (``cuda.core.launch``; also the fallback where libcuda cannot be opened or an argument is not a
-#: Python/NumPy scalar). The host-cost benchmark times both in one process.
+#: how :func:`launch` reaches the driver: "driver" (``cuLaunchKernelEx`` through ctypes, the
+#: arguments packed by one cached ``struct`` format into a per-thread buffer: the per-call path) or
+#: "cuda-core" (``cuda.core.launch``; also the fallback where libcuda cannot be opened or an argument
+#: is not a Python/NumPy scalar). Changed with :func:`set_launcher`; the host-cost benchmark times
+#: both in one process.
 LAUNCHER = "driver"
+LAUNCHERS = ("driver", "cuda-core")
+
+
+def set_launcher(name: str) -> str:
+    """Make every launch of this process go through ``name`` (:data:`LAUNCHERS`); returns the one before."""
+    global LAUNCHER
+    if name not in LAUNCHERS:
+        raise KernelArgumentError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
+    before, LAUNCHER = LAUNCHER, name
+    return before
 
 
 def launch(kernel: Any, ref: ArrayInfo, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],

@@ -176,9 +176,9 @@ def test_cuda_core_launcher_gives_the_same_results():
     x = torch.randn(16, 2048, device="cuda", dtype=torch.float16)
     w = torch.randn(2048, device="cuda", dtype=torch.float16)
     fast = hk.layer_norm(x, w, w)
-    runtime.LAUNCHER = "cuda-core"
+    before = runtime.set_launcher("cuda-core")
     try:
         slow = hk.layer_norm(x, w, w)
     finally:
-        runtime.LAUNCHER = "driver"
+        runtime.set_launcher(before)
     assert torch.equal(fast, slow)
