@@ -22,12 +22,14 @@ MS = 1_000_000
 def synthetic_run(service_ms: list[float], n: int = 400, fps: float | None = None,
                   queue_size: int = 4) -> PipelineRun:
     """A synthetic run record whose every stage took exactly ``service_ms[k]`` (stage 0 = read).
-    Only the durations matter to the model; the times are laid out back to back."""
+    Only the durations matter to the model; the times are laid out back to back (the reads on
+    their own line, one right after the other, as an unpaced reader does)."""
     rows, t = [], 0
     for f in range(n):
         for k, s in enumerate(service_ms):
-            rows.append((f, f"s{k}", k, 0, -1, 1, t, t, t + int(s * MS), t + int(s * MS), -1, -1,
-                         "ok", ""))
+            at = f * int(s * MS) if k == 0 else t
+            rows.append((f, f"s{k}", k, 0, -1, 1, at, at, at + int(s * MS), at + int(s * MS),
+                         -1, -1, "ok", ""))
             t += int(s * MS)
     ev = pd.DataFrame(rows, columns=["frame", "stage", "stage_index", "worker", "batch",
                                      "batch_size", "enqueue_ns", "start_ns", "end_ns", "put_ns",
@@ -218,19 +220,20 @@ def test_parquet_exports_read_back(tmp_path):
 
 def synthetic_batched_run(period_ms: float, batches: list[list[int]], starts_ms: list[float],
                           service_ms: float, batch: int, wait_ms: float = 0.0,
-                          device: str = "cpu") -> PipelineRun:
-    """A synthetic run: a source paced at one frame per ``period_ms`` (read 0.1 ms), then one
-    batch stage whose executions ran ``batches`` (lists of frames) from ``starts_ms``, each
-    taking ``service_ms``."""
+                          device: str = "cpu", read_ms: float = 0.1) -> PipelineRun:
+    """A synthetic run: a source paced at one frame per ``period_ms`` (each read ``read_ms``),
+    then one batch stage whose executions ran ``batches`` (lists of frames) from
+    ``starts_ms``, each taking ``service_ms``."""
     n = sum(len(b) for b in batches)
     rows = []
+    rd = int(read_ms * MS)
     for f in range(n):
         t = int(f * period_ms * MS)
-        rows.append((f, "read", 0, 0, -1, 1, t, t, t + MS // 10, t + MS // 10, -1, -1, "ok", ""))
+        rows.append((f, "read", 0, 0, -1, 1, t, t, t + rd, t + rd, -1, -1, "ok", ""))
     for b, (frames_, start) in enumerate(zip(batches, starts_ms)):
         s, e = int(start * MS), int((start + service_ms) * MS)
         for f in frames_:
-            rows.append((f, "infer", 1, 0, b, len(frames_), int(f * period_ms * MS) + MS // 10,
+            rows.append((f, "infer", 1, 0, b, len(frames_), int(f * period_ms * MS) + rd,
                          s, e, e, -1, -1, "ok", ""))
     ev = pd.DataFrame(rows, columns=["frame", "stage", "stage_index", "worker", "batch",
                                      "batch_size", "enqueue_ns", "start_ns", "end_ns", "put_ns",
@@ -280,3 +283,18 @@ def test_batch_cost_is_the_line_through_the_measured_sizes():
     assert (a, b) == (pytest.approx(0.002), pytest.approx(0.0005))
     assert batch_cost(np.array([8, 8]), np.array([0.01, 0.01]), gpu=True) == (0.01, 0.0)
     assert batch_cost(np.array([8, 8]), np.array([0.01, 0.01]), gpu=False) == (0.0, 0.00125)
+
+
+def test_a_batch_stage_busy_on_partial_batches_is_not_the_bottleneck():
+    # synthetic: reads take the whole 2 ms between frames; the GPU batch stage runs batches of
+    # 2 frames (what arrived), 4 ms each whatever their size, so it is busy all the time too —
+    # but full batches of 16 would take it 4 ms per 16 frames: it uses an eighth of that
+    batches = [[2 * i, 2 * i + 1] for i in range(100)]
+    starts = [4 * i + 2 for i in range(100)]
+    run = synthetic_batched_run(2.0, batches, starts, 4.0, batch=16, device="cuda", read_ms=2.0)
+    st = run.stages()
+    assert st.loc["infer", "utilisation"] > 0.95 and st.loc["read", "utilisation"] > 0.95
+    assert st.loc["infer", "load"] == pytest.approx(0.125, abs=0.01)
+    bn = run.bottleneck()
+    assert bn.stage == "read"
+    assert any("partial batches (mean 2.0 of 16)" in e for e in bn.evidence)

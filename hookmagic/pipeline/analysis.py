@@ -197,9 +197,11 @@ def _occupancy(run: PipelineRun, stage: str, capacity: int) -> tuple[float, floa
 def stage_stats(run: PipelineRun) -> pd.DataFrame:
     """Per stage: frames, fps, latency p50/p90/p99 (ms, of the batch each frame was in), GPU ms
     p50, utilisation (busy fraction of the run, per worker, and each worker's), capacity (fps the
-    stage sustains busy all the time), queue wait p50/p99, blocked fraction (waiting to hand its
-    output to a full queue), and its input queue's mean depth and fractions of the run full and
-    empty."""
+    stage sustains busy all the time at the batch sizes it ran), load (utilisation, or for a batch
+    stage the busy fraction it would have had running its steady frames in full batches — the
+    :func:`batch_cost` line — plus its warm-ups: a stage busy on partial batches has room),
+    queue wait p50/p99, blocked fraction (waiting to hand its output to a full queue), and its
+    input queue's mean depth and fractions of the run full and empty."""
     t0, t1 = _span(run)
     span_s = (t1 - t0) / 1e9
     rows = []
@@ -219,6 +221,17 @@ def stage_stats(run: PipelineRun) -> pd.DataFrame:
         blocked = float(b["blocked_ns"].sum() / 1e9 / (workers * span_s))
         mean_size = float(b["size"].mean())
         capacity = workers * mean_size / (service.mean() / 1e3) if service.mean() > 0 else np.inf
+        load = min(util, 1.0)
+        full = int(st.get("batch") or 1)
+        if full > 1:
+            # busy time had every steady execution been a full batch (the cost line through the
+            # steady executions), plus the warm-ups as they ran
+            warm = warmup_flags(b, workers)
+            sizes = b["size"].to_numpy()
+            a, slope = batch_cost(sizes[~warm], service[~warm] / 1e3,
+                                  gpu=st.get("device") == "cuda")
+            need = service[warm].sum() / 1e3 + sizes[~warm].sum() * (a + slope * full) / full
+            load = min(load, need / (workers * span_s))
         row = {
             "stage": name, "device": st.get("device", "cpu"), "workers": workers,
             "batch": st.get("batch") or 1, "frames": n, "batches": len(b),
@@ -232,6 +245,7 @@ def stage_stats(run: PipelineRun) -> pd.DataFrame:
             "utilisation": min(util, 1.0),
             "worker_utilisation": [round(float(x), 3) for x in busy_by_worker],
             "capacity_fps": float(capacity),
+            "load": float(load),
             "wait_p50_ms": float(np.percentile(wait, 50)),
             "wait_p99_ms": float(np.percentile(wait, 99)),
             "blocked": min(blocked, 1.0),
@@ -356,14 +370,16 @@ class Bottleneck:
 
 
 def bottleneck(run: PipelineRun) -> Bottleneck:
-    """Name the limiting stage: the busiest one per worker (utilisation near 1), with the
-    evidence around it — its input queue full and the stage before it blocked on handing
-    frames over, the stage after it starved (input queue empty, low utilisation)."""
+    """Name the limiting stage: the most loaded one (``load`` of :func:`stage_stats`: busy
+    fraction per worker, or for a batch stage running partial batches the share of what it
+    sustains with full ones), with the evidence around it — its input queue full and the stage
+    before it blocked on handing frames over, the stage after it starved (input queue empty,
+    low utilisation)."""
     stats = stage_stats(run)
     if stats["frames"].sum() == 0:
         return Bottleneck(None, "no frames were processed", [], stats)
     order = list(stats.index)
-    util = stats["utilisation"].fillna(0.0)
+    util = stats["load"].fillna(0.0)
     top = util.max()
     cands = util[util >= top - 0.02].index
     stage = min(cands, key=lambda s: stats.loc[s, "capacity_fps"])
@@ -373,6 +389,11 @@ def bottleneck(run: PipelineRun) -> Bottleneck:
     evidence = [f"{stage}: busy {r['utilisation']:.0%} of the run on {int(r['workers'])} "
                 f"worker(s); it sustains {r['capacity_fps']:.1f} fps, the run reached "
                 f"{r['fps']:.1f} fps"]
+    partial = [f"{s} ran partial batches (mean {stats.loc[s, 'mean_batch']:.1f} of "
+               f"{int(stats.loc[s, 'batch'])}), busy {stats.loc[s, 'utilisation']:.0%} but using "
+               f"{stats.loc[s, 'load']:.0%} of what full batches sustain"
+               for s in order if stats.loc[s, "load"] < stats.loc[s, "utilisation"] - 0.02]
+    evidence += partial
     if k > 0 and not np.isnan(r["queue_full"]):
         up = stats.iloc[k - 1]
         evidence.append(f"its input queue held {r['queue_mean']:.1f} frames on average, full "

@@ -69,18 +69,22 @@ def handover_s(run: PipelineRun, stage: str) -> float:
     """The framework's own time per execution of ``stage``: median gap between a worker
     handing off one result and starting the next execution, over the executions whose input
     was already waiting (so the gap is hand-over and queue cost, not waiting for work); NaN
-    when no execution found its input waiting."""
+    when no execution found its input waiting. A source stream read as fast as it can be
+    (no fps) always has its next frame waiting: every gap of its reader counts."""
     ev = run.events[run.events["stage"] == stage]
     if ev.empty:
         return 0.0
+    unpaced = set()
+    if run.stage_names and stage == run.stage_names[0]:
+        unpaced = {i for i, s in enumerate(run.meta.get("streams") or []) if not s.get("fps")}
     g = ev.groupby(["worker", "start_ns"], sort=True).agg(
         put=("put_ns", "max"), ready=("enqueue_ns", "max")).reset_index()
     gaps = []
-    for _, w in g.groupby("worker"):
+    for worker, w in g.groupby("worker"):
         start = w["start_ns"].to_numpy()
         put = w["put"].to_numpy()
         ready = w["ready"].to_numpy()
-        waiting = ready[1:] <= put[:-1]
+        waiting = (ready[1:] <= put[:-1]) | (worker in unpaced)
         gaps.append((start[1:] - put[:-1])[waiting])
     gaps = np.concatenate(gaps) if gaps else np.array([])
     gaps = gaps[gaps >= 0]
