@@ -3,14 +3,17 @@ calls STUBBED (no GPU here). Analysis aid, not a GPU measurement.
 
     python lab/pipeline/pipeline_instrument_host.py [--processes 5] [--out DIR]
 
-``torch.cuda.Stream``/``Event``/``set_stream``/``synchronize`` are replaced by pure-Python
-stand-ins, so a ``device="cuda"`` stage runs hookmagic.pipeline's real GPU-stage host path
-(event pair from the pool, two ``record`` calls, ``synchronize``, the chunked ``elapsed_time``
-resolution) with every CUDA call costing nothing but its Python call. Two variants:
+``torch.cuda.Stream``/``set_stream``/``synchronize`` and the driver calls of
+``hookmagic.pipeline.cuda_events`` are replaced by pure-Python stand-ins, so a ``device="cuda"``
+stage runs hookmagic.pipeline's real GPU-stage host path (event pair from the worker's own
+pairs, two ``record`` calls, the stream's ``synchronize``, the reading of the pairs) with every
+CUDA call costing nothing but its Python call, every execution timed (``INTERVAL_S`` set to 0).
+The figures in ``pipeline_instrument_host.md`` were taken with the runner before it recorded
+through the driver API (torch's ``Event`` objects then). Variants:
 
 - ``stub``: the stand-ins do nothing: what hookmagic's own Python bookkeeping costs.
-- ``stub-end``: as ``stub``, with the event pairs resolved only after the run (no chunk of
-  ``_RESOLVE_EVERY`` resolved inside it): what the in-run resolution costs.
+- ``stub-end``: as ``stub``, with the event pairs resolved only after the run (none read
+  inside it past ``PENDING_MAX``): what the in-run resolution costs.
 - ``stub+gil-sync-only``: as ``stub+gil``, but the two ``record`` stand-ins spend their ~2 µs
   with the GIL held (as a native helper recording the events without releasing it could):
   one GIL hand-over per execution, as without instrumentation.
@@ -58,6 +61,9 @@ def _stub_cuda(release_gil: bool, record_holds_gil: bool = False) -> None:
     class Stream:
         cuda_stream = 0
 
+        class device:  # noqa: N801 - torch.device's one attribute read here
+            index = 0
+
         def synchronize(self) -> None:
             yield_gil()
 
@@ -78,46 +84,62 @@ def _stub_cuda(release_gil: bool, record_holds_gil: bool = False) -> None:
     torch.cuda.Stream, torch.cuda.Event = Stream, Event
     torch.cuda.set_stream = lambda stream: None
     torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.is_available = lambda: True
+    torch.cuda.current_device = lambda: 0
+
+    from hookmagic.pipeline import cuda_events
+
+    def record(event, stream) -> int:
+        record_cost()
+        return 0
+
+    class Driver:  # the driver calls cuda_events makes, costing their Python call only
+        hm_record = staticmethod(record)
+        hm_create = hm_sync = hm_destroy = hm_set_ctx = staticmethod(lambda *a: 0)
+        hm_elapsed = staticmethod(lambda ms, a, b: 0)   # leaves 0.0 ms
+        hm_get_ctx = staticmethod(lambda ctx: 0)
+        hm_retain = hm_device = staticmethod(lambda *a: 0)
+
+    cuda_events.driver = lambda: Driver
+    cuda_events.bind_context = lambda device: None
+    counter = iter(range(1, 1 << 62))
+    cuda_events.new_event = lambda: next(counter)
+    cuda_events.INTERVAL_S = 0.0
 
 
 def _body_us(n: int) -> dict:
     """µs per stage execution of the instrumented vs plain GPU-stage body (one thread, stubs,
     the same statements as hookmagic.pipeline.runner._Run._work)."""
+    import collections
+
     import torch
 
-    stream, pool, out, done = torch.cuda.Stream(), [], [], []
-    ref = torch.cuda.Event(enable_timing=True)
-    ref.record()
+    from hookmagic.pipeline import cuda_events
+    stream, out, done = torch.cuda.Stream(), collections.deque(), []
+    pairs = cuda_events.EventPairs()
+    record, take, handle = pairs.record, pairs.take, stream.cuda_stream
+    ref = cuda_events.Reference(cuda_events.new_event())
 
     def fn(x):
         return x
-
-    def pair():
-        try:
-            return pool.pop()
-        except IndexError:
-            return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     res = {}
     for inst in (True, False, True, False):
         t = time.perf_counter()
         for i in range(n):
             if inst:
-                p = pair()
-                p[0].record(stream)
+                p = take()
+                record(p[0], handle)
                 fn(i)
-                p[1].record(stream)
-                p[1].synchronize()
-                out.append((i, 1, p[0], p[1]))
-                if len(out) >= 512:
-                    for first, k, e0, e1 in out:
-                        done.append((first, k, int(ref.elapsed_time(e0) * 1e6),
-                                     int(ref.elapsed_time(e1) * 1e6)))
-                        pool.append((e0, e1))
-                    out.clear()
+                record(p[1], handle)
+                stream.synchronize()
+                out.append((i, 1, p))
+                if len(out) >= cuda_events.PENDING_MAX:
+                    cuda_events.resolve(ref, pairs, out, done, 2)
             else:
                 fn(i)
                 stream.synchronize()
+        cuda_events.resolve(ref, pairs, out, done)
         us = (time.perf_counter() - t) / n * 1e6
         key = "on" if inst else "off"
         res[key] = min(res.get(key, np.inf), us)
@@ -129,8 +151,8 @@ def worker(variant: str, frames: int, pairs: int) -> dict:
                record_holds_gil=variant == "stub+gil-sync-only")
     from hookmagic.pipeline import Pipeline, Stage
     if variant == "stub-end":  # no resolution inside the run: all at its end
-        import hookmagic.pipeline.runner as runner
-        runner._RESOLVE_EVERY = 1 << 62
+        from hookmagic.pipeline import cuda_events
+        cuda_events.PENDING_MAX = 1 << 62
 
     def make():
         return [Stage(f"g{k}", lambda x: x, device="cuda") for k in range(3)]
