@@ -58,8 +58,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _leave_out_notebooks_a_test_executes(config, items)
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def _leave_out_notebooks_a_test_executes(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """nbval's items for a notebook that a collected test file executes with
+    tests/notebook_runner.run_notebook, which checks that execution as ``--nbval-lax`` does (every
+    cell runs, every NBVAL_CHECK_OUTPUT cell shows its saved outputs): one execution, not two.
+    Only under --nbval-lax without sanitizing patterns or nbdime, the checks run_notebook repeats."""
+    option = config.option
+    if not getattr(option, "nbval_lax", False) or getattr(option, "nbval", False) \
+            or getattr(option, "nbval_sanitize_with", None) or getattr(option, "nbdime", False):
+        return
+    from tests.notebook_runner import EXECUTED_BY
+
+    files = {item.nodeid.split("::")[0] for item in items}
+    executed = {f"notebooks/{nb}" for nb, test_file in EXECUTED_BY.items() if test_file in files}
+    left_out = [item for item in items if item.nodeid.split("::")[0] in executed]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item.nodeid.split("::")[0] not in executed]
 
 
 # ---- --strict-skips -----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """notebooks/03_layers.ipynb runs top to bottom without a GPU or TensorRT and shows TREx's
-figures. (CI also runs `pytest --nbval-lax notebooks/03_layers.ipynb`, which compares every
-`# NBVAL_CHECK_OUTPUT` cell with the saved outputs.)"""
+figures. (The same execution is checked as nbval checks it, every `# NBVAL_CHECK_OUTPUT` cell
+against the saved outputs: tests/notebook_runner.py.)"""
 from __future__ import annotations
 
 from tests.notebook_runner import ROOT, output_text as _text, run_notebook

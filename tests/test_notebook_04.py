@@ -1,5 +1,5 @@
-"""notebooks/04_scheduler.ipynb runs top to bottom without a GPU. (CI also runs
-`pytest --nbval-lax notebooks/04_scheduler.ipynb`, comparing every `# NBVAL_CHECK_OUTPUT` cell.)"""
+"""notebooks/04_scheduler.ipynb runs top to bottom without a GPU. (The same
+execution is checked as nbval checks it, every `# NBVAL_CHECK_OUTPUT` cell: tests/notebook_runner.py.)"""
 from __future__ import annotations
 
 from tests.notebook_runner import NOTEBOOKS, output_text as _text, run_notebook

@@ -1,6 +1,7 @@
 """notebooks/05_kernels.ipynb (the kernel lab) runs top to bottom without a GPU, replaying the
-recording made on a GPU, and shows what it claims. (CI also runs `pytest --nbval-lax
-notebooks/05_kernels.ipynb`, comparing every `# NBVAL_CHECK_OUTPUT` cell with the saved outputs.)
+recording made on a GPU, and shows what it claims. (The same execution
+is checked as nbval checks it, every `# NBVAL_CHECK_OUTPUT` cell against the saved outputs:
+tests/notebook_runner.py.)
 
 The expected strings are computed from the recording itself, so re-recording on another GPU or
 date does not break the test."""

@@ -1,6 +1,7 @@
 """notebooks/06_pipeline.ipynb runs top to bottom without a GPU: a live CPU pipeline (part 1) and
-the replay of the pipelines recorded on a GPU machine (part 2). (CI also runs `pytest --nbval-lax
-notebooks/06_pipeline.ipynb`, comparing every `# NBVAL_CHECK_OUTPUT` cell with the saved outputs.)
+the replay of the pipelines recorded on a GPU machine (part 2). (The same execution
+is checked as nbval checks it, every `# NBVAL_CHECK_OUTPUT` cell against the saved outputs:
+tests/notebook_runner.py.)
 
 The expected strings of part 2 are computed here from the recordings themselves (and the
 benchmark's results_p*.json), so re-recording on another GPU or date does not break the test."""

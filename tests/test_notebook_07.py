@@ -1,7 +1,8 @@
 """notebooks/07_multirank.ipynb replays the 2-GPU DDP recordings and shows what it claims: the
 recordings labelled with where they were made, the slowed rank named with its delay within 10%
 of the sleep it really took (truth_rank=N.json, timed in the job itself), and the figures.
-(CI also runs nbval on it, comparing every `# NBVAL_CHECK_OUTPUT` cell.)"""
+(The same execution is checked as nbval checks it, every `# NBVAL_CHECK_OUTPUT` cell:
+tests/notebook_runner.py.)"""
 from __future__ import annotations
 
 import json

@@ -2,14 +2,15 @@
 they claim: the H100 recordings labelled as such, the figures, and (without a GPU) one honest line
 saying nothing was captured.
 
-CI also runs nbval, which compares every ``# NBVAL_CHECK_OUTPUT`` cell with the saved outputs:
-
-    pytest --nbval-lax notebooks/00_tour.ipynb notebooks/01_cudahook.ipynb
+Each notebook is executed once, and that execution is also checked as nbval checks it, every
+``# NBVAL_CHECK_OUTPUT`` cell against the saved outputs (tests/notebook_runner.py); nbval itself
+still runs them alone with ``pytest notebooks/00_tour.ipynb notebooks/01_cudahook.ipynb``.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 
 from tests.notebook_runner import NOTEBOOKS, output_text as _text, run_notebook as _run
 
@@ -143,3 +144,37 @@ def test_every_notebook_is_light_on_disk():
     each notebook megabytes (tools/slim_notebooks.py keeps them out)."""
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
         assert path.stat().st_size <= 400_000, (path.name, path.stat().st_size)
+
+
+def test_run_notebooks_check_fails_on_a_changed_checked_output_as_nbval_would():
+    """run_notebook stands in for nbval on the notebooks it executes (tests/conftest.py): its check
+    passes on a notebook's saved outputs, fails when a ``# NBVAL_CHECK_OUTPUT`` cell shows something
+    else or an output of another kind, and ignores changes in the other cells, as ``--nbval-lax``."""
+    import copy
+
+    import nbformat
+
+    from tests.notebook_runner import _check_like_nbval
+
+    saved = nbformat.read(NOTEBOOKS / "00_tour.ipynb", as_version=4)
+    _check_like_nbval("00_tour.ipynb", saved, copy.deepcopy(saved))
+    code = [c for c in saved.cells if c.cell_type == "code"]
+    checked = next(i for i, c in enumerate(code) if "NBVAL_CHECK_OUTPUT" in c.source
+                   and any(o.output_type == "stream" for o in c.outputs))
+    unchecked = next(i for i, c in enumerate(code) if "NBVAL_CHECK_OUTPUT" not in c.source and c.outputs)
+
+    def changed(index: int, change) -> Any:
+        nb = copy.deepcopy(saved)
+        change([c for c in nb.cells if c.cell_type == "code"][index])
+        return nb
+
+    def other_text(cell: Any) -> None:
+        next(o for o in cell.outputs if o.output_type == "stream").text += "one more line\n"
+
+    def extra_output(cell: Any) -> None:
+        cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": "<b>x</b>"}))
+
+    for change in (other_text, extra_output):
+        with pytest.raises(AssertionError, match="cell outputs differ"):
+            _check_like_nbval("00_tour.ipynb", saved, changed(checked, change))
+    _check_like_nbval("00_tour.ipynb", saved, changed(unchecked, lambda c: c.outputs.clear()))
