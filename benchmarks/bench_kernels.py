@@ -441,6 +441,10 @@ def measure(sections: str, shapes: str, cases: str, timer: str, variants: int = 
                str(shapes), str(cases), timer, bool(int(variants)))
         rows = json.loads(path.read_text())
     out = {}
+    for r in rows:   # the inference section's rows (kernel_infer_cases) name a case and a design
+        if r.get("section") == "infer" and r.get("seconds") and r["seconds"] == r["seconds"]:
+            out[f"infer|{r['case']}|{r['impl']}_us".replace(" ", "_")] = float(r["seconds"]) * 1e6
+    rows = [r for r in rows if r.get("section") != "infer"]
     reference = {(r["shape"], r["kind"]): r["seconds"] for r in rows if r["variant"] == "cuBLAS"}
     sdpa = {(r["shape"], r["kind"]): r["seconds"] for r in rows if r.get("variant") == SDPA_FLASH}
     for r in rows:

@@ -41,6 +41,7 @@ REGISTRY = {
     "multirank": "benchmarks.bench_multirank",
     "multirank_scale": "benchmarks.multirank_scale",
     "kernels_host_cost": "benchmarks.kernels_host_cost",
+    "kernels_infer": "benchmarks.kernel_infer_cases",
 }
 
 

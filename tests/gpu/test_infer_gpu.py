@@ -359,9 +359,10 @@ def _check_attention(ours, q, k, v, causal, scale=None):
 @pytest.mark.parametrize("b, h, s, d", [(2, 3, 1, 64), (1, 2, 17, 128), (2, 4, 256, 64), (1, 2, 1000, 128),
                                         (1, 1, 4097, 64)])
 def test_attention_matches_sdpa(b, h, s, d, causal, dtype, block_m):
+    # the mma kernel on every architecture (auto takes wgmma on Hopper: tests/gpu/test_attention_gpu.py)
     torch.manual_seed(s + d)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
-    _check_attention(hk.attention(q, k, v, causal=causal, block_m=block_m), q, k, v, causal)
+    _check_attention(hk.attention(q, k, v, causal=causal, block_m=block_m, variant="mma"), q, k, v, causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -369,10 +370,10 @@ def test_attention_other_key_length_strided_and_scale(causal):
     q = torch.randn(2, 100, 4, 128, device="cuda", dtype=torch.float16).transpose(1, 2)   # (B, H, S, D) view
     k = torch.randn(2, 4, 300, 128, device="cuda", dtype=torch.float16)
     v = torch.randn(2, 4, 300, 128, device="cuda", dtype=torch.float16)
-    _check_attention(hk.attention(q, k, v, causal=causal), q, k, v, causal)
-    _check_attention(hk.attention(q, k, v, causal=causal, scale=0.3), q, k, v, causal, scale=0.3)
+    _check_attention(hk.attention(q, k, v, causal=causal, variant="mma"), q, k, v, causal)
+    _check_attention(hk.attention(q, k, v, causal=causal, scale=0.3, variant="mma"), q, k, v, causal, scale=0.3)
     qs = q[:, :, :70]
-    _check_attention(hk.attention(qs, k[:, :, :50], v[:, :, :50], causal=causal), qs, k[:, :, :50], v[:, :, :50], causal)
+    _check_attention(hk.attention(qs, k[:, :, :50], v[:, :, :50], causal=causal, variant="mma"), qs, k[:, :, :50], v[:, :, :50], causal)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
