@@ -265,3 +265,26 @@ def test_a_stage_runs_inside_its_range_only_while_a_capture_records_ranges():
     assert depths(on, recording=True) == [1] * 5
     assert depths(on, recording=False) == [0] * 5  # nothing would record it: no range
     assert depths(off, recording=True) == [0] * 5
+
+
+def test_a_pipeline_runs_one_source_at_a_time():
+    entered, release = threading.Event(), threading.Event()
+
+    def wait(x):
+        entered.set()
+        release.wait(5)
+        return x
+
+    pipe = Pipeline([Stage("wait", wait)])
+    first = threading.Thread(target=pipe.run, args=(range(3),))
+    first.start()
+    try:
+        assert entered.wait(5)
+        with pytest.raises(InvalidArgument, match="already running"):
+            pipe.run(range(3))
+    finally:
+        release.set()
+        first.join(5)
+    assert pipe.last_run.outcomes.to_dict() == {"done": 3}
+    assert pipe.run(range(2)).outcomes.to_dict() == {"done": 2}  # free again afterwards
+    pipe.close()
