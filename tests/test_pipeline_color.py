@@ -106,3 +106,27 @@ def test_gpu_path_conversion_agrees_with_ffmpegs(tmp_path, tags):
     gpu_path = _nv12_to_rgb(torch.from_numpy(nv12), H, W, src.meta["rgb_matrix"],
                             src.meta["rgb_range"]).numpy().astype(int)
     assert np.abs(gpu_path - cpu).max() <= 1
+
+
+@pytest.mark.parametrize("space, rng, codes", [
+    ("ColorSpace.BT_709", "ColorRange.MPEG", (1, 1)),
+    ("ColorSpace.BT_601", "ColorRange.JPEG", (5, 2)),
+    ("ColorSpace.UNSPEC", "ColorRange.UDEF", (0, 0)),
+])
+def test_nvdec_reads_the_tags_from_pynvvideocodecs_demuxer_without_pyav(space, rng, codes):
+    from hookmagic.pipeline import color
+    from hookmagic.pipeline.sources import _demuxer_color_tags
+
+    class Demuxer:  # synthetic: what PyNvVideoCodec 2.2's demuxer answers (enum values)
+        def ColorSpace(self):  # noqa: N802 - its method names
+            return space
+
+        def ColorRange(self):  # noqa: N802
+            return rng
+
+    assert _demuxer_color_tags(Demuxer()) == codes
+    # the codes mean to color.choose what FFmpeg's would: a 480-line BT.709 stream is BT.709
+    matrix, full = color.choose(*codes, height=480)
+    assert (matrix, full) == {(1, 1): ("bt709", "limited"), (5, 2): ("bt601", "full"),
+                              (0, 0): ("bt601", "limited")}[codes]
+    assert _demuxer_color_tags(object()) == (0, 0)  # a build without the methods

@@ -242,8 +242,9 @@ def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
     or undecodable file → one InputFileError naming the file and the decoder's message.
 
     With PyNvVideoCodec, ``fmt="rgb"`` converts the NV12 surface here with the stream's matrix
-    and range (read with PyAV when it is installed; ``color_matrix=`` / ``color_range=``
-    override) from the table :func:`video_file` uses (:mod:`hookmagic.pipeline.color`).
+    and range (read with PyAV when it is installed, else as PyNvVideoCodec's demuxer reports
+    them; ``meta["color_tags"]`` says which; ``color_matrix=`` / ``color_range=`` override)
+    from the table :func:`video_file` uses (:mod:`hookmagic.pipeline.color`).
     torchcodec converts with its own choice; ``meta["rgb_matrix"]`` says which path ran.
     """
     color.check(color_matrix, color_range)
@@ -263,10 +264,16 @@ def nvdec_video(path: str | os.PathLike, gpu: int = 0, fmt: str = "rgb",
             info = {"file": path.name, "codec": str(dmx.GetNvCodecId()),
                     "width": int(dmx.Width()), "height": int(dmx.Height()),
                     "rate": float(dmx.FrameRate()) or None}
+            demuxer_tags = _demuxer_color_tags(dmx)
             del dmx
         except Exception as err:  # noqa: BLE001 - PyNvVideoCodec raises its own types
             raise InputFileError(f"{path}: cannot be demuxed by PyNvVideoCodec: {err}") from err
         tags = _color_tags(path)
+        info["color_tags"] = "PyAV"
+        if tags == (0, 0):  # no PyAV (or it read no tags): the demuxer's reading of the stream
+            tags = demuxer_tags
+            info["color_tags"] = ("PyNvVideoCodec demuxer" if tags != (0, 0)
+                                  else "none (HD/SD convention)")
         info["rgb_matrix"], info["rgb_range"] = color.choose(
             tags[0], tags[1], info["height"], color_matrix, color_range)
         open_ = _pynvc_frames(lib, path, gpu, fmt, info)
@@ -364,6 +371,18 @@ def _frame_layout(t: Any, h: int, w: int, fmt: str) -> Any:
         import torch
         return torch.cat([t[:h, :w], t[rows:rows + h // 2, :w]])
     return t.reshape(h * 3 // 2, w) if t.numel() == h * w * 3 // 2 else None
+
+
+def _demuxer_color_tags(dmx: Any) -> tuple[int, int]:
+    """The stream's colour tags as PyNvVideoCodec's demuxer reports them (``ColorSpace()``:
+    BT_601 / BT_709 / UNSPEC, ``ColorRange()``: MPEG / JPEG / UDEF), as FFmpeg's codes
+    ((0, 0): unknown, or a demuxer without these methods)."""
+    try:
+        space, rng = str(dmx.ColorSpace()).upper(), str(dmx.ColorRange()).upper()
+    except Exception:  # noqa: BLE001 - older builds lack the methods
+        return 0, 0
+    return (1 if "709" in space else 5 if "601" in space else 0,
+            1 if "MPEG" in rng else 2 if "JPEG" in rng else 0)
 
 
 def _color_tags(path: Path) -> tuple[int, int]:
