@@ -48,6 +48,16 @@ def _copy_checkout(dest: Path) -> None:
         shutil.copy2(src, dest / name, follow_symlinks=False)
 
 
+def _installer(venv: Path) -> list[str]:
+    """The command that installs requirements into ``venv`` without compiling bytecode: uv's pip
+    interface when uv is installed here, else pip."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]
+    return [find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
+
+
 @pytest.mark.wheel
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
                     reason="needs a git checkout")
@@ -68,10 +78,10 @@ def test_binder_environment_builds_and_runs_the_package(tmp_path):
     kept = [ln for ln in lines if not ln.startswith("--extra-index-url")
             and not re.match(r"torch==", ln)]
     (tmp_path / "requirements.txt").write_text("\n".join(kept) + "\n")
-    # --no-compile: the same packages and files as Binder's install, without writing their
-    # bytecode (a third of the install's time on 2 cores; Python writes it when first imported)
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "-r",
-          str(tmp_path / "requirements.txt")], cwd=repo, env=env)
+    # the same pinned packages and files as Binder's `pip install -r`, without writing their
+    # bytecode (a third of pip's time on 2 cores; Python writes it when first imported), installed
+    # by uv when the environment has it (the [dev] extra): 9 s instead of pip's 56 s on 2 cores
+    _run(_installer(venv) + ["-r", str(tmp_path / "requirements.txt")], cwd=repo, env=env)
     site = _run([str(venv / "bin" / "python"), "-c",
                  "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                 cwd=tmp_path, env=env).strip()
