@@ -44,7 +44,7 @@ SLOW_FILES = (
     "tests/test_binder.py", "tests/test_docs_site.py", "tests/test_wheel.py",
     "tests/test_browser.py", "tests/test_demo.py", "tests/test_notebook_06.py",
     "tests/test_ray.py", "tests/test_notebooks.py", "tests/test_notebook_04.py",
-    "tests/test_kernels_wgmma.py", "tests/test_kernels.py", "notebooks/06_pipeline.ipynb",
+    "tests/test_kernels.py", "tests/test_kernels_wgmma.py", "notebooks/06_pipeline.ipynb",
     "tests/test_hostile_inputs.py", "tests/test_notebook_05.py", "tests/test_outside_notebook.py",
     "tests/test_distributed_capture.py", "notebooks/04_scheduler.ipynb",
 )

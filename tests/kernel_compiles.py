@@ -1,11 +1,12 @@
-"""Kernel families compiled once per test process, for the tests that read their resources and PTX.
+"""Kernel families compiled once per test run, for the tests that read their resources and PTX.
 
-A Hopper family takes NVRTC 15-35 s on two cores. Its ptxas resource report (from
+A Hopper family takes NVRTC 10-35 s on two cores. Its ptxas resource report (from
 ``build.compile_family``, the package's own compile) and its PTX (what the code is made of) come
 from ONE compile here: NVRTC keeps a program's PTX beside the cubin it was asked for, and
 :func:`compiled_with_ptx` reads it from the very program ``compile_family`` compiled. Both are
-cached per (family, arch), so the tests that check a family's registers and the tests that check
-its instructions share that compile.
+kept per (family, arch), so the tests that check a family's registers and the tests that check
+its instructions share that compile; :func:`warm` (tests/test_kernels.py's check of every family)
+compiles everything on every core first, these included.
 """
 from __future__ import annotations
 
@@ -26,10 +27,22 @@ def _ptx_of(program_handle) -> str:
     return buf.decode(errors="replace")
 
 
-@functools.cache
+#: the families whose sm_90a PTX the Hopper tests read (test_kernels_wgmma, _fp8, _attention)
+HOPPER_FAMILIES = ("gemm_wgmma", "gemm_fp8", "attention_wgmma")
+
+_compiled: dict[tuple[str, str], tuple[build.Compiled, str]] = {}
+
+
 def compiled_with_ptx(family: str, arch: str) -> tuple[build.Compiled, str]:
-    """``build.compile_family(family, arch)`` compiled afresh (the kernel cache is not used: every
-    call would otherwise be a cache hit, without a compile), and the PTX of that same compile."""
+    """``build.compile_family(family, arch)`` and the PTX of that same compile; once per process
+    (or taken from :func:`warm`). A kernel cache hit (an entry keyed by this source, arch, NVRTC
+    and constants) compiles nothing: the PTX then comes from :func:`family_ptx`."""
+    if (family, arch) not in _compiled:
+        _compiled[(family, arch)] = _compile_with_ptx(family, arch)
+    return _compiled[(family, arch)]
+
+
+def _compile_with_ptx(family: str, arch: str) -> tuple[build.Compiled, str]:
     real = build._core()
     programs = []
 
@@ -44,13 +57,40 @@ def compiled_with_ptx(family: str, arch: str) -> tuple[build.Compiled, str]:
     original = build._core
     build._core = lambda: shim
     try:
-        compiled = build.compile_family(family, arch, use_cache=False)
+        compiled = build.compile_family(family, arch)
     finally:
         build._core = original
-    assert len(programs) == 1 and not compiled.from_cache
-    ptx = _ptx_of(programs[0].handle)
-    programs[0].close()
-    return compiled, ptx
+    if compiled.from_cache:
+        return compiled, family_ptx(family, arch)
+    (prog,) = programs
+    try:
+        return compiled, _ptx_of(prog.handle)
+    finally:
+        prog.close()
+
+
+def _into_cache(family: str, arch: str) -> None:
+    build.compile_family(family, arch)
+
+
+def warm(archs: tuple[str, ...]) -> None:
+    """Every family compiled for every arch in ``archs`` into the kernel cache, on every core
+    (spawned processes; NVRTC compiles one family on one core), the Hopper families' sm_90a
+    compiles kept with their PTX for :func:`compiled_with_ptx`."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    hopper = [(f, a) for a in archs for f in HOPPER_FAMILIES if a == "sm_90a" and (f, a) not in _compiled]
+    rest = [(f, a) for a in archs for f in build.families() if (f, a) not in hopper]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1,
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        kept = {key: pool.submit(_compile_with_ptx, *key) for key in hopper}   # the longest first
+        done = [pool.submit(_into_cache, *key) for key in rest]
+        for key, future in kept.items():
+            _compiled[key] = future.result()
+        for future in done:
+            future.result()
 
 
 @functools.cache
