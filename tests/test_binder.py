@@ -2,7 +2,8 @@
 
 repo2docker needs a Docker daemon, which CI does not have; what it would do with this folder is
 ``pip install -r binder/requirements.txt`` and then run ``binder/postBuild`` from the
-repository root. The slow test does exactly that in a fresh venv on a copy of the checkout,
+repository root. The slow test does that in a fresh venv on a copy of the checkout (the same
+pinned packages, installed by uv's pip interface when uv is installed, as the [dev] extra does),
 then checks that JupyterLab and the package work there (it installs JupyterLab and CPU torch and
 builds the native extension: marked ``wheel`` with the wheel test, and runs once in CI).
 
