@@ -49,13 +49,13 @@ def _copy_checkout(dest: Path) -> None:
         shutil.copy2(src, dest / name, follow_symlinks=False)
 
 
-def _installer(venv: Path) -> list[str]:
-    """The command that installs requirements into ``venv`` without compiling bytecode: uv's pip
-    interface when uv is installed here, else pip."""
+def _uv_install(venv: Path) -> list[str] | None:
+    """uv's pip interface installing into ``venv`` (it writes no bytecode), or None where uv is
+    not installed here."""
     try:
         from uv import find_uv_bin
     except ImportError:
-        return [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]
+        return None
     return [find_uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
 
 
@@ -80,9 +80,16 @@ def test_binder_environment_builds_and_runs_the_package(tmp_path):
             and not re.match(r"torch==", ln)]
     (tmp_path / "requirements.txt").write_text("\n".join(kept) + "\n")
     # the same pinned packages and files as Binder's `pip install -r`, without writing their
-    # bytecode (a third of pip's time on 2 cores; Python writes it when first imported), installed
-    # by uv when the environment has it (the [dev] extra): 9 s instead of pip's 56 s on 2 cores
-    _run(_installer(venv) + ["-r", str(tmp_path / "requirements.txt")], cwd=repo, env=env)
+    # bytecode (a third of pip's time on 2 cores; Python writes it when first imported): by uv
+    # where the environment has it (the [dev] extra; 9 s instead of pip's 56 s on 2 cores), by pip
+    # where uv is absent or fails (uv reads none of pip's configuration, e.g. an index or a
+    # certificate only pip.conf names), so a failure of the pins themselves is pip's, as on Binder
+    req = str(tmp_path / "requirements.txt")
+    uv = _uv_install(venv)
+    if uv is None or subprocess.run(uv + ["-r", req], cwd=repo, env=env, capture_output=True,
+                                    timeout=INSTALL_S).returncode:
+        _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "-r", req],
+             cwd=repo, env=env)
     site = _run([str(venv / "bin" / "python"), "-c",
                  "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                 cwd=tmp_path, env=env).strip()
