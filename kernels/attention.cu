@@ -15,16 +15,6 @@
 #define AT_BN 64
 #define AT_NEG_INF __int_as_float(0xff800000)
 
-template <typename T> __device__ __forceinline__ unsigned at_pack(float a, float b);
-template <> __device__ __forceinline__ unsigned at_pack<__half>(float a, float b) {
-  __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<unsigned*>(&h);
-}
-template <> __device__ __forceinline__ unsigned at_pack<__nv_bfloat16>(float a, float b) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<unsigned*>(&h);
-}
-
 // rows [row0, row0 + ROWS) of a (len x D) matrix with row stride `rs` into shared memory (row
 // pitch D + 8 elements) by NT threads; rows at or past `len` are zero-filled.
 template <typename T, int D, int ROWS, int NT>
@@ -150,10 +140,10 @@ __device__ __forceinline__ void hm_attention(const T* __restrict__ q, const T* _
 #pragma unroll
     for (int kk = 0; kk < AT_BN / 16; ++kk) {
       unsigned a[4];
-      a[0] = at_pack<T>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = at_pack<T>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = at_pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = at_pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      a[0] = hm_pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = hm_pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = hm_pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = hm_pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         unsigned r[4];
@@ -176,7 +166,7 @@ __device__ __forceinline__ void hm_attention(const T* __restrict__ q, const T* _
       T* orow = O + (long long)row * o_rs;
 #pragma unroll
       for (int j = 0; j < ND; ++j)
-        *reinterpret_cast<unsigned*>(orow + j * 8 + 2 * t) = at_pack<T>(acc[j][2 * hh] * inv, acc[j][2 * hh + 1] * inv);
+        *reinterpret_cast<unsigned*>(orow + j * 8 + 2 * t) = hm_pack2<T>(acc[j][2 * hh] * inv, acc[j][2 * hh + 1] * inv);
     }
   }
 }

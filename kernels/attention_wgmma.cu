@@ -48,16 +48,6 @@ __device__ __forceinline__ float aw_exp2(float x) {
   return y;
 }
 
-template <typename T> __device__ __forceinline__ unsigned aw_pack(float a, float b);
-template <> __device__ __forceinline__ unsigned aw_pack<__half>(float a, float b) {
-  __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<unsigned*>(&h);
-}
-template <> __device__ __forceinline__ unsigned aw_pack<__nv_bfloat16>(float a, float b) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<unsigned*>(&h);
-}
-
 // The FP32 accumulators of an m64n64 (32 a thread) and an m64n128 (64) wgmma: their names in the
 // instruction text and the "+f" operands binding them to d[].
 #define AW_D32_NAMES \
@@ -208,7 +198,7 @@ __device__ __forceinline__ void aw_pack_p(unsigned (*p)[4], const float* s) {
 #pragma unroll
   for (int kk = 0; kk < AW_BN / 16; ++kk)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) p[kk][i] = aw_pack<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    for (int i = 0; i < 4; ++i) p[kk][i] = hm_pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
 // PP: the consumers take turns issuing wgmmas. A turn is one issue block (the first tile's Q K^T,
@@ -342,7 +332,7 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
 #pragma unroll
       for (int j = 0; j < D / 8; ++j)
         *reinterpret_cast<unsigned*>(orow + 8 * j + 2 * tq) =
-            aw_pack<T>(oacc[4 * j + 2 * hh] * inv, oacc[4 * j + 2 * hh + 1] * inv);
+            hm_pack2<T>(oacc[4 * j + 2 * hh] * inv, oacc[4 * j + 2 * hh + 1] * inv);
     }
   }
 }

@@ -1,4 +1,4 @@
-// Helpers shared by the Tensor Core GEMMs (gemm_wmma.cu, gemm_mma.cu, gemm_int8.cu).
+// Helpers shared by the Tensor Core kernels (the GEMMs, conv.cu, the attention kernels).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -19,6 +19,17 @@ __device__ __forceinline__ float hm_to_f(__nv_bfloat16 x) { return __bfloat162fl
 template <typename T> __device__ __forceinline__ T hm_from_f(float x);
 template <> __device__ __forceinline__ __half hm_from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 hm_from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Two floats rounded to T and packed into one 32-bit register: the A-operand fragment and the
+// paired output stores of the attention kernels.
+template <typename T> __device__ __forceinline__ unsigned hm_pack2(float a, float b);
+template <> __device__ __forceinline__ unsigned hm_pack2<__half>(float a, float b) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+template <> __device__ __forceinline__ unsigned hm_pack2<__nv_bfloat16>(float a, float b) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
 
 __device__ __forceinline__ void hm_cp_async16(void* smem, const void* gmem, bool pred) {
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
