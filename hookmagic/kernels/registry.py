@@ -74,13 +74,7 @@ _listeners: list[Callable[[LaunchWork], None]] = []
 
 def record(kernel: str, flops: int, dram_bytes: int, **args: Any) -> LaunchWork:
     """Declare the work of one launch (user code may call this for its own kernels too)."""
-    w = LaunchWork(kernel, int(flops), int(dram_bytes), args)   # args: a fresh dict per call
-    with _log_lock:
-        _log.append(w)
-    if _listeners:
-        for fn in list(_listeners):
-            fn(w)
-    return w
+    return record_work(LaunchWork(kernel, int(flops), int(dram_bytes), args))   # args: a fresh dict per call
 
 
 def record_work(w: LaunchWork) -> LaunchWork:
