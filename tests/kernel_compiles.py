@@ -109,3 +109,17 @@ def family_ptx(family: str, arch: str) -> str:
         return _ptx_of(prog)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+#: a warpgroup kernel's 384 threads with one block per SM may use 65536 / 384 = 170 registers
+#: each, which ptxas rounds down to its allocation unit: 168
+WARPGROUP_MAX_REGISTERS = 168
+
+
+def assert_warpgroup_kernels_fit(c: build.Compiled) -> None:
+    """Every kernel of a Hopper producer/consumer family fits one 384-thread block per SM, spills
+    nothing, and keeps its wgmmas asynchronous (ptxas warns "serialized" when it cannot)."""
+    for name, info in c.kernels.items():
+        assert 0 < info["registers"] <= WARPGROUP_MAX_REGISTERS, (name, info["registers"])
+        assert info["spill_store_bytes"] == info["spill_load_bytes"] == info["stack_bytes"] == 0, name
+    assert "serialized" not in c.log
