@@ -1,0 +1,215 @@
+// Hopper convolution (sm_90a): implicit GEMM on wgmma, FP16/BF16 NHWC activations, KRSC weights,
+// FP32 accumulate, NHWC out: y = act(conv(x, w) + bias) + residual.
+//
+// The GEMM: output pixels are the rows (M = N*OH*OW), output channels the columns (K), and the
+// reduction runs over (r, s, c) of the filter (Kg = R*S*C). KRSC weights are that GEMM's B as an
+// N x K row-major ("K-major") matrix (K rows of R*S*C), so TMA reads them as they are: one 64 x BN
+// box per k-step, 128-byte swizzle. The A operand is gathered from the input (im2col on the fly).
+//
+// One block: 384 threads, three warpgroups, persistent (one block per SM walks the tiles, tile =
+// blockIdx.x, += gridDim.x; the N tiles of one M tile are adjacent so the gathered pixels are read
+// from L2 once per M tile). Warpgroup 0 is the producer: for each k-step (64 elements of Kg) each of
+// its 128 threads decodes its 8-channel chunk's (r, s, c) once and issues 8 cp.async of 16 bytes
+// (8 output pixels' rows of the 128 x 64 A tile), written at the 128-byte-swizzled position TMA
+// would use, zero-filled where the filter hangs over the padding or past Kg; thread 0 also issues
+// the weights' TMA box. Stage s is full when TMA's bytes have landed and all 128 threads' cp.async
+// have completed (cp.async.mbarrier.arrive.noinc: full[s] counts 128 + 1 arrivals). Warpgroups 1
+// and 2 are consumers, each owning 64 rows x BN columns (BN / 2 FP32 registers a thread), issuing
+// 4 wgmma m64nBNk16 per k-step from shared memory and releasing the stage (empty[s], 2 arrivals)
+// once they retire. cp.async writes through the generic proxy and wgmma reads through the async
+// proxy, so each consumer fences (fence.proxy.async) after the full barrier's wait.
+//
+// Epilogue: each consumer applies bias / activation / residual in registers, writes its 64 x BN
+// tile as FP16/BF16 into its own staging area (16-byte chunks XOR-swizzled by row) and stores it
+// with 16-byte coalesced stores, synchronising only its own 128 threads, so it overlaps the other
+// warpgroup's mainloop and the producer's loads of the next tile.
+//
+// Requirements (checked by hookmagic.kernels.conv): C % 8 == 0 (a 16-byte chunk never straddles
+// two filter taps; other C are zero-padded to it on the host), 16-byte aligned x and w; any K
+// (vec = 0: element stores where K % 8 != 0), any R, S, stride, padding.
+// Off sm_90a the entry points compile to empty stubs (hookmagic.kernels refuses to launch them).
+#include "wgmma_gemm.cuh"
+
+#define CV_BM 128                 // rows of a tile: two consumer warpgroups x 64
+#define CV_BK 64                  // elements of Kg per k-step: one 128-byte swizzled row
+#define CV_A_BYTES (CV_BM * CV_BK * 2)
+#define CV_THREADS 384
+
+#ifdef HM_WGMMA_BODY
+#define HM_CV_D64_NAMES "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define HM_CV_D64_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define HM_CV_D128_NAMES "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+#define HM_CV_D128_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// d[N / 2] += A (descriptor da, K-major) x B (descriptor db, K-major), one k16 step; DA, DB, P: the
+// operand numbers after the N / 2 accumulators.
+#define HM_CV_WGMMA(N, TYPE, PTX, DA, DB, P)                                                                    \
+  __device__ __forceinline__ void hm_cv_wgmma(float* d, unsigned long long da, unsigned long long db,     \
+                                              TYPE, hm_cv_n<N>) {                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                   \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " HM_CV_D##N##_NAMES    \
+                 "%" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"                                        \
+                 : HM_CV_D##N##_OPERANDS                                                                   \
+                 : "l"(da), "l"(db), "r"(1)                                                                \
+                 : "memory");                                                                              \
+  }
+template <int N> struct hm_cv_n {};
+HM_CV_WGMMA(64, __half, "f16", 32, 33, 34)
+HM_CV_WGMMA(64, __nv_bfloat16, "bf16", 32, 33, 34)
+HM_CV_WGMMA(128, __half, "f16", 64, 65, 66)
+HM_CV_WGMMA(128, __nv_bfloat16, "bf16", 64, 65, 66)
+
+__device__ __forceinline__ void hm_cp_async16_bar_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Shared memory: 1024-aligned base, STAGES A stages (16 KiB), STAGES B stages (BN x 128 B), two
+// 64 x BN staging tiles, then full[s] and empty[s] mbarriers.
+template <int BN, int STAGES>
+struct HmCvSmem {
+  static constexpr unsigned B_BYTES = BN * CV_BK * 2;
+  unsigned sA, sB, bars;
+  unsigned char* stage_ptr;
+  __device__ __forceinline__ explicit HmCvSmem(unsigned char* raw_ptr) {
+    const unsigned raw = hm_smem_addr(raw_ptr);
+    const unsigned base = (raw + 1023u) & ~1023u;
+    sA = base;
+    sB = base + STAGES * CV_A_BYTES;
+    const unsigned stg = sB + STAGES * B_BYTES;
+    stage_ptr = raw_ptr + (stg - raw);
+    bars = stg + 2 * 64 * BN * 2;
+  }
+  __device__ __forceinline__ unsigned full(unsigned s) const { return bars + 8 * s; }
+  __device__ __forceinline__ unsigned empty(unsigned s) const { return bars + 8 * (STAGES + s); }
+};
+
+template <typename T, int BN, int STAGES>
+__device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* __restrict__ x, T* __restrict__ y,
+                                              const T* __restrict__ bias, const T* __restrict__ residual, int H,
+                                              int W, int C, int K, int S, int OH, int OW, int stride, int pad, int M,
+                                              int Kg, int act, int vec) {
+  extern __shared__ unsigned char hm_cv_smem_raw[];
+  const HmCvSmem<BN, STAGES> sm(hm_cv_smem_raw);
+  const int tiles_n = (K + BN - 1) / BN, ntiles = ((M + CV_BM - 1) / CV_BM) * tiles_n;
+  const int ktiles = (Kg + CV_BK - 1) / CV_BK;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      hm_mbar_init(sm.full(s), 128 + 1);   // 128 producer threads' cp.async + the weights' expect_tx
+      hm_mbar_init(sm.empty(s), 2);        // one arrive per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 0) {
+    // ---- producer: thread t gathers chunk j = t % 8 (channels 8j..8j+7 of the k-step) of rows
+    // t / 8 + 16 i, i = 0..7; thread 0 also loads the weights' box ----
+    if (t == 0) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmW)) : "memory");
+    const int j = t % 8, row0 = t / 8;
+    unsigned it = 0;
+    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+      const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
+      int pix[8], ih0[8], iw0[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int m = m0 + row0 + 16 * i;
+        const int mm = m < M ? m : 0;
+        const int ow = mm % OW, q = mm / OW, oh = q % OH, n = q / OH;
+        pix[i] = n * H * W;
+        ih0[i] = m < M ? oh * stride - pad : -(1 << 28);   // a row past M fails every bounds check
+        iw0[i] = ow * stride - pad;
+      }
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const unsigned s = it % STAGES;
+        hm_mbar_wait(sm.empty(s), ((it / STAGES) & 1u) ^ 1u);
+        if (t == 0) {
+          hm_mbar_expect_tx(sm.full(s), HmCvSmem<BN, STAGES>::B_BYTES);
+          hm_tma_load_2d(sm.sB + s * HmCvSmem<BN, STAGES>::B_BYTES, tmW, kt * CV_BK, n0, sm.full(s));
+        }
+        const int k = kt * CV_BK + 8 * j;
+        const bool kok = k < Kg;
+        const int rs = kok ? k / C : 0, c = k - rs * C, r = rs / S, fs = rs - r * S;
+        const unsigned a_dst = sm.sA + s * CV_A_BYTES;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int row = row0 + 16 * i;
+          const int ih = ih0[i] + r, iw = iw0[i] + fs;
+          const bool ok = kok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+          const T* src = ok ? x + ((size_t)(pix[i] + ih * W + iw) * C + c) : x;
+          const unsigned dst = a_dst + row * 128 + ((j ^ (row & 7)) << 4);
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                       : "memory");
+        }
+        hm_cp_async16_bar_arrive(sm.full(s));
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+  // ---- consumers ----
+  const int cw = wg - 1, warp = t / 32, lane = t % 32;
+  const bool leader = t == 0, plain = !bias && !residual && act == 0;
+  T* stg = reinterpret_cast<T*>(sm.stage_ptr) + cw * 64 * BN;
+  constexpr int CH = BN / 8;               // 16-byte chunks per staging row
+  unsigned it = 0;
+  float d[BN / 2];
+  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const unsigned s = it % STAGES;
+      hm_mbar_wait(sm.full(s), (it / STAGES) & 1u);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the producer's cp.async bytes
+      const unsigned a0 = sm.sA + s * CV_A_BYTES + cw * (64 * 128);
+      const unsigned b0 = sm.sB + s * HmCvSmem<BN, STAGES>::B_BYTES;
+      hm_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        hm_cv_wgmma(d, hm_desc(a0 + kk * 32, 16, 1024), hm_desc(b0 + kk * 32, 16, 1024), T(), hm_cv_n<BN>());
+      hm_wgmma_commit();
+      hm_wgmma_wait<1>();
+      if (kt > 0 && leader) hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+    }
+    hm_wgmma_wait<0>();
+    if (ktiles > 0 && leader) hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+    // epilogue: registers (+ bias / activation / residual) -> staging tile -> y
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");   // the previous tile's stores have read it
+    const int rl = warp * 16 + lane / 4, q = lane % 4;
+#pragma unroll
+    for (int jj = 0; jj < CH; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = rl + 8 * h;
+        *reinterpret_cast<unsigned*>(&stg[row * BN + ((jj ^ (row % 8)) * 8) + 2 * q]) = hm_wg_pair<T>(
+            d[4 * jj + 2 * h], d[4 * jj + 2 * h + 1], m0 + cw * 64 + row, n0 + 8 * jj + 2 * q, plain, bias, residual,
+            M, K, act);
+      }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+#pragma unroll 1
+    for (int i = t; i < 64 * CH; i += 128) {
+      const int row = i / CH, ch = i % CH;
+      const int gr = m0 + cw * 64 + row, gc = n0 + ch * 8;
+      if (gr >= M || gc >= K) continue;
+      hm_wg_store8<T>(y, gr, gc, K, vec, *reinterpret_cast<const uint4*>(&stg[row * BN + ((ch ^ (row % 8)) * 8)]));
+    }
+  }
+}
+#define HM_CV_BODY(T, BN, ST) \
+  hm_conv_wgmma<T, BN, ST>(&tmW, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, vec)
+#else
+#define HM_CV_BODY(T, BN, ST) ((void)0)
+#endif  // HM_WGMMA_BODY
+
+// conv_wgmma_<f16|bf16>_n<BN>: BN output channels a tile, STAGES k-steps in flight (both fill the
+// shared memory: 5 x 32 KiB for BN 128, 7 x 24 KiB for BN 64, + 2 x 64 x BN staging).
+#define HM_CV_ENTRY(SUFFIX, T, BN, ST)                                                                        \
+  extern "C" __global__ void __launch_bounds__(CV_THREADS, 1) conv_wgmma_##SUFFIX##_n##BN(                   \
+      const __grid_constant__ HmTensorMap tmW, const T* x, T* y, const T* bias, const T* residual, int H, int W, \
+      int C, int K, int S, int OH, int OW, int stride, int pad, int M, int Kg, int act, int vec) {             \
+    HM_CV_BODY(T, BN, ST);                                                                                     \
+  }
+HM_CV_ENTRY(f16, __half, 128, 5)
+HM_CV_ENTRY(bf16, __nv_bfloat16, 128, 5)
+HM_CV_ENTRY(f16, __half, 64, 7)
+HM_CV_ENTRY(bf16, __nv_bfloat16, 64, 7)
