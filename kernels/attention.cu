@@ -112,8 +112,7 @@ __device__ __forceinline__ void hm_attention(const T* __restrict__ q, const T* _
       float mx = AT_NEG_INF;
 #pragma unroll
       for (int j = 0; j < AT_BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hh], s[j][2 * hh + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = hm_quad_max(mx);
       const float m_new = fmaxf(row_m[hh], mx);
       const float m_use = m_new == AT_NEG_INF ? 0.f : m_new;
       const float alpha = exp2f(row_m[hh] - m_use);  // 0 while the row had no finite score
@@ -157,9 +156,7 @@ __device__ __forceinline__ void hm_attention(const T* __restrict__ q, const T* _
   hm_cp_wait<0>();
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    float l = row_l[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = hm_quad_sum(row_l[hh]);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int row = r_lo + hh * 8;  // query row within the sequence
     if (row < ql) {

@@ -175,8 +175,7 @@ __device__ __forceinline__ void aw_softmax(float* s, float* row_m, float* row_l,
     float mx = AW_NEG_INF;
 #pragma unroll
     for (int j = 0; j < AW_BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = hm_quad_max(mx);
     const float m_new = fmaxf(row_m[hh], mx);
     const float m_use = m_new == AW_NEG_INF ? 0.f : m_new;
     alpha[hh] = aw_exp2(row_m[hh] - m_use);   // 0 while the row had no finite score
@@ -322,9 +321,7 @@ __device__ __forceinline__ void hm_attention_wgmma(const HmTensorMap* tmQ, const
   T* O = o + b * o_bs + h * o_hs;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    float l = row_l[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = hm_quad_sum(row_l[hh]);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int row = r_lo + 8 * hh;
     if (row < q_len) {

@@ -31,6 +31,17 @@ template <> __device__ __forceinline__ unsigned hm_pack2<__nv_bfloat16>(float a,
   return *reinterpret_cast<unsigned*>(&h);
 }
 
+// A row's statistic across the four lanes of a quad, which hold its columns in an mma/wgmma
+// accumulator fragment: the running max and the final sum of the attention kernels.
+__device__ __forceinline__ float hm_quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float hm_quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
 __device__ __forceinline__ void hm_cp_async16(void* smem, const void* gmem, bool pred) {
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   int n = pred ? 16 : 0;
