@@ -48,40 +48,15 @@ __device__ __forceinline__ float aw_exp2(float x) {
   return y;
 }
 
-// The FP32 accumulators of an m64n64 (32 a thread) and an m64n128 (64) wgmma: their names in the
-// instruction text and the "+f" operands binding them to d[].
-#define AW_D32_NAMES \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-#define AW_D32_OPERANDS \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define AW_D64_NAMES \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-#define AW_D64_OPERANDS \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
 // S (64 x 128) [+]= Q (64 x 16) K^T (16 x 128): both from shared memory, K-major (no transpose);
 // acc = 0 overwrites S (the first k-step of a tile).
 #define AW_WGMMA_QK(TYPE, PTX)                                                                                   \
   __device__ __forceinline__ void aw_wgmma_qk(float* d, unsigned long long da, unsigned long long db, int acc,   \
                                               TYPE) {                                                            \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                    \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " AW_D64_NAMES                      \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " HM_WGMMA_D64_NAMES                \
                  "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                                  \
-                 : AW_D64_OPERANDS                                                                                \
+                 : HM_WGMMA_D64_OPERANDS                                                                          \
                  : "l"(da), "l"(db), "r"(acc)                                                                     \
                  : "memory");                                                                                     \
   }
@@ -100,10 +75,10 @@ template <int N> struct AwN {};
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1)                                    \
                  : "memory");                                                                                     \
   }
-AW_WGMMA_PV(64, AW_D32_NAMES, AW_D32_OPERANDS, "%32, %33, %34, %35", "%36", "%37", __half, "f16")
-AW_WGMMA_PV(64, AW_D32_NAMES, AW_D32_OPERANDS, "%32, %33, %34, %35", "%36", "%37", __nv_bfloat16, "bf16")
-AW_WGMMA_PV(128, AW_D64_NAMES, AW_D64_OPERANDS, "%64, %65, %66, %67", "%68", "%69", __half, "f16")
-AW_WGMMA_PV(128, AW_D64_NAMES, AW_D64_OPERANDS, "%64, %65, %66, %67", "%68", "%69", __nv_bfloat16, "bf16")
+AW_WGMMA_PV(64, HM_WGMMA_D32_NAMES, HM_WGMMA_D32_OPERANDS, "%32, %33, %34, %35", "%36", "%37", __half, "f16")
+AW_WGMMA_PV(64, HM_WGMMA_D32_NAMES, HM_WGMMA_D32_OPERANDS, "%32, %33, %34, %35", "%36", "%37", __nv_bfloat16, "bf16")
+AW_WGMMA_PV(128, HM_WGMMA_D64_NAMES, HM_WGMMA_D64_OPERANDS, "%64, %65, %66, %67", "%68", "%69", __half, "f16")
+AW_WGMMA_PV(128, HM_WGMMA_D64_NAMES, HM_WGMMA_D64_OPERANDS, "%64, %65, %66, %67", "%68", "%69", __nv_bfloat16, "bf16")
 
 // Shared memory: 1024-aligned Q tile (D / 64 boxes of AW_BM rows x 128 bytes, 128-byte swizzle),
 // the K ring and the V ring (AW_STAGES tiles of D / 64 boxes of AW_BN rows each), then the
