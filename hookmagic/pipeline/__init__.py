@@ -61,10 +61,12 @@ def bottleneck(self: PipelineRun):
 
 
 @_register
-def what_if(self: PipelineRun, stage, speedup: float = 2.0, seed: int = 0):
+def what_if(self: PipelineRun, stage, speedup: float = 2.0, seed: int = 0,
+            gil: bool | None = None):
     """Predicted fps and latency if ``stage`` were ``speedup``× faster (queueing model of the
-    measured service times; see :func:`hookmagic.pipeline.model.what_if`)."""
-    return _model.what_if(self, stage, speedup, seed)
+    measured service times, with the GIL shared by the stages' Python parts; see
+    :func:`hookmagic.pipeline.model.what_if`)."""
+    return _model.what_if(self, stage, speedup, seed, gil)
 
 
 @_register

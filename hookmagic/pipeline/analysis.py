@@ -42,19 +42,23 @@ def stage_meta(run: PipelineRun, stage: str) -> dict:
 
 
 def batches(run: PipelineRun, stage: str) -> pd.DataFrame:
-    """One row per execution of ``stage``'s fn: worker, start_ns, end_ns, size, blocked_ns."""
+    """One row per execution of ``stage``'s fn: worker, start_ns, end_ns, size, blocked_ns,
+    gpu_ms, cpu_ns (the thread's CPU time in it; -1 where the run did not record it)."""
+    cols = ["worker", "start_ns", "end_ns", "size", "blocked_ns", "gpu_ms", "cpu_ns"]
     ev = run.events[run.events["stage"] == stage]
     if ev.empty:
-        return pd.DataFrame(columns=["worker", "start_ns", "end_ns", "size", "blocked_ns",
-                                     "gpu_ms"])
+        return pd.DataFrame(columns=cols)
+    if "cpu_ns" not in ev.columns:
+        ev = ev.assign(cpu_ns=-1)
     g = ev.groupby(["worker", "start_ns"], sort=True)
     out = g.agg(end_ns=("end_ns", "first"), size=("frame", "size"), put_ns=("put_ns", "max"),
-                gpu_start=("gpu_start_ns", "first"), gpu_end=("gpu_end_ns", "first"))
+                gpu_start=("gpu_start_ns", "first"), gpu_end=("gpu_end_ns", "first"),
+                cpu_ns=("cpu_ns", "first"))
     out = out.reset_index()
     out["blocked_ns"] = out["put_ns"] - out["end_ns"]
     out["gpu_ms"] = np.where(out["gpu_start"] >= 0, (out["gpu_end"] - out["gpu_start"]) / 1e6,
                              np.nan)
-    return out[["worker", "start_ns", "end_ns", "size", "blocked_ns", "gpu_ms"]]
+    return out[cols]
 
 
 def batch_cost(sizes: np.ndarray, durations_s: np.ndarray,

@@ -28,49 +28,62 @@ import pandas as pd
 
 from hookmagic.common.errors import InvalidArgument
 from hookmagic.pipeline.analysis import batch_cost, batches, throughput, warmup_flags
+from hookmagic.pipeline.gil import Gil
 from hookmagic.pipeline.run import PipelineRun
 
 
-class _Sampler:
-    """Service times of one stage: warm-up executions (``warm``) are replayed once each, the
-    first time the model runs that batch size, in the order they happened; every other draw
-    comes from the steady-state executions of that size, or of the nearest size scaled by the
-    stage's :func:`batch_cost` line."""
+#: the interpreter's default GIL switch interval, for runs that did not record theirs
+SWITCH_INTERVAL_S = 0.005
+#: the percentile of a stage's hand-over gaps taken as the framework's uncontended cost when
+#: the GIL is modelled (a contended run's median holds GIL waits the model replays)
+HANDOVER_Q_GIL = 10.0
+#: fixed-point rounds that calibrate the GIL-free parts on the run as measured
+CALIBRATION_ROUNDS = 6
 
-    def __init__(self, sizes: np.ndarray, durations_s: np.ndarray, rng: np.random.Generator,
-                 warm: np.ndarray | None = None, gpu: bool = False):
+
+class _Sampler:
+    """Service times of one stage, each a (GIL-held, GIL-free) pair of seconds: warm-up
+    executions (``warm``) are replayed once each, the first time the model runs that batch
+    size, in the order they happened; every other draw comes from the steady-state executions
+    of that size, or of the nearest size scaled by the stage's :func:`batch_cost` line."""
+
+    def __init__(self, sizes: np.ndarray, held_s: np.ndarray, free_s: np.ndarray,
+                 rng: np.random.Generator, warm: np.ndarray | None = None, gpu: bool = False):
         self.rng = rng
         warm = np.zeros(len(sizes), dtype=bool) if warm is None else warm
         steady = ~warm
         if not steady.any():  # every execution was a warm-up: they are all there is
             steady = np.ones(len(sizes), dtype=bool)
-        self.by_size = {int(s): durations_s[(sizes == s) & steady]
-                        for s in np.unique(sizes[steady])}
+        pairs = np.stack([held_s, free_s], axis=1)
+        self.by_size = {int(s): pairs[(sizes == s) & steady] for s in np.unique(sizes[steady])}
         self.sizes = np.array(sorted(self.by_size))
-        self.warm = {int(s): deque(durations_s[(sizes == s) & warm].tolist())
+        self.warm = {int(s): deque(map(tuple, pairs[(sizes == s) & warm].tolist()))
                      for s in np.unique(sizes[warm])}
-        self.cost = batch_cost(sizes[steady], durations_s[steady], gpu)
+        self.cost = batch_cost(sizes[steady], (held_s + free_s)[steady], gpu)
 
-    def draw(self, n: int) -> float:
+    def draw(self, n: int) -> tuple[float, float]:
         pending = self.warm.get(n)
         if pending:
             return pending.popleft()
         if n in self.by_size:
             arr = self.by_size[n]
-            return float(arr[self.rng.integers(len(arr))])
+            h, f = arr[self.rng.integers(len(arr))]
+            return float(h), float(f)
         near = int(self.sizes[np.argmin(np.abs(self.sizes - n))])
         arr = self.by_size[near]
         a, b = self.cost
         scale = (a + b * n) / (a + b * near) if a + b * near > 0 else n / near
-        return float(arr[self.rng.integers(len(arr))]) * scale
+        h, f = arr[self.rng.integers(len(arr))]
+        return float(h) * scale, float(f) * scale
 
 
-def handover_s(run: PipelineRun, stage: str) -> float:
-    """The framework's own time per execution of ``stage``: median gap between a worker
-    handing off one result and starting the next execution, over the executions whose input
-    was already waiting (so the gap is hand-over and queue cost, not waiting for work); NaN
-    when no execution found its input waiting. A source stream read as fast as it can be
-    (no fps) always has its next frame waiting: every gap of its reader counts."""
+def handover_s(run: PipelineRun, stage: str, q: float = 50.0) -> float:
+    """The framework's own time per execution of ``stage``: the ``q``-th percentile (median by
+    default) of the gaps between a worker handing off one result and starting the next
+    execution, over the executions whose input was already waiting (so the gap is hand-over and
+    queue cost, not waiting for work); NaN when no execution found its input waiting. A source
+    stream read as fast as it can be (no fps) always has its next frame waiting: every gap of
+    its reader counts."""
     ev = run.events[run.events["stage"] == stage]
     if ev.empty:
         return 0.0
@@ -88,15 +101,73 @@ def handover_s(run: PipelineRun, stage: str) -> float:
         gaps.append((start[1:] - put[:-1])[waiting])
     gaps = np.concatenate(gaps) if gaps else np.array([])
     gaps = gaps[gaps >= 0]
-    return float(np.median(gaps)) / 1e9 if len(gaps) else float("nan")
+    return float(np.percentile(gaps, q)) / 1e9 if len(gaps) else float("nan")
+
+
+def has_cpu_times(run: PipelineRun) -> bool:
+    """Whether every stage execution of ``run`` recorded its thread CPU time (``cpu_ns``):
+    what the GIL-aware model needs."""
+    ev = run.events
+    return "cpu_ns" in ev.columns and len(ev) > 0 and bool((ev["cpu_ns"] >= 0).all())
+
+
+def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
+    """Per stage, every execution's batch size, warm-up flag, GIL-held and GIL-free seconds.
+
+    With ``gil``: held = the thread's CPU time in the execution (capped at its duration) plus
+    the framework's hand-over (its uncontended cost: the 10th percentile of the hand-over gaps,
+    which the GIL waits of a contended run inflate); free = the rest of the duration. Without:
+    everything is free (independent servers) and the hand-over is the median gap."""
+    stages = run.meta["stages"]
+    q = HANDOVER_Q_GIL if gil else 50.0
+    hand = {st["name"]: handover_s(run, st["name"], q) for st in stages}
+    known = [v for k, v in hand.items() if k != stages[0]["name"] and np.isfinite(v)]
+    fallback = float(np.median(known)) if known else 0.0  # a stage never fed while busy
+    out = []
+    for st in stages:
+        b = batches(run, st["name"])
+        if b.empty:
+            raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
+        warm = warmup_flags(b, int(st.get("workers") or 1))
+        b = b.assign(warm=warm).sort_values("start_ns", kind="stable")
+        dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9
+        h = hand[st["name"]]
+        h = h if np.isfinite(h) else fallback  # the framework's cost
+        if gil:
+            held = np.minimum(b["cpu_ns"].to_numpy(dtype=float) / 1e9, dur)
+            free = dur - held
+            held = held + h
+        else:
+            held = np.zeros(len(dur))
+            free = dur + h
+        out.append({"name": st["name"], "sizes": b["size"].to_numpy(), "held": held,
+                    "free": free, "warm": b["warm"].to_numpy(),
+                    "gpu": st.get("device") == "cuda"})
+    return out
 
 
 def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
-             seed: int = 0) -> dict:
-    """Run the model of ``run`` with each stage of ``speedup`` that many times faster.
+             seed: int = 0, gil: bool | None = None) -> dict:
+    """Run the model of ``run`` with each stage of ``speedup`` that many times faster (its
+    GIL-held and GIL-free parts both divided by the factor).
 
-    Returns fps (done frames per second), end-to-end p50/p90/p99 (ms), frames done and dropped.
+    ``gil`` (default: whenever the run recorded its executions' CPU times) models the GIL: each
+    execution holds it for its held part (:func:`_stage_times`), one execution at a time
+    (:class:`~hookmagic.pipeline.gil.Gil`), then runs its free part. A contended run's
+    measured durations already hold the GIL waits the model replays, so the free parts are first
+    calibrated on the run as measured: each stage's free part is scaled until the model's mean
+    duration of the stage (held + GIL wait + free) equals the measured one
+    (:data:`CALIBRATION_ROUNDS` rounds); the what-if keeps those scales.
+
+    Returns fps (done frames per second), end-to-end p50/p90/p99 (ms), frames done and dropped,
+    ``gil`` (whether it was modelled) and ``gil_busy`` (share of the modelled span the GIL was
+    held).
     """
+    speedup = _checked(run, speedup)
+    return _simulate(run, *_fitted(run, seed, gil), speedup, seed)[0]
+
+
+def _checked(run: PipelineRun, speedup: Mapping[str, float] | None) -> dict:
     speedup = dict(speedup or {})
     names = run.stage_names
     for name, k in speedup.items():
@@ -104,23 +175,45 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
             raise InvalidArgument(f"no stage {name!r} in this run; stages: {names}")
         if not (isinstance(k, (int, float)) and np.isfinite(k) and k > 0):
             raise InvalidArgument(f"speedup of {name!r} must be a finite number > 0, got {k!r}")
+    return speedup
+
+
+def _fitted(run: PipelineRun, seed: int, gil: bool | None) -> tuple:
+    """(stage times, calibrated free-part scales, whether the GIL is modelled)."""
+    gil = has_cpu_times(run) if gil is None else bool(gil)
+    times = _stage_times(run, gil)
+    scales = calibrate(run, times, seed) if gil else [1.0] * len(times)
+    return times, scales, gil
+
+
+def calibrate(run: PipelineRun, times: list[dict], seed: int = 0) -> list[float]:
+    """Per stage, the factor on its measured GIL-free parts that makes the model's mean
+    duration of the stage (held + GIL wait + free) equal the measured mean, on the run as
+    measured: fixed-point rounds, each setting the free part to what is left of the measured
+    one after the GIL waits of the previous round's model."""
+    scales = [1.0] * len(times)
+    for _ in range(CALIBRATION_ROUNDS):
+        _, waits = _simulate(run, times, scales, True, {}, seed)
+        new = []
+        for t, w, old in zip(times, waits, scales):
+            steady = ~t["warm"] if (~t["warm"]).any() else np.ones(len(t["warm"]), bool)
+            free = float(np.mean(t["free"][steady]))
+            new.append(min(1.0, max(0.0, (free - w) / free)) if free > 0 else 1.0)
+        scales = [0.5 * (a + b) for a, b in zip(scales, new)]  # damped: waits move with them
+    return scales
+
+
+def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: bool,
+              speedup: Mapping[str, float], seed: int) -> tuple[dict, list[float]]:
+    """The model itself: the result of :func:`simulate` and each stage's mean GIL wait per
+    execution (seconds)."""
     rng = np.random.default_rng(seed)
-    stages = run.meta["stages"]
     samplers = []
-    hand = {st["name"]: handover_s(run, st["name"]) for st in stages}
-    known = [v for k, v in hand.items() if k != stages[0]["name"] and np.isfinite(v)]
-    fallback = float(np.median(known)) if known else 0.0  # a stage never fed while busy
-    for st in stages:
-        b = batches(run, st["name"])
-        if b.empty:
-            raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
-        warm = warmup_flags(b, int(st.get("workers") or 1))
-        b = b.assign(warm=warm).sort_values("start_ns", kind="stable")
-        dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9 / speedup.get(st["name"], 1.0)
-        h = hand[st["name"]]
-        dur = dur + (h if np.isfinite(h) else fallback)  # the framework's cost is not sped up
-        samplers.append(_Sampler(b["size"].to_numpy(), dur, rng, b["warm"].to_numpy(),
-                                 gpu=st.get("device") == "cuda"))
+    for t, scale in zip(times, scales):
+        k = speedup.get(t["name"], 1.0)
+        samplers.append(_Sampler(t["sizes"], t["held"] / k, t["free"] * scale / k, rng,
+                                 t["warm"], gpu=t["gpu"]))
+    stages = run.meta["stages"]
     read, procs = samplers[0], samplers[1:]
     S = len(procs)
     workers = [int(s["workers"]) for s in stages[1:]]
@@ -147,6 +240,18 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
     def push(t: float, kind: str, data) -> None:
         heapq.heappush(heap, (t, next(seq), kind, data))
 
+    lock = Gil(float(run.meta.get("switch_interval_s") or SWITCH_INTERVAL_S), push)
+    runs = [0] * (S + 1)  # executions per stage (the read stage first)
+    held_total = [0.0]
+
+    def execute(who: int, t: float, part: tuple[float, float], kind: str, data) -> None:
+        """An execution of stage ``who`` from ``t``: its held part under the GIL, then its free
+        part, then the event ``kind``."""
+        held, free_s = part
+        runs[who] += 1
+        held_total[0] += held
+        lock.request(t, held, lambda t2: push(t2 + free_s, kind, data), who)
+
     def next_read(j: int, t: float) -> None:
         fps, n = streams[j]
         i = next_i[j]
@@ -157,10 +262,10 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         start = max(t, due)
         f = len(created)
         created.append(due if fps else start)
-        push(start + read.draw(1), "read", (j, f))
+        execute(0, start, read.draw(1), "read", (j, f))
 
     def launch(i: int, t: float, items: list) -> None:
-        push(t + procs[i].draw(len(items)), "done", (i, items))
+        execute(i + 1, t, procs[i].draw(len(items)), "done", (i, items))
 
     def start_work(i: int, t: float) -> None:
         f = forming[i]
@@ -229,7 +334,9 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         next_read(j, 0.0)
     while heap:
         t, _, kind, data = heapq.heappop(heap)
-        if kind == "read":
+        if kind == "gil":
+            lock.event(t, data)
+        elif kind == "read":
             j, f = data
             deliver(0, t, "src", j, deque([f]))
         elif kind == "deadline":
@@ -241,33 +348,37 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
         else:
             i, items = data
             deliver(i + 1, t, "stage", i, deque(items))
+    waits = [lock.waited.get(k, 0.0) / runs[k] if runs[k] else 0.0 for k in range(S + 1)]
     if not finish:
         return {"fps": 0.0, "p50_ms": np.nan, "p90_ms": np.nan, "p99_ms": np.nan,
-                "frames_done": 0, "dropped": dropped[0]}
+                "frames_done": 0, "dropped": dropped[0], "gil": gil_on,
+                "gil_busy": np.nan}, waits
     done = np.array(sorted(finish))
     lat = np.array([finish[f] - created[f] for f in done]) * 1e3
     t_first = min(created)
     t_last = max(finish.values())
     return {"fps": len(done) / (t_last - t_first), "p50_ms": float(np.percentile(lat, 50)),
             "p90_ms": float(np.percentile(lat, 90)), "p99_ms": float(np.percentile(lat, 99)),
-            "frames_done": len(done), "dropped": dropped[0]}
+            "frames_done": len(done), "dropped": dropped[0], "gil": gil_on,
+            "gil_busy": held_total[0] / (t_last - t_first)}, waits
 
 
 def what_if(run: PipelineRun, stage: str | Mapping[str, float], speedup: float = 2.0,
-            seed: int = 0) -> pd.DataFrame:
+            seed: int = 0, gil: bool | None = None) -> pd.DataFrame:
     """Predicted fps and end-to-end latency if ``stage`` were ``speedup``× faster (or give a
     mapping ``{stage: speedup, ...}``).
 
     Three rows: ``measured`` (the run), ``model: as measured`` (the model with nothing changed:
     how far the model is from the run) and ``model: <stage> ×k`` (the prediction). Columns fps,
     p50_ms, p90_ms, p99_ms, frames_done, dropped, and ``fps_gain`` (prediction / model as
-    measured: the factor to apply to the measured fps).
+    measured: the factor to apply to the measured fps). ``gil`` as in :func:`simulate`.
     """
-    change = dict(stage) if isinstance(stage, Mapping) else {stage: speedup}
+    change = _checked(run, dict(stage) if isinstance(stage, Mapping) else {stage: speedup})
     measured = throughput(run)
     measured["dropped"] = int((run.frame_outcomes["outcome"] == "dropped").sum())
-    base = simulate(run, None, seed)
-    pred = simulate(run, change, seed)
+    fitted = _fitted(run, seed, gil)
+    base = _simulate(run, *fitted, {}, seed)[0]
+    pred = _simulate(run, *fitted, change, seed)[0]
     label = ", ".join(f"{s} ×{k:.3g}" for s, k in change.items())
     table = pd.DataFrame([measured, base, pred],
                          index=["measured", "model: as measured", f"model: {label} faster"])

@@ -6,7 +6,9 @@
   ``fn`` ran, for the whole batch), ``put_ns`` (the result entered the next queue: ``put_ns -
   end_ns`` is back-pressure). ``gpu_start_ns``/``gpu_end_ns``: CUDA-event times of GPU stages on
   the host clock (-1 elsewhere). ``worker``, ``batch`` (-1 unbatched), ``batch_size``,
-  ``status`` (ok, failed, none), ``error``.
+  ``status`` (ok, failed, none), ``error``. ``cpu_ns`` (runs recorded since it exists; -1 where
+  unknown): the CPU time the executing thread spent in the execution (for a GPU stage, before
+  the wait for its stream), what the model takes as its GIL-held part.
 - ``frames``: one row per frame: ``frame``, ``source``, ``index``, ``created_ns``, ``outcome``
   (done, dropped, failed, cancelled), ``reason``, ``error``, ``stage`` (where it ended).
 - ``meta``: the stages (name, workers, batch, device), queue size, overflow policy, source,
@@ -144,17 +146,20 @@ def load_run(path: str | os.PathLike) -> PipelineRun:
 _INTEGERS = {"events": ("frame", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
                         "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns"),
              "frames": ("frame", "index", "created_ns")}
+#: integer columns a saved run may lack (recorded before they existed)
+_OPTIONAL_INTEGERS = {"events": ("cpu_ns",), "frames": ()}
 
 
 def _check_numbers(path: Path, events: pd.DataFrame, frames: pd.DataFrame) -> None:
     """Refuse a saved run whose times could not have been measured: not whole numbers, below
     the -1 that means "none", or an execution that ends before it starts."""
     for name, table in (("events", events), ("frames", frames)):
-        wrong = [c for c in _INTEGERS[name] if not pd.api.types.is_integer_dtype(table[c])]
+        cols = _INTEGERS[name] + tuple(c for c in _OPTIONAL_INTEGERS[name] if c in table.columns)
+        wrong = [c for c in cols if not pd.api.types.is_integer_dtype(table[c])]
         if wrong:
             raise InputFileError(f"{path}: the {name} table holds {', '.join(wrong)} as "
                                  "something other than whole numbers")
-        low = [c for c in _INTEGERS[name] if len(table) and int(table[c].min()) < -1]
+        low = [c for c in cols if len(table) and int(table[c].min()) < -1]
         if low:
             raise BadNumbers(f"{path}: the {name} table holds impossible values in "
                              f"{', '.join(low)} (times and counts are never below -1)")

@@ -97,13 +97,15 @@ class PipelineRun:
     stage, worker, size, t_ms, ms, steady_p50_ms (a DataFrame; the what-if model replays
     them once instead of sampling them as steady-state service times)."""
 
-    def what_if(self: PipelineRun, stage, speedup: float=2.0, seed: int=0):
+    def what_if(self: PipelineRun, stage, speedup: float=2.0, seed: int=0, gil: bool | None=None):
         """Predicted fps and latency if ``stage`` were ``speedup``× faster (queueing model of the
-    measured service times; see :func:`hookmagic.pipeline.model.what_if`)."""
+    measured service times, with the GIL shared by the stages' Python parts; see
+    :func:`hookmagic.pipeline.model.what_if`)."""
 
 def load_run(path: str | os.PathLike) -> PipelineRun:
     """Open a run saved by :meth:`PipelineRun.save` (one InputFileError if it is not one)."""
 _INTEGERS = {'events': ('frame', 'stage_index', 'worker', 'batch', 'batch_size', 'enqueue_ns', 'start_ns', 'end_ns', 'put_ns', 'gpu_start_ns', 'gpu_end_ns'), 'frames': ('frame', 'index', 'created_ns')}
+_OPTIONAL_INTEGERS = {'events': ('cpu_ns',), 'frames': ()}
 
 def _check_numbers(path: Path, events: pd.DataFrame, frames: pd.DataFrame) -> None:
     """Refuse a saved run whose times could not have been measured: not whole numbers, below

@@ -12,8 +12,9 @@ workers are threads the pipeline keeps across its runs (:mod:`hookmagic.pipeline
 their CUDA streams and the libraries' per-thread handles; the source is read by a new thread per
 stream each run.
 
-What instrumentation costs per stage execution: host timestamps and one row appended to the
-thread's own list (always); for GPU stages two ``cuEventRecord`` calls that keep the GIL, on
+What instrumentation costs per stage execution: host timestamps, the thread's CPU time (two
+``time.thread_time_ns`` reads: what the model takes as the execution's GIL-held part) and one row
+appended to the thread's own list (always); for GPU stages two ``cuEventRecord`` calls that keep the GIL, on
 events the worker reuses, read once after the run, around every execution that starts at least
 :data:`~hookmagic.pipeline.cuda_events.INTERVAL_S` after the worker's previous timed one
 (``instrument=True``, :mod:`hookmagic.pipeline.cuda_events`); a range only under a capture. A GPU stage waits for its
@@ -31,6 +32,7 @@ import collections
 import itertools
 import math
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -343,10 +345,12 @@ class _Run:
                         break
                     due = int(due_s * 1e9)
                 start = time.perf_counter_ns()
+                cpu = time.thread_time_ns()
                 try:
                     payload = next(it)
                 except StopIteration:
                     break
+                cpu = time.thread_time_ns() - cpu
                 end = time.perf_counter_ns()
                 created = due if due is not None and due < start else start
                 if isinstance(payload, Lost):   # frames a live stream skipped: counted, not hidden
@@ -380,7 +384,7 @@ class _Run:
                     ok = self._put(0, item)
                 put = time.perf_counter_ns()
                 rows.append((fid, stage, -1, sidx, -1, 1, created, start, end, put, -1, -1, "ok",
-                             ""))
+                             "", cpu))
                 if self.observers:
                     self._notify_stage(stage, (end - start) / 1e9, 1)
                 if not ok:
@@ -456,6 +460,7 @@ class _Run:
                 batch_id = next(rec.batch_ids) if batched else -1
                 pair = timed_pair = None
                 start = time.perf_counter_ns()
+                cpu = time.thread_time_ns()
                 status, error, outs = "ok", "", None
                 self.busy[(k, worker)] = [it.fid for it in items]
                 try:
@@ -471,12 +476,16 @@ class _Run:
                         out = fn(arg)
                     if pair is not None:
                         record(pair[1], handle)
+                    # the thread's CPU time in fn, before the wait for the stream (which
+                    # releases the GIL and may spin): the execution's GIL-held part
+                    cpu = time.thread_time_ns() - cpu
                     if gpu:
                         stream.synchronize()  # the end event is complete with it
                         timed_pair = pair
                     outs = self._split(st, out, len(items)) if batched else [out]
                 except Exception as err:  # noqa: BLE001 - recorded per frame
                     status, error, outs = "failed", f"{type(err).__name__}: {err}", None
+                    cpu = -1
                     if pipe.on_error == "stop":
                         self._fail(err)
                 end = time.perf_counter_ns()
@@ -515,7 +524,7 @@ class _Run:
                                 rec.finish(it.fid, "cancelled", "run stopped", stage=name)
                             put = time.perf_counter_ns()
                     append((it.fid, name, k, worker, batch_id, n, 0, start, end, put, -1, -1, s,
-                            error))
+                            error, cpu))
         except BaseException as err:  # noqa: BLE001 - e.g. KeyboardInterrupt in a stage
             self._fail(err)
         finally:
@@ -686,7 +695,8 @@ class _Run:
             if row[3] == "in_flight":
                 row[3], row[4] = "cancelled", "run stopped"
         names = ["frame", "stage", "stage_index", "worker", "batch", "batch_size", "enqueue_ns",
-                 "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error"]
+                 "start_ns", "end_ns", "put_ns", "gpu_start_ns", "gpu_end_ns", "status", "error",
+                 "cpu_ns"]
         # column by column (pandas' row-wise constructor costs ~5 µs per row)
         if self.gpu_ref is not None and any(pending for _, pending, _ in rec.threads):
             # every pending pair's end event is complete: its worker waited for its stream
@@ -741,5 +751,8 @@ class _Run:
             "clock": "time.perf_counter_ns (host); GPU times from CUDA events on each worker's "
                      "stream, placed on the host clock by one reference event",
             "gpu_timing": self.gpu_timing,
+            # the interpreter's GIL switch interval: how long a thread may hold the GIL
+            # against a waiting one (what the model's GIL replays)
+            "switch_interval_s": sys.getswitchinterval(),
         }
         return PipelineRun(events, frames, meta)

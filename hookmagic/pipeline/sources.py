@@ -338,6 +338,9 @@ def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
             except Exception:  # noqa: BLE001
                 return (int(frame.framesize()),)
 
+        # a blocking-sync event: the reader sleeps while the GPU finishes its frames instead of
+        # spinning on a core (and its CPU time stays the time it works)
+        ready = torch.cuda.Event(blocking=True)
         try:
             for packet in dmx:
                 with torch.cuda.device(dev), torch.cuda.stream(stream):
@@ -347,7 +350,9 @@ def _pynvc_frames(nvc: Any, path: Path, gpu: int, fmt: str,
                         raise
                     except Exception as err:  # noqa: BLE001
                         raise InputFileError(f"{path}: NVDEC decoding failed: {err}") from err
-                    stream.synchronize()  # complete before another stream reads them
+                    if out:  # complete before another stream reads them
+                        ready.record(stream)
+                        ready.synchronize()
                 yield from out
         finally:
             del dec, dmx

@@ -65,7 +65,8 @@ def _looped(clip: Path, loops: int, smoke: bool = False):
                   f"{src.description}, ×{loops}", meta=src.meta)
 
 
-def worker(clip: Path, loops: int, smoke: bool = False, mode: str = "graph") -> dict:
+def worker(clip: Path, loops: int, smoke: bool = False, mode: str = "graph",
+           save: Path | None = None) -> dict:
     import torch
 
     from hookmagic.pipeline import Pipeline, Stage
@@ -149,50 +150,74 @@ def worker(clip: Path, loops: int, smoke: bool = False, mode: str = "graph") -> 
             t = time.perf_counter()
             run = pipe.run(_looped(clip, loops, smoke))
             wall = time.perf_counter() - t
-            table = run.what_if("infer", 1.0)
+            meas = run.throughput()
+            name = f"{mode}_x{r}_{phase}"
+            if save is not None:
+                run.save(save / name)
+            row = {"repeats": r, "phase": phase, "wall_s": wall, "run": name,
+                   "frames_done": int(meas["frames_done"]), "fps": float(meas["fps"])}
+            out["runs"].append(row)
+            runs[(r, phase)] = run
+            print(json.dumps(row), file=sys.stderr, flush=True)
+        pipe.close()
+    out["source"] = runs[(repeats[-1], "warm")].meta.get("source")
+    return out
+
+
+def analyse(rows: list[dict], folder: Path) -> None:
+    """The model's figures for every run the workers saved (``folder/p<i>/<run>.hmpipe``),
+    computed here, after the GPU runs: "as measured" with and without the GIL modelled, and
+    each what-if pair. Adds them to ``rows`` in place."""
+    import hookmagic
+    from hookmagic.pipeline.analysis import batches as batches_of, warmup_flags
+
+    for i, proc in enumerate(rows):
+        runs = {}
+        for row in proc["runs"]:
+            run = hookmagic.load(folder / f"p{i}" / f"{row['run']}.hmpipe")
+            runs[(row["repeats"], row["phase"])] = run
+            for gil, key in ((True, ""), (False, "_nogil")):
+                table = run.what_if("infer", 1.0, gil=gil)
+                row["model_fps" + key] = float(table.loc["model: as measured", "fps"])
+                row["model_err" + key] = row["model_fps" + key] / row["fps"] - 1
             b = batches_of(run, "infer")
             warm = warmup_flags(b, 1)
             dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e6
             full = (b["size"].to_numpy() == BATCH) & ~warm
             w = run.warmup()
-            sizes = b["size"].value_counts().sort_index()
-            row = {"repeats": r, "phase": phase, "wall_s": wall,
-                   "frames_done": int(table.loc["measured", "frames_done"]),
-                   "fps": float(table.loc["measured", "fps"]),
-                   "model_fps": float(table.loc["model: as measured", "fps"]),
-                   "p50_ms": float(table.loc["measured", "p50_ms"]),
-                   "model_p50_ms": float(table.loc["model: as measured", "p50_ms"]),
-                   "bottleneck": run.bottleneck().stage,
-                   "infer_full_ms": float(np.median(dur[full])) if full.any() else float("nan"),
-                   "infer_sizes": {int(k): int(v) for k, v in sizes.items()},
-                   "warmups": [{"stage": x.stage, "size": int(x.size), "ms": float(x.ms),
-                                "steady_p50_ms": float(x.steady_p50_ms)}
-                               for x in w.itertuples()],
-                   "gpu_timing": run.meta.get("gpu_timing")}
-            row["model_err"] = row["model_fps"] / row["fps"] - 1
-            out["runs"].append(row)
-            runs[(r, phase)] = run
-            print(json.dumps({k: v for k, v in row.items() if k != "warmups"}), file=sys.stderr,
-                  flush=True)
-        pipe.close()
-    whatif = []
-    for rh, rl in _pairs(repeats):
-        heavy, light = runs[(rh, "warm")], runs[(rl, "warm")]
-        th = next(x for x in out["runs"] if x["repeats"] == rh and x["phase"] == "warm")
-        tl = next(x for x in out["runs"] if x["repeats"] == rl and x["phase"] == "warm")
-        k = out["standalone_ms"][rh] / out["standalone_ms"][rl]
-        pred = float(heavy.what_if("infer", k).iloc[-1]["fps"])
-        nominal = float(heavy.what_if("infer", rh / rl).iloc[-1]["fps"])
-        whatif.append({"heavy": rh, "light": rl, "k_measured": k,
-                       "k_in_runs": th["infer_full_ms"] / tl["infer_full_ms"],
-                       "predicted_fps": pred,
-                       "light_fps": tl["fps"], "err": pred / tl["fps"] - 1,
-                       "nominal_k": rh / rl, "nominal_fps": nominal,
-                       "nominal_err": nominal / tl["fps"] - 1,
-                       "light_model_fps": float(light.what_if("infer", 1.0).iloc[1]["fps"])})
-    out["whatif"] = whatif
-    out["source"] = runs[(repeats[-1], "warm")].meta.get("source")
-    return out
+            row.update(
+                p50_ms=float(run.throughput()["p50_ms"]), bottleneck=run.bottleneck().stage,
+                infer_full_ms=float(np.median(dur[full])) if full.any() else float("nan"),
+                infer_sizes={int(k): int(v) for k, v in
+                             b["size"].value_counts().sort_index().items()},
+                cpu_share={s: float(_cpu_share(run, s)) for s in run.stage_names},
+                stages=run.stage_names,
+                warmups=[{"stage": x.stage, "size": int(x.size), "ms": float(x.ms),
+                          "steady_p50_ms": float(x.steady_p50_ms)} for x in w.itertuples()])
+        whatif = []
+        for rh, rl in _pairs(REPEATS[proc["infer"]]):
+            heavy = runs[(rh, "warm")]
+            tl = next(x for x in proc["runs"] if x["repeats"] == rl and x["phase"] == "warm")
+            th = next(x for x in proc["runs"] if x["repeats"] == rh and x["phase"] == "warm")
+            k = proc["standalone_ms"][str(rh)] / proc["standalone_ms"][str(rl)]
+            w = {"heavy": rh, "light": rl, "k_measured": k, "light_fps": tl["fps"],
+                 "k_in_runs": th["infer_full_ms"] / tl["infer_full_ms"], "nominal_k": rh / rl}
+            for gil, key in ((True, ""), (False, "_nogil")):
+                pred = float(heavy.what_if("infer", k, gil=gil).iloc[-1]["fps"])
+                nominal = float(heavy.what_if("infer", rh / rl, gil=gil).iloc[-1]["fps"])
+                w.update({"predicted_fps" + key: pred, "err" + key: pred / tl["fps"] - 1,
+                          "nominal_fps" + key: nominal,
+                          "nominal_err" + key: nominal / tl["fps"] - 1})
+            whatif.append(w)
+        proc["whatif"] = whatif
+
+
+def _cpu_share(run, stage: str) -> float:
+    """The stage's thread CPU time over its execution time (its GIL-held share, as measured)."""
+    ev = run.events[run.events["stage"] == stage]
+    g = ev.groupby(["worker", "start_ns"]).agg(end=("end_ns", "first"), cpu=("cpu_ns", "first"))
+    dur = (g["end"] - g.index.get_level_values("start_ns")).sum()
+    return float(g["cpu"].sum() / dur) if dur > 0 else float("nan")
 
 
 def machine() -> dict:
@@ -232,9 +257,10 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
              "`lab/pipeline/pipeline_color.py make`).", "",
              f"Infer stage: {rows[0]['infer']} (see the script's docstring).", "",
              "## Model as measured (target: within 5 %)", "",
-             "| infer repeats | run | fps measured | fps model | model error | infer batch ms "
-             "(steady, 16) | batch sizes run | warm-ups found (stage size: ms) | bottleneck |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| infer repeats | run | fps measured | fps model | model error | error without "
+             "the GIL | infer batch ms (steady, 16) | CPU share of decode / preprocess / infer "
+             "| batch sizes run | warm-ups found (stage size: ms) | bottleneck |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     repeats = REPEATS[rows[0]["infer"]]
     for r in repeats:
         for phase in ("cold", "warm"):
@@ -245,18 +271,22 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
             lines.append(f"| {r} | {phase} | {mm([x['fps'] for x in rs])} | "
                          f"{mm([x['model_fps'] for x in rs])} | "
                          f"{mm([100 * x['model_err'] for x in rs], '{:+.1f}')} % | "
+                         f"{mm([100 * x['model_err_nogil'] for x in rs], '{:+.1f}')} % | "
                          f"{mm([x['infer_full_ms'] for x in rs], '{:.2f}')} | "
-                         f"{', '.join(map(str, sizes))} | {warm} | "
+                         + " / ".join(mm([x["cpu_share"].get(s_, float("nan")) for x in rs],
+                                         "{:.2f}") for s_ in (rs[0]["stages"][0] if rs else "decode", "preprocess", "infer"))
+                         + f" | {', '.join(map(str, sizes))} | {warm} | "
                          f"{', '.join(str(x['bottleneck']) for x in rs)} |")
     lines += ["", "## What-if against a pipeline really made lighter (target: within 10 %)", "",
               "| heavier → lighter (repeats) | k measured | predicted fps | measured fps "
-              "(lighter) | error | with nominal k | error (nominal k) |",
-              "|---|---|---|---|---|---|---|"]
+              "(lighter) | error | error without the GIL | with nominal k | error (nominal k) |",
+              "|---|---|---|---|---|---|---|---|"]
     for rh, rl in _pairs(repeats):
         ws = [w for p in rows for w in p["whatif"] if (w["heavy"], w["light"]) == (rh, rl)]
         lines.append(f"| {rh} → {rl} | {mm([w['k_measured'] for w in ws], '{:.2f}')} | "
                      f"{mm([w['predicted_fps'] for w in ws])} | {mm([w['light_fps'] for w in ws])}"
                      f" | {mm([100 * w['err'] for w in ws], '{:+.1f}')} % | "
+                     f"{mm([100 * w['err_nogil'] for w in ws], '{:+.1f}')} % | "
                      f"{mm([w['nominal_fps'] for w in ws])} (k = {rh / rl:g}) | "
                      f"{mm([100 * w['nominal_err'] for w in ws], '{:+.1f}')} % |")
     return "\n".join(lines) + "\n"
@@ -269,33 +299,51 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--loops", type=int, default=4)
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--save", help="(worker) the folder its runs are saved in")
     ap.add_argument("--infer", choices=sorted(REPEATS), default="graph")
+    ap.add_argument("--collect-only", action="store_true",
+                    help="run and save the pipelines; model them later with --analyse-only")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="model the runs a --collect-only call saved in --out")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU decode and a tiny CPU model: checks the script, numbers mean nothing")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(Path(args.clip), args.loops, args.smoke, args.infer)))
+        save = Path(args.save)
+        save.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(worker(Path(args.clip), args.loops, args.smoke, args.infer, save)))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for p in range(args.processes):
-        res = subprocess.run([sys.executable, __file__, "--worker", "--clip", args.clip,
-                              "--out", args.out, "--loops", str(args.loops),
-                              "--infer", args.infer, *(["--smoke"] if args.smoke else [])],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            print(res.stdout[-2000:], res.stderr[-6000:], sep="\n", file=sys.stderr)
-            raise SystemExit(f"process {p} failed (rc {res.returncode})")
-        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
-        print(f"[predict {time.strftime('%H:%M:%S')}] process {p}: "
-              + "; ".join(f"x{w['heavy']}→x{w['light']} {100 * w['err']:+.1f} %"
-                          for w in rows[-1]["whatif"]), flush=True)
-    info = machine()
-    (out / "pipeline_predict.json").write_text(json.dumps({"machine": info, "processes": rows},
-                                                          indent=1))
+    js = out / f"pipeline_predict_{args.infer}.json"
+    if not args.analyse_only:
+        info, rows = machine(), []
+        for p in range(args.processes):
+            save = out / f"runs_{args.infer}" / f"p{p}"
+            res = subprocess.run([sys.executable, __file__, "--worker", "--clip", args.clip,
+                                  "--out", args.out, "--loops", str(args.loops), "--save",
+                                  str(save), "--infer", args.infer,
+                                  *(["--smoke"] if args.smoke else [])],
+                                 capture_output=True, text=True)
+            if res.returncode != 0:
+                print(res.stdout[-2000:], res.stderr[-6000:], sep="\n", file=sys.stderr)
+                raise SystemExit(f"process {p} failed (rc {res.returncode})")
+            rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+            # written after every process: a run cut short keeps what it measured
+            js.write_text(json.dumps({"machine": info, "args": vars(args), "processes": rows},
+                                     indent=1))
+            print(f"[predict {time.strftime('%H:%M:%S')}] process {p}: "
+                  + "; ".join(f"x{r['repeats']} {r['phase']} {r['fps']:.0f} fps"
+                              for r in rows[-1]["runs"]), flush=True)
+        if args.collect_only:
+            return 0
+    data = json.loads(js.read_text())
+    rows, info = data["processes"], data["machine"]
+    analyse(rows, out / f"runs_{args.infer}")
+    js.write_text(json.dumps({"machine": info, "args": data.get("args"), "processes": rows},
+                             indent=1))
     text = report(rows, info, args)
-    (out / "pipeline_predict.md").write_text(text)
+    (out / f"pipeline_predict_{args.infer}.md").write_text(text)
     print(text)
     return 0
 
