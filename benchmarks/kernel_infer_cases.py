@@ -158,21 +158,22 @@ def infer_rows(timer: Callable) -> list[dict]:
     torch.cuda.empty_cache()
 
     # --- conv2d: ResNet-50's 3x3 layers, NHWC FP16, batch 32, against cuDNN (channels_last) ---------
+    # (every distinct layer of the network, each variant: conv_measure below, --conv)
     for hw, c, stride in ((56, 64, 1), (28, 128, 1), (14, 256, 1), (7, 512, 1), (56, 128, 2)):
         x = torch.randn(32, hw, hw, c, device="cuda", dtype=torch.float16)
         w = (torch.randn(c, c, 3, 3, device="cuda") / math.sqrt(9 * c)).half()
-        wp = hk.pack_conv_weight(w)
+        wk = w.permute(0, 2, 3, 1).contiguous()            # KRSC: the wgmma kernel reads it as it is
         xn = x.permute(0, 3, 1, 2)                          # a channels_last NCHW view: cuDNN's NHWC path
         wn = w.contiguous(memory_format=torch.channels_last)
         ref = lambda xn=xn, wn=wn, st=stride: F.conv2d(xn, wn, None, st, 1)  # noqa: E731
-        mine = lambda x=x, wp=wp, st=stride: hk.conv2d(x, wp, None, st, 1, kernel_size=3)  # noqa: E731
+        mine = lambda x=x, wk=wk, st=stride: hk.conv2d(x, wk, None, st, 1)  # noqa: E731
         out = mine()
         err = (out.float() - ref().permute(0, 2, 3, 1).float()).abs().max().item()
         oh = (hw + 2 - 3) // stride + 1
         flops = 2 * 32 * oh * oh * c * 9 * c
         _case(rows, timer, f"conv2d 3x3 b32 {hw}x{hw}x{c} s{stride} fp16 NHWC", "TFLOP/s", flops,
               {"hookmagic": mine, "cuDNN (torch, channels_last)": ref}, err <= 5e-2, err)
-        del x, w, wp, xn, wn, out
+        del x, w, wk, xn, wn, out
     x = torch.randn(32, 112, 112, 32, device="cuda", dtype=torch.float16)
     w = torch.randn(32, 1, 3, 3, device="cuda", dtype=torch.float16)
     xn = x.permute(0, 3, 1, 2)
@@ -185,6 +186,155 @@ def infer_rows(timer: Callable) -> list[dict]:
     del x, w, xn
     torch.cuda.empty_cache()
     return rows
+
+
+# --- conv2d on ResNet-50's layers (python -m benchmarks.kernel_infer_cases --conv) -----------------
+#: ResNet-50's distinct convolutions (torchvision's v1.5: stride on the 3x3), at a 224 x 224 input:
+#: (name, input H = W, C, K, filter R = S, stride, padding, how many times the network runs it)
+RESNET50_CONVS = (
+    ("stem 7x7/2 3->64", 224, 3, 64, 7, 2, 3, 1),
+    ("s1 1x1 64->64", 56, 64, 64, 1, 1, 0, 1),
+    ("s1 3x3 64->64", 56, 64, 64, 3, 1, 1, 3),
+    ("s1 1x1 64->256", 56, 64, 256, 1, 1, 0, 4),
+    ("s1 1x1 256->64", 56, 256, 64, 1, 1, 0, 2),
+    ("s2 1x1 256->128", 56, 256, 128, 1, 1, 0, 1),
+    ("s2 3x3/2 128->128", 56, 128, 128, 3, 2, 1, 1),
+    ("s2 1x1 128->512", 28, 128, 512, 1, 1, 0, 4),
+    ("s2 1x1/2 256->512 (proj)", 56, 256, 512, 1, 2, 0, 1),
+    ("s2 1x1 512->128", 28, 512, 128, 1, 1, 0, 3),
+    ("s2 3x3 128->128", 28, 128, 128, 3, 1, 1, 3),
+    ("s3 1x1 512->256", 28, 512, 256, 1, 1, 0, 1),
+    ("s3 3x3/2 256->256", 28, 256, 256, 3, 2, 1, 1),
+    ("s3 1x1 256->1024", 14, 256, 1024, 1, 1, 0, 6),
+    ("s3 1x1/2 512->1024 (proj)", 28, 512, 1024, 1, 2, 0, 1),
+    ("s3 1x1 1024->256", 14, 1024, 256, 1, 1, 0, 5),
+    ("s3 3x3 256->256", 14, 256, 256, 3, 1, 1, 5),
+    ("s4 1x1 1024->512", 14, 1024, 512, 1, 1, 0, 1),
+    ("s4 3x3/2 512->512", 14, 512, 512, 3, 2, 1, 1),
+    ("s4 1x1 512->2048", 7, 512, 2048, 1, 1, 0, 3),
+    ("s4 1x1/2 1024->2048 (proj)", 14, 1024, 2048, 1, 2, 0, 1),
+    ("s4 1x1 2048->512", 7, 2048, 512, 1, 1, 0, 2),
+    ("s4 3x3 512->512", 7, 512, 512, 3, 1, 1, 2),
+)
+#: conv2d's designs timed per layer: label -> conv2d keywords ("gemm": 1x1 stride-1 layers only)
+CONV_IMPLS = {"auto": {}, "wgmma_n64": {"variant": "wgmma", "block_n": 64},
+              "wgmma_n128": {"variant": "wgmma", "block_n": 128}, "implicit_gemm": {"variant": "implicit_gemm"},
+              "gemm": {"variant": "gemm"}}
+CONV_DESCRIPTION = ("hookmagic.kernels.conv2d (NHWC + KRSC, FP16) on every distinct convolution of ResNet-50 at "
+                    "batch 32 against cuDNN (torch F.conv2d, channels_last, cudnn.benchmark=True) in the same "
+                    "process: kernel time with the host's launch cost hidden (CUDA events around each call queued "
+                    "behind a sleep kernel, warm L2, median of 25)")
+
+
+def _time_queued(fn, reps: int = 25) -> float:
+    """Median device seconds of one call of ``fn``: ``reps`` (event, call, event) rounds queued behind
+    a sleep kernel, so the host's launch cost is hidden and each pair times the call's kernels alone."""
+    import time
+
+    import torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    per_call = time.perf_counter() - t0
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda._sleep(int(min(0.2, 2.0 * (per_call + 50e-6) * reps + 2e-3) * 2.0e9))
+    for i in range(reps):
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends))
+    return times[len(times) // 2]
+
+
+def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str = "float16") -> dict[str, float]:
+    """One process: every layer of :data:`RESNET50_CONVS` by cuDNN and by each of ``impls``, checked
+    against cuDNN once (a wrong result is reported as ``..._wrong_max_err``, not timed). Metrics
+    ``conv|<layer>|<impl>_us``, ``..._pct_of_cudnn`` (cuDNN's time / ours, this process) and the
+    whole network's sum weighted by each layer's count."""
+    import torch
+    F = torch.nn.functional
+
+    import hookmagic.kernels as hk
+    torch.backends.cudnn.benchmark = True
+    dt_ = getattr(torch, dtype)
+    out: dict[str, float] = {}
+    total = {"cudnn": 0.0}
+    for name, hw, c, k, r, stride, pad, count in RESNET50_CONVS:
+        torch.manual_seed(hw * c + k)
+        x = torch.randn(batch, hw, hw, c, device="cuda", dtype=dt_)
+        w = (torch.randn(k, r, r, c, device="cuda") / math.sqrt(c * r * r)).to(dt_)       # KRSC
+        xn, wn = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)       # channels_last NCHW views: cuDNN's NHWC path
+        ref = F.conv2d(xn, wn, None, stride, pad).permute(0, 2, 3, 1).float()
+        t_ref = _time_queued(lambda xn=xn, wn=wn: F.conv2d(xn, wn, None, stride, pad))
+        key = f"conv|{name}|"
+        out[key + "cudnn_us"] = t_ref * 1e6
+        total["cudnn"] += count * t_ref
+        for impl in [s.strip() for s in impls.split(",") if s.strip()]:
+            kw = CONV_IMPLS[impl]
+            if kw.get("variant") == "gemm" and (r, stride, pad) != (1, 1, 0):
+                continue
+            if kw.get("variant") == "implicit_gemm" and c % 8:
+                continue    # the stem: the mma path pads 3 channels to 8 too, but times a copy; kept to wgmma
+            fn = (lambda x=x, w=w, kw=kw: hk.conv2d(x, w, None, stride, pad, **kw))
+            err = (fn().float() - ref).abs().max().item()
+            if not err <= 2e-2 * max(ref.abs().max().item(), 1.0):
+                out[key + f"{impl}_wrong_max_err"] = err
+                continue
+            t = _time_queued(fn)
+            out[key + f"{impl}_us"] = t * 1e6
+            out[key + f"{impl}_pct_of_cudnn"] = 100 * t_ref / t
+            total[impl] = total.get(impl, 0.0) + count * t
+        if "auto" in impls:
+            hk.launch_log(clear=True)
+            hk.conv2d(x, w, None, stride, pad)
+            torch.cuda.synchronize()
+            ran = hk.launch_log()[-1].kernel
+            out[key + "auto_block_n"] = float(ran.rsplit("_n", 1)[1]) if ran.startswith("conv_wgmma") else 0.0
+        del x, w, xn, wn, ref
+    torch.cuda.empty_cache()
+    for impl, t in total.items():
+        out[f"conv|network|{impl}_us"] = t * 1e6
+        if impl != "cudnn":
+            out[f"conv|network|{impl}_pct_of_cudnn"] = 100 * total["cudnn"] / t
+    return out
+
+
+def conv_markdown(result: dict) -> str:
+    """The per-layer table of a :func:`conv_measure` result over processes: min-max of each time and
+    of the same-process percentage of cuDNN's speed."""
+    met = result["metrics"]
+    impls = [i for i in CONV_IMPLS if any(k.endswith(f"|{i}_us") for k in met)]
+
+    def mm(key: str, fmt: str = "{:.1f}") -> str:
+        v = met.get(key)
+        if v is None:
+            return "—"
+        lo, hi = fmt.format(v["min"]), fmt.format(v["max"])
+        return lo if lo == hi else f"{lo}–{hi}"
+
+    gpu = result.get("gpu") or {}
+    lines = [f"# conv2d on ResNet-50's layers — {gpu.get('name', '?')}, driver {gpu.get('driver', '?')}",
+             "", f"{result['description']}.", "",
+             f"Date {result['date']}, commit {result.get('commit')}, {result['processes']} fresh processes "
+             f"(min–max over them). Command: `{result['command']}`.", "",
+             "% of cuDNN = cuDNN's time / ours in the same process (100 % = as fast as cuDNN). "
+             "`auto` is what `conv2d` runs by default (`kernels.explain('conv2d', ...)`).", "",
+             "| layer (batch " + str(result["params"]["batch"]) + ") | count | cuDNN µs | "
+             + " | ".join(f"{i} µs | {i} % of cuDNN" for i in impls) + " |",
+             "|---|---|---|" + "---|---|" * len(impls)]
+    for name, *_, count in (*RESNET50_CONVS, ("network", 0, 0, 0, 0, 0, 0, "sum")):
+        key = f"conv|{name}|"
+        row = [name if name != "network" else "**whole network (Σ count × time)**", str(count), mm(key + "cudnn_us")]
+        for i in impls:
+            wrong = met.get(key + f"{i}_wrong_max_err")
+            row += ["WRONG" if wrong else mm(key + f"{i}_us"), mm(key + f"{i}_pct_of_cudnn", "{:.0f}")]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def summarise_infer(raw, nproc: int) -> list[str]:
@@ -329,15 +479,24 @@ def _main() -> None:
     ap.add_argument("--rows", type=int, default=PARAMS["rows"])
     ap.add_argument("--row-impls", default=PARAMS["row_impls"])
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--conv", action="store_true", help="conv2d on ResNet-50's layers (conv_measure) instead")
+    ap.add_argument("--batch", type=int, default=32)
     a = ap.parse_args()
     params = {"impls": a.impls, "rows": a.rows, "row_impls": a.row_impls}
+    one_args = ["--impls", a.impls, "--rows", str(a.rows), "--row-impls", a.row_impls]
+    command = (f"python -m benchmarks.kernel_infer_cases --processes {a.processes} --impls {a.impls} "
+               f"--row-impls {a.row_impls}")
+    if a.conv:
+        impls = a.impls if a.impls != PARAMS["impls"] else ",".join(CONV_IMPLS)
+        params, one_args = {"batch": a.batch, "impls": impls}, ["--conv", "--batch", str(a.batch), "--impls", impls]
+        command = f"python -m benchmarks.kernel_infer_cases --conv --processes {a.processes} --batch {a.batch} --name {a.name}"
     if a.one:
-        print(json.dumps(measure(**params)))
+        print(json.dumps(conv_measure(a.batch, params["impls"]) if a.conv else measure(**params)))
         return
     values: dict[str, list[float]] = {}
     for i in range(a.processes):
-        done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_infer_cases", "--one", "--impls", a.impls,
-                               "--rows", str(a.rows), "--row-impls", a.row_impls], cwd=harness.ROOT, capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_infer_cases", "--one", *one_args],
+                              cwd=harness.ROOT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                   filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")]))})
         if done.returncode != 0:
@@ -345,9 +504,7 @@ def _main() -> None:
         for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items():
             values.setdefault(k, []).append(v)
         print(f"process {i + 1}/{a.processes} done", flush=True)
-    result = {"benchmark": a.name, "description": DESCRIPTION,
-              "command": f"python -m benchmarks.kernel_infer_cases --processes {a.processes} --impls {a.impls} "
-                         f"--row-impls {a.row_impls}",
+    result = {"benchmark": a.name, "description": CONV_DESCRIPTION if a.conv else DESCRIPTION, "command": command,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "commit": harness.commit(), "machine": harness.machine(), "gpu": harness.gpu(), "params": params,
               "processes": a.processes,
@@ -355,8 +512,9 @@ def _main() -> None:
                           for k, v in values.items()}}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (a.out / f"{a.name}.md").write_text(harness.markdown(result))
-    print(harness.markdown(result))
+    text = conv_markdown(result) if a.conv else harness.markdown(result)
+    (a.out / f"{a.name}.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

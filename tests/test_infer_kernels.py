@@ -141,8 +141,8 @@ def test_conv_argument_errors_and_weight_packing():
     x = torch.zeros(1, 8, 8, 16, dtype=torch.float16)
     with pytest.raises(hk.KernelArgumentError, match=r"x must be float16 or bfloat16, got torch float32"):
         hk.conv2d(x.float(), torch.zeros(8, 3, 3, 16))
-    with pytest.raises(hk.KernelArgumentError, match=r"w must be KRSC \(K, R, R, 16\) with R 1 or 3.*\[8, 5, 5, 16\]"):
-        hk.conv2d(x, torch.zeros(8, 5, 5, 16, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match=r"w must be KRSC \(K, R, S, 16\).*\[8, 5, 5, 15\]"):
+        hk.conv2d(x, torch.zeros(8, 5, 5, 15, dtype=torch.float16))
     # torch's KCRS weights with NHWC activations: the mixed convention is refused, naming the fix
     with pytest.raises(hk.KernelArgumentError, match="layout='NCHW' takes KCRS"):
         hk.conv2d(x, torch.zeros(8, 16, 3, 3, dtype=torch.float16))
@@ -150,12 +150,20 @@ def test_conv_argument_errors_and_weight_packing():
         hk.conv2d(x.permute(0, 3, 1, 2), torch.zeros(8, 3, 3, 16, dtype=torch.float16), layout="NCHW")
     with pytest.raises(hk.KernelArgumentError, match="layout must be 'NHWC'"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), layout="CHWN")
-    with pytest.raises(hk.KernelArgumentError, match="multiples of 8"):
-        hk.conv2d(torch.zeros(1, 8, 8, 3, dtype=torch.float16), torch.zeros(8, 3, 3, 3, dtype=torch.float16))
-    with pytest.raises(hk.KernelArgumentError, match="stride must be 1 or 2, got 3"):
-        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), stride=3)
-    with pytest.raises(hk.KernelArgumentError, match="needs kernel_size 1 or 3"):
+    with pytest.raises(hk.KernelArgumentError, match="unknown variant 'cudnn'; one of auto, wgmma, implicit_gemm, gemm"):
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), variant="cudnn")
+    with pytest.raises(hk.KernelArgumentError, match=r"block_n must be one of \[64, 128\]"):
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), block_n=256)
+    with pytest.raises(hk.KernelArgumentError, match="stride must be >= 1, got 0"):
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), stride=0)
+    with pytest.raises(hk.KernelArgumentError, match="one number .the same for height and width"):
+        hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), stride=(1, 2))
+    with pytest.raises(hk.KernelArgumentError, match=r"needs kernel_size \(R = S >= 1\)"):
         hk.conv2d(x, torch.zeros(144, 8, dtype=torch.float16))
+    with pytest.raises(hk.KernelArgumentError, match=r"packed w must have 400 rows"):
+        hk.conv2d(x, torch.zeros(144, 8, dtype=torch.float16), kernel_size=5)
+    with pytest.raises(hk.KernelArgumentError, match="does not fit"):
+        hk.conv2d(x, torch.zeros(8, 9, 9, 16, dtype=torch.float16))
     with pytest.raises(hk.KernelArgumentError, match="must be on one CUDA device|same kind of array on one CUDA device"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16))
     with pytest.raises(hk.KernelArgumentError, match=r"w must be float16\[16, 1, 3, 3\]"):
@@ -166,3 +174,44 @@ def test_conv_argument_errors_and_weight_packing():
     assert p.shape == (144, 8) and p[(1 * 3 + 2) * 16 + 5, 7] == w[7, 5, 1, 2]
     # the same filters as KRSC pack to the same matrix
     assert torch.equal(hk.pack_conv_weight(w.permute(0, 2, 3, 1)), p)
+
+
+def test_conv_explain_names_the_variant_and_tile_by_architecture_and_shape():
+    # ResNet-50's 3x3 layer at 56x56, batch 32: M = 32*56*56 output pixels, K = 64 channels -> 64-wide tiles
+    text = hk.explain("conv2d", (32, 56, 56, 64), (64, 3, 3, 64), padding=1)
+    assert "variant='wgmma'" in text and "block_n=64" in text and f"{-(-32 * 56 * 56 // 128)} of them" in text
+    # 512 channels at 14x14: 49 x 4 tiles of 128 x 128 fill the 132 SMs, so the tile is 128 wide
+    assert "block_n=128 (128 x 128 tiles, 196 of them" in hk.explain("conv2d", (32, 14, 14, 512), (512, 1, 1, 512))
+    # ... at 7x7 13 x 4 = 52 would leave SMs idle: 64 wide, 104 tiles
+    assert "block_n=64 (128 x 64 tiles, 104 of them" in hk.explain("conv2d", (32, 7, 7, 512), (512, 3, 3, 512),
+                                                                    padding=1)
+    # the same layer in torch's convention gives the same pick; the RGB stem's 3 channels are padded to 8
+    nchw = hk.explain("conv2d", (32, 3, 224, 224), (64, 3, 7, 7), stride=2, padding=3, layout="NCHW")
+    nhwc = hk.explain("conv2d", (32, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)
+    assert "7x7 stride 2 padding 3" in nchw and "zero-padded to 8" in nchw
+    assert nchw.split(" on sm_90")[1] == nhwc.split(" on sm_90")[1]
+    assert "variant='implicit_gemm'" in hk.explain("conv2d", (1, 8, 8, 16), (16, 3, 3, 16), arch="sm_80")
+    with pytest.raises(hk.KernelArgumentError, match="no kernel for float16 on sm_80 with 12 output channels"):
+        hk.explain("conv2d", (1, 8, 8, 16), (12, 3, 3, 16), arch="sm_80")
+    with pytest.raises(hk.KernelArgumentError, match="give the shapes of x and w"):
+        hk.explain("conv2d", (1, 8, 8, 16))
+    with pytest.raises(hk.KernelArgumentError, match="does not fit"):
+        hk.explain("conv2d", (1, 2, 2, 16), (16, 3, 3, 16))
+
+
+def test_conv_wgmma_compiles_for_sm90a_into_wgmma_code_and_to_stubs_elsewhere():
+    pytest.importorskip("cuda.core")
+    from hookmagic.kernels import conv
+    from tests.kernel_compiles import assert_warpgroup_kernels_fit, compiled_with_ptx, family_ptx
+    c, ptx = compiled_with_ptx("conv_wgmma", "sm_90a")
+    assert set(c.kernels) == {f"conv_wgmma_{t}_n{bn}" for t in ("f16", "bf16") for bn in conv.WG_SMEM}
+    assert_warpgroup_kernels_fit(c)
+    for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
+                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+                   "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                   "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta",
+                   "mbarrier.try_wait.parity"):
+        assert needle in ptx, needle
+    assert "wgmma.mma_async" not in family_ptx("conv_wgmma", "sm_90")
+    # the stages and staging tiles fit the H100/H200's 227 KiB a block
+    assert max(conv.WG_SMEM.values()) <= 227 * 1024

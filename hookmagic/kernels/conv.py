@@ -11,15 +11,31 @@ or ``"NCHW"`` (torch's: activations ``(N, C, H, W)``, weights ``(K, C, R, S)``, 
     wp = kernels.pack_conv_weight(w_krsc); y = kernels.conv2d(x_nhwc, wp, ..., kernel_size=3)   # pack once
     z = kernels.depthwise_conv2d(x_nhwc, w_dw, stride=1, padding=1)   # w_dw: (C, 1, 3, 3)
 
-FP16/BF16 with FP32 accumulation.
+FP16/BF16 with FP32 accumulation. ``conv2d`` has three variants (``variant=``; the default
+``"auto"`` runs what :func:`hookmagic.kernels.dispatch.choose_conv` picks, and
+``kernels.explain("conv2d", x.shape, w.shape, ...)`` says what and why):
+
+- ``"wgmma"`` (sm_90 only, ``kernels/conv_wgmma.cu``): implicit GEMM on Hopper's wgmma; the
+  producer warpgroup gathers the activations (im2col on the fly, cp.async into the 128-byte
+  swizzled layout), TMA loads the KRSC weights as they are, two consumer warpgroups multiply;
+  128 x ``block_n`` tiles (64 or 128 output channels), persistent blocks.
+- ``"implicit_gemm"`` (sm_80+, ``kernels/conv.cu``): the same GEMM with mma.sync, 128 x 128 x 32
+  tiles, 3 cp.async stages.
+- ``"gemm"`` (1x1 filters with stride 1 and no padding): NHWC activations are then an
+  (N*H*W) x C matrix and KRSC weights a K x C one, so the convolution is
+  :func:`hookmagic.kernels.gemm` (the wgmma GEMM on sm_90).
+
+Input channels that are not a multiple of 8 (the 3 of an RGB stem) are zero-padded to one
+(a copy of x and w); the wgmma variant takes any number of output channels.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
 
-from hookmagic.kernels import constants, registry, runtime
+from hookmagic.kernels import constants, dispatch, registry, runtime, tma
 from hookmagic.kernels.errors import KernelArgumentError
 from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
 
@@ -35,6 +51,21 @@ register(KernelSpec("conv2d", "implicit_gemm", "conv", {d: f"conv_igemm_{s}" for
                     (256, 1, 1), (128, 128), smem=_SMEM, min_arch=80,
                     description="implicit GEMM (im2col on the fly by cp.async), mma.sync m16n8k16, 128x128x32 "
                                 "tiles, 3 stages; + bias, activation, residual"))
+#: the wgmma kernels' tiles (kernels/conv_wgmma.cu: CV_BM, CV_BK; its entry points fix the stage
+#: counts by block_n): block_n -> pipeline stages
+WG_BM, WG_BK, WG_THREADS = 128, 64, 384
+WG_STAGES = {128: 5, 64: 7}
+#: dynamic shared memory by block_n: 1 KiB alignment slack, the A (128 x 64) and B (block_n x 64)
+#: stages, two 64 x block_n staging tiles, 2 mbarriers a stage
+WG_SMEM = {bn: 1024 + st * (WG_BM + bn) * WG_BK * 2 + 2 * 64 * bn * 2 + 2 * st * 8 for bn, st in WG_STAGES.items()}
+#: conv2d's variants (``variant=``)
+VARIANTS = ("wgmma", "implicit_gemm", "gemm")
+register(KernelSpec("conv2d", "wgmma", "conv_wgmma", {d: f"conv_wgmma_{s}_n128" for d, s in _SUFFIX.items()},
+                    (WG_THREADS, 1, 1), (WG_BM, 128), smem=WG_SMEM[128], arch_specific=True, min_arch=90,
+                    description="Hopper (sm_90a only) implicit GEMM: producer warpgroup gathers the activations "
+                                "(cp.async into the 128B-swizzled layout) and TMA-loads KRSC weights, 2 consumer "
+                                "warpgroups issue wgmma m64n128k16 (conv_wgmma_<dtype>_n64: m64n64k16), persistent, "
+                                "5/7-stage mbarrier ring; + bias, activation, residual"))
 register(KernelSpec("depthwise_conv2d", "direct3x3", "conv", {d: f"depthwise3x3_{s}" for d, s in _SUFFIX.items()},
                     (256, 1, 1), (1, 1), min_arch=70,
                     description="direct depthwise 3x3, one thread per output element, channels fastest"))
@@ -102,7 +133,9 @@ def _geometry(op: str, xi: Any, wi: Any, filt: tuple[int, int], stride: Any, pad
     input, and x and w on one device. Returns ``stride, padding, OH, OW``."""
     if activation not in _ACT:
         raise KernelArgumentError(f"{op}: activation must be one of {[a for a in _ACT if a]}, got {activation!r}")
-    st = _int2(stride, "stride", op, (1, 2))
+    st = _int2(stride, "stride", op)
+    if st < 1:
+        raise KernelArgumentError(f"{op}: stride must be >= 1, got {stride!r}")
     pad = _int2(padding, "padding", op)
     (r, s), (h, wd) = filt, xi.shape[1:3]
     oh, ow = (h + 2 * pad - r) // st + 1, (wd + 2 * pad - s) // st + 1
@@ -124,20 +157,113 @@ def _param(p: Any, name: str, shape: tuple[int, ...], xi: runtime.ArrayInfo, op:
     return runtime.contiguous(pi)
 
 
+def _zeros(info: runtime.ArrayInfo, shape: tuple[int, ...]) -> Any:
+    if info.kind == "torch":
+        return info.obj.new_zeros(shape)
+    import cupy
+    with cupy.cuda.Device(info.device):
+        return cupy.zeros(shape, dtype=info.obj.dtype)
+
+
+def _pad_channels(xi: runtime.ArrayInfo, wi: runtime.ArrayInfo) -> tuple[runtime.ArrayInfo, runtime.ArrayInfo]:
+    """x (N, H, W, C) and KRSC w zero-padded to a multiple of 8 channels (16-byte chunks); the
+    padded channels add zeros to every sum."""
+    c = xi.shape[3]
+    c8 = -(-c // 8) * 8
+    xp = _zeros(xi, (*xi.shape[:3], c8))
+    xp[..., :c] = xi.obj
+    wp = _zeros(wi, (*wi.shape[:3], c8))
+    wp[..., :c] = wi.obj
+    return runtime.inspect_array(xp, "x"), runtime.inspect_array(wp, "w")
+
+
+def _krsc(wi: runtime.ArrayInfo, c: int, kernel_size: Any, op: str) -> runtime.ArrayInfo:
+    """The weights as a KRSC (K, R, S, C) array (a view of a packed (R*S*C, K) matrix)."""
+    if len(wi.shape) == 4:
+        if wi.shape[3] != c:
+            raise KernelArgumentError(f"{op}: w must be KRSC (K, R, S, {c}) for NHWC x with {c} channels "
+                                      f"(layout='NCHW' takes KCRS); w is {wi.where()}")
+        return wi
+    if len(wi.shape) == 2:
+        try:
+            r = int(kernel_size)
+        except (TypeError, ValueError):
+            r = 0
+        if r < 1:
+            raise KernelArgumentError(f"{op}: a packed (R*S*C, K) w needs kernel_size (R = S >= 1), got {kernel_size!r}")
+        if wi.shape[0] != r * r * c:
+            raise KernelArgumentError(f"{op}: packed w must have {r * r * c} rows (R*S*C) for x with {c} channels, "
+                                      f"got {wi.where()}")
+        k = wi.shape[1]
+        v = wi.obj.reshape(r, r, c, k)
+        return runtime.inspect_array(v.permute(3, 0, 1, 2) if wi.kind == "torch" else v.transpose(3, 0, 1, 2), "w")
+    raise KernelArgumentError(f"{op}: w must be (K, R, S, C) or packed (R*S*C, K), got {wi.where()}")
+
+
+_sm_count: dict[int, int] = {}
+_auto: dict[tuple, tuple[str, int]] = {}
+
+
+def _sms(ordinal: int) -> int:
+    n = _sm_count.get(ordinal)
+    if n is None:
+        n = _sm_count[ordinal] = int(runtime.device(ordinal).properties.multiprocessor_count)
+    return n
+
+
+class _WgScalars(ctypes.Structure):
+    """conv_wgmma's parameters after the weights' tensor map (kernels/conv_wgmma.cu), in order."""
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("residual", ctypes.c_void_p)] + [(f, ctypes.c_int) for f in (
+                    "h", "w", "c", "k", "s", "oh", "ow", "stride", "pad", "m", "kg", "act", "vec")]
+
+
+_wg_kernels: dict[tuple[str, int], Any] = {}
+
+
+def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int) -> str:
+    from hookmagic.kernels.gemm_wgmma import check_device
+    (n, h, wd, c), (k, r, s), (st, pad, oh, ow) = geo
+    dev = xi.device
+    check_device(dev, "conv2d(variant='wgmma')")
+    name = f"conv_wgmma_{_SUFFIX[xi.dtype]}_n{block_n}"
+    kern = _wg_kernels.get((name, dev))
+    if kern is None:
+        kern = runtime.get_kernel("conv_wgmma", name, dev, arch_specific=True)
+        runtime.set_dynamic_smem(kern, WG_SMEM[block_n], dev)
+        _wg_kernels[(name, dev)] = kern
+    m, kg = n * oh * ow, r * s * c
+    wmap = tma.encode_2d(wi.ptr, xi.dtype, kg, k, kg * 2, (WG_BK, block_n))
+    tiles = -(-m // WG_BM) * -(-k // block_n)
+    scalars = _WgScalars(xi.ptr, yi.ptr, bi.ptr if bi else 0, ri.ptr if ri else 0, h, wd, c, k, s, oh, ow, st, pad,
+                         m, kg, act, int(k % 8 == 0))
+    tma.launch(kern, dev, runtime.current_stream_handle(xi), (min(tiles, _sms(dev)), 1, 1), (WG_THREADS, 1, 1),
+               WG_SMEM[block_n], (wmap,), scalars)
+    return name
+
+
 def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, *, activation: str | None = None,
-           residual: Any = None, kernel_size: int | None = None, layout: str = "NHWC") -> Any:
+           residual: Any = None, kernel_size: int | None = None, layout: str = "NHWC", variant: str = "auto",
+           block_n: int | None = None) -> Any:
     """``F.conv2d`` of FP16/BF16 ``x`` by implicit GEMM on Tensor Cores:
     ``activation(conv(x, w) + bias) + residual``.
 
     ``layout="NHWC"``: ``x`` ``(N, H, W, C)``, ``w`` ``(K, R, S, C)``, result ``(N, OH, OW, K)``;
     ``layout="NCHW"``: ``x`` ``(N, C, H, W)``, ``w`` ``(K, C, R, S)``, result ``(N, K, OH, OW)``
     (channels-last strides). ``w`` may instead be packed by :func:`pack_conv_weight` ``(R*S*C, K)``
-    (then give ``kernel_size`` R = S). Filters 1x1 or 3x3, ``stride`` 1 or 2, any ``padding``,
-    ``C`` and ``K`` multiples of 8; ``bias`` ``(K,)``; ``residual`` like the output;
-    ``activation`` None, 'relu', 'gelu' or 'gelu_tanh'.
+    (then give ``kernel_size`` R = S). Any filter size, ``stride`` >= 1, any ``padding`` (the same
+    for height and width); ``bias`` ``(K,)``; ``residual`` like the output; ``activation`` None,
+    'relu', 'gelu' or 'gelu_tanh'. ``variant``: ``"auto"`` (the dispatch table's pick for the
+    device, dtype and filter), ``"wgmma"`` (sm_90), ``"implicit_gemm"`` (sm_80+, output channels a
+    multiple of 8) or ``"gemm"`` (1x1, stride 1, padding 0); ``block_n`` (64 or 128) overrides the
+    wgmma variant's tile width.
     """
     op = "conv2d"
     lay = _layout(layout, op)
+    if variant != "auto" and variant not in VARIANTS:
+        raise KernelArgumentError(f"{op}: unknown variant {variant!r}; one of auto, {', '.join(VARIANTS)}")
+    if block_n is not None and block_n not in WG_SMEM:
+        raise KernelArgumentError(f"{op}: block_n must be one of {sorted(WG_SMEM)} (the wgmma tile widths), got {block_n!r}")
     if lay == "NCHW":
         x = _nchw_to_nhwc(x, op)
         if residual is not None:
@@ -145,54 +271,76 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
         wi = runtime.inspect_array(w, "w")
         if len(wi.shape) == 4:
             c = runtime.inspect_array(x, "x").shape[3]
-            _, wc, r, s = wi.shape
-            if wc != c or r != s or r not in (1, 3):
-                raise KernelArgumentError(f"{op}: w must be KCRS (K, {c}, R, R) with R 1 or 3 for NCHW x with {c} "
-                                          f"channels (layout='NHWC' takes KRSC); w is {wi.where()}")
-            w, kernel_size = pack_conv_weight(w, "NCHW"), r
+            if wi.shape[1] != c:
+                raise KernelArgumentError(f"{op}: w must be KCRS (K, {c}, R, S) for NCHW x with {c} channels "
+                                          f"(layout='NHWC' takes KRSC); w is {wi.where()}")
+            w = w.permute(0, 2, 3, 1) if wi.kind == "torch" else w.transpose(0, 2, 3, 1)   # a KRSC view
         y = conv2d(x, w, bias, stride, padding, activation=activation, residual=residual,
-                   kernel_size=kernel_size, layout="NHWC")
+                   kernel_size=kernel_size, layout="NHWC", variant=variant, block_n=block_n)
         return y.permute(0, 3, 1, 2) if runtime.inspect_array(y, "y").kind == "torch" else y.transpose(0, 3, 1, 2)
     xi = _x_nhwc(x, op)
     n, h, wd, c = xi.shape
-    wi = runtime.inspect_array(w, "w")
-    if len(wi.shape) == 4:
-        k, r, s, wc = wi.shape
-        if wc != c or r != s or r not in (1, 3):
-            raise KernelArgumentError(f"{op}: w must be KRSC (K, R, R, {c}) with R 1 or 3 for NHWC x with {c} "
-                                      f"channels (layout='NCHW' takes KCRS); w is {wi.where()}, x is {xi.where()}")
-    elif len(wi.shape) == 2:
-        if kernel_size not in (1, 3):
-            raise KernelArgumentError(f"{op}: a packed (R*S*C, K) w needs kernel_size 1 or 3, got {kernel_size!r}")
-        r = s = int(kernel_size)
-        k = wi.shape[1]
-        if wi.shape[0] != r * s * c:
-            raise KernelArgumentError(f"{op}: packed w must have {r * s * c} rows (R*S*C) for x with {c} channels, "
-                                      f"got {wi.where()}")
-    else:
-        raise KernelArgumentError(f"{op}: w must be (K, C, R, S) or packed (R*S*C, K), got {wi.where()}")
+    wi = _krsc(runtime.inspect_array(w, "w"), c, kernel_size, op)
+    k, r, s, _ = wi.shape
     if wi.dtype != xi.dtype:
         raise KernelArgumentError(f"{op}: w must have x's dtype; w is {wi.where()}, x is {xi.where()}")
-    if c % 8 or k % 8:
-        raise KernelArgumentError(f"{op}: input and output channels must be multiples of 8 (16-byte chunks); "
-                                  f"x is {xi.where()}, w is {wi.where()}")
     st, pad, oh, ow = _geometry(op, xi, wi, (r, s), stride, padding, activation)
     bi = _param(bias, "bias", (k,), xi, op)
     ri = _param(residual, "residual", (n, oh, ow, k), xi, op)
+    m = n * oh * ow
+    if n * h * wd >= 2 ** 31 or m >= 2 ** 31:
+        raise KernelArgumentError(f"{op}: at most 2**31 - 1 input and output pixels per call, got x {xi.where()}")
+    if variant == "auto":
+        key = (xi.device, xi.dtype, r, s, st, pad, k, m)
+        pick = _auto.get(key)
+        if pick is None:
+            rule = dispatch.choose_conv(runtime.device_arch(xi.device), xi.dtype, (r, s), st, pad, k, m,
+                                        _sms(xi.device))
+            pick = _auto[key] = (rule.variant, rule.block_n)
+        variant, auto_bn = pick
+        block_n = block_n or auto_bn
+    if variant == "gemm":
+        if (r, s, st, pad) != (1, 1, 1, 0):
+            raise KernelArgumentError(f"{op}: variant='gemm' is for 1x1 filters with stride 1 and padding 0, "
+                                      f"got {r}x{s}, stride {st}, padding {pad}")
+        from hookmagic.kernels.gemm import gemm
+        a = runtime.contiguous(xi).obj.reshape(m, c)
+        wk = runtime.contiguous(wi).obj.reshape(k, c)
+        res = None if ri is None else ri.obj.reshape(m, k)
+        yk = gemm(a, wk.t() if wi.kind == "torch" else wk.T, None if bi is None else bi.obj, activation, res)
+        return yk.reshape(n, oh, ow, k)
+    if variant == "implicit_gemm" and k % 8:
+        raise KernelArgumentError(f"{op}: variant='implicit_gemm' needs output channels that are a multiple of 8 "
+                                  f"(16-byte chunks); w is {wi.where()} (variant='wgmma' takes any)")
+    if c % 8:
+        xi, wi = _pad_channels(xi, wi)
+        c = xi.shape[3]
     xi = runtime.contiguous(xi)
     if xi.ptr % 16:
         xi = runtime.inspect_array(xi.obj.clone() if xi.kind == "torch" else xi.obj.copy(), "x")
-    wp = pack_conv_weight(wi.obj, "NHWC") if len(wi.shape) == 4 else runtime.contiguous(wi).obj
-    wpi = runtime.inspect_array(wp, "w")
-    if wpi.ptr % 16:
-        wpi = runtime.inspect_array(wp.clone() if wpi.kind == "torch" else wp.copy(), "w")
     y = runtime.empty_like_kind(xi, (n, oh, ow, k), xi.dtype)
-    m, kg = n * oh * ow, r * s * c
     if m == 0:
         return y
     yi = runtime.inspect_array(y, "y")
+    kg = r * s * c
+    item = ITEMSIZE[xi.dtype]
+    nbytes = (n * h * wd * c + kg * k + m * k * (2 if ri else 1)) * item
+    if variant == "wgmma":
+        wk = runtime.contiguous(wi)   # KRSC is the GEMM's K-major B: (K, R*S*C) rows, read as it is
+        if wk.ptr % 16:
+            wk = runtime.inspect_array(wk.obj.clone() if wk.kind == "torch" else wk.obj.copy(), "w")
+        bn = block_n or dispatch.conv_block_n(k, m, _sms(xi.device))
+        name = _run_wgmma(xi, wk, yi, bi, ri, ((n, h, wd, c), (k, r, s), (st, pad, oh, ow)), _ACT[activation], bn)
+        registry.record(name, 2 * m * k * kg, nbytes, n=n, h=h, w=wd, c=c, k=k, r=r, s=s, stride=st, padding=pad,
+                        dtype=xi.dtype)
+        return y
+    wp = pack_conv_weight(wi.obj, "NHWC")
+    wpi = runtime.inspect_array(wp, "w")
+    if wpi.ptr % 16:
+        wpi = runtime.inspect_array(wp.clone() if wpi.kind == "torch" else wp.copy(), "w")
     if -(-m // 128) > 65535:
-        raise KernelArgumentError(f"{op}: at most 65535 * 128 output pixels per call, got {m}")
+        raise KernelArgumentError(f"{op}: variant='implicit_gemm' takes at most 65535 * 128 output pixels per call, "
+                                  f"got {m}")
     name = f"conv_igemm_{_SUFFIX[xi.dtype]}"
     kern = runtime.get_kernel("conv", name, xi.device)
     runtime.set_dynamic_smem(kern, _SMEM, xi.device)
@@ -200,9 +348,8 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
             np.int32(k), np.int32(s), np.int32(oh), np.int32(ow), np.int32(st), np.int32(pad), np.int32(m),
             np.int32(kg), np.int32(_ACT[activation]))
     runtime.launch(kern, xi, (-(-k // 128), -(-m // 128), 1), (256, 1, 1), args, smem=_SMEM)
-    item = ITEMSIZE[xi.dtype]
-    registry.record(name, 2 * m * k * kg, (n * h * wd * c + kg * k + m * k * (2 if ri else 1)) * item,
-                    n=n, h=h, w=wd, c=c, k=k, r=r, stride=st, padding=pad, dtype=xi.dtype)
+    registry.record(name, 2 * m * k * kg, nbytes, n=n, h=h, w=wd, c=c, k=k, r=r, s=s, stride=st, padding=pad,
+                    dtype=xi.dtype)
     return y
 
 
@@ -244,4 +391,4 @@ def depthwise_conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding:
     return y
 
 
-__all__ = ["conv2d", "depthwise_conv2d", "pack_conv_weight", "LAYOUTS"]
+__all__ = ["conv2d", "depthwise_conv2d", "pack_conv_weight", "LAYOUTS", "VARIANTS"]

@@ -50,6 +50,93 @@ TABLE: tuple[Rule, ...] = (
 )
 
 
+# --- conv2d ----------------------------------------------------------------------------------------
+#: the measurements behind the conv2d rules (kernel time, CUDA events, against cuDNN in the same process)
+HOPPER_CONV_RESULTS = "benchmarks/results/kernels-conv-h200.md"
+#: SMs assumed by explain() where no device is asked (H100 SXM and H200 have 132)
+EXPLAIN_SMS = 132
+
+
+@dataclass(frozen=True)
+class ConvRule:
+    """One row of conv2d's dispatch table: the variant for a filter class on some architectures."""
+    min_arch: int
+    max_arch: int
+    dtypes: tuple[str, ...]
+    filters: str             # "1x1s1" (1x1, stride 1, padding 0: a plain GEMM) or "any"
+    variant: str
+    why: str
+
+
+CONV_TABLE: tuple[ConvRule, ...] = (
+    ConvRule(90, 90, ("float16", "bfloat16"), "any", "wgmma",
+             "wgmma + a warp-specialised im2col producer is the library's fastest convolution on sm_90 "
+             f"(ResNet-50's layers against cuDNN, {HOPPER_CONV_RESULTS})"),
+    ConvRule(80, 999, ("float16", "bfloat16"), "any", "implicit_gemm",
+             "mma.sync implicit GEMM is the library's Tensor Core convolution before Hopper "
+             "(wgmma exists on sm_90a only)"),
+)
+
+
+def conv_block_n(k: int, m: int, sms: int) -> int:
+    """The wgmma convolution's tile width for ``k`` output channels and ``m`` output pixels: 128
+    when there are more than 64 channels and 128-wide tiles still give every SM one, else 64."""
+    return 128 if k > 64 and -(-m // 128) * -(-k // 128) >= sms else 64
+
+
+@dataclass(frozen=True)
+class ConvPick:
+    """What conv2d runs: the rule, and the wgmma tile width (0 for the other variants)."""
+    rule: ConvRule
+    block_n: int
+
+    @property
+    def variant(self) -> str:
+        return self.rule.variant
+
+
+def choose_conv(arch: Any, dtype: str, filt: tuple[int, int], stride: int, padding: int, k: int, m: int,
+                sms: int = EXPLAIN_SMS) -> ConvPick:
+    """conv2d's pick for a ``filt`` = (R, S) filter with ``stride`` and ``padding``, ``k`` output
+    channels and ``m`` output pixels on ``arch`` (``sms`` SMs)."""
+    a = arch_number(normalize_arch(arch))
+    plain = tuple(filt) == (1, 1) and stride == 1 and padding == 0
+    for r in CONV_TABLE:
+        if r.min_arch <= a <= r.max_arch and dtype in r.dtypes and (r.filters == "any" or plain):
+            if r.variant == "implicit_gemm" and k % 8:
+                continue
+            return ConvPick(r, conv_block_n(k, m, sms) if r.variant == "wgmma" else 0)
+    raise KernelArgumentError(f"conv2d: no kernel for {dtype} on {normalize_arch(arch)} with {k} output channels "
+                              "(the dispatch table covers: "
+                              + "; ".join(f"sm_{r.min_arch}{_span(r)} {'/'.join(r.dtypes)} {r.filters}"
+                                          for r in CONV_TABLE) + ")")
+
+
+def explain_conv(shapes: tuple[tuple[int, ...], ...], dtype: str, arch: str, stride: int, padding: int,
+                 layout: str) -> str:
+    """In words: what conv2d runs for x and w of ``shapes`` (in ``layout``'s convention) and why."""
+    lay = str(layout).upper()
+    if len(shapes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4 or lay not in ("NHWC", "NCHW"):
+        raise KernelArgumentError("conv2d: give the shapes of x and w, e.g. (32, 56, 56, 64), (64, 3, 3, 64) for "
+                                  f"layout='NHWC' (or NCHW + KCRS with layout='NCHW'); got {shapes}, layout {layout!r}")
+    if lay == "NHWC":
+        (n, h, w, c), (k, r, s, _) = shapes
+    else:
+        (n, c, h, w), (k, _, r, s) = shapes
+    oh, ow = (h + 2 * padding - r) // stride + 1, (w + 2 * padding - s) // stride + 1
+    if stride < 1 or padding < 0 or oh < 1 or ow < 1:
+        raise KernelArgumentError(f"conv2d: a {r}x{s} filter with stride {stride} and padding {padding} does not fit "
+                                  f"a {h}x{w} input")
+    pick = choose_conv(arch, dtype, (r, s), stride, padding, k, n * oh * ow)
+    tile = f", block_n={pick.block_n} (128 x {pick.block_n} tiles, {-(-n * oh * ow // 128) * -(-k // pick.block_n)} " \
+           f"of them for {EXPLAIN_SMS} SMs)" if pick.block_n else ""
+    pad_c = f"; the {c} input channels are zero-padded to {-(-c // 8) * 8}" if c % 8 and pick.variant != "gemm" else ""
+    rr = pick.rule
+    return (f"conv2d x {tuple(shapes[0])} w {tuple(shapes[1])} ({lay}) {r}x{s} stride {stride} padding {padding} "
+            f"{dtype} on {arch}: variant={pick.variant!r}{tile}{pad_c} (rule sm_{rr.min_arch}{_span(rr)} "
+            f"{'/'.join(rr.dtypes)} {rr.filters} filters). Why: {rr.why}. Override with variant= (and block_n=).")
+
+
 def _check_shapes(op: str, shapes: tuple[tuple[int, ...], ...]) -> None:
     if op in ("gemm", "sgemm", "gemm_fp8") and (len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 2):
         raise KernelArgumentError(f"{op}: give the shapes of a and b, e.g. (4096, 4096), (4096, 4096); got {shapes}")
@@ -89,4 +176,5 @@ def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch:
             f"(rule sm_{r.min_arch}{_span(r)} {'/'.join(r.dtypes)}). Why: {r.why}. Override with {override}.")
 
 
-__all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS"]
+__all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS", "ConvRule",
+           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "explain_conv", "HOPPER_CONV_RESULTS"]

@@ -423,34 +423,72 @@ def _conv_ref(x_nhwc, w, bias, stride, padding, groups=1):
     return ref.permute(0, 2, 3, 1), theirs.permute(0, 2, 3, 1), mag.permute(0, 2, 3, 1)
 
 
+_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+#: conv2d's variants as the tests name them: (variant, block_n)
+_CONV_VARIANTS = {"auto": ("auto", None), "wgmma_n64": ("wgmma", 64), "wgmma_n128": ("wgmma", 128),
+                  "implicit_gemm": ("implicit_gemm", None), "gemm": ("gemm", None)}
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", list(_CONV_VARIANTS))
 @pytest.mark.parametrize("n, h, w, c, k, r, stride, pad", [
+    # ResNet-50's layer kinds at batch 2: 3x3, 3x3 stride 2, 1x1, 1x1 stride 2 (projection), the 7x7 RGB stem
     (2, 56, 56, 64, 64, 3, 1, 1), (2, 56, 56, 64, 128, 3, 2, 1), (2, 28, 28, 256, 64, 1, 1, 0),
-    (2, 28, 28, 128, 256, 1, 2, 0), (1, 7, 9, 8, 16, 3, 1, 0), (3, 5, 5, 24, 40, 3, 2, 2), (1, 1, 1, 8, 8, 1, 1, 0)])
-def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, dtype):
+    (2, 28, 28, 128, 256, 1, 2, 0), (2, 14, 14, 1024, 256, 1, 1, 0), (2, 64, 64, 3, 64, 7, 2, 3),
+    # odd shapes: channels not multiples of the tiles (nor of 8), M not a multiple of 128, batch 1, 1x1 images,
+    # padding wider than the filter's reach, stride 3
+    (1, 7, 9, 8, 16, 3, 1, 0), (3, 5, 5, 24, 40, 3, 2, 2), (1, 1, 1, 8, 8, 1, 1, 0), (1, 13, 11, 20, 200, 3, 1, 1),
+    (2, 9, 9, 72, 20, 1, 1, 0), (1, 17, 17, 40, 136, 5, 3, 2), (1, 6, 6, 8, 24, 3, 1, 4)])
+def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, variant, dtype):
+    name, block_n = _CONV_VARIANTS[variant]
+    if name in ("wgmma", "gemm") and not _SM90:
+        pytest.skip("the wgmma variants need an sm_90 GPU")
+    if name == "gemm" and (r, stride, pad) != (1, 1, 0):
+        pytest.skip("variant='gemm' is for 1x1 filters with stride 1 and no padding")
+    if name == "implicit_gemm" and k % 8:
+        pytest.skip("variant='implicit_gemm' needs output channels that are a multiple of 8")
     torch.manual_seed(h * c + k)
     x = torch.randn(n, h, w, c, device="cuda", dtype=dtype)
     wt = (torch.randn(k, c, r, r, device="cuda") / math.sqrt(c * r * r)).to(dtype)
     b = torch.randn(k, device="cuda", dtype=dtype)
-    ours = hk.conv2d(x, wt.permute(0, 2, 3, 1), b, stride=stride, padding=pad)     # NHWC + KRSC
+    kw = {"variant": name, "block_n": block_n}
+    ours = hk.conv2d(x, wt.permute(0, 2, 3, 1), b, stride=stride, padding=pad, **kw)     # NHWC + KRSC
     ref, theirs, mag = _conv_ref(x, wt, b, stride, pad)
     assert ours.shape == ref.shape and ours.dtype == dtype
     assert_within_rounding(ours, theirs, ref, dtype, n=c * r * r, magnitude=mag)
-    packed = hk.conv2d(x, hk.pack_conv_weight(wt, layout="NCHW"), b, stride=stride, padding=pad, kernel_size=r)
+    packed = hk.conv2d(x, hk.pack_conv_weight(wt, layout="NCHW"), b, stride=stride, padding=pad, kernel_size=r, **kw)
     assert torch.equal(packed, ours)
-    nchw = hk.conv2d(x.permute(0, 3, 1, 2), wt, b, stride=stride, padding=pad, layout="NCHW")   # NCHW + KCRS
+    nchw = hk.conv2d(x.permute(0, 3, 1, 2), wt, b, stride=stride, padding=pad, layout="NCHW", **kw)   # NCHW + KCRS
     assert nchw.shape == ref.permute(0, 3, 1, 2).shape and torch.equal(nchw.permute(0, 2, 3, 1), ours)
 
 
-def test_conv2d_fused_relu_and_residual():
+@pytest.mark.parametrize("variant", ["auto", "wgmma_n64", "wgmma_n128", "implicit_gemm"])
+def test_conv2d_fused_relu_and_residual(variant):
+    name, block_n = _CONV_VARIANTS[variant]
+    if name == "wgmma" and not _SM90:
+        pytest.skip("the wgmma variants need an sm_90 GPU")
     x = torch.randn(2, 14, 14, 64, device="cuda", dtype=torch.float16)
-    wt = (torch.randn(64, 64, 3, 3, device="cuda") / 24).half()
-    b = torch.randn(64, device="cuda", dtype=torch.float16)
-    res = torch.randn(2, 14, 14, 64, device="cuda", dtype=torch.float16)
-    ours = hk.conv2d(x, wt.permute(0, 2, 3, 1), b, padding=1, activation="relu", residual=res)
+    wt = (torch.randn(192, 64, 3, 3, device="cuda") / 24).half()
+    b = torch.randn(192, device="cuda", dtype=torch.float16)
+    res = torch.randn(2, 14, 14, 192, device="cuda", dtype=torch.float16)
+    ours = hk.conv2d(x, wt.permute(0, 2, 3, 1), b, padding=1, activation="relu", residual=res, variant=name,
+                     block_n=block_n)
     ref, theirs, mag = _conv_ref(x, wt, b, 1, 1)
     assert_within_rounding(ours, (theirs.relu() + res), ref.relu() + res.double(), torch.float16, n=576,
                            magnitude=mag + res.double().abs())
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma variants need an sm_90 GPU")
+def test_conv2d_auto_runs_what_explain_names():
+    x = torch.randn(4, 28, 28, 128, device="cuda", dtype=torch.float16)
+    wt = torch.randn(128, 3, 3, 128, device="cuda", dtype=torch.float16)
+    hk.launch_log(clear=True)
+    hk.conv2d(x, wt, padding=1)
+    ran = hk.launch_log()[-1].kernel
+    said = hk.explain("conv2d", tuple(x.shape), tuple(wt.shape), padding=1)
+    assert ran.startswith("conv_wgmma_f16_n") and f"block_n={ran.rsplit('_n', 1)[1]}" in said
+    with pytest.raises(hk.KernelArgumentError, match="variant='gemm' is for 1x1 filters"):
+        hk.conv2d(x, wt, padding=1, variant="gemm")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
