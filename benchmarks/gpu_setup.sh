@@ -9,7 +9,8 @@ mkdir -p "$OUT"
 # wheels and the native build go to a private folder (mode 700), never a fixed name in /tmp
 HOOKMAGIC_GPU_STATE=${HOOKMAGIC_GPU_STATE:-${XDG_CACHE_HOME:-${HOME:-$PWD}/.cache}/hookmagic-gpu}
 mkdir -p -m 700 "$HOOKMAGIC_GPU_STATE"
-# HOOKMAGIC_WHEELS names another carried wheel folder (e.g. .whl-nvdec: no duckdb, PyNvVideoCodec)
+# HOOKMAGIC_WHEELS names another carried wheel folder (e.g. .whl-nvdec: no duckdb, PyNvVideoCodec;
+# .whl-cuda12: no duckdb, nvidia-cuda-cupti-cu12 and nvidia-cuda-runtime-cu12 for tests/gpu/test_cuda12_gpu.py)
 WHEELS=${HOOKMAGIC_WHEELS:-.whl}
 if [ -d "$WHEELS" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

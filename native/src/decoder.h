@@ -23,10 +23,11 @@
 
 namespace hookmagic {
 
-// Record layouts: the fields read sit at the same offsets in every CUPTI from 12.0 to 13.5
-// (checked against the 12.9, 13.0 and 13.5 headers), while the structs themselves grow at the
-// end. CUPTI emits its newest layout, so only the common prefix is ever read, through the
-// oldest struct name that all supported headers still declare.
+// Record layouts: the fields read sit at the same offsets in every CUPTI from 12.4 to 13.5
+// (checked against the 12.4, 12.9, 13.0 and 13.5 headers; CUPTI 12.4 emits Memcpy5, Memory3
+// and Synchronization, whose fields read here lie where Memcpy6's, Memory4's and
+// Synchronization2's do), while the structs themselves grow at the end. CUPTI emits its
+// newest layout, so only the common prefix is ever read, through one struct name each.
 using KernelRecord = CUpti_ActivityKernel9;
 using MemcpyRecord = CUpti_ActivityMemcpy6;
 using MemsetRecord = CUpti_ActivityMemset4;
