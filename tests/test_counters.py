@@ -173,10 +173,10 @@ class SyntheticNative:
     def counters_supported(self):
         return self.supported
 
-    def counters_start(self, metrics, max_ranges):
+    def counters_start(self, metrics, max_ranges, replay):
         if self.start_code is not None:
             raise SyntheticCaptureError("refused", self.start_code)
-        self.started = (metrics, max_ranges)
+        self.started = (metrics, max_ranges, replay)
         return 7
 
 
@@ -194,11 +194,17 @@ def test_unknown_metric_is_named_with_close_matches():
     assert isinstance(caught.value, InvalidArgument) and native.started is None
 
 
-def test_start_passes_the_names_and_the_kernel_budget():
+def test_start_passes_the_names_the_kernel_budget_and_the_replay(monkeypatch):
+    monkeypatch.delenv("HOOKMAGIC_COUNTERS_REPLAY", raising=False)
     native = SyntheticNative(SUPPORTED)
     got = C.start(native, ("dram__bytes_read.sum",))
-    assert got == {"metrics": ["dram__bytes_read.sum"], "passes": 7}
-    assert native.started == (["dram__bytes_read.sum"], C.MAX_KERNELS)
+    assert got == {"metrics": ["dram__bytes_read.sum"], "passes": 7, "replay": C.REPLAY}
+    assert native.started == (["dram__bytes_read.sum"], C.MAX_KERNELS, C.REPLAY)
+    for replay in C.REPLAYS:
+        monkeypatch.setenv("HOOKMAGIC_COUNTERS_REPLAY", replay)
+        assert C.start(native, ("dram__bytes_read.sum",))["replay"] == replay
+    monkeypatch.setenv("HOOKMAGIC_COUNTERS_REPLAY", "bogus")  # not a replay: the default
+    assert C.start(native, ("dram__bytes_read.sum",))["replay"] == C.REPLAY
     with pytest.raises(C.CountersUnavailable, match="NVreg_RestrictProfilingToAdminUsers"):
         C.start(SyntheticNative(SUPPORTED, start_code=35), ("dram__bytes_read.sum",))
 
@@ -286,3 +292,31 @@ def test_replayed_launches_get_their_counted_duration_end_to_end_in_launch_order
     assert (out["end_ns"] - out["start_ns"]).tolist() == [100, 250, 40]
     timed = kernels.assign(start_ns=[5, 6, 7], end_ns=[9, 9, 9])   # records with timestamps
     assert C.replayed_kernel_times(timed, counters, 1_000) is timed
+
+
+def test_user_replay_leaves_out_the_counting_launches_and_joins_the_programs():
+    """Synthetic: two program launches (correlations 10, 11) each preceded, inside its replay
+    window, by the counting's flush kernels (timed) and replays (untimed, as CUPTI leaves
+    launches under the range profiler)."""
+    kernels = pd.DataFrame({
+        "correlation": [10, 10, 10, 10, 11, 11, 11],
+        "name": ["flush", "replay_a", "flush", "a", "flush", "replay_b", "b"],
+        "start_ns": [1_000, 0, 1_500, 3_000, 4_000, 0, 6_000],
+        "end_ns": [1_100, 0, 1_600, 3_100, 4_100, 0, 6_100],
+        "duration_ns": [100, 0, 100, 100, 100, 0, 100]})
+    rows = {"range_index": [0, 1], "metric": ["dram__bytes_read.sum"] * 2, "value": [1.0, 2.0],
+            "window_start": np.array([900, 3_900], np.uint64),
+            "window_end": np.array([2_000, 5_000], np.uint64)}
+    table, unmatched = C.counters_table(rows, kernels)
+    assert unmatched == 0
+    assert table["kernel"].tolist() == ["a", "b"]
+    assert table["correlation_id"].tolist() == [10, 11]
+    left = C.replayed_kernel_times(kernels, table, start_ns=0)
+    assert left["name"].tolist() == ["a", "b"]
+    assert left["start_ns"].tolist() == [3_000, 6_000]  # the program's own timestamps
+
+
+def test_without_windows_nothing_is_left_out():
+    kernels = pd.DataFrame({"correlation": [1], "name": ["k"], "start_ns": [5], "end_ns": [9],
+                            "duration_ns": [4]})
+    assert C.without_counting_work(kernels, np.empty((0, 2), np.int64)) is kernels

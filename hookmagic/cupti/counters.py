@@ -28,6 +28,7 @@ source for them (views and diagnoses import the constants, never the strings).
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from typing import Any
 
@@ -87,6 +88,12 @@ COUNTER_SETS: dict[str, tuple[str, ...]] = {"default": DEFAULT_COUNTERS}
 MAX_KERNELS = 4096
 #: The most metrics one capture may ask for.
 MAX_METRICS = 256
+#: How launches are replayed for their passes: "kernel" (CUPTI's kernel replay: each pass starts
+#: from the cache state CUPTI's save/restore leaves) or "user" (hookmagic replays each launch
+#: itself, restoring memory with CUPTI's checkpoint API and flushing L2 before every pass, as
+#: Nsight Compute does by default). See the module docstring.
+REPLAYS = ("kernel", "user")
+REPLAY = "kernel"
 
 _METRIC_NAME = re.compile(r"^[A-Za-z0-9_]+(?:__[A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)*$")
 # CUptiResult codes the messages tell apart
@@ -207,16 +214,24 @@ def check_known(native: Any, metrics: tuple[str, ...]) -> None:
     raise UnknownCounter(f"this GPU's profiler does not know the metric(s) {'; '.join(parts)}")
 
 
+def replay_mode() -> str:
+    """The replay counting uses: :data:`REPLAY`, or ``$HOOKMAGIC_COUNTERS_REPLAY`` when it
+    names one of :data:`REPLAYS`."""
+    asked = os.environ.get("HOOKMAGIC_COUNTERS_REPLAY", "").strip()
+    return asked if asked in REPLAYS else REPLAY
+
+
 def start(native: Any, metrics: tuple[str, ...]) -> dict[str, Any]:
-    """Check the names and start counting every kernel launched from now on; returns what
-    :func:`stop` needs. Raises :class:`UnknownCounter` or :class:`CountersUnavailable`/
-    :class:`CountersFailed`."""
+    """Check the names and start counting every kernel launched from now on (the capture is
+    already running); returns what :func:`stop` needs. Raises :class:`UnknownCounter` or
+    :class:`CountersUnavailable`/:class:`CountersFailed`."""
     check_known(native, metrics)
+    replay = replay_mode()
     try:
-        passes = int(native.counters_start(list(metrics), MAX_KERNELS))
+        passes = int(native.counters_start(list(metrics), MAX_KERNELS, replay))
     except native.CaptureError as exc:
         raise explain(exc) from None
-    return {"metrics": list(metrics), "passes": passes}
+    return {"metrics": list(metrics), "passes": passes, "replay": replay}
 
 
 def stop(native: Any) -> dict[str, Any]:
@@ -227,13 +242,44 @@ def stop(native: Any) -> dict[str, Any]:
         raise explain(exc) from None
 
 
+#: ``counters.attrs`` key of the user replay's windows (CUPTI ns, ``[start, end]`` rows)
+WINDOWS_ATTR = "counting_windows"
+
+
+def _windows(rows: dict[str, Any]) -> np.ndarray:
+    start = np.asarray(rows.get("window_start", []), dtype=np.int64)
+    end = np.asarray(rows.get("window_end", []), dtype=np.int64)
+    return np.stack([start, end], axis=1) if len(start) == len(end) else np.empty((0, 2), np.int64)
+
+
+def without_counting_work(kernels: pd.DataFrame | None, windows: np.ndarray) -> pd.DataFrame | None:
+    """``kernels`` less the launches the user replay made itself: those starting inside one of
+    ``windows`` (its replays and L2 flushes, which run while the program's launch waits), and
+    those CUPTI left without timestamps (launches under the range profiler), which under user
+    replay are only the replays."""
+    if kernels is None or not len(kernels) or not len(windows):
+        return kernels
+    start = kernels["start_ns"].to_numpy(np.int64)
+    untimed = (start == 0) & (kernels["end_ns"].to_numpy(np.int64) == 0)
+    order = np.argsort(windows[:, 0], kind="stable")
+    w0, w1 = windows[order, 0], windows[order, 1]
+    at = np.searchsorted(w0, start, side="right") - 1
+    inside = (at >= 0) & (start <= w1[np.clip(at, 0, None)])
+    return kernels[~(inside | untimed)].reset_index(drop=True)
+
+
 def counters_table(rows: dict[str, Any], kernels: pd.DataFrame | None) -> tuple[pd.DataFrame, int]:
     """The ``counters`` table (long form) from the native rows, joined to ``kernels``.
 
     Ranges are numbered in launch order; so are the kernel launches of one capture when their
     ``correlation`` ids are sorted (CUPTI numbers API calls in the order they are made). The
-    i-th range is the i-th launch. Returns the table and the number of ranges left without a
-    launch (correlation_id -1; e.g. when the kernels table is empty)."""
+    i-th range is the i-th launch (of the program's launches: under user replay those the
+    counting made itself are left out first, and its windows are kept in the table's
+    ``attrs[WINDOWS_ATTR]`` for :func:`replayed_kernel_times`). Returns the table and the
+    number of ranges left without a launch (correlation_id -1; e.g. when the kernels table is
+    empty)."""
+    windows = _windows(rows)
+    kernels = without_counting_work(kernels, windows)
     index = np.asarray(rows.get("range_index", []), dtype=np.int64)
     metric = list(rows.get("metric", []))
     value = np.asarray(rows.get("value", []), dtype=np.float64)
@@ -251,6 +297,7 @@ def counters_table(rows: dict[str, Any], kernels: pd.DataFrame | None) -> tuple[
     table = pd.DataFrame({"correlation_id": correlation, "kernel": kernel.astype(str),
                           "metric": metric, "value": value})
     unmatched = len(set(index[~matched].tolist()))
+    table.attrs[WINDOWS_ATTR] = windows
     return table, unmatched
 
 
@@ -269,7 +316,11 @@ def replayed_kernel_times(kernels: pd.DataFrame, counters: pd.DataFrame,
     launches are placed end to end in launch order from ``start_ns`` (replay serialises them;
     the gaps of saving and restoring memory between passes are left out), so that totals and
     per-kernel times are measured ones while the positions are only an order. Launches that
-    have timestamps, or no duration counter, are returned unchanged."""
+    have timestamps, or no duration counter, are returned unchanged. Under user replay
+    (``counters.attrs[WINDOWS_ATTR]`` set) the program's launches keep their own timestamps,
+    and the result is ``kernels`` less the counting's own launches."""
+    if counters is not None and len(counters.attrs.get(WINDOWS_ATTR, ())):
+        return without_counting_work(kernels, counters.attrs[WINDOWS_ATTR])
     if kernels is None or not len(kernels):
         return kernels
     untimed = (kernels["start_ns"].to_numpy() == 0) & (kernels["end_ns"].to_numpy() == 0)

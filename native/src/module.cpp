@@ -344,12 +344,21 @@ PYBIND11_MODULE(_native, m) {
           "(PCI domain, bus, device) of each NVML device, (-1, -1, -1) where unknown.");
 
     // Hardware counters (native/src/counters.h): kernel replay, one range per kernel launch.
-    m.def("counters_start", [](std::vector<std::string> metrics, size_t max_ranges) {
+    m.def("counters_start", [](std::vector<std::string> metrics, size_t max_ranges,
+                               const std::string& replay) {
         auto& c = hookmagic::RangeCounters::instance();
-        c.start(Session::instance().cupti(), metrics, max_ranges);
+        if (replay == "user") {
+            c.start(Session::instance().cupti(), metrics, max_ranges, hookmagic::Replay::user,
+                    Session::instance().ensure_subscriber());
+        } else if (replay == "kernel") {
+            c.start(Session::instance().cupti(), metrics, max_ranges);
+        } else {
+            throw hookmagic::CaptureError(-2, "replay is 'kernel' or 'user'");
+        }
         return c.passes();
-    }, py::arg("metrics"), py::arg("max_ranges"),
-       "Count `metrics` for every kernel launched until counters_stop(); returns the replay passes.");
+    }, py::arg("metrics"), py::arg("max_ranges"), py::arg("replay") = "kernel",
+       "Count `metrics` for every kernel launched until counters_stop(); returns the replay "
+       "passes. replay='user' needs a running capture (its CUPTI subscriber).");
     m.def("counters_stop", [] {
         hookmagic::CounterRows rows;
         {
@@ -364,6 +373,10 @@ PYBIND11_MODULE(_native, m) {
         out["ranges"] = rows.ranges;
         out["dropped"] = rows.dropped;
         out["decode_s"] = rows.decode_s;
+        out["window_start"] = to_numpy(rows.window_start);
+        out["window_end"] = to_numpy(rows.window_end);
+        out["skipped"] = rows.skipped;
+        out["first_error"] = rows.first_error;
         out["passes"] = hookmagic::RangeCounters::instance().passes();
         return out;
     }, "Stop counting; one row per (range, metric), ranges numbered in launch order.");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "counters.h"
 #include "decoder.h"
 #include "selection.h"
 
@@ -243,6 +244,14 @@ void Session::detach() {
     detached_last_ = finalized_.load();
 }
 
+void* Session::ensure_subscriber() {
+    if (!running_.load()) return nullptr;
+    if (!subscriber_ && (subscribe_error_ != CUPTI_SUCCESS ||
+                         cupti_.cuptiSubscribe(&subscriber_, api_callback, nullptr) != CUPTI_SUCCESS))
+        subscriber_ = nullptr;
+    return subscriber_;
+}
+
 void Session::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {  // graph nodes; their data is not CUpti_CallbackData
         if (!finalize_pending_.load(std::memory_order_relaxed))
@@ -255,6 +264,10 @@ void Session::on_callback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, co
         if (cb->callbackSite == CUPTI_API_EXIT && !finalized_.exchange(true)) cupti_.cuptiFinalize();
         return;
     }
+    // Hardware counters with user replay count each launch here; their own launches and
+    // synchronisations are not the program's.
+    if (domain == CUPTI_CB_DOMAIN_DRIVER_API && RangeCounters::instance().on_driver_callback(cbid, cb))
+        return;
     hooks.on_callback(domain, cbid, cb);
 }
 

@@ -82,6 +82,9 @@ public:
     bool running() const { return running_.load(); }
     bool detached_last() const { return detached_last_; }
     bool callbacks_active() const { return subscriber_ != nullptr; }
+    // The capture's CUPTI subscriber, subscribing now (callbacks enabled later by the caller)
+    // when the capture has none; null when another tool holds CUPTI's callback API.
+    void* ensure_subscriber();
     bool hw_trace() const { return hw_trace_; }
     int subscribe_error() const { return static_cast<int>(subscribe_error_); }
 
