@@ -9,9 +9,9 @@
 // One block: 384 threads, three warpgroups, persistent (one block per SM walks the tiles, tile =
 // blockIdx.x, += gridDim.x; the N tiles of one M tile are adjacent so the gathered pixels are read
 // from L2 once per M tile). Warpgroup 0 is the producer: for each k-step (64 elements of Kg) each of
-// its 128 threads decodes its 8-channel chunk's (r, s, c) once and issues 8 cp.async of 16 bytes
-// (8 output pixels' rows of the 128 x 64 A tile), written at the 128-byte-swizzled position TMA
-// would use, zero-filled where the filter hangs over the padding or past Kg; thread 0 also issues
+// its 128 threads decodes its chunk's (r, s, c) once and issues 8 cp.async of 16 bytes (8 output
+// pixels' rows of the 128 x 64 A tile; 16 of 8 bytes for the _c4 kernels), written at the
+// 128-byte-swizzled position TMA would use, zero-filled where the filter hangs over the padding or past Kg; thread 0 also issues
 // the weights' TMA box. Stage s is full when TMA's bytes have landed and all 128 threads' cp.async
 // have completed (cp.async.mbarrier.arrive.noinc: full[s] counts 128 + 1 arrivals). Warpgroups 1
 // and 2 are consumers, each owning 64 rows x BN columns (BN / 2 FP32 registers a thread), issuing
@@ -24,9 +24,11 @@
 // with 16-byte coalesced stores, synchronising only its own 128 threads, so it overlaps the other
 // warpgroup's mainloop and the producer's loads of the next tile.
 //
-// Requirements (checked by hookmagic.kernels.conv): C % 8 == 0 (a 16-byte chunk never straddles
-// two filter taps; other C are zero-padded to it on the host), 16-byte aligned x and w; any K
-// (vec = 0: element stores where K % 8 != 0), any R, S, stride, padding.
+// Requirements (checked by hookmagic.kernels.conv): C % 8 == 0 for the 16-byte chunks, C % 4 == 0
+// for the _c4 kernels' 8-byte chunks (a chunk never straddles two filter taps; other C are
+// zero-padded on the host), 16-byte aligned x and w, w's rows (R*S*C) padded to a multiple of 8
+// elements (TMA's 16-byte row stride); any K (vec = 0: element stores where K % 8 != 0), any R, S,
+// stride, padding.
 // Off sm_90a the entry points compile to empty stubs (hookmagic.kernels refuses to launch them).
 #include "wgmma_gemm.cuh"
 
@@ -83,7 +85,8 @@ struct HmCvSmem {
   __device__ __forceinline__ unsigned empty(unsigned s) const { return bars + 8 * (STAGES + s); }
 };
 
-template <typename T, int BN, int STAGES>
+// CB: bytes per cp.async chunk, 16 (C % 8 == 0) or 8 (C % 4 == 0: the RGB stem padded to 4 channels)
+template <typename T, int BN, int STAGES, int CB>
 __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* __restrict__ x, T* __restrict__ y,
                                               const T* __restrict__ bias, const T* __restrict__ residual, int H,
                                               int W, int C, int K, int S, int OH, int OW, int stride, int pad, int M,
@@ -102,17 +105,20 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
   }
   __syncthreads();
   if (wg == 0) {
-    // ---- producer: thread t gathers chunk j = t % 8 (channels 8j..8j+7 of the k-step) of rows
-    // t / 8 + 16 i, i = 0..7; thread 0 also loads the weights' box ----
+    // ---- producer: thread t gathers chunk j = t % NCH (E channels of the k-step) of rows
+    // t / NCH + (128 / NCH) i, i < NCH; thread 0 also loads the weights' box ----
+    constexpr int E = CB / 2, NCH = 128 / CB, RSTEP = 128 / NCH;
     if (t == 0) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmW)) : "memory");
-    const int j = t % 8, row0 = t / 8;
+    const int j = t % NCH, row0 = t / NCH;
+    // the chunk's byte offset in a 128-byte row: its 16-byte unit XOR (row % 8), as TMA's 128B swizzle
+    const int unit = (j * CB) >> 4, sub = (j * CB) & 15;
     unsigned it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
-      int pix[8], ih0[8], iw0[8];
+      int pix[NCH], ih0[NCH], iw0[NCH];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int m = m0 + row0 + 16 * i;
+      for (int i = 0; i < NCH; ++i) {
+        const int m = m0 + row0 + RSTEP * i;
         const int mm = m < M ? m : 0;
         const int ow = mm % OW, q = mm / OW, oh = q % OH, n = q / OH;
         pix[i] = n * H * W;
@@ -126,19 +132,23 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
           hm_mbar_expect_tx(sm.full(s), HmCvSmem<BN, STAGES>::B_BYTES);
           hm_tma_load_2d(sm.sB + s * HmCvSmem<BN, STAGES>::B_BYTES, tmW, kt * CV_BK, n0, sm.full(s));
         }
-        const int k = kt * CV_BK + 8 * j;
+        const int k = kt * CV_BK + E * j;
         const bool kok = k < Kg;
         const int rs = kok ? k / C : 0, c = k - rs * C, r = rs / S, fs = rs - r * S;
         const unsigned a_dst = sm.sA + s * CV_A_BYTES;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int row = row0 + 16 * i;
+        for (int i = 0; i < NCH; ++i) {
+          const int row = row0 + RSTEP * i;
           const int ih = ih0[i] + r, iw = iw0[i] + fs;
           const bool ok = kok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
           const T* src = ok ? x + ((size_t)(pix[i] + ih * W + iw) * C + c) : x;
-          const unsigned dst = a_dst + row * 128 + ((j ^ (row & 7)) << 4);
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
-                       : "memory");
+          const unsigned dst = a_dst + row * 128 + ((unit ^ (row & 7)) << 4) + sub;
+          if (CB == 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                         : "memory");
+          else
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0)
+                         : "memory");
         }
         hm_cp_async16_bar_arrive(sm.full(s));
       }
@@ -195,21 +205,26 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
     }
   }
 }
-#define HM_CV_BODY(T, BN, ST) \
-  hm_conv_wgmma<T, BN, ST>(&tmW, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, vec)
+#define HM_CV_BODY(T, BN, ST, CB) \
+  hm_conv_wgmma<T, BN, ST, CB>(&tmW, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, vec)
 #else
-#define HM_CV_BODY(T, BN, ST) ((void)0)
+#define HM_CV_BODY(T, BN, ST, CB) ((void)0)
 #endif  // HM_WGMMA_BODY
 
-// conv_wgmma_<f16|bf16>_n<BN>: BN output channels a tile, STAGES k-steps in flight (both fill the
-// shared memory: 5 x 32 KiB for BN 128, 7 x 24 KiB for BN 64, + 2 x 64 x BN staging).
-#define HM_CV_ENTRY(SUFFIX, T, BN, ST)                                                                        \
-  extern "C" __global__ void __launch_bounds__(CV_THREADS, 1) conv_wgmma_##SUFFIX##_n##BN(                   \
+// conv_wgmma_<f16|bf16>_n<BN>[_c4]: BN output channels a tile, STAGES k-steps in flight (both fill the
+// shared memory: 5 x 32 KiB for BN 128, 7 x 24 KiB for BN 64, + 2 x 64 x BN staging); _c4 gathers
+// 8-byte chunks (C % 4 == 0), the others 16-byte chunks (C % 8 == 0).
+#define HM_CV_ENTRY(NAME, T, BN, ST, CB)                                                                       \
+  extern "C" __global__ void __launch_bounds__(CV_THREADS, 1) NAME(                                            \
       const __grid_constant__ HmTensorMap tmW, const T* x, T* y, const T* bias, const T* residual, int H, int W, \
       int C, int K, int S, int OH, int OW, int stride, int pad, int M, int Kg, int act, int vec) {             \
-    HM_CV_BODY(T, BN, ST);                                                                                     \
+    HM_CV_BODY(T, BN, ST, CB);                                                                                 \
   }
-HM_CV_ENTRY(f16, __half, 128, 5)
-HM_CV_ENTRY(bf16, __nv_bfloat16, 128, 5)
-HM_CV_ENTRY(f16, __half, 64, 7)
-HM_CV_ENTRY(bf16, __nv_bfloat16, 64, 7)
+HM_CV_ENTRY(conv_wgmma_f16_n128, __half, 128, 5, 16)
+HM_CV_ENTRY(conv_wgmma_bf16_n128, __nv_bfloat16, 128, 5, 16)
+HM_CV_ENTRY(conv_wgmma_f16_n64, __half, 64, 7, 16)
+HM_CV_ENTRY(conv_wgmma_bf16_n64, __nv_bfloat16, 64, 7, 16)
+HM_CV_ENTRY(conv_wgmma_f16_n128_c4, __half, 128, 5, 8)
+HM_CV_ENTRY(conv_wgmma_bf16_n128_c4, __nv_bfloat16, 128, 5, 8)
+HM_CV_ENTRY(conv_wgmma_f16_n64_c4, __half, 64, 7, 8)
+HM_CV_ENTRY(conv_wgmma_bf16_n64_c4, __nv_bfloat16, 64, 7, 8)

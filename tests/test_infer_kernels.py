@@ -5,6 +5,8 @@ and are checked against torch/torchvision on the GPU machine (tests/gpu/test_inf
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import hookmagic.kernels as hk
@@ -180,15 +182,22 @@ def test_conv_explain_names_the_variant_and_tile_by_architecture_and_shape():
     # ResNet-50's 3x3 layer at 56x56, batch 32: M = 32*56*56 output pixels, K = 64 channels -> 64-wide tiles
     text = hk.explain("conv2d", (32, 56, 56, 64), (64, 3, 3, 64), padding=1)
     assert "variant='wgmma'" in text and "block_n=64" in text and f"{-(-32 * 56 * 56 // 128)} of them" in text
-    # 512 channels at 14x14: 49 x 4 tiles of 128 x 128 fill the 132 SMs, so the tile is 128 wide
-    assert "block_n=128 (128 x 128 tiles, 196 of them" in hk.explain("conv2d", (32, 14, 14, 512), (512, 1, 1, 512))
+    # 256 channels at 14x14: 49 x 2 = 98 tiles of 128 x 128 cover more than half of the 132 SMs: 128 wide
+    assert "block_n=128 (128 x 128 tiles, 98 of them" in hk.explain("conv2d", (32, 14, 14, 256), (256, 3, 3, 256),
+                                                                     padding=1)
+    # a 1x1 stride-1 layer with many channels is a plain GEMM: (32*14*14) x 1024 @ 1024 x 512
+    assert "variant='gemm'" in hk.explain("conv2d", (32, 14, 14, 1024), (512, 1, 1, 1024))
+    # ... but not with padding, a stride, few output channels, or too few 128 x 256 tiles (13 x 2 at 7x7)
+    assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (512, 1, 1, 1024), stride=2)
+    assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (128, 1, 1, 1024))
+    assert "variant='wgmma'" in hk.explain("conv2d", (32, 7, 7, 2048), (512, 1, 1, 2048))
     # ... at 7x7 13 x 4 = 52 would leave SMs idle: 64 wide, 104 tiles
     assert "block_n=64 (128 x 64 tiles, 104 of them" in hk.explain("conv2d", (32, 7, 7, 512), (512, 3, 3, 512),
                                                                     padding=1)
     # the same layer in torch's convention gives the same pick; the RGB stem's 3 channels are padded to 8
     nchw = hk.explain("conv2d", (32, 3, 224, 224), (64, 3, 7, 7), stride=2, padding=3, layout="NCHW")
     nhwc = hk.explain("conv2d", (32, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)
-    assert "7x7 stride 2 padding 3" in nchw and "zero-padded to 8" in nchw
+    assert "7x7 stride 2 padding 3" in nchw and "zero-padded to 4" in nchw
     assert nchw.split(" on sm_90")[1] == nhwc.split(" on sm_90")[1]
     assert "variant='implicit_gemm'" in hk.explain("conv2d", (1, 8, 8, 16), (16, 3, 3, 16), arch="sm_80")
     with pytest.raises(hk.KernelArgumentError, match="no kernel for float16 on sm_80 with 12 output channels"):
@@ -204,7 +213,8 @@ def test_conv_wgmma_compiles_for_sm90a_into_wgmma_code_and_to_stubs_elsewhere():
     from hookmagic.kernels import conv
     from tests.kernel_compiles import assert_warpgroup_kernels_fit, compiled_with_ptx, family_ptx
     c, ptx = compiled_with_ptx("conv_wgmma", "sm_90a")
-    assert set(c.kernels) == {f"conv_wgmma_{t}_n{bn}" for t in ("f16", "bf16") for bn in conv.WG_SMEM}
+    assert set(c.kernels) == {f"conv_wgmma_{t}_n{bn}{c4}" for t in ("f16", "bf16") for bn in conv.WG_SMEM
+                              for c4 in ("", "_c4")}
     assert_warpgroup_kernels_fit(c)
     for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
                    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
@@ -212,6 +222,7 @@ def test_conv_wgmma_compiles_for_sm90a_into_wgmma_code_and_to_stubs_elsewhere():
                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta",
                    "mbarrier.try_wait.parity"):
         assert needle in ptx, needle
+    assert re.search(r"cp\.async\.ca\.shared\.global \[%r\d+\], \[%rd\d+\], 8,", ptx)   # the _c4 kernels' 8-byte chunks
     assert "wgmma.mma_async" not in family_ptx("conv_wgmma", "sm_90")
     # the stages and staging tiles fit the H100/H200's 227 KiB a block
     assert max(conv.WG_SMEM.values()) <= 227 * 1024

@@ -25,8 +25,9 @@ FP16/BF16 with FP32 accumulation. ``conv2d`` has three variants (``variant=``; t
   (N*H*W) x C matrix and KRSC weights a K x C one, so the convolution is
   :func:`hookmagic.kernels.gemm` (the wgmma GEMM on sm_90).
 
-Input channels that are not a multiple of 8 (the 3 of an RGB stem) are zero-padded to one
-(a copy of x and w); the wgmma variant takes any number of output channels.
+Input channels that are not a multiple of 4 (wgmma; 8 for implicit_gemm) are zero-padded to one
+(a copy of x and w: the 3 of an RGB stem become 4); the wgmma variant takes any number of output
+channels.
 """
 from __future__ import annotations
 
@@ -165,16 +166,16 @@ def _zeros(info: runtime.ArrayInfo, shape: tuple[int, ...]) -> Any:
         return cupy.zeros(shape, dtype=info.obj.dtype)
 
 
-def _pad_channels(xi: runtime.ArrayInfo, wi: runtime.ArrayInfo) -> tuple[runtime.ArrayInfo, runtime.ArrayInfo]:
-    """x (N, H, W, C) and KRSC w zero-padded to a multiple of 8 channels (16-byte chunks); the
-    padded channels add zeros to every sum."""
-    c = xi.shape[3]
-    c8 = -(-c // 8) * 8
-    xp = _zeros(xi, (*xi.shape[:3], c8))
-    xp[..., :c] = xi.obj
-    wp = _zeros(wi, (*wi.shape[:3], c8))
-    wp[..., :c] = wi.obj
-    return runtime.inspect_array(xp, "x"), runtime.inspect_array(wp, "w")
+def _pad_channels(xi: runtime.ArrayInfo, wi: runtime.ArrayInfo, mult: int) -> tuple[runtime.ArrayInfo, runtime.ArrayInfo]:
+    """x (N, H, W, C) and KRSC w zero-padded to a multiple of ``mult`` channels (the kernels gather
+    whole 8- or 16-byte chunks); the padded channels add zeros to every sum."""
+    extra = -xi.shape[3] % mult
+    if xi.kind == "torch":
+        pad = __import__("torch").nn.functional.pad
+        return runtime.inspect_array(pad(xi.obj, (0, extra)), "x"), runtime.inspect_array(pad(wi.obj, (0, extra)), "w")
+    import cupy
+    widths = ((0, 0), (0, 0), (0, 0), (0, extra))
+    return runtime.inspect_array(cupy.pad(xi.obj, widths), "x"), runtime.inspect_array(cupy.pad(wi.obj, widths), "w")
 
 
 def _krsc(wi: runtime.ArrayInfo, c: int, kernel_size: Any, op: str) -> runtime.ArrayInfo:
@@ -226,14 +227,15 @@ def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int) -> str:
     (n, h, wd, c), (k, r, s), (st, pad, oh, ow) = geo
     dev = xi.device
     check_device(dev, "conv2d(variant='wgmma')")
-    name = f"conv_wgmma_{_SUFFIX[xi.dtype]}_n{block_n}"
+    name = f"conv_wgmma_{_SUFFIX[xi.dtype]}_n{block_n}" + ("" if c % 8 == 0 else "_c4")
     kern = _wg_kernels.get((name, dev))
     if kern is None:
         kern = runtime.get_kernel("conv_wgmma", name, dev, arch_specific=True)
         runtime.set_dynamic_smem(kern, WG_SMEM[block_n], dev)
         _wg_kernels[(name, dev)] = kern
     m, kg = n * oh * ow, r * s * c
-    wmap = tma.encode_2d(wi.ptr, xi.dtype, kg, k, kg * 2, (WG_BK, block_n))
+    row = wi.shape[1] if len(wi.shape) == 2 else kg     # padded rows: see conv2d
+    wmap = tma.encode_2d(wi.ptr, xi.dtype, kg, k, row * 2, (WG_BK, block_n))
     tiles = -(-m // WG_BM) * -(-k // block_n)
     scalars = _WgScalars(xi.ptr, yi.ptr, bi.ptr if bi else 0, ri.ptr if ri else 0, h, wd, c, k, s, oh, ow, st, pad,
                          m, kg, act, int(k % 8 == 0))
@@ -291,10 +293,10 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     if n * h * wd >= 2 ** 31 or m >= 2 ** 31:
         raise KernelArgumentError(f"{op}: at most 2**31 - 1 input and output pixels per call, got x {xi.where()}")
     if variant == "auto":
-        key = (xi.device, xi.dtype, r, s, st, pad, k, m)
+        key = (xi.device, xi.dtype, r, s, st, pad, c, k, m)
         pick = _auto.get(key)
         if pick is None:
-            rule = dispatch.choose_conv(runtime.device_arch(xi.device), xi.dtype, (r, s), st, pad, k, m,
+            rule = dispatch.choose_conv(runtime.device_arch(xi.device), xi.dtype, (r, s), st, pad, c, k, m,
                                         _sms(xi.device))
             pick = _auto[key] = (rule.variant, rule.block_n)
         variant, auto_bn = pick
@@ -312,8 +314,8 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     if variant == "implicit_gemm" and k % 8:
         raise KernelArgumentError(f"{op}: variant='implicit_gemm' needs output channels that are a multiple of 8 "
                                   f"(16-byte chunks); w is {wi.where()} (variant='wgmma' takes any)")
-    if c % 8:
-        xi, wi = _pad_channels(xi, wi)
+    if c % (8 if variant == "implicit_gemm" else 4):   # the wgmma kernels gather 8-byte chunks where C % 8 != 0
+        xi, wi = _pad_channels(xi, wi, 8 if variant == "implicit_gemm" else 4)
         c = xi.shape[3]
     xi = runtime.contiguous(xi)
     if xi.ptr % 16:
@@ -327,8 +329,10 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     nbytes = (n * h * wd * c + kg * k + m * k * (2 if ri else 1)) * item
     if variant == "wgmma":
         wk = runtime.contiguous(wi)   # KRSC is the GEMM's K-major B: (K, R*S*C) rows, read as it is
-        if wk.ptr % 16:
-            wk = runtime.inspect_array(wk.obj.clone() if wk.kind == "torch" else wk.obj.copy(), "w")
+        if kg % 8 or wk.ptr % 16:     # TMA reads rows 16-byte aligned: pad them to a multiple of 8 elements
+            rows = _zeros(wk, (k, -(-kg // 8) * 8))
+            rows[:, :kg] = wk.obj.reshape(k, kg)
+            wk = runtime.inspect_array(rows, "w")
         bn = block_n or dispatch.conv_block_n(k, m, _sms(xi.device))
         name = _run_wgmma(xi, wk, yi, bi, ri, ((n, h, wd, c), (k, r, s), (st, pad, oh, ow)), _ACT[activation], bn)
         registry.record(name, 2 * m * k * kg, nbytes, n=n, h=h, w=wd, c=c, k=k, r=r, s=s, stride=st, padding=pad,

@@ -59,29 +59,43 @@ EXPLAIN_SMS = 132
 
 @dataclass(frozen=True)
 class ConvRule:
-    """One row of conv2d's dispatch table: the variant for a filter class on some architectures."""
+    """One row of conv2d's dispatch table: the variant for a class of convolutions on some architectures."""
     min_arch: int
     max_arch: int
     dtypes: tuple[str, ...]
-    filters: str             # "1x1s1" (1x1, stride 1, padding 0: a plain GEMM) or "any"
+    filters: str             # "gemm-shaped" (see gemm_shaped) or "any"
     variant: str
     why: str
 
 
 CONV_TABLE: tuple[ConvRule, ...] = (
+    ConvRule(90, 90, ("float16", "bfloat16"), "gemm-shaped", "gemm",
+             "a 1x1 filter with stride 1 and no padding is a plain GEMM on NHWC; with >= 256 output and >= 128 "
+             "input channels and at least a quarter of the SMs' worth of 128 x 256 tiles, the wgmma GEMM's tiles "
+             "ran these ResNet-50 layers 1.1-1.9x faster than the wgmma convolution's (65-89 % of cuDNN; "
+             f"{HOPPER_CONV_RESULTS})"),
     ConvRule(90, 90, ("float16", "bfloat16"), "any", "wgmma",
-             "wgmma + a warp-specialised im2col producer is the library's fastest convolution on sm_90 "
-             f"(ResNet-50's layers against cuDNN, {HOPPER_CONV_RESULTS})"),
+             "wgmma with a warp-specialised im2col producer is the library's fastest convolution on sm_90: "
+             f"1.5-3.3x the mma.sync implicit GEMM on every ResNet-50 layer ({HOPPER_CONV_RESULTS})"),
     ConvRule(80, 999, ("float16", "bfloat16"), "any", "implicit_gemm",
              "mma.sync implicit GEMM is the library's Tensor Core convolution before Hopper "
              "(wgmma exists on sm_90a only)"),
 )
 
 
+def gemm_shaped(filt: tuple[int, int], stride: int, padding: int, c: int, k: int, m: int, sms: int) -> bool:
+    """A 1x1, stride 1, unpadded convolution whose GEMM (M = ``m`` pixels, N = ``k``, K = ``c``) suits the
+    wgmma GEMM's 128 x 256 tiles: ``k`` >= 256, ``c`` >= 128 and at least ``sms`` / 4 tiles."""
+    return (tuple(filt) == (1, 1) and stride == 1 and padding == 0 and k >= 256 and c >= 128
+            and -(-m // 128) * -(-k // 256) >= sms // 4)
+
+
 def conv_block_n(k: int, m: int, sms: int) -> int:
-    """The wgmma convolution's tile width for ``k`` output channels and ``m`` output pixels: 128
-    when there are more than 64 channels and 128-wide tiles still give every SM one, else 64."""
-    return 128 if k > 64 and -(-m // 128) * -(-k // 128) >= sms else 64
+    """The wgmma convolution's tile width for ``k`` output channels and ``m`` output pixels: 64 for
+    <= 64 channels or where 128-wide tiles would not cover half the SMs, else 128 (on an H200 the
+    128-wide tile ran every ResNet-50 layer with more than 64 channels faster, even at 98 tiles on 132
+    SMs, except the 7x7 ones' 52)."""
+    return 64 if k <= 64 or 2 * -(-m // 128) * -(-k // 128) < sms else 128
 
 
 @dataclass(frozen=True)
@@ -95,17 +109,19 @@ class ConvPick:
         return self.rule.variant
 
 
-def choose_conv(arch: Any, dtype: str, filt: tuple[int, int], stride: int, padding: int, k: int, m: int,
+def choose_conv(arch: Any, dtype: str, filt: tuple[int, int], stride: int, padding: int, c: int, k: int, m: int,
                 sms: int = EXPLAIN_SMS) -> ConvPick:
-    """conv2d's pick for a ``filt`` = (R, S) filter with ``stride`` and ``padding``, ``k`` output
-    channels and ``m`` output pixels on ``arch`` (``sms`` SMs)."""
+    """conv2d's pick for a ``filt`` = (R, S) filter with ``stride`` and ``padding``, ``c`` input and
+    ``k`` output channels and ``m`` output pixels on ``arch`` (``sms`` SMs)."""
     a = arch_number(normalize_arch(arch))
-    plain = tuple(filt) == (1, 1) and stride == 1 and padding == 0
     for r in CONV_TABLE:
-        if r.min_arch <= a <= r.max_arch and dtype in r.dtypes and (r.filters == "any" or plain):
-            if r.variant == "implicit_gemm" and k % 8:
-                continue
-            return ConvPick(r, conv_block_n(k, m, sms) if r.variant == "wgmma" else 0)
+        if not (r.min_arch <= a <= r.max_arch and dtype in r.dtypes):
+            continue
+        if r.filters == "gemm-shaped" and not gemm_shaped(filt, stride, padding, c, k, m, sms):
+            continue
+        if r.variant == "implicit_gemm" and k % 8:
+            continue
+        return ConvPick(r, conv_block_n(k, m, sms) if r.variant == "wgmma" else 0)
     raise KernelArgumentError(f"conv2d: no kernel for {dtype} on {normalize_arch(arch)} with {k} output channels "
                               "(the dispatch table covers: "
                               + "; ".join(f"sm_{r.min_arch}{_span(r)} {'/'.join(r.dtypes)} {r.filters}"
@@ -127,10 +143,12 @@ def explain_conv(shapes: tuple[tuple[int, ...], ...], dtype: str, arch: str, str
     if stride < 1 or padding < 0 or oh < 1 or ow < 1:
         raise KernelArgumentError(f"conv2d: a {r}x{s} filter with stride {stride} and padding {padding} does not fit "
                                   f"a {h}x{w} input")
-    pick = choose_conv(arch, dtype, (r, s), stride, padding, k, n * oh * ow)
+    pick = choose_conv(arch, dtype, (r, s), stride, padding, c, k, n * oh * ow)
     tile = f", block_n={pick.block_n} (128 x {pick.block_n} tiles, {-(-n * oh * ow // 128) * -(-k // pick.block_n)} " \
            f"of them for {EXPLAIN_SMS} SMs)" if pick.block_n else ""
-    pad_c = f"; the {c} input channels are zero-padded to {-(-c // 8) * 8}" if c % 8 and pick.variant != "gemm" else ""
+    mult = 8 if pick.variant == "implicit_gemm" else 4
+    pad_c = f"; the {c} input channels are zero-padded to {-(-c // mult) * mult}" if c % mult and pick.variant != "gemm" \
+        else ""
     rr = pick.rule
     return (f"conv2d x {tuple(shapes[0])} w {tuple(shapes[1])} ({lay}) {r}x{s} stride {stride} padding {padding} "
             f"{dtype} on {arch}: variant={pick.variant!r}{tile}{pad_c} (rule sm_{rr.min_arch}{_span(rr)} "
@@ -177,4 +195,4 @@ def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch:
 
 
 __all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS", "ConvRule",
-           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "explain_conv", "HOPPER_CONV_RESULTS"]
+           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "gemm_shaped", "explain_conv", "HOPPER_CONV_RESULTS"]

@@ -435,10 +435,11 @@ _CONV_VARIANTS = {"auto": ("auto", None), "wgmma_n64": ("wgmma", 64), "wgmma_n12
     # ResNet-50's layer kinds at batch 2: 3x3, 3x3 stride 2, 1x1, 1x1 stride 2 (projection), the 7x7 RGB stem
     (2, 56, 56, 64, 64, 3, 1, 1), (2, 56, 56, 64, 128, 3, 2, 1), (2, 28, 28, 256, 64, 1, 1, 0),
     (2, 28, 28, 128, 256, 1, 2, 0), (2, 14, 14, 1024, 256, 1, 1, 0), (2, 64, 64, 3, 64, 7, 2, 3),
-    # odd shapes: channels not multiples of the tiles (nor of 8), M not a multiple of 128, batch 1, 1x1 images,
-    # padding wider than the filter's reach, stride 3
+    # odd shapes: channels not multiples of the tiles (nor of 8 or 4), M not a multiple of 128, batch 1, 1x1
+    # images, padding wider than the filter's reach, stride 3
     (1, 7, 9, 8, 16, 3, 1, 0), (3, 5, 5, 24, 40, 3, 2, 2), (1, 1, 1, 8, 8, 1, 1, 0), (1, 13, 11, 20, 200, 3, 1, 1),
-    (2, 9, 9, 72, 20, 1, 1, 0), (1, 17, 17, 40, 136, 5, 3, 2), (1, 6, 6, 8, 24, 3, 1, 4)])
+    (2, 9, 9, 72, 20, 1, 1, 0), (1, 17, 17, 40, 136, 5, 3, 2), (1, 6, 6, 8, 24, 3, 1, 4), (2, 10, 10, 12, 20, 3, 2, 1),
+    (1, 8, 8, 5, 72, 1, 1, 0)])
 def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, variant, dtype):
     name, block_n = _CONV_VARIANTS[variant]
     if name in ("wgmma", "gemm") and not _SM90:
