@@ -11,11 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import json
-import os
-import shutil
-from pathlib import Path
-
 from hookmagic.trace.model import Trace
 
 MS = 1_000_000
@@ -62,65 +57,3 @@ def synthetic_rank_traces(host_ms, extra_ms, *, hosts=None, offsets_ns=None, job
                          "device": 0, "gpu_uuid": f"GPU-synthetic-{r}", "capture": 0}}
         traces.append(Trace({"kernels": f}, meta))
     return traces
-
-
-# -- many small synthetic ranks (the scale tests): steps of compute kernels then one all-reduce,
-# rank ranks // 2 late by 2 ms in every step
-NCCL = NCCL_NAME
-PER_STEP = 200
-
-
-def _kernels(rank: int, ranks: int, kernels: int):
-    import pandas as pd
-
-    rng = np.random.default_rng(rank)
-    per_step = min(PER_STEP, max(2, kernels))
-    n = kernels
-    step = np.arange(n) // per_step
-    pos = np.arange(n) % per_step
-    late = 2_000_000 if rank == ranks // 2 else 0
-    step_len = per_step * 25_000 + 3_000_000
-    start = 10**12 + step * step_len + pos * 25_000 + late * (pos > 0)
-    comm = pos == per_step - 1
-    end = start + rng.integers(5_000, 20_000, n)
-    arrive = 10**12 + step * step_len + (per_step - 1) * 25_000
-    start = np.where(comm, arrive + late, start)
-    end = np.where(comm, arrive + 3_000_000, end)
-    names = np.array([f"synthetic_kernel_{i}" for i in range(50)], dtype=object)
-    name = np.where(comm, NCCL, names[rng.integers(0, 50, n)])
-    return pd.DataFrame({"start_ns": start, "end_ns": end, "duration_ns": end - start,
-                         "device": np.zeros(n, np.int32), "stream": np.where(comm, 13, 7),
-                         "name": name, "correlation": np.arange(n)})
-
-
-def make_ranks(out: Path, ranks: int, kernels: int) -> None:
-    """The synthetic rank folders: the first written by the trace-folder writer, the empty
-    tables of the others hard-linked to its files (same bytes), their kernels written here."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from hookmagic.trace.folder import save_trace_folder
-    from hookmagic.trace.model import Trace
-
-    def meta(rank: int) -> dict:
-        return {"label": f"synthetic rank {rank}", "host": "synthetic-host",
-                "source": "synthetic",
-                "rank": {"rank": rank, "world_size": ranks, "job_id": "synthetic-scale",
-                         "host": "synthetic-host"}}
-
-    first = Path(save_trace_folder(Trace({"kernels": _kernels(0, ranks, kernels)}, meta(0)),
-                                   out / "rank=0"))
-    manifest = json.loads((first / "meta.json").read_text())
-    for rank in range(1, ranks):
-        folder = out / f"rank={rank}"
-        tmp = out / f".rank={rank}.synthetic.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for name, info in manifest["tables"].items():
-            if name != "kernels":
-                os.link(first / info["file"], tmp / info["file"])
-        frame = _kernels(rank, ranks, kernels)
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
-                       tmp / "kernels.parquet", compression="zstd")
-        (tmp / "meta.json").write_text(json.dumps(dict(manifest, meta=meta(rank))))
-        os.replace(tmp, folder)

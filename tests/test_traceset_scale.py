@@ -13,7 +13,7 @@ import pytest
 import hookmagic
 from hookmagic.analysis.ranks import _segmented_unions, busy_share
 from hookmagic.common.intervals import merge_intervals
-from tests.synthetic_ranks import make_ranks
+from benchmarks.multirank_scale import make_ranks   # the scale benchmark's SYNTHETIC ranks
 
 pytest.importorskip("duckdb")
 
