@@ -408,17 +408,11 @@ def memory_bound(timer, rows: list | None = None, variants: bool = False) -> lis
 
 def _machine() -> dict:
     import torch
-    p = torch.cuda.get_device_properties(0)
-    drv = "?"
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        drv = pynvml.nvmlSystemGetDriverVersion()
-        drv = drv if isinstance(drv, str) else drv.decode()
-    except Exception:
-        pass
+    from hookmagic.cupti.library import driver_info
     from hookmagic.kernels.build import nvrtc_version
-    return {"gpu": p.name, "driver": drv, "torch": torch.__version__, "cuda": torch.version.cuda,
+
+    p = torch.cuda.get_device_properties(0)
+    return {"gpu": p.name, "driver": driver_info().driver_version or "?", "torch": torch.__version__, "cuda": torch.version.cuda,
             "nvrtc": nvrtc_version(), "date": dt.date.today().isoformat()}
 
 

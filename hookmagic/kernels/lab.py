@@ -17,16 +17,11 @@ _REFERENCE_DTYPES = {"cuBLAS FP32": ("float32", "float32"), "cuBLAS FP16": ("flo
 def recorded_on() -> str:
     """``'<GPU>, driver <version>, torch <version>, <date>'`` for the current machine."""
     import torch
-    name = torch.cuda.get_device_name(0)
-    drv = "?"
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        drv = pynvml.nvmlSystemGetDriverVersion()
-        drv = drv if isinstance(drv, str) else drv.decode()
-    except Exception:
-        pass
-    return f"{name}, driver {drv}, torch {torch.__version__}, {dt.date.today().isoformat()}"
+
+    from hookmagic.cupti.library import driver_info
+
+    drv = driver_info().driver_version or "?"
+    return f"{torch.cuda.get_device_name(0)}, driver {drv}, torch {torch.__version__}, {dt.date.today().isoformat()}"
 
 
 def capture_journey(size: int = 4096, launches: int = 2, counters: bool = False) -> Any:
