@@ -218,7 +218,9 @@ RESNET50_CONVS = (
 )
 #: conv2d's designs timed per layer: label -> conv2d keywords ("gemm": 1x1 stride-1 layers only)
 CONV_IMPLS = {"auto": {}, "wgmma_n64": {"variant": "wgmma", "block_n": 64},
-              "wgmma_n128": {"variant": "wgmma", "block_n": 128}, "implicit_gemm": {"variant": "implicit_gemm"},
+              "wgmma_n128": {"variant": "wgmma", "block_n": 128},
+              "gather_n64": {"variant": "wgmma_gather", "block_n": 64},
+              "gather_n128": {"variant": "wgmma_gather", "block_n": 128}, "implicit_gemm": {"variant": "implicit_gemm"},
               "gemm": {"variant": "gemm"}}
 CONV_DESCRIPTION = ("hookmagic.kernels.conv2d (NHWC + KRSC, FP16) on every distinct convolution of ResNet-50 at "
                     "batch 32 against cuDNN (torch F.conv2d, channels_last, cudnn.benchmark=True) in the same "

@@ -61,6 +61,17 @@ HM_CV_WGMMA(64, __nv_bfloat16, "bf16", 32, 33, 34)
 HM_CV_WGMMA(128, __half, "f16", 64, 65, 66)
 HM_CV_WGMMA(128, __nv_bfloat16, "bf16", 64, 65, 66)
 
+// TMA im2col: 128 output pixels' receptive-field rows of 64 channels (the tensor map's box), the
+// pixel walk starting at (c, w, h, n) and each pixel read at its coordinates + (ow_off, oh_off).
+__device__ __forceinline__ void hm_tma_im2col_4d(unsigned dst, const HmTensorMap* map, int c, int w, int h, int n,
+                                                 unsigned short ow_off, unsigned short oh_off, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
+               ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar),
+                 "h"(ow_off), "h"(oh_off)
+               : "memory");
+}
+
 __device__ __forceinline__ void hm_cp_async16_bar_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
@@ -85,9 +96,11 @@ struct HmCvSmem {
   __device__ __forceinline__ unsigned empty(unsigned s) const { return bars + 8 * (STAGES + s); }
 };
 
-// CB: bytes per cp.async chunk, 16 (C % 8 == 0) or 8 (C % 4 == 0: the RGB stem padded to 4 channels)
+// CB: how the producer loads A: 0 = TMA im2col (tmX; C % 64 == 0), else cp.async chunks of CB bytes,
+// 16 (C % 8 == 0) or 8 (C % 4 == 0: the RGB stem padded to 4 channels)
 template <typename T, int BN, int STAGES, int CB>
-__device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* __restrict__ x, T* __restrict__ y,
+__device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTensorMap* tmX, const T* __restrict__ x,
+                                              T* __restrict__ y,
                                               const T* __restrict__ bias, const T* __restrict__ residual, int H,
                                               int W, int C, int K, int S, int OH, int OW, int stride, int pad, int M,
                                               int Kg, int act, int vec) {
@@ -98,20 +111,46 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      hm_mbar_init(sm.full(s), 128 + 1);   // 128 producer threads' cp.async + the weights' expect_tx
+      // TMA im2col: the expect_tx alone; gathering: + 128 producer threads' cp.async
+      hm_mbar_init(sm.full(s), CB == 0 ? 1 : 128 + 1);
       hm_mbar_init(sm.empty(s), 2);        // one arrive per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (wg == 0 && CB == 0) {
+    // ---- producer, TMA im2col: thread 0 loads both operands of every k-step: the weights' box and
+    // 128 pixels x 64 channels of tap (r, s) = (kt / (C / 64)) divided by S, channels (kt % (C / 64)) * 64 ----
+    if (t == 0) {
+      hm_wg_prefetch_maps(tmW, tmX);
+      const int cblocks = C / CV_BK;
+      unsigned it = 0;
+      for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
+        const int ow = m0 % OW, q = m0 / OW, oh = q % OH, n = q / OH;
+        const int w0 = ow * stride - pad, h0 = oh * stride - pad;   // the first pixel's filter corner
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const unsigned s = it % STAGES;
+          hm_mbar_wait(sm.empty(s), ((it / STAGES) & 1u) ^ 1u);
+          const int rs = kt / cblocks, r = rs / S;
+          hm_mbar_expect_tx(sm.full(s), CV_A_BYTES + HmCvSmem<BN, STAGES>::B_BYTES);
+          hm_tma_im2col_4d(sm.sA + s * CV_A_BYTES, tmX, (kt - rs * cblocks) * CV_BK, w0, h0, n,
+                           (unsigned short)(rs - r * S), (unsigned short)r, sm.full(s));
+          hm_tma_load_2d(sm.sB + s * HmCvSmem<BN, STAGES>::B_BYTES, tmW, kt * CV_BK, n0, sm.full(s));
+        }
+      }
+    }
+    return;
+  }
   if (wg == 0) {
     // ---- producer: thread t gathers chunk j = t % NCH (E channels of the k-step) of rows
     // t / NCH + (128 / NCH) i, i < NCH; thread 0 also loads the weights' box ----
-    constexpr int E = CB / 2, NCH = 128 / CB, RSTEP = 128 / NCH;
+    constexpr int CBG = CB ? CB : 16;   // (the TMA kernels never get here)
+    constexpr int E = CBG / 2, NCH = 128 / CBG, RSTEP = 128 / NCH;
     if (t == 0) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(tmW)) : "memory");
     const int j = t % NCH, row0 = t / NCH;
     // the chunk's byte offset in a 128-byte row: its 16-byte unit XOR (row % 8), as TMA's 128B swizzle
-    const int unit = (j * CB) >> 4, sub = (j * CB) & 15;
+    const int unit = (j * CBG) >> 4, sub = (j * CBG) & 15;
     unsigned it = 0;
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
       const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
@@ -143,7 +182,7 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
           const bool ok = kok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
           const T* src = ok ? x + ((size_t)(pix[i] + ih * W + iw) * C + c) : x;
           const unsigned dst = a_dst + row * 128 + ((unit ^ (row & 7)) << 4) + sub;
-          if (CB == 16)
+          if (CBG == 16)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
                          : "memory");
           else
@@ -170,7 +209,7 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
       const unsigned s = it % STAGES;
       hm_mbar_wait(sm.full(s), (it / STAGES) & 1u);
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the producer's cp.async bytes
+      if (CB) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the producer's cp.async bytes
       const unsigned a0 = sm.sA + s * CV_A_BYTES + cw * (64 * 128);
       const unsigned b0 = sm.sB + s * HmCvSmem<BN, STAGES>::B_BYTES;
       hm_wgmma_fence();
@@ -206,17 +245,18 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const T* _
   }
 }
 #define HM_CV_BODY(T, BN, ST, CB) \
-  hm_conv_wgmma<T, BN, ST, CB>(&tmW, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, vec)
+  hm_conv_wgmma<T, BN, ST, CB>(&tmW, &tmX, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, vec)
 #else
 #define HM_CV_BODY(T, BN, ST, CB) ((void)0)
 #endif  // HM_WGMMA_BODY
 
-// conv_wgmma_<f16|bf16>_n<BN>[_c4]: BN output channels a tile, STAGES k-steps in flight (both fill the
-// shared memory: 5 x 32 KiB for BN 128, 7 x 24 KiB for BN 64, + 2 x 64 x BN staging); _c4 gathers
-// 8-byte chunks (C % 4 == 0), the others 16-byte chunks (C % 8 == 0).
+// conv_wgmma_<f16|bf16>_n<BN>[_c4|_tma]: BN output channels a tile, STAGES k-steps in flight (both fill
+// the shared memory: 5 x 32 KiB for BN 128, 7 x 24 KiB for BN 64, + 2 x 64 x BN staging); the A operand
+// by TMA im2col (_tma: C % 64 == 0, tmX), or gathered in 16-byte chunks (C % 8 == 0) or 8-byte ones
+// (_c4: C % 4 == 0; tmX unused).
 #define HM_CV_ENTRY(NAME, T, BN, ST, CB)                                                                       \
   extern "C" __global__ void __launch_bounds__(CV_THREADS, 1) NAME(                                            \
-      const __grid_constant__ HmTensorMap tmW, const T* x, T* y, const T* bias, const T* residual, int H, int W, \
+      const __grid_constant__ HmTensorMap tmW, const __grid_constant__ HmTensorMap tmX, const T* x, T* y, const T* bias, const T* residual, int H, int W, \
       int C, int K, int S, int OH, int OW, int stride, int pad, int M, int Kg, int act, int vec) {             \
     HM_CV_BODY(T, BN, ST, CB);                                                                                 \
   }
@@ -228,3 +268,7 @@ HM_CV_ENTRY(conv_wgmma_f16_n128_c4, __half, 128, 5, 8)
 HM_CV_ENTRY(conv_wgmma_bf16_n128_c4, __nv_bfloat16, 128, 5, 8)
 HM_CV_ENTRY(conv_wgmma_f16_n64_c4, __half, 64, 7, 8)
 HM_CV_ENTRY(conv_wgmma_bf16_n64_c4, __nv_bfloat16, 64, 7, 8)
+HM_CV_ENTRY(conv_wgmma_f16_n128_tma, __half, 128, 5, 0)
+HM_CV_ENTRY(conv_wgmma_bf16_n128_tma, __nv_bfloat16, 128, 5, 0)
+HM_CV_ENTRY(conv_wgmma_f16_n64_tma, __half, 64, 7, 0)
+HM_CV_ENTRY(conv_wgmma_bf16_n64_tma, __nv_bfloat16, 64, 7, 0)

@@ -152,7 +152,7 @@ def test_conv_argument_errors_and_weight_packing():
         hk.conv2d(x.permute(0, 3, 1, 2), torch.zeros(8, 3, 3, 16, dtype=torch.float16), layout="NCHW")
     with pytest.raises(hk.KernelArgumentError, match="layout must be 'NHWC'"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), layout="CHWN")
-    with pytest.raises(hk.KernelArgumentError, match="unknown variant 'cudnn'; one of auto, wgmma, implicit_gemm, gemm"):
+    with pytest.raises(hk.KernelArgumentError, match="unknown variant .cudnn.; one of auto, wgmma, wgmma_gather, implicit_gemm, gemm"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), variant="cudnn")
     with pytest.raises(hk.KernelArgumentError, match=r"block_n must be one of \[64, 128\]"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), block_n=256)
@@ -213,12 +213,13 @@ def test_conv_wgmma_compiles_for_sm90a_into_wgmma_code_and_to_stubs_elsewhere():
     from hookmagic.kernels import conv
     from tests.kernel_compiles import assert_warpgroup_kernels_fit, compiled_with_ptx, family_ptx
     c, ptx = compiled_with_ptx("conv_wgmma", "sm_90a")
-    assert set(c.kernels) == {f"conv_wgmma_{t}_n{bn}{c4}" for t in ("f16", "bf16") for bn in conv.WG_SMEM
-                              for c4 in ("", "_c4")}
+    assert set(c.kernels) == {f"conv_wgmma_{t}_n{bn}{a}" for t in ("f16", "bf16") for bn in conv.WG_SMEM
+                              for a in ("", "_c4", "_tma")}
     assert_warpgroup_kernels_fit(c)
     for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
                    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
                    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                   "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes",
                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta",
                    "mbarrier.try_wait.parity"):
         assert needle in ptx, needle

@@ -15,10 +15,12 @@ FP16/BF16 with FP32 accumulation. ``conv2d`` has three variants (``variant=``; t
 ``"auto"`` runs what :func:`hookmagic.kernels.dispatch.choose_conv` picks, and
 ``kernels.explain("conv2d", x.shape, w.shape, ...)`` says what and why):
 
-- ``"wgmma"`` (sm_90 only, ``kernels/conv_wgmma.cu``): implicit GEMM on Hopper's wgmma; the
-  producer warpgroup gathers the activations (im2col on the fly, cp.async into the 128-byte
-  swizzled layout), TMA loads the KRSC weights as they are, two consumer warpgroups multiply;
-  128 x ``block_n`` tiles (64 or 128 output channels), persistent blocks.
+- ``"wgmma"`` (sm_90 only, ``kernels/conv_wgmma.cu``): implicit GEMM on Hopper's wgmma; a
+  producer warpgroup loads the KRSC weights by TMA as they are and the activations by TMA in
+  im2col mode (``cuTensorMapEncodeIm2col``: input channels a multiple of 64, square filters), or
+  else gathers them itself (cp.async into the 128-byte swizzled layout); two consumer warpgroups
+  multiply; 128 x ``block_n`` tiles (64 or 128 output channels), persistent blocks.
+  ``"wgmma_gather"`` always gathers.
 - ``"implicit_gemm"`` (sm_80+, ``kernels/conv.cu``): the same GEMM with mma.sync, 128 x 128 x 32
   tiles, 3 cp.async stages.
 - ``"gemm"`` (1x1 filters with stride 1 and no padding): NHWC activations are then an
@@ -60,7 +62,7 @@ WG_STAGES = {128: 5, 64: 7}
 #: stages, two 64 x block_n staging tiles, 2 mbarriers a stage
 WG_SMEM = {bn: 1024 + st * (WG_BM + bn) * WG_BK * 2 + 2 * 64 * bn * 2 + 2 * st * 8 for bn, st in WG_STAGES.items()}
 #: conv2d's variants (``variant=``)
-VARIANTS = ("wgmma", "implicit_gemm", "gemm")
+VARIANTS = ("wgmma", "wgmma_gather", "implicit_gemm", "gemm")
 register(KernelSpec("conv2d", "wgmma", "conv_wgmma", {d: f"conv_wgmma_{s}_n128" for d, s in _SUFFIX.items()},
                     (WG_THREADS, 1, 1), (WG_BM, 128), smem=WG_SMEM[128], arch_specific=True, min_arch=90,
                     description="Hopper (sm_90a only) implicit GEMM: producer warpgroup gathers the activations "
@@ -213,7 +215,8 @@ def _sms(ordinal: int) -> int:
 
 
 class _WgScalars(ctypes.Structure):
-    """conv_wgmma's parameters after the weights' tensor map (kernels/conv_wgmma.cu), in order."""
+    """conv_wgmma's parameters after the weights' and the activations' tensor maps
+    (kernels/conv_wgmma.cu), in order."""
     _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("bias", ctypes.c_void_p),
                 ("residual", ctypes.c_void_p)] + [(f, ctypes.c_int) for f in (
                     "h", "w", "c", "k", "s", "oh", "ow", "stride", "pad", "m", "kg", "act", "vec")]
@@ -222,12 +225,13 @@ class _WgScalars(ctypes.Structure):
 _wg_kernels: dict[tuple[str, int], Any] = {}
 
 
-def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int) -> str:
+def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int, gather: bool) -> str:
     from hookmagic.kernels.gemm_wgmma import check_device
     (n, h, wd, c), (k, r, s), (st, pad, oh, ow) = geo
     dev = xi.device
     check_device(dev, "conv2d(variant='wgmma')")
-    name = f"conv_wgmma_{_SUFFIX[xi.dtype]}_n{block_n}" + ("" if c % 8 == 0 else "_c4")
+    tma_a = not gather and dispatch.im2col_ok(c, r, s, st, pad)
+    name = f"conv_wgmma_{_SUFFIX[xi.dtype]}_n{block_n}" + ("_tma" if tma_a else "" if c % 8 == 0 else "_c4")
     kern = _wg_kernels.get((name, dev))
     if kern is None:
         kern = runtime.get_kernel("conv_wgmma", name, dev, arch_specific=True)
@@ -236,11 +240,12 @@ def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int) -> str:
     m, kg = n * oh * ow, r * s * c
     row = wi.shape[1] if len(wi.shape) == 2 else kg     # padded rows: see conv2d
     wmap = tma.encode_2d(wi.ptr, xi.dtype, kg, k, row * 2, (WG_BK, block_n))
+    xmap = tma.encode_im2col_nhwc(xi.ptr, xi.dtype, (n, h, wd, c), pad, r, st, (WG_BK, WG_BM)) if tma_a else wmap
     tiles = -(-m // WG_BM) * -(-k // block_n)
     scalars = _WgScalars(xi.ptr, yi.ptr, bi.ptr if bi else 0, ri.ptr if ri else 0, h, wd, c, k, s, oh, ow, st, pad,
                          m, kg, act, int(k % 8 == 0))
     tma.launch(kern, dev, runtime.current_stream_handle(xi), (min(tiles, _sms(dev)), 1, 1), (WG_THREADS, 1, 1),
-               WG_SMEM[block_n], (wmap,), scalars)
+               WG_SMEM[block_n], (wmap, xmap), scalars)
     return name
 
 
@@ -256,9 +261,11 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     (then give ``kernel_size`` R = S). Any filter size, ``stride`` >= 1, any ``padding`` (the same
     for height and width); ``bias`` ``(K,)``; ``residual`` like the output; ``activation`` None,
     'relu', 'gelu' or 'gelu_tanh'. ``variant``: ``"auto"`` (the dispatch table's pick for the
-    device, dtype and filter), ``"wgmma"`` (sm_90), ``"implicit_gemm"`` (sm_80+, output channels a
-    multiple of 8) or ``"gemm"`` (1x1, stride 1, padding 0); ``block_n`` (64 or 128) overrides the
-    wgmma variant's tile width.
+    device, dtype and filter), ``"wgmma"`` (sm_90; activations by TMA im2col where
+    :func:`hookmagic.kernels.dispatch.im2col_ok`), ``"wgmma_gather"`` (sm_90, activations gathered by
+    the producer warpgroup), ``"implicit_gemm"`` (sm_80+, output channels a multiple of 8) or
+    ``"gemm"`` (1x1, stride 1, padding 0); ``block_n`` (64 or 128) overrides the wgmma variants' tile
+    width.
     """
     op = "conv2d"
     lay = _layout(layout, op)
@@ -327,14 +334,15 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     kg = r * s * c
     item = ITEMSIZE[xi.dtype]
     nbytes = (n * h * wd * c + kg * k + m * k * (2 if ri else 1)) * item
-    if variant == "wgmma":
+    if variant in ("wgmma", "wgmma_gather"):
         wk = runtime.contiguous(wi)   # KRSC is the GEMM's K-major B: (K, R*S*C) rows, read as it is
         if kg % 8 or wk.ptr % 16:     # TMA reads rows 16-byte aligned: pad them to a multiple of 8 elements
             rows = _zeros(wk, (k, -(-kg // 8) * 8))
             rows[:, :kg] = wk.obj.reshape(k, kg)
             wk = runtime.inspect_array(rows, "w")
         bn = block_n or dispatch.conv_block_n(k, m, _sms(xi.device))
-        name = _run_wgmma(xi, wk, yi, bi, ri, ((n, h, wd, c), (k, r, s), (st, pad, oh, ow)), _ACT[activation], bn)
+        name = _run_wgmma(xi, wk, yi, bi, ri, ((n, h, wd, c), (k, r, s), (st, pad, oh, ow)), _ACT[activation], bn,
+                          variant == "wgmma_gather")
         registry.record(name, 2 * m * k * kg, nbytes, n=n, h=h, w=wd, c=c, k=k, r=r, s=s, stride=st, padding=pad,
                         dtype=xi.dtype)
         return y

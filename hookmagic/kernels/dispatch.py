@@ -90,6 +90,12 @@ def gemm_shaped(filt: tuple[int, int], stride: int, padding: int, c: int, k: int
             and -(-m // 128) * -(-k // 256) >= sms // 4)
 
 
+def im2col_ok(c: int, r: int, s: int, stride: int, pad: int) -> bool:
+    """Whether the wgmma convolution reads x by TMA im2col: whole 64-channel k-steps (``c`` % 64 == 0),
+    a square filter, and padding, filter and stride within an im2col tensor map's ranges."""
+    return c % 64 == 0 and r == s and 0 <= pad <= 127 and pad - (r - 1) >= -128 and stride <= 8
+
+
 def conv_block_n(k: int, m: int, sms: int) -> int:
     """The wgmma convolution's tile width for ``k`` output channels and ``m`` output pixels: 64 for
     <= 64 channels or where 128-wide tiles would not cover half the SMs, else 128 (on an H200 the
@@ -145,7 +151,9 @@ def explain_conv(shapes: tuple[tuple[int, ...], ...], dtype: str, arch: str, str
                                   f"a {h}x{w} input")
     pick = choose_conv(arch, dtype, (r, s), stride, padding, c, k, n * oh * ow)
     tile = f", block_n={pick.block_n} (128 x {pick.block_n} tiles, {-(-n * oh * ow // 128) * -(-k // pick.block_n)} " \
-           f"of them for {EXPLAIN_SMS} SMs)" if pick.block_n else ""
+           f"of them for {EXPLAIN_SMS} SMs; activations " \
+           f"{'by TMA im2col' if im2col_ok(c, r, s, stride, padding) else 'gathered by the producer warpgroup'})" \
+        if pick.block_n else ""
     mult = 8 if pick.variant == "implicit_gemm" else 4
     pad_c = f"; the {c} input channels are zero-padded to {-(-c // mult) * mult}" if c % mult and pick.variant != "gemm" \
         else ""
@@ -195,4 +203,4 @@ def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch:
 
 
 __all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS", "ConvRule",
-           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "gemm_shaped", "explain_conv", "HOPPER_CONV_RESULTS"]
+           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "gemm_shaped", "im2col_ok", "explain_conv", "HOPPER_CONV_RESULTS"]

@@ -7,7 +7,9 @@ and passed to the kernel as a ``const __grid_constant__`` parameter, so the laun
 ``cuLaunchKernel`` with a hand-built parameter array (each entry points at the argument's bytes).
 
 Encoded maps are cached by everything they encode (address, dtype, sizes, strides, box), so a
-GEMM called again on the same tensors does not encode again.
+GEMM called again on the same tensors does not encode again. Besides the tiled maps
+(:func:`encode_2d`), :func:`encode_im2col_nhwc` builds the im2col maps the Hopper convolution
+reads its activations through.
 """
 from __future__ import annotations
 
@@ -84,6 +86,53 @@ def encode_2d(ptr: int, dtype: str, inner: int, outer: int, row_bytes: int, box:
     return m
 
 
+def encode_im2col_nhwc(ptr: int, dtype: str, shape: tuple[int, int, int, int], pad: int, filt: int, stride: int,
+                       box: tuple[int, int]) -> Any:
+    """A ``CUtensorMap`` in im2col mode (``cuTensorMapEncodeIm2col``) for a row-major NHWC tensor of
+    ``shape`` (N, H, W, C) at ``ptr``, convolved by a ``filt`` x ``filt`` filter with ``pad`` and
+    ``stride``: the bounding box of the filter's top-left corner runs from -pad to W + pad - filt
+    (and likewise in H), walked with steps of ``stride``; a load copies ``box`` = (channels,
+    pixels) elements (128-byte swizzle), the pixels being consecutive output pixels (W, then H, then
+    N) each read at its corner + the load's (w, h) offsets; whatever lies outside the tensor
+    (the padding) is zero-filled. Rows (C elements) must be a multiple of 16 bytes."""
+    n, h, w, c = shape
+    item = 2
+    if ptr % 16 or (c * item) % 16:
+        raise KernelArgumentError(f"TMA im2col needs a 16-byte aligned address and rows of 16-byte multiples "
+                                  f"(address {ptr:#x}, {c} channels)")
+    lower, upper = -pad, pad - (filt - 1)
+    if not (-128 <= lower <= 127 and -128 <= upper <= 127 and 1 <= stride <= 8):
+        raise KernelArgumentError(f"TMA im2col takes padding and filter offsets in [-128, 127] and strides 1-8 "
+                                  f"(padding {pad}, filter {filt}, stride {stride})")
+    key = ("im2col", ptr, dtype, shape, pad, filt, stride, box)
+    with _lock:
+        m = _maps.get(key)
+        if m is not None:
+            _maps.move_to_end(key)
+            return m
+    driver = _driver()
+    types = driver.CUtensorMapDataType
+    dt = {"float16": types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "bfloat16": types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    try:
+        err, m = driver.cuTensorMapEncodeIm2col(
+            dt, 4, ptr, [u64(c), u64(w), u64(h), u64(n)], [u64(c * item), u64(w * c * item), u64(h * w * c * item)],
+            [lower, lower], [upper, upper], box[0], box[1], [u32(1), u32(stride), u32(stride), u32(1)],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    except Exception as exc:
+        raise KernelsUnavailable(f"cuTensorMapEncodeIm2col could not be called ({type(exc).__name__}: {exc}); "
+                                 "TMA kernels need the NVIDIA driver and cuda-bindings >= 12.0") from exc
+    _check(err, f"cuTensorMapEncodeIm2col({dtype}, NHWC {shape}, pad {pad}, filter {filt}, stride {stride})")
+    with _lock:
+        _maps[key] = m
+        while len(_maps) > _MAX_MAPS:
+            _maps.popitem(last=False)
+    return m
+
+
 def _function(kernel: Any, ordinal: int) -> Any:
     """The ``CUfunction`` of a cuda-core kernel in the current context (cuda-core loads cubins as
     libraries, whose kernels are ``CUkernel`` handles)."""
@@ -134,4 +183,4 @@ def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], b
         _check(err, f"cuLaunchKernel(grid={grid}, block={block}, smem={smem})")
 
 
-__all__ = ["encode_2d", "launch"]
+__all__ = ["encode_2d", "encode_im2col_nhwc", "launch"]

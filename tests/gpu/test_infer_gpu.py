@@ -426,6 +426,7 @@ def _conv_ref(x_nhwc, w, bias, stride, padding, groups=1):
 _SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 #: conv2d's variants as the tests name them: (variant, block_n)
 _CONV_VARIANTS = {"auto": ("auto", None), "wgmma_n64": ("wgmma", 64), "wgmma_n128": ("wgmma", 128),
+                  "gather_n64": ("wgmma_gather", 64), "gather_n128": ("wgmma_gather", 128),
                   "implicit_gemm": ("implicit_gemm", None), "gemm": ("gemm", None)}
 
 
@@ -439,10 +440,12 @@ _CONV_VARIANTS = {"auto": ("auto", None), "wgmma_n64": ("wgmma", 64), "wgmma_n12
     # images, padding wider than the filter's reach, stride 3
     (1, 7, 9, 8, 16, 3, 1, 0), (3, 5, 5, 24, 40, 3, 2, 2), (1, 1, 1, 8, 8, 1, 1, 0), (1, 13, 11, 20, 200, 3, 1, 1),
     (2, 9, 9, 72, 20, 1, 1, 0), (1, 17, 17, 40, 136, 5, 3, 2), (1, 6, 6, 8, 24, 3, 1, 4), (2, 10, 10, 12, 20, 3, 2, 1),
-    (1, 8, 8, 5, 72, 1, 1, 0)])
+    (1, 8, 8, 5, 72, 1, 1, 0),
+    # the TMA im2col path (C a multiple of 64): tiles crossing rows and images, stride 2 with odd sizes, 5x5
+    (3, 7, 7, 128, 96, 3, 2, 1), (2, 9, 11, 64, 64, 5, 1, 2), (2, 6, 6, 64, 32, 3, 1, 0), (5, 3, 3, 192, 64, 1, 2, 0)])
 def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, variant, dtype):
     name, block_n = _CONV_VARIANTS[variant]
-    if name in ("wgmma", "gemm") and not _SM90:
+    if name in ("wgmma", "wgmma_gather", "gemm") and not _SM90:
         pytest.skip("the wgmma variants need an sm_90 GPU")
     if name == "gemm" and (r, stride, pad) != (1, 1, 0):
         pytest.skip("variant='gemm' is for 1x1 filters with stride 1 and no padding")
@@ -463,10 +466,10 @@ def test_conv2d_matches_cudnn(n, h, w, c, k, r, stride, pad, variant, dtype):
     assert nchw.shape == ref.permute(0, 3, 1, 2).shape and torch.equal(nchw.permute(0, 2, 3, 1), ours)
 
 
-@pytest.mark.parametrize("variant", ["auto", "wgmma_n64", "wgmma_n128", "implicit_gemm"])
+@pytest.mark.parametrize("variant", ["auto", "wgmma_n64", "wgmma_n128", "gather_n128", "implicit_gemm"])
 def test_conv2d_fused_relu_and_residual(variant):
     name, block_n = _CONV_VARIANTS[variant]
-    if name == "wgmma" and not _SM90:
+    if name.startswith("wgmma") and not _SM90:
         pytest.skip("the wgmma variants need an sm_90 GPU")
     x = torch.randn(2, 14, 14, 64, device="cuda", dtype=torch.float16)
     wt = (torch.randn(192, 64, 3, 3, device="cuda") / 24).half()
