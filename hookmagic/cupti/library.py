@@ -1,10 +1,11 @@
 """Finding the CUPTI library for this process, lazily, without loading anything to look.
 
 Order: an explicit ``HOOKMAGIC_CUPTI`` path (absolute); a CUPTI the process already loaded
-(PyTorch's Kineto loads one: a second copy would fight it); NVIDIA's wheels in the absolute
-``sys.path`` entries and site-packages; ``CONDA_PREFIX``; ``CUDA_HOME``/``CUDA_PATH``; the
-usual system locations. A CUPTI newer than the driver cannot work, so a candidate whose major
-version exceeds the driver's is skipped, and an already-loaded one is refused.
+(PyTorch's Kineto loads one: a second copy would fight it; of several, the newest the driver
+runs); NVIDIA's wheels in the absolute ``sys.path`` entries and site-packages;
+``CONDA_PREFIX``; ``CUDA_HOME``/``CUDA_PATH``; the usual system locations. A CUPTI newer
+than the driver cannot work, so a candidate whose major version exceeds the driver's is
+skipped, and an already-loaded one is refused.
 
 Only absolute candidate paths are ever considered: never the current directory, never a
 relative ``sys.path`` entry (IPython and ipykernel put ``''`` there), never a relative
@@ -62,17 +63,35 @@ def driver_info() -> DriverInfo:
 _LIBCUPTI = re.compile(r"libcupti\.so(?:\.\d+)*")
 
 
-def loaded_cupti() -> str | None:
-    """Path of a libcupti this process has already mapped, if any."""
+def loaded_cuptis() -> list[str]:
+    """Paths of every libcupti this process has already mapped, in the order first mapped."""
+    found: list[str] = []
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 path = line.split(maxsplit=5)[-1].strip()
-                if path.startswith("/") and _LIBCUPTI.fullmatch(os.path.basename(path)):
-                    return path
+                if (path.startswith("/") and _LIBCUPTI.fullmatch(os.path.basename(path))
+                        and path not in found):
+                    found.append(path)
     except OSError:
         pass
-    return None
+    return found
+
+
+def loaded_cupti(driver_cuda_version: int = 0) -> str | None:
+    """The libcupti this process already mapped that a capture should share, if any.
+
+    A process can hold more than one: PyTorch for CUDA 13 preloads every ``libcupti`` it finds
+    under ``nvidia/cuda_cupti`` too, where CUDA 12's wheel puts its own, besides the CUDA 13
+    one its profiler is linked to. The newest CUDA major the driver runs is then the one in
+    use; without a driver version, the newest.
+    """
+    loaded = loaded_cuptis()
+    if len(loaded) < 2:
+        return loaded[0] if loaded else None
+    driver_major = driver_cuda_version // 1000 if driver_cuda_version else None
+    usable = [p for p in loaded if not _too_new(_major(p), driver_major)] or loaded
+    return max(usable, key=lambda p: _major(p) or 0)
 
 
 def elf_soname(path: str) -> str | None:
@@ -184,7 +203,7 @@ def find_cupti(driver_cuda_version: int = 0) -> tuple[str | None, str]:
             return explicit, ""
         return None, f"HOOKMAGIC_CUPTI points to {explicit}, which does not exist"
     driver_major = driver_cuda_version // 1000 if driver_cuda_version else None
-    already = loaded_cupti()
+    already = loaded_cupti(driver_cuda_version)
     if already:
         major = _major(already)
         if _too_new(major, driver_major):

@@ -9,7 +9,8 @@ nvidia-cuda-cupti-cu12 (``HOOKMAGIC_CUPTI``), and with CUDA 13's CUPTI where one
 
 The references are the application's own: the kernels it launched, in order, and the line it
 launched each from (Python's frames), the bytes it asked to copy and set, CUDA events recorded
-around each long kernel, and the values the kernels computed.
+around each long kernel, and the values the kernels computed. A last test checks which CUPTI a
+PyTorch process shares when it has mapped CUDA 12's beside its own.
 
 On the GPU machine, carry the wheel folder that holds the two CUDA 12 wheels (``.whl-cuda12``)::
 
@@ -403,3 +404,27 @@ def test_cuda12_application_captured_with_cupti_13(tmp_path):
     got, app = _capture_app(tmp_path, cupti_of(13))
     assert got["cupti_mapped"] == ["libcupti.so.13"], got["cupti_mapped"]
     _check_capture(got, app)
+
+
+TORCH_CUPTI = """
+import json, torch
+from hookmagic.cupti import library
+torch.zeros(1, device="cuda")
+chosen, why = library.find_cupti(library.driver_info().cuda_version)
+print(json.dumps([library.loaded_cuptis(), chosen, why, torch.version.cuda]))
+"""
+
+
+def test_a_torch_process_shares_torchs_own_cupti():
+    """PyTorch for CUDA 13 also preloads CUDA 12's libcupti when that wheel is on the path
+    (its CUDA 12 layout, nvidia/cuda_cupti): of the two, a capture must share the one PyTorch's
+    profiler is linked to, or a capture after torch.profiler finds the driver held by it."""
+    env = {k: v for k, v in os.environ.items() if k != "HOOKMAGIC_CUPTI"}
+    out = subprocess.run([sys.executable, "-c", TORCH_CUPTI], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=str(Path(__file__).parents[2]))
+    assert out.returncode == 0, out.stderr[-4000:]
+    loaded, chosen, why, torch_cuda = json.loads(out.stdout.strip().splitlines()[-1])
+    if len(loaded) < 2:
+        pytest.skip(f"this PyTorch (CUDA {torch_cuda}) mapped one CUPTI only: {loaded}")
+    assert chosen in loaded, why
+    assert library.elf_soname(chosen) == f"libcupti.so.{torch_cuda.split('.')[0]}", loaded
