@@ -10,6 +10,7 @@ result against the reference, done once per process. A wrong result is reported,
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -298,7 +299,9 @@ def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str 
             hk.conv2d(x, w, None, stride, pad)
             torch.cuda.synchronize()
             ran = hk.launch_log()[-1].kernel
-            out[key + "auto_block_n"] = float(ran.rsplit("_n", 1)[1]) if ran.startswith("conv_wgmma") else 0.0
+            tile = re.search(r"^conv_wgmma_\w+?_n(\d+)", ran)
+            out[key + "auto_block_n"] = float(tile.group(1)) if tile else 0.0
+            out[key + "auto_im2col_tma"] = float(ran.endswith("_tma"))
         del x, w, xn, wn, ref
     torch.cuda.empty_cache()
     for impl, t in total.items():

@@ -490,7 +490,8 @@ def test_conv2d_auto_runs_what_explain_names():
     hk.conv2d(x, wt, padding=1)
     ran = hk.launch_log()[-1].kernel
     said = hk.explain("conv2d", tuple(x.shape), tuple(wt.shape), padding=1)
-    assert ran.startswith("conv_wgmma_f16_n") and f"block_n={ran.rsplit('_n', 1)[1]}" in said
+    assert ran == "conv_wgmma_f16_n64_tma"          # 4*28*28 pixels: 25 x 1 tiles of 128 x 128 fill under half the SMs
+    assert "block_n=64" in said and "activations by TMA im2col" in said
     with pytest.raises(hk.KernelArgumentError, match="variant='gemm' is for 1x1 filters"):
         hk.conv2d(x, wt, padding=1, variant="gemm")
 
