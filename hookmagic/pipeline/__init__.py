@@ -62,9 +62,9 @@ def bottleneck(self: PipelineRun):
 
 @_register
 def what_if(self: PipelineRun, stage, speedup: float = 2.0, seed: int = 0,
-            gil: bool | None = None):
+            gil: bool = False):
     """Predicted fps and latency if ``stage`` were ``speedup``× faster (queueing model of the
-    measured service times, with the GIL shared by the stages' Python parts; see
+    measured service times; ``gil=True`` shares one GIL between the stages' CPU parts; see
     :func:`hookmagic.pipeline.model.what_if`)."""
     return _model.what_if(self, stage, speedup, seed, gil)
 

@@ -25,25 +25,28 @@ class Gil:
     """One GIL for a discrete-event simulation.
 
     ``push(t, kind, data)`` schedules an event; the simulation hands every ``"gil"`` event back
-    to :meth:`event`. ``request(t, seconds, then, who)`` holds the GIL for ``seconds`` of held
-    time and calls ``then(t_done)`` when they are over; ``waited[who]`` sums the time each
-    requester spent waiting for it."""
+    to :meth:`event`. ``request(t, seconds, then, who, inside)`` holds the GIL for ``seconds``
+    of held time (0: only waits for it, as a thread coming back from a GIL-free call does) and
+    calls ``then(t_done)`` when they are over, still holding it: a request ``then`` makes for
+    the same ``who`` at that instant continues the hold, as a thread that keeps running Python
+    does. ``waited[who]`` sums the time each requester waited with ``inside`` set (or after
+    being switched out): the waits its measured durations hold."""
 
     def __init__(self, switch_s: float, push: Callable[[float, str, object], None]) -> None:
         self.switch_s = switch_s
         self.push = push
-        self.holder: list | None = None  # [left_s, then, who, since_t]
+        self.holder: list | None = None  # [left_s, then, who, since_t, inside]
         self.token = 0                   # the current hold's number: later events of older
         self.waiting: deque = deque()    # holds are stale
+        self.releasing: int | None = None  # who may continue the hold that is ending
         self.waited: dict[int, float] = {}
 
     def request(self, t: float, seconds: float, then: Callable[[float], None],
-                who: int) -> None:
-        if seconds <= 0:
-            then(t)
-            return
-        job = [seconds, then, who, t]
-        if self.holder is None:
+                who: int, inside: bool = False) -> None:
+        job = [max(seconds, 0.0), then, who, t, inside]
+        # while a hold ends, only its thread may go on holding (it has not let the GIL go)
+        if self.holder is None and (self.releasing == who
+                                    or (self.releasing is None and not self.waiting)):
             self._grant(t, job)
             return
         self.waiting.append(job)
@@ -51,7 +54,8 @@ class Gil:
             self.push(t + self.switch_s, "gil", (self.token, "switch"))
 
     def _grant(self, t: float, job: list) -> None:
-        self.waited[job[2]] = self.waited.get(job[2], 0.0) + (t - job[3])
+        if job[4]:
+            self.waited[job[2]] = self.waited.get(job[2], 0.0) + (t - job[3])
         job[3] = t
         self.holder = job
         self.token += 1
@@ -66,14 +70,19 @@ class Gil:
         job = self.holder
         if what == "end":
             self.holder = None
-            if self.waiting:
+            self.releasing = job[2]
+            try:
+                job[1](t)
+            finally:
+                self.releasing = None
+            if self.holder is None and self.waiting:
                 self._grant(t, self.waiting.popleft())
-            job[1](t)
             return
         if not self.waiting:
             return
         job[0] -= t - job[3]  # the holder is switched out with what it has left
         job[3] = t
+        job[4] = True         # and waits inside its execution from now
         self.holder = None
         self.waiting.append(job)
         self._grant(t, self.waiting.popleft())

@@ -8,6 +8,12 @@ execution, see :func:`~hookmagic.pipeline.analysis.warmup_flags`, is replayed on
 time the model runs that size, never drawn again), plus the framework's measured hand-over time
 of that stage (:func:`handover_s`). Making a stage k× faster divides its measured durations by k.
 
+The GIL (``gil=True``): each execution's thread CPU time (``cpu_ns``, recorded by the runner)
+is taken as the part of it that holds the GIL, the rest as GIL-free; the held parts of all
+stages pass through one :class:`~hookmagic.pipeline.gil.Gil` with the interpreter's switch
+interval, so Python stages that take turns on the GIL run at the rate their sum allows, not at
+the slowest one's. See :func:`simulate` for where that measure holds and where it does not.
+
 Partial batches: a batch stage takes what is queued when a worker is free (after waiting up to
 its ``batch_wait_ms`` for a full batch, as the runner does), so a faster pipeline may run sizes
 the measured run never did. A size not measured draws from the nearest measured size, scaled
@@ -39,6 +45,9 @@ SWITCH_INTERVAL_S = 0.005
 HANDOVER_Q_GIL = 10.0
 #: fixed-point rounds that calibrate the GIL-free parts on the run as measured
 CALIBRATION_ROUNDS = 6
+#: a GIL-free part shorter than this is modelled as run holding the GIL: a thread that stays
+#: in Python keeps it (its measured "free" time is GIL waits and timer noise)
+MERGE_S = 50e-6
 
 
 class _Sampler:
@@ -105,10 +114,12 @@ def handover_s(run: PipelineRun, stage: str, q: float = 50.0) -> float:
 
 
 def has_cpu_times(run: PipelineRun) -> bool:
-    """Whether every stage execution of ``run`` recorded its thread CPU time (``cpu_ns``):
-    what the GIL-aware model needs."""
+    """Whether every stage execution of ``run`` that did not fail recorded its thread CPU time
+    (``cpu_ns``): what the GIL-aware model needs (a failed one counts as GIL-free)."""
     ev = run.events
-    return "cpu_ns" in ev.columns and len(ev) > 0 and bool((ev["cpu_ns"] >= 0).all())
+    if "cpu_ns" not in ev.columns or ev.empty:
+        return False
+    return bool((ev.loc[ev["status"] != "failed", "cpu_ns"] >= 0).all())
 
 
 def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
@@ -134,7 +145,7 @@ def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
         h = hand[st["name"]]
         h = h if np.isfinite(h) else fallback  # the framework's cost
         if gil:
-            held = np.minimum(b["cpu_ns"].to_numpy(dtype=float) / 1e9, dur)
+            held = np.clip(b["cpu_ns"].to_numpy(dtype=float) / 1e9, 0.0, dur)
             free = dur - held
             held = held + h
         else:
@@ -147,13 +158,17 @@ def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
 
 
 def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
-             seed: int = 0, gil: bool | None = None) -> dict:
+             seed: int = 0, gil: bool = False) -> dict:
     """Run the model of ``run`` with each stage of ``speedup`` that many times faster (its
     GIL-held and GIL-free parts both divided by the factor).
 
-    ``gil`` (default: whenever the run recorded its executions' CPU times) models the GIL: each
+    ``gil=True`` models the GIL (the run must have recorded its executions' CPU times): each
     execution holds it for its held part (:func:`_stage_times`), one execution at a time
-    (:class:`~hookmagic.pipeline.gil.Gil`), then runs its free part. A contended run's
+    (:class:`~hookmagic.pipeline.gil.Gil`), then runs its free part. It is not the default:
+    the held part is the thread's CPU time, which holds for stages of Python code and GIL-free
+    waits (sleep, I/O, GPU waits) but counts as held the CPU time C code spends without the
+    GIL (NumPy, PyTorch's operator dispatch and kernel launches, a hardware decoder's
+    driver), so it overstates the GIL's load there (docs/pipeline.md gives the figures). A contended run's
     measured durations already hold the GIL waits the model replays, so the free parts are first
     calibrated on the run as measured: each stage's free part is scaled until the model's mean
     duration of the stage (held + GIL wait + free) equals the measured one
@@ -178,9 +193,13 @@ def _checked(run: PipelineRun, speedup: Mapping[str, float] | None) -> dict:
     return speedup
 
 
-def _fitted(run: PipelineRun, seed: int, gil: bool | None) -> tuple:
+def _fitted(run: PipelineRun, seed: int, gil: bool) -> tuple:
     """(stage times, calibrated free-part scales, whether the GIL is modelled)."""
-    gil = has_cpu_times(run) if gil is None else bool(gil)
+    gil = bool(gil)
+    if gil and not has_cpu_times(run):
+        raise InvalidArgument("gil=True needs the CPU time of every stage execution (column "
+                              "cpu_ns), which this run did not record (recorded before it "
+                              "existed, or an execution failed)")
     times = _stage_times(run, gil)
     scales = calibrate(run, times, seed) if gil else [1.0] * len(times)
     return times, scales, gil
@@ -199,7 +218,8 @@ def calibrate(run: PipelineRun, times: list[dict], seed: int = 0) -> list[float]
             steady = ~t["warm"] if (~t["warm"]).any() else np.ones(len(t["warm"]), bool)
             free = float(np.mean(t["free"][steady]))
             new.append(min(1.0, max(0.0, (free - w) / free)) if free > 0 else 1.0)
-        scales = [0.5 * (a + b) for a, b in zip(scales, new)]  # damped: waits move with them
+        # damped (the waits move with the scales); none left is none
+        scales = [0.5 * (a + b) if b > 0 else 0.0 for a, b in zip(scales, new)]
     return scales
 
 
@@ -246,11 +266,23 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
 
     def execute(who: int, t: float, part: tuple[float, float], kind: str, data) -> None:
         """An execution of stage ``who`` from ``t``: its held part under the GIL, then its free
-        part, then the event ``kind``."""
+        part, then it waits for the GIL again to hand its result over (``hand_over``). A free
+        part under :data:`MERGE_S` is run holding the GIL (a thread in pure Python)."""
         held, free_s = part
         runs[who] += 1
         held_total[0] += held
-        lock.request(t, held, lambda t2: push(t2 + free_s, kind, data), who)
+        if free_s < MERGE_S:
+            lock.request(t, held + free_s, lambda t2: hand_over(kind, data, t2), who)
+        else:
+            lock.request(t, held, lambda t2: push(t2 + free_s, "free", (who, kind, data)), who)
+
+    def hand_over(kind: str, data, t: float) -> None:
+        if kind == "read":
+            j, f = data
+            deliver(0, t, "src", j, deque([f]))
+        else:
+            i, items = data
+            deliver(i + 1, t, "stage", i, deque(items))
 
     def next_read(j: int, t: float) -> None:
         fps, n = streams[j]
@@ -262,7 +294,10 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
         start = max(t, due)
         f = len(created)
         created.append(due if fps else start)
-        execute(0, start, read.draw(1), "read", (j, f))
+        if start > t:  # a paced stream: its read begins when the frame is due
+            push(start, "due", (j, f))
+        else:
+            execute(0, start, read.draw(1), "read", (j, f))
 
     def launch(i: int, t: float, items: list) -> None:
         execute(i + 1, t, procs[i].draw(len(items)), "done", (i, items))
@@ -336,18 +371,17 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
         t, _, kind, data = heapq.heappop(heap)
         if kind == "gil":
             lock.event(t, data)
-        elif kind == "read":
-            j, f = data
-            deliver(0, t, "src", j, deque([f]))
+        elif kind == "due":
+            execute(0, t, read.draw(1), "read", data)
+        elif kind == "free":  # back from the GIL-free part: the GIL again, then hand over
+            who, k, d = data
+            lock.request(t, 0.0, lambda t2, k=k, d=d: hand_over(k, d, t2), who, inside=True)
         elif kind == "deadline":
             i, f = data
             if forming[i] is f:  # not filled before its wait ran out: run what it holds
                 forming[i] = None
                 launch(i, t, f["items"])
                 start_work(i, t)
-        else:
-            i, items = data
-            deliver(i + 1, t, "stage", i, deque(items))
     waits = [lock.waited.get(k, 0.0) / runs[k] if runs[k] else 0.0 for k in range(S + 1)]
     if not finish:
         return {"fps": 0.0, "p50_ms": np.nan, "p90_ms": np.nan, "p99_ms": np.nan,
@@ -364,7 +398,7 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
 
 
 def what_if(run: PipelineRun, stage: str | Mapping[str, float], speedup: float = 2.0,
-            seed: int = 0, gil: bool | None = None) -> pd.DataFrame:
+            seed: int = 0, gil: bool = False) -> pd.DataFrame:
     """Predicted fps and end-to-end latency if ``stage`` were ``speedup``× faster (or give a
     mapping ``{stage: speedup, ...}``).
 
