@@ -137,3 +137,24 @@ def test_soname_reader_on_non_libraries(tmp_path):
     assert elf_soname(str(junk)) is None
     assert elf_soname(str(tmp_path)) is None
     assert elf_soname(str(tmp_path / "missing")) is None
+
+
+def test_of_several_loaded_cuptis_the_newest_the_driver_runs_is_shared(tmp_path):
+    """PyTorch for CUDA 13 with CUDA 12's wheel on the path maps libcupti.so.12 beside its own
+    libcupti.so.13 (seen on a GPU machine): the capture shares the one the driver runs, newest
+    first, whichever the process mapped first."""
+    marker = tmp_path / "marker.txt"
+    cu12 = _plant(tmp_path / "a" / "nvidia" / "cuda_cupti" / "lib" / "libcupti.so.12",
+                  "libcupti.so.12", tmp_path)
+    cu13 = _plant(tmp_path / "b" / "nvidia" / "cu13" / "lib" / "libcupti.so.13",
+                  "libcupti.so.13", tmp_path)
+    loaded, under_13, under_12 = _search(tmp_path, marker, f"""
+        import ctypes
+        ctypes.CDLL({str(cu12)!r})                # both loaded by someone else, CUDA 12's first
+        ctypes.CDLL({str(cu13)!r})
+        result = [sorted(library.loaded_cuptis()), library.find_cupti(13000)[0],
+                  library.find_cupti(12080)[0]]
+    """)
+    assert loaded == sorted([str(cu12), str(cu13)])
+    assert under_13 == str(cu13)    # a CUDA 13.0 driver: the newest
+    assert under_12 == str(cu12)    # a CUDA 12.8 driver cannot run CUPTI 13

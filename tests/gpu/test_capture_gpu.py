@@ -82,7 +82,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
 n = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 with hookmagic.capture() as second:
     workloads.launch_tiny(100, x)
-print(json.dumps([len(first.kernels), n, len(second.kernels), second.meta['warnings'],
+print(json.dumps([len(first.kernels), n, len(second.kernels), second.meta.get('warnings', [second.meta.get('reason', '')]),
                   int((first.kernels.stack_id >= 0).sum())]))
 """
     first, n, second, warnings, stacked = json.loads(_run_python(script).strip().splitlines()[-1])
