@@ -150,7 +150,7 @@ def _cupti_origin(path: str) -> str:
     real = os.path.realpath(path)
     if os.environ.get("HOOKMAGIC_CUPTI"):
         return "named by HOOKMAGIC_CUPTI"
-    if library.loaded_cupti() == path:
+    if path in library.loaded_cuptis():
         return "already loaded by this process (PyTorch's Kineto loads one; a second would conflict)"
     if os.sep + "nvidia" + os.sep in path and ("site-packages" in path or "dist-packages" in path):
         return "NVIDIA's pip wheel in this Python's site-packages"
