@@ -185,11 +185,12 @@ def test_conv_explain_names_the_variant_and_tile_by_architecture_and_shape():
     # 256 channels at 14x14: 49 x 2 = 98 tiles of 128 x 128 cover more than half of the 132 SMs: 128 wide
     assert "block_n=128 (128 x 128 tiles, 98 of them" in hk.explain("conv2d", (32, 14, 14, 256), (256, 3, 3, 256),
                                                                      padding=1)
-    # a 1x1 stride-1 layer with many channels is a plain GEMM: (32*14*14) x 1024 @ 1024 x 512
+    # a 1x1 stride-1 layer with 1 MiB of weights is a plain GEMM: (32*14*14) x 1024 @ 1024 x 512
     assert "variant='gemm'" in hk.explain("conv2d", (32, 14, 14, 1024), (512, 1, 1, 1024))
-    # ... but not with padding, a stride, few output channels, or too few 128 x 256 tiles (13 x 2 at 7x7)
+    # ... but not with padding, a stride, few output channels or weights, or too few 128 x 256 tiles (13 x 2 at 7x7)
     assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (512, 1, 1, 1024), stride=2)
     assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (128, 1, 1, 1024))
+    assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (256, 1, 1, 1024))
     assert "variant='wgmma'" in hk.explain("conv2d", (32, 7, 7, 2048), (512, 1, 1, 2048))
     # ... at 7x7 13 x 4 = 52 would leave SMs idle: 64 wide, 104 tiles
     assert "block_n=64 (128 x 64 tiles, 104 of them" in hk.explain("conv2d", (32, 7, 7, 512), (512, 3, 3, 512),

@@ -70,13 +70,14 @@ class ConvRule:
 
 CONV_TABLE: tuple[ConvRule, ...] = (
     ConvRule(90, 90, ("float16", "bfloat16"), "gemm-shaped", "gemm",
-             "a 1x1 filter with stride 1 and no padding is a plain GEMM on NHWC; with >= 256 output and >= 128 "
-             "input channels and at least a quarter of the SMs' worth of 128 x 256 tiles, the wgmma GEMM's tiles "
-             "ran these ResNet-50 layers 1.1-1.9x faster than the wgmma convolution's (65-89 % of cuDNN; "
-             f"{HOPPER_CONV_RESULTS})"),
+             "a 1x1 filter with stride 1 and no padding is a plain GEMM on NHWC; with >= 256 output channels, "
+             ">= 1 MiB of FP16 weights (C x K >= 2^19) and at least a quarter of the SMs' worth of 128 x 256 "
+             "tiles the wgmma GEMM's larger tiles ran ResNet-50's 1024->512 and 512->2048 layers 1.2-1.3x faster "
+             f"than the wgmma convolution (82-88 % of cuDNN), which won the smaller 1x1 layers ({HOPPER_CONV_RESULTS})"),
     ConvRule(90, 90, ("float16", "bfloat16"), "any", "wgmma",
-             "wgmma with a warp-specialised im2col producer is the library's fastest convolution on sm_90: "
-             f"1.5-3.3x the mma.sync implicit GEMM on every ResNet-50 layer ({HOPPER_CONV_RESULTS})"),
+             "wgmma with TMA im2col activations (64-channel multiples; else gathered by the producer warpgroup) is "
+             "the library's fastest convolution on sm_90: 2.6-6.4x the mma.sync implicit GEMM and 59-110 % of "
+             f"cuDNN on ResNet-50's layers ({HOPPER_CONV_RESULTS})"),
     ConvRule(80, 999, ("float16", "bfloat16"), "any", "implicit_gemm",
              "mma.sync implicit GEMM is the library's Tensor Core convolution before Hopper "
              "(wgmma exists on sm_90a only)"),
@@ -85,8 +86,8 @@ CONV_TABLE: tuple[ConvRule, ...] = (
 
 def gemm_shaped(filt: tuple[int, int], stride: int, padding: int, c: int, k: int, m: int, sms: int) -> bool:
     """A 1x1, stride 1, unpadded convolution whose GEMM (M = ``m`` pixels, N = ``k``, K = ``c``) suits the
-    wgmma GEMM's 128 x 256 tiles: ``k`` >= 256, ``c`` >= 128 and at least ``sms`` / 4 tiles."""
-    return (tuple(filt) == (1, 1) and stride == 1 and padding == 0 and k >= 256 and c >= 128
+    wgmma GEMM's 128 x 256 tiles: ``k`` >= 256, ``c * k`` >= 2^19 and at least ``sms`` / 4 tiles."""
+    return (tuple(filt) == (1, 1) and stride == 1 and padding == 0 and k >= 256 and c * k >= 2 ** 19
             and -(-m // 128) * -(-k // 256) >= sms // 4)
 
 
@@ -100,7 +101,7 @@ def conv_block_n(k: int, m: int, sms: int) -> int:
     """The wgmma convolution's tile width for ``k`` output channels and ``m`` output pixels: 64 for
     <= 64 channels or where 128-wide tiles would not cover half the SMs, else 128 (on an H200 the
     128-wide tile ran every ResNet-50 layer with more than 64 channels faster, even at 98 tiles on 132
-    SMs, except the 7x7 ones' 52)."""
+    SMs, except the 7x7 ones with 52 tiles)."""
     return 64 if k <= 64 or 2 * -(-m // 128) * -(-k // 128) < sms else 128
 
 
