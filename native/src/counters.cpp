@@ -112,9 +112,17 @@ ProfilerApi& api(const CuptiApi& cupti) {
 ProfilerApi& user_api(const CuptiApi& cupti) {
     ProfilerApi& p = api(cupti);
     if (p.user_resolved) return p;
+    // CUPTI's checkpoint API is its own library, shipped beside libcupti.
+    const auto slash = cupti.path.rfind('/');
+    const std::string beside =
+        (slash == std::string::npos ? std::string() : cupti.path.substr(0, slash + 1)) + "libcheckpoint.so";
+    void* checkpoint = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!checkpoint) checkpoint = dlopen("libcheckpoint.so", RTLD_NOW | RTLD_LOCAL);
+    if (!checkpoint)
+        throw CaptureError(-1, "user replay needs CUPTI's checkpoint library (" + beside + ")");
 #define HM_CHECKPOINT(name)                                                                 \
-    p.name = reinterpret_cast<decltype(p.name)>(dlsym(cupti.handle, #name));                \
-    if (!p.name) throw CaptureError(-1, "CUPTI at " + cupti.path + " lacks " #name);
+    p.name = reinterpret_cast<decltype(p.name)>(dlsym(checkpoint, #name));                  \
+    if (!p.name) throw CaptureError(-1, beside + " lacks " #name);
     HM_CHECKPOINT(cuptiCheckpointSave)
     HM_CHECKPOINT(cuptiCheckpointRestore)
     HM_CHECKPOINT(cuptiCheckpointFree)
