@@ -23,9 +23,9 @@ FP16/BF16 with FP32 accumulation. ``conv2d`` has three variants (``variant=``; t
   ``"wgmma_gather"`` always gathers.
 - ``"implicit_gemm"`` (sm_80+, ``kernels/conv.cu``): the same GEMM with mma.sync, 128 x 128 x 32
   tiles, 3 cp.async stages.
-- ``"gemm"`` (1x1 filters with stride 1 and no padding): NHWC activations are then an
-  (N*H*W) x C matrix and KRSC weights a K x C one, so the convolution is
-  :func:`hookmagic.kernels.gemm` (the wgmma GEMM on sm_90).
+- ``"gemm"`` (sm_90; 1x1 filters with stride 1 and no padding): NHWC activations are then an
+  (N*H*W) x C matrix and KRSC weights a K x C one (K-major), so the convolution is the wgmma GEMM
+  (:mod:`hookmagic.kernels.gemm_wgmma`, "tiles" schedule).
 
 Input channels that are not a multiple of 4 (wgmma; 8 for implicit_gemm) are zero-padded to one
 (a copy of x and w: the 3 of an RGB stem become 4); the wgmma variant takes any number of output
@@ -264,7 +264,7 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     device, dtype and filter), ``"wgmma"`` (sm_90; activations by TMA im2col where
     :func:`hookmagic.kernels.dispatch.im2col_ok`), ``"wgmma_gather"`` (sm_90, activations gathered by
     the producer warpgroup), ``"implicit_gemm"`` (sm_80+, output channels a multiple of 8) or
-    ``"gemm"`` (1x1, stride 1, padding 0); ``block_n`` (64 or 128) overrides the wgmma variants' tile
+    ``"gemm"`` (sm_90, 1x1, stride 1, padding 0: the wgmma GEMM); ``block_n`` (64 or 128) overrides the wgmma variants' tile
     width.
     """
     op = "conv2d"
@@ -312,11 +312,12 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
         if (r, s, st, pad) != (1, 1, 1, 0):
             raise KernelArgumentError(f"{op}: variant='gemm' is for 1x1 filters with stride 1 and padding 0, "
                                       f"got {r}x{s}, stride {st}, padding {pad}")
-        from hookmagic.kernels.gemm import gemm
-        a = runtime.contiguous(xi).obj.reshape(m, c)
-        wk = runtime.contiguous(wi).obj.reshape(k, c)
-        res = None if ri is None else ri.obj.reshape(m, k)
-        yk = gemm(a, wk.t() if wi.kind == "torch" else wk.T, None if bi is None else bi.obj, activation, res)
+        from hookmagic.kernels.gemm_wgmma import check_device, gemm_wgmma
+        check_device(xi.device, "conv2d(variant='gemm')")
+        a = runtime.inspect_array(runtime.contiguous(xi).obj.reshape(m, c), "x")
+        wk = runtime.contiguous(wi).obj.reshape(k, c)           # K x C row-major: the GEMM's K-major B
+        bt = runtime.inspect_array(wk.t() if wi.kind == "torch" else wk.T, "w")
+        yk = gemm_wgmma(a, bt, bi, ri, _ACT[activation], "tiles")
         return yk.reshape(n, oh, ow, k)
     if variant == "implicit_gemm" and k % 8:
         raise KernelArgumentError(f"{op}: variant='implicit_gemm' needs output channels that are a multiple of 8 "
