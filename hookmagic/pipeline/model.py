@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.common.errors import InvalidArgument
-from hookmagic.pipeline.analysis import batch_cost, batches, throughput, warmup_flags
+from hookmagic.pipeline.analysis import (WARMUP_FACTOR, WARMUP_MIN_STEADY, batch_cost, batches,
+                                         throughput, warmup_flags)
 from hookmagic.pipeline.gil import Gil
 from hookmagic.pipeline.run import PipelineRun
 
@@ -54,7 +55,12 @@ class _Sampler:
     """Service times of one stage, each a (GIL-held, GIL-free) pair of seconds: warm-up
     executions (``warm``) are replayed once each, the first time the model runs that batch
     size, in the order they happened; every other draw comes from the steady-state executions
-    of that size, or of the nearest size scaled by the stage's :func:`batch_cost` line."""
+    of that size, or of the nearest size scaled by the stage's :func:`batch_cost` line.
+
+    Draws are without replacement: each size's executions in a random order, all of them
+    before any again. A model that runs as many executions as the run did replays each once,
+    so a few rare long ones (a decoder reopening its file) count as often as they happened
+    instead of a random number of times."""
 
     def __init__(self, sizes: np.ndarray, held_s: np.ndarray, free_s: np.ndarray,
                  rng: np.random.Generator, warm: np.ndarray | None = None, gpu: bool = False):
@@ -69,21 +75,26 @@ class _Sampler:
         self.warm = {int(s): deque(map(tuple, pairs[(sizes == s) & warm].tolist()))
                      for s in np.unique(sizes[warm])}
         self.cost = batch_cost(sizes[steady], (held_s + free_s)[steady], gpu)
+        self.order: dict[int, list[int]] = {}
+
+    def _next(self, size: int) -> tuple[float, float]:
+        order = self.order.get(size)
+        if not order:
+            order = self.order[size] = self.rng.permutation(len(self.by_size[size])).tolist()
+        h, f = self.by_size[size][order.pop()]
+        return float(h), float(f)
 
     def draw(self, n: int) -> tuple[float, float]:
         pending = self.warm.get(n)
         if pending:
             return pending.popleft()
         if n in self.by_size:
-            arr = self.by_size[n]
-            h, f = arr[self.rng.integers(len(arr))]
-            return float(h), float(f)
+            return self._next(n)
         near = int(self.sizes[np.argmin(np.abs(self.sizes - n))])
-        arr = self.by_size[near]
         a, b = self.cost
         scale = (a + b * n) / (a + b * near) if a + b * near > 0 else n / near
-        h, f = arr[self.rng.integers(len(arr))]
-        return float(h) * scale, float(f) * scale
+        h, f = self._next(near)
+        return h * scale, f * scale
 
 
 def handover_s(run: PipelineRun, stage: str, q: float = 50.0) -> float:
@@ -135,13 +146,16 @@ def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
     known = [v for k, v in hand.items() if k != stages[0]["name"] and np.isfinite(v)]
     fallback = float(np.median(known)) if known else 0.0  # a stage never fed while busy
     out = []
+    runs = []
     for st in stages:
         b = batches(run, st["name"])
         if b.empty:
             raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
         warm = warmup_flags(b, int(st.get("workers") or 1))
-        b = b.assign(warm=warm).sort_values("start_ns", kind="stable")
-        dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9
+        runs.append(b.assign(warm=warm).sort_values("start_ns", kind="stable"))
+    shared, pause = shared_stalls(runs)
+    for st, b, cut in zip(stages, runs, shared):
+        dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9 - cut
         h = hand[st["name"]]
         h = h if np.isfinite(h) else fallback  # the framework's cost
         if gil:
@@ -154,7 +168,63 @@ def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
         out.append({"name": st["name"], "sizes": b["size"].to_numpy(), "held": held,
                     "free": free, "warm": b["warm"].to_numpy(),
                     "gpu": st.get("device") == "cuda"})
+    out[0]["pause"] = pause  # replayed once, as a pause of the whole pipeline
     return out
+
+
+def _outliers(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Which executions of one stage (:func:`batches` rows) are outliers — over
+    WARMUP_FACTOR × the median of their batch size (of the stage, where that size ran fewer
+    than WARMUP_MIN_STEADY times) — and that reference median (ns) for each execution."""
+    dur = (b["end_ns"] - b["start_ns"]).to_numpy(dtype=float)
+    size = b["size"].to_numpy()
+    ref = np.full(len(b), float(np.median(dur)) if len(dur) else 0.0)
+    for n in np.unique(size):
+        same = size == n
+        if same.sum() >= WARMUP_MIN_STEADY:
+            ref[same] = float(np.median(dur[same]))
+    return dur > WARMUP_FACTOR * ref, ref
+
+
+def _union(iv: list[tuple[int, int]]) -> list[list[int]]:
+    merged: list[list[int]] = []
+    for a, b in sorted(iv):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def shared_stalls(runs: list[pd.DataFrame]) -> tuple[list[np.ndarray], float]:
+    """Stalls that hit several stages at once (a decoder re-creating its session stalls the
+    GPU stages beside it): per stage, the seconds each outlier execution (:func:`_outliers`)
+    overlapped another stage's outliers — cut from it, down to no less than the stage's median
+    for its size, so the model does not count a shared stall once per stage — and the total
+    seconds during which two or more stages were in outliers, which the model adds once to its
+    span as a pause of the whole pipeline. Each ``runs`` entry is one stage's executions."""
+    flags = [_outliers(b) for b in runs]
+    spans = [_union([(int(a), int(e)) for a, e, o in
+                     zip(b["start_ns"], b["end_ns"], f[0]) if o]) for b, f in zip(runs, flags)]
+    cuts = []
+    for k, (b, (out, ref)) in enumerate(zip(runs, flags)):
+        others = _union([tuple(v) for j, sp in enumerate(spans) if j != k for v in sp])
+        cut = np.zeros(len(b))
+        for i in np.nonzero(out)[0]:
+            a, e = int(b["start_ns"].iloc[i]), int(b["end_ns"].iloc[i])
+            over = sum(max(0, min(e, y) - max(a, x)) for x, y in others)
+            cut[i] = min(over, max(0.0, (e - a) - ref[i])) / 1e9
+        cuts.append(cut)
+    # the time two or more stages were in outliers at once
+    edges = sorted([(a, 1) for sp in spans for a, _ in sp] + [(e, -1) for sp in spans
+                                                              for _, e in sp])
+    depth, last, pause = 0, 0, 0
+    for t, d in edges:
+        if depth >= 2:
+            pause += t - last
+        depth += d
+        last = t
+    return cuts, pause / 1e9
 
 
 def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
@@ -390,7 +460,7 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
     done = np.array(sorted(finish))
     lat = np.array([finish[f] - created[f] for f in done]) * 1e3
     t_first = min(created)
-    t_last = max(finish.values())
+    t_last = max(finish.values()) + times[0].get("pause", 0.0)
     return {"fps": len(done) / (t_last - t_first), "p50_ms": float(np.percentile(lat, 50)),
             "p90_ms": float(np.percentile(lat, 90)), "p99_ms": float(np.percentile(lat, 99)),
             "frames_done": len(done), "dropped": dropped[0], "gil": gil_on,
