@@ -155,12 +155,20 @@ void check(const CuptiApi& cupti, CUptiResult r, const char* what) {
 
 // HOOKMAGIC_COUNTERS_TRACE=1: each profiler call of start/stop named on stderr before it is
 // made (a crash inside CUPTI then shows where).
-void trace(const char* what) {
+bool tracing() {
     static const bool on = [] {
         const char* v = std::getenv("HOOKMAGIC_COUNTERS_TRACE");
         return v && *v && *v != '0';
     }();
-    if (on) std::fprintf(stderr, "hookmagic counters: %s\n", what);
+    return on;
+}
+
+void trace(const char* what) {
+    if (tracing()) std::fprintf(stderr, "hookmagic counters: %s\n", what);
+}
+
+void trace(const char* what, size_t n) {
+    if (tracing()) std::fprintf(stderr, "hookmagic counters: %s %zu\n", what, n);
 }
 
 // The current context, else the primary context of device 0 made current (what the CUDA
@@ -645,6 +653,7 @@ void RangeCounters::start_user(void* subscriber, size_t max_ranges) {
         using NV::Cupti::Checkpoint::CUpti_Checkpoint;
         u->checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
     }
+    trace("user replay: armed");
     u->checkpoint.ctx = static_cast<CUcontext>(context_);
     u->checkpoint.allowOverwrite = 1;
     for (uint32_t cbid : kLaunchCallbacks)
@@ -723,6 +732,7 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
     if (p.cuStreamIsCapturing(stream, &capturing) != CUDA_SUCCESS ||
         capturing != CU_STREAM_CAPTURE_STATUS_NONE)
         return skip("a launch into a CUDA graph being captured");
+    trace("user replay: launch, driver callback", cbid);
     uint64_t t0 = 0;
     cupti.cuptiGetTimestamp(&t0);
     if (p.cuCtxSynchronize() != CUDA_SUCCESS) return skip("cuCtxSynchronize failed before a launch");
@@ -730,7 +740,9 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
     CUpti_RangeProfiler_Object* object = nullptr;
     bool saved = false;
     try {
+        trace("cuptiCheckpointSave");
         check(cupti, p.cuptiCheckpointSave(&u.checkpoint), "cuptiCheckpointSave");
+        trace("cuptiRangeProfilerEnable");
         saved = u.checkpoint_used = true;
         CUpti_RangeProfiler_Enable_Params enable{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
         enable.ctx = static_cast<CUcontext>(context_);
@@ -767,6 +779,7 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
         config.minNestingLevel = 1;
         config.passIndex = 0;
         config.targetNestingLevel = 1;
+        trace("cuptiRangeProfilerSetConfig");
         check(cupti, p.cuptiRangeProfilerSetConfig(&config), "cuptiRangeProfilerSetConfig");
         const unsigned threads = 512;
         size_t n16 = u.flush_bytes / 16;
@@ -776,7 +789,9 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
         bool all = false;
         for (size_t pass = 0; !all; ++pass) {
             if (pass >= kMaxUserPasses) throw CaptureError(-2, "user replay did not finish its passes");
+            trace("user replay: pass", pass);
             if (pass) check(cupti, p.cuptiCheckpointRestore(&u.checkpoint), "cuptiCheckpointRestore");
+            trace("user replay: flush");
             drv(p.cuLaunchKernel(u.write_fn, u.blocks, 1, 1, threads, 1, 1, 0, stream, write_args, nullptr),
                 "the L2 flush (write)");
             drv(p.cuLaunchKernel(u.read_fn, u.blocks, 1, 1, threads, 1, 1, 0, stream, read_args, nullptr),
@@ -784,15 +799,18 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
             drv(p.cuCtxSynchronize(), "cuCtxSynchronize after the L2 flush");
             CUpti_RangeProfiler_Start_Params go{CUpti_RangeProfiler_Start_Params_STRUCT_SIZE};
             go.pRangeProfilerObject = object;
+            trace("cuptiRangeProfilerStart");
             check(cupti, p.cuptiRangeProfilerStart(&go), "cuptiRangeProfilerStart");
             CUpti_RangeProfiler_PushRange_Params push{CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE};
             push.pRangeProfilerObject = object;
             push.pRangeName = "launch";
             check(cupti, p.cuptiRangeProfilerPushRange(&push), "cuptiRangeProfilerPushRange");
+            trace("user replay: launch again");
             const CUresult launched = launch();
             const CUresult synced = p.cuCtxSynchronize();
             CUpti_RangeProfiler_PopRange_Params pop{CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE};
             pop.pRangeProfilerObject = object;
+            trace("cuptiRangeProfilerPopRange");
             check(cupti, p.cuptiRangeProfilerPopRange(&pop), "cuptiRangeProfilerPopRange");
             CUpti_RangeProfiler_Stop_Params halt{CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE};
             halt.pRangeProfilerObject = object;
@@ -803,15 +821,19 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
         }
         CUpti_RangeProfiler_DecodeData_Params decode{CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE};
         decode.pRangeProfilerObject = object;
+        trace("cuptiRangeProfilerDecodeData");
         check(cupti, p.cuptiRangeProfilerDecodeData(&decode), "cuptiRangeProfilerDecodeData");
+        trace("user replay: evaluate");
         u.rows.dropped += decode.numOfRangeDropped;
         evaluate_into(u.rows, u.launches, name);
         ++u.launches;
     } catch (const std::exception& e) {
+        trace(e.what());
         skip(e.what());
     } catch (...) {
         skip("unknown failure");
     }
+    trace("user replay: disable, restore");
     if (object) {
         CUpti_RangeProfiler_Disable_Params d{CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE};
         d.pRangeProfilerObject = object;
@@ -825,9 +847,11 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
     cupti.cuptiGetTimestamp(&t1);
     u.rows.window_start.push_back(t0);
     u.rows.window_end.push_back(t1);
+    trace("user replay: launch done");
 }
 
 CounterRows RangeCounters::stop_user() {
+    trace("user replay: stop");
     auto t0 = std::chrono::steady_clock::now();
     user_armed_.store(false);
     std::shared_ptr<UserReplayState> u;

@@ -222,18 +222,18 @@ def _pair(tmp: Path, replay: str, cache_control: str) -> tuple[dict, list[dict]]
     ours = subprocess.run([sys.executable, str(HERE), "ours", str(ours_json)],
                           env={**env, "HOOKMAGIC_COUNTERS_REPLAY": replay},
                           capture_output=True, text=True, timeout=280)
+    out = os.environ.get("OUT")
+    if out:  # the raw run, for a look when it fails
+        (Path(out) / f"counters_{replay}.log").write_text(ours.stdout[-20000:] + ours.stderr[-20000:])
+    assert ours.returncode == 0, ours.stderr[-3000:]
     ncu = subprocess.run([NCU, "--profile-from-start", "off", "--metrics", ",".join(C.DEFAULT_COUNTERS),
                           "--csv", "--print-units", "base", "--clock-control", "none",
                           "--cache-control", cache_control, "--replay-mode", "kernel",
                           sys.executable, str(HERE), "ncu", "-"],
                          capture_output=True, text=True, env=env, timeout=280)
-    out = os.environ.get("OUT")
     if out:  # the raw runs, for a look when the pairing fails
-        if ours_json.exists():
-            shutil.copy(ours_json, Path(out) / f"counters_{replay}.json")
-        (Path(out) / f"counters_{replay}.log").write_text(ours.stdout[-20000:] + ours.stderr[-20000:])
+        shutil.copy(ours_json, Path(out) / f"counters_{replay}.json")
         (Path(out) / f"counters_ncu_{cache_control}.csv").write_text(ncu.stdout)
-    assert ours.returncode == 0, ours.stderr[-3000:]
     assert ncu.returncode == 0, ncu.stderr[-3000:]
     result = json.loads(ours_json.read_text())
     table = compare(result["rows"], _ncu_rows(ncu.stdout))
