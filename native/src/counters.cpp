@@ -610,6 +610,8 @@ struct UserReplayState {
     CUfunction write_fn = nullptr;
     CUfunction read_fn = nullptr;
     unsigned blocks = 0;
+    CUpti_RangeProfiler_Object* object = nullptr;  // enabled once: CUPTI 13.0 crashed
+                                                   // enabling it again after a disable
     ProfilerApi::Checkpoint checkpoint{};
     bool checkpoint_used = false;
     size_t max_ranges = 0;
@@ -656,6 +658,17 @@ void RangeCounters::start_user(void* subscriber, size_t max_ranges) {
     trace("user replay: armed");
     u->checkpoint.ctx = static_cast<CUcontext>(context_);
     u->checkpoint.allowOverwrite = 1;
+    CUpti_RangeProfiler_Enable_Params enable{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
+    enable.ctx = static_cast<CUcontext>(context_);
+    trace("cuptiRangeProfilerEnable");
+    CUptiResult enabled = p.cuptiRangeProfilerEnable(&enable);
+    if (enabled != CUPTI_SUCCESS) {
+        p.cuModuleUnload(u->module);
+        p.cuMemFree(u->scratch);
+        p.cuMemFree(u->sink);
+        check(cupti, enabled, "cuptiRangeProfilerEnable");
+    }
+    u->object = enable.pRangeProfilerObject;
     for (uint32_t cbid : kLaunchCallbacks)
         cupti.cuptiEnableCallback(1, static_cast<CUpti_SubscriberHandle>(subscriber),
                                   CUPTI_CB_DOMAIN_DRIVER_API, cbid);
@@ -737,17 +750,13 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
     cupti.cuptiGetTimestamp(&t0);
     if (p.cuCtxSynchronize() != CUDA_SUCCESS) return skip("cuCtxSynchronize failed before a launch");
     const std::string name = cb->symbolName ? cb->symbolName : "";
-    CUpti_RangeProfiler_Object* object = nullptr;
+    CUpti_RangeProfiler_Object* object = u.object;
     bool saved = false;
     try {
         trace("cuptiCheckpointSave");
         check(cupti, p.cuptiCheckpointSave(&u.checkpoint), "cuptiCheckpointSave");
-        trace("cuptiRangeProfilerEnable");
         saved = u.checkpoint_used = true;
-        CUpti_RangeProfiler_Enable_Params enable{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
-        enable.ctx = static_cast<CUcontext>(context_);
-        check(cupti, p.cuptiRangeProfilerEnable(&enable), "cuptiRangeProfilerEnable");
-        object = enable.pRangeProfilerObject;
+        trace("counter data image");
         std::vector<const char*> names;
         for (const auto& m : metrics_) names.push_back(m.c_str());
         if (counter_data_.empty()) {
@@ -833,12 +842,7 @@ void RangeCounters::replay_launch(uint32_t cbid, const void* callback_data) {
     } catch (...) {
         skip("unknown failure");
     }
-    trace("user replay: disable, restore");
-    if (object) {
-        CUpti_RangeProfiler_Disable_Params d{CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE};
-        d.pRangeProfilerObject = object;
-        p.cuptiRangeProfilerDisable(&d);
-    }
+    trace("user replay: restore");
     // The program's launch, which proceeds after this, sees the memory it would have seen.
     if (saved && p.cuptiCheckpointRestore(&u.checkpoint) != CUPTI_SUCCESS)
         skip("cuptiCheckpointRestore failed: the program's memory may differ");
@@ -863,6 +867,11 @@ CounterRows RangeCounters::stop_user() {
     rows.ranges = static_cast<uint64_t>(u->launches);
     rows.dropped += u->dropped;
     ProfilerApi& p = api(*cupti_);
+    if (u->object) {
+        CUpti_RangeProfiler_Disable_Params d{CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE};
+        d.pRangeProfilerObject = u->object;
+        p.cuptiRangeProfilerDisable(&d);
+    }
     if (u->checkpoint_used) p.cuptiCheckpointFree(&u->checkpoint);
     if (u->module) p.cuModuleUnload(u->module);
     if (u->scratch) p.cuMemFree(u->scratch);
