@@ -6,8 +6,8 @@
   ``fn`` ran, for the whole batch), ``put_ns`` (the result entered the next queue: ``put_ns -
   end_ns`` is back-pressure). ``gpu_start_ns``/``gpu_end_ns``: CUDA-event times of GPU stages on
   the host clock (-1 elsewhere). ``worker``, ``batch`` (-1 unbatched), ``batch_size``,
-  ``status`` (ok, failed, none), ``error``. ``cpu_ns`` (runs recorded since it exists; -1 where
-  unknown): the CPU time the executing thread spent in the execution (for a GPU stage, before
+  ``status`` (ok, failed, none), ``error``. ``cpu_ns`` (runs recorded since it exists, with
+  ``instrument=True``; -1 where unknown): the CPU time the executing thread spent in the execution (for a GPU stage, before
   the wait for its stream), what the model takes as its GIL-held part.
 - ``frames``: one row per frame: ``frame``, ``source``, ``index``, ``created_ns``, ``outcome``
   (done, dropped, failed, cancelled), ``reason``, ``error``, ``stage`` (where it ended).

@@ -12,13 +12,14 @@ workers are threads the pipeline keeps across its runs (:mod:`hookmagic.pipeline
 their CUDA streams and the libraries' per-thread handles; the source is read by a new thread per
 stream each run.
 
-What instrumentation costs per stage execution: host timestamps, the thread's CPU time (two
-``time.thread_time_ns`` reads: what the model takes as the execution's GIL-held part) and one row
-appended to the thread's own list (always); for GPU stages two ``cuEventRecord`` calls that keep the GIL, on
-events the worker reuses, read once after the run, around every execution that starts at least
+What instrumentation costs per stage execution: host timestamps and one row appended to the
+thread's own list (always); with ``instrument=True``, the thread's CPU time (two
+``time.thread_time_ns`` reads, 0.1–0.5 µs each: what the model's GIL takes as the execution's
+held part) and, for GPU stages, two ``cuEventRecord`` calls that keep the GIL, on events the
+worker reuses, read once after the run, around every execution that starts at least
 :data:`~hookmagic.pipeline.cuda_events.INTERVAL_S` after the worker's previous timed one
-(``instrument=True``, :mod:`hookmagic.pipeline.cuda_events`); a range only under a capture. A GPU stage waits for its
-stream after ``fn`` with or without instrumentation. See lab/pipeline/pipeline_instrument.py.
+(:mod:`hookmagic.pipeline.cuda_events`); a range only under a capture. A GPU stage waits for
+its stream after ``fn`` with or without instrumentation. See lab/pipeline/pipeline_instrument.py.
 
 On an exception from a stage (with ``on_error="stop"``) or a KeyboardInterrupt the run stops:
 threads get :data:`LEAVE_S` to leave (a worker still inside its stage's ``fn`` then is left
@@ -178,8 +179,8 @@ class Pipeline:
     way to the source; ``"drop_oldest"`` makes a source that finds its queue full drop the oldest
     queued frame instead (for live cameras). ``on_error="continue"`` records a failing frame and
     goes on; ``"stop"`` stops the run and re-raises. ``instrument=False`` skips the
-    ``hookmagic.range`` (opened only while a capture records ranges) and the CUDA events
-    (host timestamps are always taken).
+    ``hookmagic.range`` (opened only while a capture records ranges), the CUDA events and the
+    thread CPU times (host timestamps are always taken).
 
     The stage workers are kept between runs (one run at a time per pipeline); :meth:`close`
     ends them, as collecting the pipeline does.
@@ -331,6 +332,7 @@ class _Run:
     def _read(self, stream: Any, sidx: int, t0: float) -> None:
         rec, stage, pipe = self.rec, self.src.stage, self.pipe
         rows, _, _ = rec.thread_lists()
+        cpu_on = pipe.instrument  # the CPU clock costs ~0.5 µs a read on some machines
         try:
             it = stream.open()
             i = 0
@@ -345,12 +347,12 @@ class _Run:
                         break
                     due = int(due_s * 1e9)
                 start = time.perf_counter_ns()
-                cpu = time.thread_time_ns()
+                cpu = time.thread_time_ns() if cpu_on else 0
                 try:
                     payload = next(it)
                 except StopIteration:
                     break
-                cpu = time.thread_time_ns() - cpu
+                cpu = time.thread_time_ns() - cpu if cpu_on else -1
                 end = time.perf_counter_ns()
                 created = due if due is not None and due < start else start
                 if isinstance(payload, Lost):   # frames a live stream skipped: counted, not hidden
@@ -405,6 +407,7 @@ class _Run:
         that thread's own: its CUDA stream and timing events, kept across runs)."""
         st, rec, pipe = self.pipe.stages[k], self.rec, self.pipe
         rows_out, gpu_out, gpu_done = rec.thread_lists()
+        cpu_on = pipe.instrument
         append = rows_out.append
         name, fn, batched, observers = st.name, st.fn, bool(st.batch), self.observers
         gpu = st.device == "cuda"
@@ -460,7 +463,7 @@ class _Run:
                 batch_id = next(rec.batch_ids) if batched else -1
                 pair = timed_pair = None
                 start = time.perf_counter_ns()
-                cpu = time.thread_time_ns()
+                cpu = time.thread_time_ns() if cpu_on else 0
                 status, error, outs = "ok", "", None
                 self.busy[(k, worker)] = [it.fid for it in items]
                 try:
@@ -478,7 +481,7 @@ class _Run:
                         record(pair[1], handle)
                     # the thread's CPU time in fn, before the wait for the stream (which
                     # releases the GIL and may spin): the execution's GIL-held part
-                    cpu = time.thread_time_ns() - cpu
+                    cpu = time.thread_time_ns() - cpu if cpu_on else -1
                     if gpu:
                         stream.synchronize()  # the end event is complete with it
                         timed_pair = pair
