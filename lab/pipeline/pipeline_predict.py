@@ -2,7 +2,11 @@
 preprocess → ResNet-50 FP16 → top-5, with the inference made heavier or lighter for real.
 
     python lab/pipeline/pipeline_predict.py --clip CLIP.mp4 --out DIR [--processes 3] [--loops 4]
-        [--infer graph|eager]
+        [--infer graph|eager] [--collect-only | --analyse-only]
+
+The runs are saved (``DIR/runs_<infer>/p<i>/*.hmpipe``) and modelled afterwards (``analyse``):
+``--collect-only`` on the GPU machine, ``--analyse-only`` wherever the folder is copied, which
+costs no GPU time and can be repeated as the model changes.
 
 GPU machine with torch, torchvision and PyNvVideoCodec (no PyAV needed: the clip is made
 beforehand, e.g. by ``lab/pipeline/pipeline_color.py make``). In each fresh process, for each
@@ -24,7 +28,8 @@ worker threads). Checks, per process:
   within 10 %); the prediction with the nominal k = r_h / r_l is recorded too (the stage's host
   overhead does not scale with r, so the nominal factor overstates the speed-up).
 
-Writes ``DIR/pipeline_predict.json`` (every run's figures) and ``DIR/pipeline_predict.md``.
+Both the default model and ``gil=True`` are reported. Writes
+``DIR/pipeline_predict_<infer>.json`` (every run's figures) and ``DIR/pipeline_predict_<infer>.md``.
 """
 from __future__ import annotations
 
