@@ -16,6 +16,18 @@ attention, convolution, elementwise) took 9.4 s counted plus 0.6 s to
 evaluate: the ``smsp__sass_*`` instruction counters make CUPTI patch each kernel's code.
 Metric values are evaluated on the host when the capture ends.
 
+``HOOKMAGIC_COUNTERS_REPLAY=user`` selects the other replay (:data:`REPLAYS`): hookmagic replays
+each launch itself from its driver callback — memory saved and restored with CUPTI's checkpoint
+API, L2 flushed before every pass, one user range around each replayed launch — and the
+program's own launch then runs uncounted, with its normal timestamps. Each pass then starts
+from the cache state Nsight Compute's default (``--cache-control all``) gives it. Measured on an
+H200 against that default (tests/gpu/test_counters_gpu.py): occupancy, L1 hit rate, tensor pipe,
+the pipe instruction counts and DRAM bytes read agree, and DRAM bytes written on the launches
+that write tens of MB (ncu's flushed replay counts ~2.4 MB more on every launch); but a user range spans the launch, not only the
+kernel, so durations and the per-elapsed-cycle rates (SM and DRAM throughput) run long, and the
+``smsp__sass_*`` instruction counts read 0. So kernel replay stays the default. The same block
+of 14 launches took 2.7 s counted under user replay, 9.2 s under kernel replay (12 passes each).
+
 Counted are the kernels of the CUDA context current when the capture starts (the primary
 context of device 0 if none is); the i-th range is joined to the i-th launch of the
 ``kernels`` table in correlation order, which is launch order for launches from one thread

@@ -16,6 +16,9 @@
 //   The replays and flushes are the counting's own work: on_driver_callback tells the session
 //   to leave their callbacks out, and their activity records lie inside the time windows that
 //   stop() returns.
+//   A user range spans the replayed launch (launch latency included), not only the kernel, so
+//   gpu__time_duration and the rates per elapsed cycle come out longer than kernel replay's;
+//   on the H200 (CUPTI 13.0) the smsp__sass_* counters read 0 under user replay.
 // The launches are serialised. Metric values are evaluated on the host (cuptiProfilerHost*).
 //
 // The profiler functions are resolved from the CUPTI the session loaded (dlsym on its
