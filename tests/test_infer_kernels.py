@@ -228,3 +228,18 @@ def test_conv_wgmma_compiles_for_sm90a_into_wgmma_code_and_to_stubs_elsewhere():
     assert "wgmma.mma_async" not in family_ptx("conv_wgmma", "sm_90")
     # the stages and staging tiles fit the H100/H200's 227 KiB a block
     assert max(conv.WG_SMEM.values()) <= 227 * 1024
+
+
+def test_conv_im2col_tensor_map_ranges_are_checked_before_the_driver():
+    from hookmagic.kernels import dispatch, tma
+    # cuTensorMapEncodeIm2col's rank-4 corners are signed 8-bit and element strides 1-8 (CUDA driver API)
+    with pytest.raises(hk.KernelArgumentError, match=r"padding and filter offsets in \[-128, 127\]"):
+        tma.encode_im2col_nhwc(1 << 20, "float16", (1, 300, 300, 64), 130, 3, 1, (64, 128))
+    with pytest.raises(hk.KernelArgumentError, match="strides 1-8"):
+        tma.encode_im2col_nhwc(1 << 20, "float16", (1, 30, 30, 64), 1, 3, 9, (64, 128))
+    with pytest.raises(hk.KernelArgumentError, match="16-byte aligned"):
+        tma.encode_im2col_nhwc((1 << 20) + 8, "float16", (1, 30, 30, 64), 1, 3, 1, (64, 128))
+    # the convolution takes the im2col path only within those ranges, for 64-channel k-steps and square filters
+    assert dispatch.im2col_ok(64, 3, 3, 2, 1) and dispatch.im2col_ok(2048, 1, 1, 1, 0)
+    assert not dispatch.im2col_ok(96, 3, 3, 1, 1) and not dispatch.im2col_ok(64, 3, 5, 1, 1)
+    assert not dispatch.im2col_ok(64, 3, 3, 9, 1) and not dispatch.im2col_ok(64, 3, 3, 1, 128)
