@@ -456,7 +456,6 @@ CounterRows RangeCounters::stop() {
     const CuptiApi& cupti = *cupti_;
     ProfilerApi& p = api(cupti);
     auto* object = static_cast<CUpti_RangeProfiler_Object*>(range_profiler_);
-    auto* host = static_cast<CUpti_Profiler_Host_Object*>(host_);
     try {
         p.cuCtxSynchronize();
         CUpti_RangeProfiler_Stop_Params halt{CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE};
@@ -473,7 +472,6 @@ CounterRows RangeCounters::stop() {
         info.counterDataImageSize = counter_data_.size();
         trace("cuptiRangeProfilerGetCounterDataInfo");
         check(cupti, p.cuptiRangeProfilerGetCounterDataInfo(&info), "cuptiRangeProfilerGetCounterDataInfo");
-        (void)host;
         evaluate_into(rows, 0, "");
         rows.ranges = info.numTotalRanges;
     } catch (...) {
