@@ -32,34 +32,29 @@
 // Off sm_90a the entry points compile to empty stubs (hookmagic.kernels refuses to launch them).
 #include "wgmma_gemm.cuh"
 
-#define CV_BM 128                 // rows of a tile: two consumer warpgroups x 64
-#define CV_BK 64                  // elements of Kg per k-step: one 128-byte swizzled row
+#if !defined(CV_BM) || !defined(CV_BK) || !defined(CV_THREADS) || !defined(CV_STAGES_N128) || !defined(CV_STAGES_N64)
+#error "compile with the -D tile constants of hookmagic/kernels/constants.py (hookmagic.kernels.build does)"
+#endif
 #define CV_A_BYTES (CV_BM * CV_BK * 2)
-#define CV_THREADS 384
 
 #ifdef HM_WGMMA_BODY
-#define HM_CV_D64_NAMES "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-#define HM_CV_D64_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define HM_CV_D128_NAMES "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-#define HM_CV_D128_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
-// d[N / 2] += A (descriptor da, K-major) x B (descriptor db, K-major), one k16 step; DA, DB, P: the
-// operand numbers after the N / 2 accumulators.
-#define HM_CV_WGMMA(N, TYPE, PTX, DA, DB, P)                                                                    \
-  __device__ __forceinline__ void hm_cv_wgmma(float* d, unsigned long long da, unsigned long long db,     \
+// d[N / 2] += A (descriptor da, K-major) x B (descriptor db, K-major), one k16 step; NAMES, OPERANDS:
+// the N / 2 accumulators (wgmma_gemm.cuh); DA, DB, P: the operand numbers after them.
+#define HM_CV_WGMMA(N, NAMES, OPERANDS, TYPE, PTX, DA, DB, P)                                              \
+  __device__ __forceinline__ void hm_cv_wgmma(float* d, unsigned long long da, unsigned long long db,      \
                                               TYPE, hm_cv_n<N>) {                                          \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                   \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " HM_CV_D##N##_NAMES    \
-                 "%" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"                                        \
-                 : HM_CV_D##N##_OPERANDS                                                                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " NAMES                   \
+                 "%" #DA ", %" #DB ", p, 1, 1, 0, 0;\n}\n"                                                 \
+                 : OPERANDS                                                                                \
                  : "l"(da), "l"(db), "r"(1)                                                                \
                  : "memory");                                                                              \
   }
 template <int N> struct hm_cv_n {};
-HM_CV_WGMMA(64, __half, "f16", 32, 33, 34)
-HM_CV_WGMMA(64, __nv_bfloat16, "bf16", 32, 33, 34)
-HM_CV_WGMMA(128, __half, "f16", 64, 65, 66)
-HM_CV_WGMMA(128, __nv_bfloat16, "bf16", 64, 65, 66)
+HM_CV_WGMMA(64, HM_WGMMA_D32_NAMES, HM_WGMMA_D32_OPERANDS, __half, "f16", 32, 33, 34)
+HM_CV_WGMMA(64, HM_WGMMA_D32_NAMES, HM_WGMMA_D32_OPERANDS, __nv_bfloat16, "bf16", 32, 33, 34)
+HM_CV_WGMMA(128, HM_WGMMA_D64_NAMES, HM_WGMMA_D64_OPERANDS, __half, "f16", 64, 65, 66)
+HM_CV_WGMMA(128, HM_WGMMA_D64_NAMES, HM_WGMMA_D64_OPERANDS, __nv_bfloat16, "bf16", 64, 65, 66)
 
 // TMA im2col: 128 output pixels' receptive-field rows of 64 channels (the tensor map's box), the
 // pixel walk starting at (c, w, h, n) and each pixel read at its coordinates + (ow_off, oh_off).
@@ -251,7 +246,8 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
 #endif  // HM_WGMMA_BODY
 
 // conv_wgmma_<f16|bf16>_n<BN>[_c4|_tma]: BN output channels a tile, STAGES k-steps in flight (both fill
-// the shared memory: 5 x 32 KiB for BN 128, 7 x 24 KiB for BN 64, + 2 x 64 x BN staging); the A operand
+// the shared memory: CV_STAGES_N128 x 32 KiB for BN 128, CV_STAGES_N64 x 24 KiB for BN 64, + 2 x 64 x BN
+// staging); the A operand
 // by TMA im2col (_tma: C % 64 == 0, tmX), or gathered in 16-byte chunks (C % 8 == 0) or 8-byte ones
 // (_c4: C % 4 == 0; tmX unused).
 #define HM_CV_ENTRY(NAME, T, BN, ST, CB)                                                                       \
@@ -260,15 +256,15 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
       int C, int K, int S, int OH, int OW, int stride, int pad, int M, int Kg, int act, int vec) {             \
     HM_CV_BODY(T, BN, ST, CB);                                                                                 \
   }
-HM_CV_ENTRY(conv_wgmma_f16_n128, __half, 128, 5, 16)
-HM_CV_ENTRY(conv_wgmma_bf16_n128, __nv_bfloat16, 128, 5, 16)
-HM_CV_ENTRY(conv_wgmma_f16_n64, __half, 64, 7, 16)
-HM_CV_ENTRY(conv_wgmma_bf16_n64, __nv_bfloat16, 64, 7, 16)
-HM_CV_ENTRY(conv_wgmma_f16_n128_c4, __half, 128, 5, 8)
-HM_CV_ENTRY(conv_wgmma_bf16_n128_c4, __nv_bfloat16, 128, 5, 8)
-HM_CV_ENTRY(conv_wgmma_f16_n64_c4, __half, 64, 7, 8)
-HM_CV_ENTRY(conv_wgmma_bf16_n64_c4, __nv_bfloat16, 64, 7, 8)
-HM_CV_ENTRY(conv_wgmma_f16_n128_tma, __half, 128, 5, 0)
-HM_CV_ENTRY(conv_wgmma_bf16_n128_tma, __nv_bfloat16, 128, 5, 0)
-HM_CV_ENTRY(conv_wgmma_f16_n64_tma, __half, 64, 7, 0)
-HM_CV_ENTRY(conv_wgmma_bf16_n64_tma, __nv_bfloat16, 64, 7, 0)
+HM_CV_ENTRY(conv_wgmma_f16_n128, __half, 128, CV_STAGES_N128, 16)
+HM_CV_ENTRY(conv_wgmma_bf16_n128, __nv_bfloat16, 128, CV_STAGES_N128, 16)
+HM_CV_ENTRY(conv_wgmma_f16_n64, __half, 64, CV_STAGES_N64, 16)
+HM_CV_ENTRY(conv_wgmma_bf16_n64, __nv_bfloat16, 64, CV_STAGES_N64, 16)
+HM_CV_ENTRY(conv_wgmma_f16_n128_c4, __half, 128, CV_STAGES_N128, 8)
+HM_CV_ENTRY(conv_wgmma_bf16_n128_c4, __nv_bfloat16, 128, CV_STAGES_N128, 8)
+HM_CV_ENTRY(conv_wgmma_f16_n64_c4, __half, 64, CV_STAGES_N64, 8)
+HM_CV_ENTRY(conv_wgmma_bf16_n64_c4, __nv_bfloat16, 64, CV_STAGES_N64, 8)
+HM_CV_ENTRY(conv_wgmma_f16_n128_tma, __half, 128, CV_STAGES_N128, 0)
+HM_CV_ENTRY(conv_wgmma_bf16_n128_tma, __nv_bfloat16, 128, CV_STAGES_N128, 0)
+HM_CV_ENTRY(conv_wgmma_f16_n64_tma, __half, 64, CV_STAGES_N64, 0)
+HM_CV_ENTRY(conv_wgmma_bf16_n64_tma, __nv_bfloat16, 64, CV_STAGES_N64, 0)

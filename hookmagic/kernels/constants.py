@@ -31,13 +31,17 @@ WG = {"WG_BM": 128, "WG_BN": 256, "WG_BK": 64, "WG_STAGES": 4, "WG_THREADS": 384
 #: the FP8 kernels on the same pipeline (kernels/gemm_fp8.cu): a stage's 128-byte swizzled row holds
 #: twice as many 1-byte elements, so K advances 128 per stage (wgmma m64n256k32, 4 per stage)
 WG["WG8_BK"] = WG["WG_BK"] * 2
+#: the Hopper convolution (kernels/conv_wgmma.cu): 128 output pixels x block_n (128 or 64) output
+#: channels a tile, 64 elements of R*S*C a k-step (one 128-byte swizzled row), producer + 2 consumer
+#: warpgroups; as many k-steps in flight as fill the shared memory at each block_n
+CV = {"CV_BM": 128, "CV_BK": 64, "CV_THREADS": 384, "CV_STAGES_N128": 5, "CV_STAGES_N64": 7}
 
 #: bytes of one pipeline stage (A and B tiles) of the FP16/BF16 mma.sync GEMM
 TC_STAGE_BYTES = (TC["TC_BM"] * TC["TC_ALD"] + TC["TC_BK"] * TC["TC_BLD"]) * 2
 #: bytes of one pipeline stage (A and Bt tiles) of the INT8 GEMM
 I8_STAGE_BYTES = 2 * TC["TC_BM"] * I8["I8_LD"]
 
-_ALL = {**SGEMM_TILE_1D, **SGEMM_TILE_2D, **SGEMM_WARPTILE, **TC, **I8, **WG}
+_ALL = {**SGEMM_TILE_1D, **SGEMM_TILE_2D, **SGEMM_WARPTILE, **TC, **I8, **WG, **CV}
 
 
 def defines(family: str) -> tuple[str, ...]:
@@ -46,5 +50,5 @@ def defines(family: str) -> tuple[str, ...]:
     return tuple(f"-D{k}={v}" for k, v in sorted(_ALL.items()))
 
 
-__all__ = ["SGEMM_TILE_1D", "SGEMM_TILE_2D", "SGEMM_WARPTILE", "TC", "I8", "WG", "TC_STAGE_BYTES",
+__all__ = ["SGEMM_TILE_1D", "SGEMM_TILE_2D", "SGEMM_WARPTILE", "TC", "I8", "WG", "CV", "TC_STAGE_BYTES",
            "I8_STAGE_BYTES", "defines"]

@@ -54,10 +54,10 @@ register(KernelSpec("conv2d", "implicit_gemm", "conv", {d: f"conv_igemm_{s}" for
                     (256, 1, 1), (128, 128), smem=_SMEM, min_arch=80,
                     description="implicit GEMM (im2col on the fly by cp.async), mma.sync m16n8k16, 128x128x32 "
                                 "tiles, 3 stages; + bias, activation, residual"))
-#: the wgmma kernels' tiles (kernels/conv_wgmma.cu: CV_BM, CV_BK; its entry points fix the stage
-#: counts by block_n): block_n -> pipeline stages
-WG_BM, WG_BK, WG_THREADS = 128, 64, 384
-WG_STAGES = {128: 5, 64: 7}
+#: the wgmma kernels' tiles (constants.CV, compiled into kernels/conv_wgmma.cu): block_n -> stages
+_CV = constants.CV
+WG_BM, WG_BK, WG_THREADS = _CV["CV_BM"], _CV["CV_BK"], _CV["CV_THREADS"]
+WG_STAGES = {128: _CV["CV_STAGES_N128"], 64: _CV["CV_STAGES_N64"]}
 #: dynamic shared memory by block_n: 1 KiB alignment slack, the A (128 x 64) and B (block_n x 64)
 #: stages, two 64 x block_n staging tiles, 2 mbarriers a stage
 WG_SMEM = {bn: 1024 + st * (WG_BM + bn) * WG_BK * 2 + 2 * 64 * bn * 2 + 2 * st * 8 for bn, st in WG_STAGES.items()}
