@@ -417,8 +417,12 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             meta["warnings"] += uncaptured_graph_notes(tables.get("kernels"))
         meta["kernel_timestamps"] = "hardware events" if self._hw_trace else "instrumentation"
         if counted is not None:
-            meta["kernel_timestamps"] = hw_counters.REPLAY_TIMESTAMPS
-            meta["counters"] = {"metrics": self._counting["metrics"], "replay": "kernel",
+            if self._counting["replay"] == "kernel":
+                meta["kernel_timestamps"] = hw_counters.REPLAY_TIMESTAMPS
+            meta["counters"] = {"metrics": self._counting["metrics"],
+                                "replay": self._counting["replay"],
+                                "skipped": int(counted.get("skipped", 0)),
+                                "skip_reason": str(counted.get("first_error", "")),
                                 "passes": self._counting["passes"],
                                 "kernels": int(counted["ranges"]),
                                 "dropped": int(counted["dropped"]), "unmatched": unmatched,

@@ -36,6 +36,9 @@ WG["WG8_BK"] = WG["WG_BK"] * 2
 #: warpgroups; as many k-steps in flight as fill the shared memory at each block_n
 CV = {"CV_BM": 128, "CV_BK": 64, "CV_THREADS": 384, "CV_STAGES_N128": 5, "CV_STAGES_N64": 7}
 
+#: the epilogue activation codes of kernels/common.cuh (hm_act), by the name callers pass
+ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}
+
 #: bytes of one pipeline stage (A and B tiles) of the FP16/BF16 mma.sync GEMM
 TC_STAGE_BYTES = (TC["TC_BM"] * TC["TC_ALD"] + TC["TC_BK"] * TC["TC_BLD"]) * 2
 #: bytes of one pipeline stage (A and Bt tiles) of the INT8 GEMM
@@ -50,5 +53,5 @@ def defines(family: str) -> tuple[str, ...]:
     return tuple(f"-D{k}={v}" for k, v in sorted(_ALL.items()))
 
 
-__all__ = ["SGEMM_TILE_1D", "SGEMM_TILE_2D", "SGEMM_WARPTILE", "TC", "I8", "WG", "CV", "TC_STAGE_BYTES",
+__all__ = ["ACTIVATIONS", "SGEMM_TILE_1D", "SGEMM_TILE_2D", "SGEMM_WARPTILE", "TC", "I8", "WG", "CV", "TC_STAGE_BYTES",
            "I8_STAGE_BYTES", "defines"]

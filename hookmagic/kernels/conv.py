@@ -44,8 +44,7 @@ from hookmagic.kernels.registry import ITEMSIZE, KernelSpec, register
 
 _DTYPES = ("float16", "bfloat16")
 _SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
-#: activation codes of kernels/common.cuh (the GEMMs' ACTIVATIONS)
-_ACT = {None: 0, "none": 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}
+_ACT = constants.ACTIVATIONS
 _SMEM = constants.TC["TC_STAGES"] * constants.TC_STAGE_BYTES   # the A and B tile stages, as gemm_mma
 #: conv2d's layouts: activations and the weights that go with them
 LAYOUTS = {"NHWC": "KRSC", "NCHW": "KCRS"}

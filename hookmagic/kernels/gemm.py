@@ -33,7 +33,7 @@ for _v, (_block, _tile, _order, _desc) in _SGEMM_SHAPES.items():
     register(KernelSpec("sgemm", _v, "sgemm", {"float32": f"sgemm_{_v}"}, _block, _tile,
                         grid_order=_order, description=_desc))
 
-ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu_tanh": 2, "gelu": 3}
+ACTIVATIONS = constants.ACTIVATIONS
 
 
 def _grid(spec: KernelSpec, m: int, n: int) -> tuple[int, int, int]:
