@@ -37,6 +37,23 @@ def _loops_per_ms() -> float:
     return n / max(time.thread_time() - t, 1e-9) / 1e3
 
 
+def _as_run(rows: list[tuple], n: int, stages: int, **meta: float) -> PipelineRun:
+    """A SYNTHETIC run of ``stages`` one-worker CPU stages (stage 0 the source) and ``n`` frames
+    from its event rows (frame, stage, stage_index, worker, batch, batch_size, enqueue_ns,
+    start_ns, end_ns, put_ns, gpu_start_ns, gpu_end_ns, status, error, cpu_ns)."""
+    ev = pd.DataFrame(rows, columns=["frame", "stage", "stage_index", "worker", "batch",
+                                     "batch_size", "enqueue_ns", "start_ns", "end_ns", "put_ns",
+                                     "gpu_start_ns", "gpu_end_ns", "status", "error", "cpu_ns"])
+    fr = pd.DataFrame({"frame": range(n), "source": "synthetic", "index": range(n),
+                       "created_ns": ev[ev["stage_index"] == 0]["start_ns"].to_numpy(),
+                       "outcome": "done", "reason": "", "error": "", "stage": "s"})
+    info = {"pipeline": "synthetic", "queue_size": 4, "overflow": "block",
+            "streams": [{"name": "synthetic", "fps": None}], **meta,
+            "stages": [{"name": f"s{k}", "workers": 1, "batch": None, "device": "cpu",
+                        "kind": "source" if k == 0 else "stage"} for k in range(stages)]}
+    return PipelineRun(ev, fr, info)
+
+
 def synthetic_run(stages: list[tuple[float, float]], n: int = 300) -> PipelineRun:
     """A synthetic run whose stage k took ``held + free`` ms per frame, ``held`` of them on the
     thread's CPU (stage 0 = read). Only the durations matter to the model; the reads are laid
@@ -50,17 +67,7 @@ def synthetic_run(stages: list[tuple[float, float]], n: int = 300) -> PipelineRu
             rows.append((f, f"s{k}", k, 0, -1, 1, at, at, at + d, at + d, -1, -1, "ok", "",
                          int(held * MS)))
             t += d
-    ev = pd.DataFrame(rows, columns=["frame", "stage", "stage_index", "worker", "batch",
-                                     "batch_size", "enqueue_ns", "start_ns", "end_ns", "put_ns",
-                                     "gpu_start_ns", "gpu_end_ns", "status", "error", "cpu_ns"])
-    fr = pd.DataFrame({"frame": range(n), "source": "synthetic", "index": range(n),
-                       "created_ns": ev[ev["stage_index"] == 0]["start_ns"].to_numpy(),
-                       "outcome": "done", "reason": "", "error": "", "stage": "s"})
-    meta = {"pipeline": "synthetic", "queue_size": 4, "overflow": "block",
-            "streams": [{"name": "synthetic", "fps": None}], "switch_interval_s": 0.005,
-            "stages": [{"name": f"s{k}", "workers": 1, "batch": None, "device": "cpu",
-                        "kind": "source" if k == 0 else "stage"} for k in range(len(stages))]}
-    return PipelineRun(ev, fr, meta)
+    return _as_run(rows, n, len(stages), switch_interval_s=0.005)
 
 
 class _Clock:
@@ -195,18 +202,7 @@ def _line(durations_ms: list[list[float]], starts_ms: list[list[float]] | None =
             a, e = int(at * MS), int((at + d) * MS)
             rows.append((f, f"s{k}", k, 0, -1, 1, a, a, e, e, -1, -1, "ok", "", 0))
             t = at + d
-    ev = pd.DataFrame(rows, columns=["frame", "stage", "stage_index", "worker", "batch",
-                                     "batch_size", "enqueue_ns", "start_ns", "end_ns", "put_ns",
-                                     "gpu_start_ns", "gpu_end_ns", "status", "error", "cpu_ns"])
-    fr = pd.DataFrame({"frame": range(n), "source": "synthetic", "index": range(n),
-                       "created_ns": ev[ev["stage_index"] == 0]["start_ns"].to_numpy(),
-                       "outcome": "done", "reason": "", "error": "", "stage": "s"})
-    meta = {"pipeline": "synthetic", "queue_size": 4, "overflow": "block",
-            "streams": [{"name": "synthetic", "fps": None}],
-            "stages": [{"name": f"s{k}", "workers": 1, "batch": None, "device": "cpu",
-                        "kind": "source" if k == 0 else "stage"}
-                       for k in range(len(durations_ms))]}
-    return PipelineRun(ev, fr, meta)
+    return _as_run(rows, n, len(durations_ms))
 
 
 def test_rare_long_executions_are_replayed_as_often_as_they_happened():
