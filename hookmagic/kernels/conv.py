@@ -11,7 +11,7 @@ or ``"NCHW"`` (torch's: activations ``(N, C, H, W)``, weights ``(K, C, R, S)``, 
     wp = kernels.pack_conv_weight(w_krsc); y = kernels.conv2d(x_nhwc, wp, ..., kernel_size=3)   # pack once
     z = kernels.depthwise_conv2d(x_nhwc, w_dw, stride=1, padding=1)   # w_dw: (C, 1, 3, 3)
 
-FP16/BF16 with FP32 accumulation. ``conv2d`` has three variants (``variant=``; the default
+FP16/BF16 with FP32 accumulation. ``conv2d``'s variants (``variant=``; the default
 ``"auto"`` runs what :func:`hookmagic.kernels.dispatch.choose_conv` picks, and
 ``kernels.explain("conv2d", x.shape, w.shape, ...)`` says what and why):
 
