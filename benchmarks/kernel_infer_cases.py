@@ -223,6 +223,9 @@ CONV_IMPLS = {"auto": {}, "wgmma_n64": {"variant": "wgmma", "block_n": 64},
               "gather_n64": {"variant": "wgmma_gather", "block_n": 64},
               "gather_n128": {"variant": "wgmma_gather", "block_n": 128}, "implicit_gemm": {"variant": "implicit_gemm"},
               "gemm": {"variant": "gemm"}}
+#: split-K designs, timed only when named in --impls: label -> conv2d keywords
+CONV_SPLIT_IMPLS = {f"split{sk}_n{bn}": {"variant": "wgmma", "block_n": bn, "split_k": sk}
+                    for bn in (128, 64) for sk in (2, 3, 4)}
 CONV_DESCRIPTION = ("hookmagic.kernels.conv2d (NHWC + KRSC, FP16) on every distinct convolution of ResNet-50 at "
                     "batch 32 against cuDNN (torch F.conv2d, channels_last, cudnn.benchmark=True) in the same "
                     "process: kernel time with the host's launch cost hidden (CUDA events around each call queued "
@@ -254,11 +257,22 @@ def _time_queued(fn, reps: int = 25) -> float:
     return times[len(times) // 2]
 
 
-def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str = "float16") -> dict[str, float]:
-    """One process: every layer of :data:`RESNET50_CONVS` by cuDNN and by each of ``impls``, checked
-    against cuDNN once (a wrong result is reported as ``..._wrong_max_err``, not timed). Metrics
-    ``conv|<layer>|<impl>_us``, ``..._pct_of_cudnn`` (cuDNN's time / ours, this process) and the
-    whole network's sum weighted by each layer's count."""
+def _conv_layers(layers: str) -> tuple:
+    """The rows of :data:`RESNET50_CONVS` named in ``layers`` (comma-separated names; empty: all)."""
+    names = [s.strip() for s in layers.split(",") if s.strip()]
+    unknown = set(names) - {c[0] for c in RESNET50_CONVS}
+    if unknown:
+        raise SystemExit(f"unknown layers {sorted(unknown)}; names are those of RESNET50_CONVS")
+    return tuple(c for c in RESNET50_CONVS if not names or c[0] in names)
+
+
+def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str = "float16",
+                 layers: str = "") -> dict[str, float]:
+    """One process: every layer of :data:`RESNET50_CONVS` (or those named in ``layers``) by cuDNN
+    and by each of ``impls`` (:data:`CONV_IMPLS`, :data:`CONV_SPLIT_IMPLS`), checked against cuDNN
+    once (a wrong result is reported as ``..._wrong_max_err``, not timed). Metrics
+    ``conv|<layer>|<impl>_us``, ``..._pct_of_cudnn`` (cuDNN's time / ours, this process), what auto
+    ran, and with every layer the whole network's sum weighted by each layer's count."""
     import torch
     F = torch.nn.functional
 
@@ -268,7 +282,8 @@ def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str 
     out: dict[str, float] = {}
     total = {"cudnn": 0.0}
     timed: dict[str, int] = {}
-    for name, hw, c, k, r, stride, pad, count in RESNET50_CONVS:
+    convs = _conv_layers(layers)
+    for name, hw, c, k, r, stride, pad, count in convs:
         torch.manual_seed(hw * c + k)
         x = torch.randn(batch, hw, hw, c, device="cuda", dtype=dt_)
         w = (torch.randn(k, r, r, c, device="cuda") / math.sqrt(c * r * r)).to(dt_)       # KRSC
@@ -279,7 +294,7 @@ def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str 
         out[key + "cudnn_us"] = t_ref * 1e6
         total["cudnn"] += count * t_ref
         for impl in [s.strip() for s in impls.split(",") if s.strip()]:
-            kw = CONV_IMPLS[impl]
+            kw = {**CONV_IMPLS, **CONV_SPLIT_IMPLS}[impl]
             if kw.get("variant") == "gemm" and (r, stride, pad) != (1, 1, 0):
                 continue
             if kw.get("variant") == "implicit_gemm" and c % 8:
@@ -298,12 +313,16 @@ def conv_measure(batch: int = 32, impls: str = ",".join(CONV_IMPLS), dtype: str 
             hk.launch_log(clear=True)
             hk.conv2d(x, w, None, stride, pad)
             torch.cuda.synchronize()
-            ran = hk.launch_log()[-1].kernel
+            last = hk.launch_log()[-1]
+            ran = last.kernel
             tile = re.search(r"^conv_wgmma_\w+?_n(\d+)", ran)
             out[key + "auto_block_n"] = float(tile.group(1)) if tile else 0.0
-            out[key + "auto_im2col_tma"] = float(ran.endswith("_tma"))
+            out[key + "auto_im2col_tma"] = float("_tma" in ran)
+            out[key + "auto_split_k"] = float(last.args.get("split_k", 1))
         del x, w, xn, wn, ref
     torch.cuda.empty_cache()
+    if len(convs) != len(RESNET50_CONVS):
+        return out          # some layers: no whole-network figures
     for impl, t in total.items():
         if impl != "cudnn" and timed.get(impl) != len(RESNET50_CONVS):
             continue        # not every layer (gemm: 1x1 stride-1 layers only): no whole-network figure
@@ -317,7 +336,7 @@ def conv_markdown(result: dict) -> str:
     """The per-layer table of a :func:`conv_measure` result over processes: min-max of each time and
     of the same-process percentage of cuDNN's speed."""
     met = result["metrics"]
-    impls = [i for i in CONV_IMPLS if any(k.endswith(f"|{i}_us") for k in met)]
+    impls = [i for i in {**CONV_IMPLS, **CONV_SPLIT_IMPLS} if any(k.endswith(f"|{i}_us") for k in met)]
 
     def mm(key: str, fmt: str = "{:.1f}") -> str:
         v = met.get(key)
@@ -338,6 +357,8 @@ def conv_markdown(result: dict) -> str:
              "|---|---|---|" + "---|---|" * len(impls)]
     for name, *_, count in (*RESNET50_CONVS, ("network", 0, 0, 0, 0, 0, 0, "sum")):
         key = f"conv|{name}|"
+        if key + "cudnn_us" not in met:
+            continue
         row = [name if name != "network" else "**whole network (Σ count × time)**", str(count), mm(key + "cudnn_us")]
         for i in impls:
             wrong = met.get(key + f"{i}_wrong_max_err")
@@ -490,6 +511,7 @@ def _main() -> None:
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--conv", action="store_true", help="conv2d on ResNet-50's layers (conv_measure) instead")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--layers", default="", help="--conv: only these ResNet-50 layers (comma-separated names)")
     a = ap.parse_args()
     params = {"impls": a.impls, "rows": a.rows, "row_impls": a.row_impls}
     one_args = ["--impls", a.impls, "--rows", str(a.rows), "--row-impls", a.row_impls]
@@ -497,10 +519,13 @@ def _main() -> None:
                f"--row-impls {a.row_impls}")
     if a.conv:
         impls = a.impls if a.impls != PARAMS["impls"] else ",".join(CONV_IMPLS)
-        params, one_args = {"batch": a.batch, "impls": impls}, ["--conv", "--batch", str(a.batch), "--impls", impls]
+        params = {"batch": a.batch, "impls": impls, "layers": a.layers}
+        one_args = ["--conv", "--batch", str(a.batch), "--impls", impls, "--layers", a.layers]
         command = f"python -m benchmarks.kernel_infer_cases --conv --processes {a.processes} --batch {a.batch} --name {a.name}"
+        if impls != ",".join(CONV_IMPLS) or a.layers:
+            command += f" --impls {impls}" + (f" --layers '{a.layers}'" if a.layers else "")
     if a.one:
-        print(json.dumps(conv_measure(a.batch, params["impls"]) if a.conv else measure(**params)))
+        print(json.dumps(conv_measure(a.batch, params["impls"], layers=a.layers) if a.conv else measure(**params)))
         return
     values: dict[str, list[float]] = {}
     for i in range(a.processes):

@@ -71,6 +71,56 @@ __device__ __forceinline__ void hm_cp_async16_bar_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// Named barrier `id` over one warpgroup's 128 threads that also ORs `v` across them (bar.red).
+__device__ __forceinline__ bool hm_wg_bar_or(int id, bool v) {
+  unsigned r;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 q, %2, 0;\nbar.red.or.pred p, %1, 128, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(r) : "r"(id), "r"((unsigned)v) : "memory");
+  return r != 0;
+}
+
+// Split-K (the _sk kernels): `splits` units share each tile, unit u = part * ntiles + tile taking
+// k-steps [part * ktiles / splits, (part + 1) * ktiles / splits). Each consumer warpgroup stores its
+// 64 x BN FP32 partial to ws (slot (u * 2 + cw), fragment order: float4 j of thread t at j * 128 + t,
+// so every store and load is a coalesced 512 bytes a warp), fences, and counts itself in cnt[tile * 2
+// + cw]; the warpgroup that counts last sums the slots of parts 0, 1, .. in that order (the same bits
+// whichever part finishes last), resets the counter to 0 for the next launch and runs the epilogue.
+// Nobody waits on another block, so any number of units is safe on any number of resident blocks.
+template <int BN>
+__device__ __forceinline__ bool hm_cv_split_reduce(float* d, float* __restrict__ ws, int* __restrict__ cnt, int tile,
+                                                   int ntiles, int part, int splits, int cw, int t) {
+  constexpr int J = BN / 8;   // float4s a thread
+  float4* own = reinterpret_cast<float4*>(ws) + ((size_t)(part * ntiles + tile) * 2 + cw) * (J * 128) + t;
+#pragma unroll
+  for (int j = 0; j < J; ++j) __stcg(own + j * 128, make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
+  __threadfence();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");
+  bool last = false;
+  if (t == 0) {
+    int* c = cnt + tile * 2 + cw;
+    last = atomicAdd(c, 1) == splits - 1;
+    if (last) atomicExch(c, 0);
+  }
+  if (!hm_wg_bar_or(2 + cw, last)) return false;
+  __threadfence();
+  const float4* slot = reinterpret_cast<const float4*>(ws) + (size_t)tile * 2 * (J * 128) + cw * (J * 128) + t;
+  const size_t step = (size_t)ntiles * 2 * (J * 128);   // one part's slots
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const float4 v = __ldcg(slot + j * 128);
+    d[4 * j] = v.x, d[4 * j + 1] = v.y, d[4 * j + 2] = v.z, d[4 * j + 3] = v.w;
+  }
+  for (int p = 1; p < splits; ++p) {
+    slot += step;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float4 v = __ldcg(slot + j * 128);
+      d[4 * j] += v.x, d[4 * j + 1] += v.y, d[4 * j + 2] += v.z, d[4 * j + 3] += v.w;
+    }
+  }
+  return true;
+}
+
 // Shared memory: 1024-aligned base, STAGES A stages (16 KiB), STAGES B stages (BN x 128 B), two
 // 64 x BN staging tiles, then full[s] and empty[s] mbarriers.
 template <int BN, int STAGES>
@@ -93,16 +143,19 @@ struct HmCvSmem {
 
 // CB: how the producer loads A: 0 = TMA im2col (tmX; C % 64 == 0), else cp.async chunks of CB bytes,
 // 16 (C % 8 == 0) or 8 (C % 4 == 0: the RGB stem padded to 4 channels)
-template <typename T, int BN, int STAGES, int CB>
+// SK: the split-K form (hm_cv_split_reduce; ws, cnt, splits), else splits = 1 and the units are the tiles.
+template <typename T, int BN, int STAGES, int CB, bool SK>
 __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTensorMap* tmX, const T* __restrict__ x,
                                               T* __restrict__ y,
                                               const T* __restrict__ bias, const T* __restrict__ residual, int H,
                                               int W, int C, int K, int S, int OH, int OW, int stride, int pad, int M,
-                                              int Kg, int act, int vec) {
+                                              int Kg, int act, int vec, float* __restrict__ ws, int* __restrict__ cnt,
+                                              int splits) {
   extern __shared__ unsigned char hm_cv_smem_raw[];
   const HmCvSmem<BN, STAGES> sm(hm_cv_smem_raw);
   const int tiles_n = (K + BN - 1) / BN, ntiles = ((M + CV_BM - 1) / CV_BM) * tiles_n;
   const int ktiles = (Kg + CV_BK - 1) / CV_BK;
+  const int nunits = SK ? ntiles * splits : ntiles;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -120,11 +173,13 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
       hm_wg_prefetch_maps(tmW, tmX);
       const int cblocks = C / CV_BK;
       unsigned it = 0;
-      for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+      for (int u = blockIdx.x; u < nunits; u += gridDim.x) {
+        const int tile = SK ? u % ntiles : u, part = SK ? u / ntiles : 0;
+        const int kb = SK ? part * ktiles / splits : 0, ke = SK ? (part + 1) * ktiles / splits : ktiles;
         const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
         const int ow = m0 % OW, q = m0 / OW, oh = q % OH, n = q / OH;
         const int w0 = ow * stride - pad, h0 = oh * stride - pad;   // the first pixel's filter corner
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        for (int kt = kb; kt < ke; ++kt, ++it) {
           const unsigned s = it % STAGES;
           hm_mbar_wait(sm.empty(s), ((it / STAGES) & 1u) ^ 1u);
           const int rs = kt / cblocks, r = rs / S;
@@ -147,7 +202,9 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
     // the chunk's byte offset in a 128-byte row: its 16-byte unit XOR (row % 8), as TMA's 128B swizzle
     const int unit = (j * CBG) >> 4, sub = (j * CBG) & 15;
     unsigned it = 0;
-    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+    for (int u = blockIdx.x; u < nunits; u += gridDim.x) {
+      const int tile = SK ? u % ntiles : u, part = SK ? u / ntiles : 0;
+      const int kb = SK ? part * ktiles / splits : 0, ke = SK ? (part + 1) * ktiles / splits : ktiles;
       const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
       int pix[NCH], ih0[NCH], iw0[NCH];
 #pragma unroll
@@ -159,7 +216,7 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
         ih0[i] = m < M ? oh * stride - pad : -(1 << 28);   // a row past M fails every bounds check
         iw0[i] = ow * stride - pad;
       }
-      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      for (int kt = kb; kt < ke; ++kt, ++it) {
         const unsigned s = it % STAGES;
         hm_mbar_wait(sm.empty(s), ((it / STAGES) & 1u) ^ 1u);
         if (t == 0) {
@@ -197,11 +254,13 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
   constexpr int CH = BN / 8;               // 16-byte chunks per staging row
   unsigned it = 0;
   float d[BN / 2];
-  for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+  for (int u = blockIdx.x; u < nunits; u += gridDim.x) {
+    const int tile = SK ? u % ntiles : u, part = SK ? u / ntiles : 0;
+    const int kb = SK ? part * ktiles / splits : 0, ke = SK ? (part + 1) * ktiles / splits : ktiles;
     const int m0 = (tile / tiles_n) * CV_BM, n0 = (tile % tiles_n) * BN;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+    for (int kt = kb; kt < ke; ++kt, ++it) {
       const unsigned s = it % STAGES;
       hm_mbar_wait(sm.full(s), (it / STAGES) & 1u);
       if (CB) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the producer's cp.async bytes
@@ -213,10 +272,11 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
         hm_cv_wgmma(d, hm_desc(a0 + kk * 32, 16, 1024), hm_desc(b0 + kk * 32, 16, 1024), T(), hm_cv_n<BN>());
       hm_wgmma_commit();
       hm_wgmma_wait<1>();
-      if (kt > 0 && leader) hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+      if (kt > kb && leader) hm_mbar_arrive(sm.empty((it - 1) % STAGES));
     }
     hm_wgmma_wait<0>();
-    if (ktiles > 0 && leader) hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+    if (ke > kb && leader) hm_mbar_arrive(sm.empty((it - 1) % STAGES));
+    if (SK && splits > 1 && !hm_cv_split_reduce<BN>(d, ws, cnt, tile, ntiles, part, splits, cw, t)) continue;
     // epilogue: registers (+ bias / activation / residual) -> staging tile -> y
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory");   // the previous tile's stores have read it
     const int rl = warp * 16 + lane / 4, q = lane % 4;
@@ -239,10 +299,11 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
     }
   }
 }
-#define HM_CV_BODY(T, BN, ST, CB) \
-  hm_conv_wgmma<T, BN, ST, CB>(&tmW, &tmX, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, vec)
+#define HM_CV_BODY(T, BN, ST, CB, SK, WS, CNT, SPLITS)                                                           \
+  hm_conv_wgmma<T, BN, ST, CB, SK>(&tmW, &tmX, x, y, bias, residual, H, W, C, K, S, OH, OW, stride, pad, M, Kg, act, \
+                                   vec, WS, CNT, SPLITS)
 #else
-#define HM_CV_BODY(T, BN, ST, CB) ((void)0)
+#define HM_CV_BODY(T, BN, ST, CB, SK, WS, CNT, SPLITS) ((void)0)
 #endif  // HM_WGMMA_BODY
 
 // conv_wgmma_<f16|bf16>_n<BN>[_c4|_tma]: BN output channels a tile, STAGES k-steps in flight (both fill
@@ -254,7 +315,16 @@ __device__ __forceinline__ void hm_conv_wgmma(const HmTensorMap* tmW, const HmTe
   extern "C" __global__ void __launch_bounds__(CV_THREADS, 1) NAME(                                            \
       const __grid_constant__ HmTensorMap tmW, const __grid_constant__ HmTensorMap tmX, const T* x, T* y, const T* bias, const T* residual, int H, int W, \
       int C, int K, int S, int OH, int OW, int stride, int pad, int M, int Kg, int act, int vec) {             \
-    HM_CV_BODY(T, BN, ST, CB);                                                                                 \
+    HM_CV_BODY(T, BN, ST, CB, false, nullptr, nullptr, 1);                                                     \
+  }
+// conv_wgmma_<f16|bf16>_n<BN>[_tma]_sk: the same with the K loop split `splits` ways (hm_cv_split_reduce):
+// ws holds splits x tiles x 128 x BN FP32 partials, cnt 2 ints a tile, all 0 before the first launch
+#define HM_CV_ENTRY_SK(NAME, T, BN, ST, CB)                                                                    \
+  extern "C" __global__ void __launch_bounds__(CV_THREADS, 1) NAME(                                            \
+      const __grid_constant__ HmTensorMap tmW, const __grid_constant__ HmTensorMap tmX, const T* x, T* y, const T* bias, const T* residual, int H, int W, \
+      int C, int K, int S, int OH, int OW, int stride, int pad, int M, int Kg, int act, int vec, float* ws,      \
+      int* cnt, int splits) {                                                                                  \
+    HM_CV_BODY(T, BN, ST, CB, true, ws, cnt, splits);                                                          \
   }
 HM_CV_ENTRY(conv_wgmma_f16_n128, __half, 128, CV_STAGES_N128, 16)
 HM_CV_ENTRY(conv_wgmma_bf16_n128, __nv_bfloat16, 128, CV_STAGES_N128, 16)
@@ -268,3 +338,11 @@ HM_CV_ENTRY(conv_wgmma_f16_n128_tma, __half, 128, CV_STAGES_N128, 0)
 HM_CV_ENTRY(conv_wgmma_bf16_n128_tma, __nv_bfloat16, 128, CV_STAGES_N128, 0)
 HM_CV_ENTRY(conv_wgmma_f16_n64_tma, __half, 64, CV_STAGES_N64, 0)
 HM_CV_ENTRY(conv_wgmma_bf16_n64_tma, __nv_bfloat16, 64, CV_STAGES_N64, 0)
+HM_CV_ENTRY_SK(conv_wgmma_f16_n128_sk, __half, 128, CV_STAGES_N128, 16)
+HM_CV_ENTRY_SK(conv_wgmma_bf16_n128_sk, __nv_bfloat16, 128, CV_STAGES_N128, 16)
+HM_CV_ENTRY_SK(conv_wgmma_f16_n64_sk, __half, 64, CV_STAGES_N64, 16)
+HM_CV_ENTRY_SK(conv_wgmma_bf16_n64_sk, __nv_bfloat16, 64, CV_STAGES_N64, 16)
+HM_CV_ENTRY_SK(conv_wgmma_f16_n128_tma_sk, __half, 128, CV_STAGES_N128, 0)
+HM_CV_ENTRY_SK(conv_wgmma_bf16_n128_tma_sk, __nv_bfloat16, 128, CV_STAGES_N128, 0)
+HM_CV_ENTRY_SK(conv_wgmma_f16_n64_tma_sk, __half, 64, CV_STAGES_N64, 0)
+HM_CV_ENTRY_SK(conv_wgmma_bf16_n64_tma_sk, __nv_bfloat16, 64, CV_STAGES_N64, 0)

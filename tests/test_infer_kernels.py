@@ -156,6 +156,9 @@ def test_conv_argument_errors_and_weight_packing():
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), variant="cudnn")
     with pytest.raises(hk.KernelArgumentError, match=r"block_n must be one of \[64, 128\]"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), block_n=256)
+    for bad in (0, 9, 2.0, True):
+        with pytest.raises(hk.KernelArgumentError, match="split_k must be an int from 1 to 8"):
+            hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), split_k=bad)
     with pytest.raises(hk.KernelArgumentError, match="stride must be >= 1, got 0"):
         hk.conv2d(x, torch.zeros(8, 3, 3, 16, dtype=torch.float16), stride=0)
     with pytest.raises(hk.KernelArgumentError, match="one number .the same for height and width"):
@@ -192,9 +195,11 @@ def test_conv_explain_names_the_variant_and_tile_by_architecture_and_shape():
     assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (128, 1, 1, 1024))
     assert "variant='wgmma'" in hk.explain("conv2d", (32, 14, 14, 1024), (256, 1, 1, 1024))
     assert "variant='wgmma'" in hk.explain("conv2d", (32, 7, 7, 2048), (512, 1, 1, 2048))
-    # ... at 7x7 13 x 4 = 52 would leave SMs idle: 64 wide, 104 tiles
-    assert "block_n=64 (128 x 64 tiles, 104 of them" in hk.explain("conv2d", (32, 7, 7, 512), (512, 3, 3, 512),
-                                                                    padding=1)
+    # ... at 7x7 13 x 4 = 52 tiles of 128 x 128 would leave SMs idle: the K loop (72 k-steps) split 2 ways, 104 parts
+    text = hk.explain("conv2d", (32, 7, 7, 512), (512, 3, 3, 512), padding=1)
+    assert "block_n=128 (128 x 128 tiles, 52 of them" in text and "split_k=2 (the K loop of 72 k-steps" in text
+    # the stem's 3 channels (padded to 4) are gathered in 8-byte chunks, which the split kernels do not take
+    assert "split_k" not in hk.explain("conv2d", (1, 64, 64, 3), (64, 7, 7, 3), stride=2, padding=3).split("Why")[0]
     # the same layer in torch's convention gives the same pick; the RGB stem's 3 channels are padded to 8
     nchw = hk.explain("conv2d", (32, 3, 224, 224), (64, 3, 7, 7), stride=2, padding=3, layout="NCHW")
     nhwc = hk.explain("conv2d", (32, 224, 224, 3), (64, 7, 7, 3), stride=2, padding=3)
@@ -215,14 +220,14 @@ def test_conv_wgmma_compiles_for_sm90a_into_wgmma_code_and_to_stubs_elsewhere():
     from tests.kernel_compiles import assert_warpgroup_kernels_fit, compiled_with_ptx, family_ptx
     c, ptx = compiled_with_ptx("conv_wgmma", "sm_90a")
     assert set(c.kernels) == {f"conv_wgmma_{t}_n{bn}{a}" for t in ("f16", "bf16") for bn in conv.WG_SMEM
-                              for a in ("", "_c4", "_tma")}
+                              for a in ("", "_c4", "_tma", "_sk", "_tma_sk")}
     assert_warpgroup_kernels_fit(c)
     for needle in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
                    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
                    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
                    "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes",
                    "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta",
-                   "mbarrier.try_wait.parity"):
+                   "mbarrier.try_wait.parity", "bar.red.or.pred", "atom.global.add.u32", "ld.global.cg.v4.f32"):
         assert needle in ptx, needle
     assert re.search(r"cp\.async\.ca\.shared\.global \[%r\d+\], \[%rd\d+\], 8,", ptx)   # the _c4 kernels' 8-byte chunks
     assert "wgmma.mma_async" not in family_ptx("conv_wgmma", "sm_90")
@@ -243,3 +248,22 @@ def test_conv_im2col_tensor_map_ranges_are_checked_before_the_driver():
     assert dispatch.im2col_ok(64, 3, 3, 2, 1) and dispatch.im2col_ok(2048, 1, 1, 1, 0)
     assert not dispatch.im2col_ok(96, 3, 3, 1, 1) and not dispatch.im2col_ok(64, 3, 5, 1, 1)
     assert not dispatch.im2col_ok(64, 3, 3, 9, 1) and not dispatch.im2col_ok(64, 3, 3, 1, 128)
+
+
+def test_conv_split_k_rule():
+    from hookmagic.kernels import dispatch
+    # ResNet-50's 7x7 layers at batch 32 on 132 SMs: 13 x 4 = 52 tiles of 128 x 128 -> 2 parts (104 <= 132)
+    assert dispatch.conv_split_k(2048, 512, 32 * 7 * 7, 2048, 132) == 2
+    assert dispatch.conv_split_k(512, 512, 32 * 7 * 7, 9 * 512, 132) == 2
+    # batch 8: 4 x 4 = 16 tiles -> the most parts, 4; 16 k-steps keep 8 a part at 2 parts
+    assert dispatch.conv_split_k(512, 512, 8 * 7 * 7, 9 * 512, 132) == 4
+    assert dispatch.conv_split_k(1024, 512, 8 * 7 * 7, 1024, 132) == 2
+    # no split: tiles covering more than half the SMs (49 x 2 = 98 at 14x14), <= 64 output channels, channels
+    # not a multiple of 8 (the stem), or too short a K loop
+    assert dispatch.conv_split_k(256, 256, 32 * 14 * 14, 9 * 256, 132) == 1
+    assert dispatch.conv_split_k(64, 64, 128, 9 * 64, 132) == 1
+    assert dispatch.conv_split_k(3, 128, 128, 147, 132) == 1
+    assert dispatch.conv_split_k(64, 512, 32 * 7 * 7, 64 * 15, 132) == 1
+    pick = dispatch.choose_conv("sm_90", "float16", (3, 3), 1, 1, 512, 512, 32 * 7 * 7)
+    assert (pick.variant, pick.block_n, pick.split_k) == ("wgmma", 128, 2)
+    assert dispatch.choose_conv("sm_90", "float16", (3, 3), 1, 1, 256, 256, 32 * 14 * 14).split_k == 1

@@ -19,7 +19,9 @@ FP16/BF16 with FP32 accumulation. ``conv2d``'s variants (``variant=``; the defau
   producer warpgroup loads the KRSC weights by TMA as they are and the activations by TMA in
   im2col mode (``cuTensorMapEncodeIm2col``: input channels a multiple of 64, square filters), or
   else gathers them itself (cp.async into the 128-byte swizzled layout); two consumer warpgroups
-  multiply; 128 x ``block_n`` tiles (64 or 128 output channels), persistent blocks.
+  multiply; 128 x ``block_n`` tiles (64 or 128 output channels), persistent blocks; with
+  ``split_k`` > 1 each tile's K loop (R*S*C) is split into that many parts on different blocks,
+  which add FP32 partials in a workspace (the last part runs the epilogue).
   ``"wgmma_gather"`` always gathers.
 - ``"implicit_gemm"`` (sm_80+, ``kernels/conv.cu``): the same GEMM with mma.sync, 128 x 128 x 32
   tiles, 3 cp.async stages.
@@ -62,6 +64,8 @@ WG_STAGES = {128: _CV["CV_STAGES_N128"], 64: _CV["CV_STAGES_N64"]}
 WG_SMEM = {bn: 1024 + st * (WG_BM + bn) * WG_BK * 2 + 2 * 64 * bn * 2 + 2 * st * 8 for bn, st in WG_STAGES.items()}
 #: conv2d's variants (``variant=``)
 VARIANTS = ("wgmma", "wgmma_gather", "implicit_gemm", "gemm")
+#: the most parts conv2d's ``split_k`` takes
+SPLIT_K_MAX = 8
 register(KernelSpec("conv2d", "wgmma", "conv_wgmma", {d: f"conv_wgmma_{s}_n128" for d, s in _SUFFIX.items()},
                     (WG_THREADS, 1, 1), (WG_BM, 128), smem=WG_SMEM[128], arch_specific=True, min_arch=90,
                     description="Hopper (sm_90a only) implicit GEMM: producer warpgroup gathers the activations "
@@ -221,36 +225,87 @@ class _WgScalars(ctypes.Structure):
                     "h", "w", "c", "k", "s", "oh", "ow", "stride", "pad", "m", "kg", "act", "vec")]
 
 
+class _WgSplitScalars(ctypes.Structure):
+    """The split-K kernels' (``_sk``) parameters: conv_wgmma's, then the FP32 partials' workspace,
+    the tiles' counters and the number of parts."""
+    _fields_ = _WgScalars._fields_ + [("ws", ctypes.c_void_p), ("cnt", ctypes.c_void_p), ("splits", ctypes.c_int)]
+
+
 _wg_kernels: dict[tuple[str, int], Any] = {}
+#: the split-K kernels' scratch by (array kind, device, stream): tile counters (int32, zero between
+#: launches: the last part of each tile resets its own) and the FP32 partials, grown on demand
+_split_scratch: dict[tuple[str, int, int], list[Any]] = {}
 
 
-def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int, gather: bool) -> str:
+def _scratch(xi: runtime.ArrayInfo, stream: int, counters: int, floats: int) -> tuple[int, int]:
+    """Addresses of at least ``counters`` zeroed int32 counters and ``floats`` FP32 workspace
+    elements for split-K launches on ``stream`` (kept per stream: launches on one stream run in
+    order, so they share them safely)."""
+    key = (xi.kind, xi.device, stream)
+    have = _split_scratch.get(key)
+    cnt, ws = have if have is not None else (None, None)
+    if cnt is None or _numel(cnt) < counters:
+        cnt = _zeros_typed(xi, max(counters, 2048), "int32")
+    if ws is None or _numel(ws) < floats:
+        ws = runtime.empty_like_kind(xi, (max(floats, 1 << 20),), "float32")
+    _split_scratch[key] = [cnt, ws]
+    return _ptr(cnt), _ptr(ws)
+
+
+def _numel(a: Any) -> int:
+    return int(a.numel()) if hasattr(a, "numel") else int(a.size)
+
+
+def _ptr(a: Any) -> int:
+    return int(a.data_ptr()) if hasattr(a, "data_ptr") else int(a.data.ptr)
+
+
+def _zeros_typed(info: runtime.ArrayInfo, n: int, dtype: str) -> Any:
+    if info.kind == "torch":
+        torch = __import__("torch")
+        return torch.zeros(n, dtype=getattr(torch, dtype), device=info.obj.device)
+    import cupy
+    with cupy.cuda.Device(info.device):
+        return cupy.zeros(n, dtype=dtype)
+
+
+def _run_wgmma(xi, wi, yi, bi, ri, geo, act: int, block_n: int, gather: bool, split_k: int = 1) -> str:
     from hookmagic.kernels.gemm_wgmma import check_device
     (n, h, wd, c), (k, r, s), (st, pad, oh, ow) = geo
     dev = xi.device
     check_device(dev, "conv2d(variant='wgmma')")
     tma_a = not gather and dispatch.im2col_ok(c, r, s, st, pad)
     name = f"conv_wgmma_{_SUFFIX[xi.dtype]}_n{block_n}" + ("_tma" if tma_a else "" if c % 8 == 0 else "_c4")
+    if split_k > 1:
+        name += "_sk"
+    m, kg = n * oh * ow, r * s * c
     kern = _wg_kernels.get((name, dev))
     if kern is None:
         kern = runtime.get_kernel("conv_wgmma", name, dev, arch_specific=True)
         runtime.set_dynamic_smem(kern, WG_SMEM[block_n], dev)
         _wg_kernels[(name, dev)] = kern
-    m, kg = n * oh * ow, r * s * c
     row = wi.shape[1] if len(wi.shape) == 2 else kg     # padded rows: see conv2d
     wmap = tma.encode_2d(wi.ptr, xi.dtype, kg, k, row * 2, (WG_BK, block_n))
     xmap = tma.encode_im2col_nhwc(xi.ptr, xi.dtype, (n, h, wd, c), pad, r, st, (WG_BK, WG_BM)) if tma_a else wmap
     tiles = -(-m // WG_BM) * -(-k // block_n)
-    scalars = _WgScalars(xi.ptr, yi.ptr, bi.ptr if bi else 0, ri.ptr if ri else 0, h, wd, c, k, s, oh, ow, st, pad,
-                         m, kg, act, int(k % 8 == 0))
-    tma.launch(kern, dev, runtime.current_stream_handle(xi), (min(tiles, _sms(dev)), 1, 1), (WG_THREADS, 1, 1),
-               WG_SMEM[block_n], (wmap, xmap), scalars)
+    args = (xi.ptr, yi.ptr, bi.ptr if bi else 0, ri.ptr if ri else 0, h, wd, c, k, s, oh, ow, st, pad, m, kg, act,
+            int(k % 8 == 0))
+    stream = runtime.current_stream_handle(xi)
+    if split_k > 1:
+        # 2 counters a tile; 128 x block_n FP32 partials a tile and part (kernels/conv_wgmma.cu)
+        cnt, ws = _scratch(xi, stream, 2 * tiles, split_k * tiles * WG_BM * block_n)
+        scalars = _WgSplitScalars(*args, ws, cnt, split_k)
+        tiles *= split_k
+    else:
+        scalars = _WgScalars(*args)
+    tma.launch(kern, dev, stream, (min(tiles, _sms(dev)), 1, 1), (WG_THREADS, 1, 1), WG_SMEM[block_n], (wmap, xmap),
+               scalars)
     return name
 
 
 def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, *, activation: str | None = None,
            residual: Any = None, kernel_size: int | None = None, layout: str = "NHWC", variant: str = "auto",
-           block_n: int | None = None) -> Any:
+           block_n: int | None = None, split_k: int | None = None) -> Any:
     """``F.conv2d`` of FP16/BF16 ``x`` by implicit GEMM on Tensor Cores:
     ``activation(conv(x, w) + bias) + residual``.
 
@@ -264,7 +319,10 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     :func:`hookmagic.kernels.dispatch.im2col_ok`), ``"wgmma_gather"`` (sm_90, activations gathered by
     the producer warpgroup), ``"implicit_gemm"`` (sm_80+, output channels a multiple of 8) or
     ``"gemm"`` (sm_90, 1x1, stride 1, padding 0: the wgmma GEMM); ``block_n`` (64 or 128) overrides the wgmma variants' tile
-    width.
+    width; ``split_k`` (1 to :data:`SPLIT_K_MAX`, at most one part a 64-element k-step) splits the wgmma
+    variants' K loop (R*S*C) into that many parts, which add FP32 partials in a workspace kept per stream
+    (``split_k`` x output pixels x output channels x 4 bytes; input channels a multiple of 8). ``variant="auto"``
+    picks both unless given (:func:`hookmagic.kernels.dispatch.conv_split_k`).
     """
     op = "conv2d"
     lay = _layout(layout, op)
@@ -272,6 +330,9 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
         raise KernelArgumentError(f"{op}: unknown variant {variant!r}; one of auto, {', '.join(VARIANTS)}")
     if block_n is not None and block_n not in WG_SMEM:
         raise KernelArgumentError(f"{op}: block_n must be one of {sorted(WG_SMEM)} (the wgmma tile widths), got {block_n!r}")
+    if split_k is not None and (isinstance(split_k, bool) or not isinstance(split_k, int)
+                                or not 1 <= split_k <= SPLIT_K_MAX):
+        raise KernelArgumentError(f"{op}: split_k must be an int from 1 to {SPLIT_K_MAX}, got {split_k!r}")
     if lay == "NCHW":
         x = _nchw_to_nhwc(x, op)
         if residual is not None:
@@ -284,7 +345,7 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
                                           f"(layout='NHWC' takes KRSC); w is {wi.where()}")
             w = w.permute(0, 2, 3, 1) if wi.kind == "torch" else w.transpose(0, 2, 3, 1)   # a KRSC view
         y = conv2d(x, w, bias, stride, padding, activation=activation, residual=residual,
-                   kernel_size=kernel_size, layout="NHWC", variant=variant, block_n=block_n)
+                   kernel_size=kernel_size, layout="NHWC", variant=variant, block_n=block_n, split_k=split_k)
         return y.permute(0, 3, 1, 2) if runtime.inspect_array(y, "y").kind == "torch" else y.transpose(0, 3, 1, 2)
     xi = _x_nhwc(x, op)
     n, h, wd, c = xi.shape
@@ -304,9 +365,13 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
         if pick is None:
             rule = dispatch.choose_conv(runtime.device_arch(xi.device), xi.dtype, (r, s), st, pad, c, k, m,
                                         _sms(xi.device))
-            pick = _auto[key] = (rule.variant, rule.block_n)
-        variant, auto_bn = pick
+            pick = _auto[key] = (rule.variant, rule.block_n, rule.split_k)
+        variant, auto_bn, auto_split = pick
+        if block_n is None or block_n == auto_bn:   # the split was picked for the auto tile width
+            split_k = split_k or auto_split
         block_n = block_n or auto_bn
+    if (split_k or 1) > 1 and variant not in ("wgmma", "wgmma_gather"):
+        raise KernelArgumentError(f"{op}: split_k is for the wgmma variants, got variant={variant!r}")
     if variant == "gemm":
         if (r, s, st, pad) != (1, 1, 1, 0):
             raise KernelArgumentError(f"{op}: variant='gemm' is for 1x1 filters with stride 1 and padding 0, "
@@ -321,6 +386,9 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
     if variant == "implicit_gemm" and k % 8:
         raise KernelArgumentError(f"{op}: variant='implicit_gemm' needs output channels that are a multiple of 8 "
                                   f"(16-byte chunks); w is {wi.where()} (variant='wgmma' takes any)")
+    if (split_k or 1) > 1 and c % 8:
+        raise KernelArgumentError(f"{op}: split_k needs input channels that are a multiple of 8 (the split kernels "
+                                  f"read 16-byte chunks), got x {xi.where()}")
     if c % (8 if variant == "implicit_gemm" else 4):   # the wgmma kernels gather 8-byte chunks where C % 8 != 0
         xi, wi = _pad_channels(xi, wi, 8 if variant == "implicit_gemm" else 4)
         c = xi.shape[3]
@@ -341,10 +409,11 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int = 1, padding: int = 0, 
             rows[:, :kg] = wk.obj.reshape(k, kg)
             wk = runtime.inspect_array(rows, "w")
         bn = block_n or dispatch.conv_block_n(k, m, _sms(xi.device))
+        sk = min(split_k or 1, -(-kg // WG_BK))          # at most one part a k-step
         name = _run_wgmma(xi, wk, yi, bi, ri, ((n, h, wd, c), (k, r, s), (st, pad, oh, ow)), _ACT[activation], bn,
-                          variant == "wgmma_gather")
+                          variant == "wgmma_gather", sk)
         registry.record(name, 2 * m * k * kg, nbytes, n=n, h=h, w=wd, c=c, k=k, r=r, s=s, stride=st, padding=pad,
-                        dtype=xi.dtype)
+                        dtype=xi.dtype, split_k=sk)
         return y
     wp = pack_conv_weight(wi.obj, "NHWC")
     wpi = runtime.inspect_array(wp, "w")

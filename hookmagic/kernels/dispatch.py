@@ -105,11 +105,37 @@ def conv_block_n(k: int, m: int, sms: int) -> int:
     return 64 if k <= 64 or 2 * -(-m // 128) * -(-k // 128) < sms else 128
 
 
+#: the most ways the wgmma convolution's K loop is split (conv2d's split_k), and the fewest k-steps
+#: (64 elements of R*S*C) a split part keeps
+CONV_SPLIT_K_MAX = 4
+CONV_SPLIT_K_MIN_STEPS = 8
+#: why conv_split_k splits where it does
+CONV_SPLIT_K_WHY = (
+    "where 128 x 128 tiles cover at most half the SMs (ResNet-50's 7x7 layers at batch 32: 13 x 4 = 52 tiles, "
+    "32-72 k-steps) the K loop is split so that tiles x splits still fit the SMs in one wave, each part keeping "
+    f">= {CONV_SPLIT_K_MIN_STEPS} k-steps; the parts add FP32 partials in a workspace and the last one runs "
+    "the epilogue")
+
+
+def conv_split_k(c: int, k: int, m: int, kg: int, sms: int) -> int:
+    """How many ways the wgmma convolution splits its K loop (``kg`` = R*S*C) for ``c`` input and ``k``
+    output channels and ``m`` output pixels on ``sms`` SMs (with 128-wide tiles; 1 = no split): where
+    128 x 128 tiles would cover at most half the SMs, the largest split <= :data:`CONV_SPLIT_K_MAX`
+    whose tiles x splits fit the SMs and whose parts keep >= :data:`CONV_SPLIT_K_MIN_STEPS` k-steps
+    (:data:`CONV_SPLIT_K_WHY`). The split kernels read whole 16-byte chunks: ``c`` % 8 == 0."""
+    tiles = -(-m // 128) * -(-k // 128)
+    if c % 8 or k <= 64 or 2 * tiles > sms:
+        return 1
+    return max(1, min(CONV_SPLIT_K_MAX, sms // tiles, -(-kg // 64) // CONV_SPLIT_K_MIN_STEPS))
+
+
 @dataclass(frozen=True)
 class ConvPick:
-    """What conv2d runs: the rule, and the wgmma tile width (0 for the other variants)."""
+    """What conv2d runs: the rule, the wgmma tile width (0 for the other variants) and how many
+    ways the wgmma convolution splits its K loop (1: no split)."""
     rule: ConvRule
     block_n: int
+    split_k: int = 1
 
     @property
     def variant(self) -> str:
@@ -128,7 +154,10 @@ def choose_conv(arch: Any, dtype: str, filt: tuple[int, int], stride: int, paddi
             continue
         if r.variant == "implicit_gemm" and k % 8:
             continue
-        return ConvPick(r, conv_block_n(k, m, sms) if r.variant == "wgmma" else 0)
+        if r.variant != "wgmma":
+            return ConvPick(r, 0)
+        split = conv_split_k(c, k, m, filt[0] * filt[1] * c, sms)
+        return ConvPick(r, 128, split) if split > 1 else ConvPick(r, conv_block_n(k, m, sms))
     raise KernelArgumentError(f"conv2d: no kernel for {dtype} on {normalize_arch(arch)} with {k} output channels "
                               "(the dispatch table covers: "
                               + "; ".join(f"sm_{r.min_arch}{_span(r)} {'/'.join(r.dtypes)} {r.filters}"
@@ -155,13 +184,16 @@ def explain_conv(shapes: tuple[tuple[int, ...], ...], dtype: str, arch: str, str
            f"of them for {EXPLAIN_SMS} SMs; activations " \
            f"{'by TMA im2col' if im2col_ok(c, r, s, stride, padding) else 'gathered by the producer warpgroup'})" \
         if pick.block_n else ""
+    if pick.split_k > 1:
+        tile += f", split_k={pick.split_k} (the K loop of {-(-r * s * c // 64)} k-steps in {pick.split_k} parts: " \
+                f"{CONV_SPLIT_K_WHY})"
     mult = 8 if pick.variant == "implicit_gemm" else 4
     pad_c = f"; the {c} input channels are zero-padded to {-(-c // mult) * mult}" if c % mult and pick.variant != "gemm" \
         else ""
     rr = pick.rule
     return (f"conv2d x {tuple(shapes[0])} w {tuple(shapes[1])} ({lay}) {r}x{s} stride {stride} padding {padding} "
             f"{dtype} on {arch}: variant={pick.variant!r}{tile}{pad_c} (rule sm_{rr.min_arch}{_span(rr)} "
-            f"{'/'.join(rr.dtypes)} {rr.filters} filters). Why: {rr.why}. Override with variant= (and block_n=).")
+            f"{'/'.join(rr.dtypes)} {rr.filters} filters). Why: {rr.why}. Override with variant= (and block_n=, split_k=).")
 
 
 def _check_shapes(op: str, shapes: tuple[tuple[int, ...], ...]) -> None:
@@ -204,4 +236,5 @@ def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch:
 
 
 __all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS", "ConvRule",
-           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "gemm_shaped", "im2col_ok", "explain_conv", "HOPPER_CONV_RESULTS"]
+           "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "conv_split_k", "CONV_SPLIT_K_MAX",
+           "CONV_SPLIT_K_MIN_STEPS", "CONV_SPLIT_K_WHY", "gemm_shaped", "im2col_ok", "explain_conv", "HOPPER_CONV_RESULTS"]

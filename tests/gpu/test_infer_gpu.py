@@ -483,6 +483,49 @@ def test_conv2d_fused_relu_and_residual(variant):
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma variants need an sm_90 GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant, block_n, split_k", [("wgmma", 128, 2), ("wgmma", 64, 3), ("wgmma_gather", 128, 4),
+                                                       ("wgmma_gather", 64, 8)])
+@pytest.mark.parametrize("n, h, w, c, k, r, stride, pad", [
+    # ResNet-50's 7x7 layers (TMA im2col), channels and pixels off the tiles (gathered; K % 8 != 0: element
+    # stores; 4 k-steps split 8 ways: 4 parts), and more parts than SMs (392 of 128 x 128 x 9 k-steps)
+    (2, 7, 7, 2048, 512, 1, 1, 0), (4, 7, 7, 512, 512, 3, 1, 1), (3, 9, 11, 72, 200, 3, 2, 1),
+    (1, 13, 11, 24, 20, 3, 1, 1), (8, 28, 28, 128, 256, 3, 1, 1)])
+def test_conv2d_split_k_matches_cudnn(n, h, w, c, k, r, stride, pad, variant, block_n, split_k, dtype):
+    torch.manual_seed(h * c + k + split_k)
+    x = torch.randn(n, h, w, c, device="cuda", dtype=dtype)
+    wt = (torch.randn(k, c, r, r, device="cuda") / math.sqrt(c * r * r)).to(dtype)
+    b = torch.randn(k, device="cuda", dtype=dtype)
+    ref, theirs, mag = _conv_ref(x, wt, b, stride, pad)
+    res = torch.randn(ref.shape, device="cuda", dtype=dtype)
+    kw = {"stride": stride, "padding": pad, "variant": variant, "block_n": block_n}
+    wk = wt.permute(0, 2, 3, 1)
+    hk.launch_log(clear=True)
+    ours = hk.conv2d(x, wk, b, activation="relu", residual=res, split_k=split_k, **kw)
+    ran = hk.launch_log()[-1]
+    assert ran.kernel.endswith("_sk") and ran.args["split_k"] == min(split_k, -(-c * r * r // 64))
+    assert_within_rounding(ours, theirs.relu() + res, ref.relu() + res.double(), dtype, n=c * r * r,
+                           magnitude=mag + res.double().abs())
+    # the parts add in a fixed order: the same bits on every call (the tiles' counters reset themselves)
+    assert torch.equal(hk.conv2d(x, wk, b, activation="relu", residual=res, split_k=split_k, **kw), ours)
+    plain = hk.conv2d(x, wk, split_k=split_k, **kw)   # no bias, activation or residual: the plain epilogue
+    ref0, theirs0, mag0 = _conv_ref(x, wt, None, stride, pad)
+    assert_within_rounding(plain, theirs0, ref0, dtype, n=c * r * r, magnitude=mag0)
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma variants need an sm_90 GPU")
+def test_conv2d_auto_splits_the_7x7_layers_as_explain_says():
+    x = torch.randn(32, 7, 7, 2048, device="cuda", dtype=torch.float16)
+    wt = (torch.randn(512, 1, 1, 2048, device="cuda") / 45).half()
+    hk.launch_log(clear=True)
+    y = hk.conv2d(x, wt)
+    ran = hk.launch_log()[-1]
+    said = hk.explain("conv2d", tuple(x.shape), tuple(wt.shape))
+    assert ran.kernel == "conv_wgmma_f16_n128_tma_sk" and f"split_k={ran.args['split_k']}" in said
+    assert torch.equal(y, hk.conv2d(x, wt, variant="wgmma", block_n=128, split_k=ran.args["split_k"]))
+
+
+@pytest.mark.skipif(not _SM90, reason="the wgmma variants need an sm_90 GPU")
 def test_conv2d_auto_runs_what_explain_names():
     x = torch.randn(4, 28, 28, 128, device="cuda", dtype=torch.float16)
     wt = torch.randn(128, 3, 3, 128, device="cuda", dtype=torch.float16)
