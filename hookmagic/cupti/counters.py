@@ -18,15 +18,16 @@ Metric values are evaluated on the host when the capture ends.
 
 ``HOOKMAGIC_COUNTERS_REPLAY=user`` selects the other replay (:data:`REPLAYS`): hookmagic replays
 each launch itself from its driver callback — memory saved and restored with CUPTI's checkpoint
-API, L2 flushed before every pass, one user range around each replayed launch — and the
+API, L2 flushed before every pass, CUPTI's auto range around the replayed kernel alone — and the
 program's own launch then runs uncounted, with its normal timestamps. Each pass then starts
 from the cache state Nsight Compute's default (``--cache-control all``) gives it. Measured on an
-H200 against that default (tests/gpu/test_counters_gpu.py): occupancy, L1 hit rate, tensor pipe,
-the pipe instruction counts and DRAM bytes read agree, and DRAM bytes written on the launches
-that write tens of MB (ncu's flushed replay counts ~2.4 MB more on every launch); but a user range spans the launch, not only the
-kernel, so durations and the per-elapsed-cycle rates (SM and DRAM throughput) run long, and the
-``smsp__sass_*`` instruction counts read 0. So kernel replay stays the default. The same block
-of 14 launches took 2.7 s counted under user replay, 9.2 s under kernel replay (12 passes each).
+H200 against that default (tests/gpu/test_counters_gpu.py, docs/counters.md): occupancy, L1 hit
+rate, tensor pipe and the pipe instruction counts on every launch; DRAM bytes read, DRAM
+throughput and duration on launches of 30 µs or more; DRAM bytes written on launches writing
+1 MB or more (against ncu's one-pass replay: its multi-pass replay adds ~2.4 MB to every
+launch). But the ``smsp__sass_*`` instruction counts read 0, so kernel replay stays the default.
+The same block of 14 launches took 2.7-2.9 s counted under user replay, 9.3 s under kernel
+replay (12 passes each).
 
 Counted are the kernels of the CUDA context current when the capture starts (the primary
 context of device 0 if none is); the i-th range is joined to the i-th launch of the

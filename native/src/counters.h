@@ -6,19 +6,19 @@
 //   restoring memory in between) and keeps one set of values. Each pass starts from whatever
 //   the save/restore left in L2 (dirty lines included), so DRAM writes and the L2 hit rate
 //   differ from Nsight Compute's, which flushes the caches before every pass.
-// - Replay::user: CUPTI_UserReplay with CUPTI_UserRange, driven from the launch's driver
+// - Replay::user: CUPTI_UserReplay with CUPTI_AutoRange, driven from the launch's driver
 //   API callback (on_driver_callback, at API entry): the context is synchronised, its memory
 //   saved (CUPTI's checkpoint API), and for each pass the memory restored, L2 flushed (our own
-//   kernels write one scratch buffer of twice the L2 size, then read another, so no line of
-//   the program's data is cached and none is dirty), the kernel launched again with the same
-//   arguments inside one range, and the context synchronised; then the memory is restored once
-//   more and the program's own launch proceeds, uncounted and with its normal timestamps.
-//   The replays and flushes are the counting's own work: on_driver_callback tells the session
-//   to leave their callbacks out, and their activity records lie inside the time windows that
-//   stop() returns.
-//   A user range spans the replayed launch (launch latency included), not only the kernel, so
-//   gpu__time_duration and the rates per elapsed cycle come out longer than kernel replay's;
-//   on the H200 (CUPTI 13.0) the smsp__sass_* counters read 0 under user replay.
+//   kernels write one scratch buffer of twice the L2 size, then read another twice, so no line
+//   of the program's data is cached and none is dirty), the profiler started, the kernel
+//   launched again with the same arguments (its own auto range: the flushes and the launch
+//   latency are outside it), the context synchronised and the profiler stopped; then the
+//   memory is restored once more and the program's own launch proceeds, uncounted and with its
+//   normal timestamps. The replays and flushes are the counting's own work: on_driver_callback
+//   tells the session to leave their callbacks out, and their activity records lie inside the
+//   time windows that stop() returns.
+//   On the H200 (CUPTI 13.0) the smsp__sass_* counters read 0 under user replay (also when the
+//   replay is launched from another thread than the callback's).
 // The launches are serialised. Metric values are evaluated on the host (cuptiProfilerHost*).
 //
 // The profiler functions are resolved from the CUPTI the session loaded (dlsym on its

@@ -6,8 +6,10 @@ elementwise add, sum reduction, softmax, SDPA attention, cuDNN conv2d, a memory-
 transpose copy, layer_norm and GELU (plus hookmagic.kernels' SGEMM when it compiles) — after a
 warm-up, under hookmagic's counters and under ``ncu --replay-mode kernel`` (which profiles
 between cudaProfilerStart/Stop), in two pairings: CUPTI's kernel replay against ncu with
-``--cache-control none``, and hookmagic's user replay (L2 flushed before every pass) against
-ncu's default ``--cache-control all``. Launches are paired in order (their names must agree) and
+``--cache-control none``, and hookmagic's user replay (L2 flushed before every pass, one auto
+range per replayed kernel) against ncu's default ``--cache-control all`` (DRAM bytes written
+against ncu's one-pass replay of that metric alone). Launches are paired in order (their names
+must agree) and
 the metrics of :data:`hookmagic.cupti.counters.DEFAULT_COUNTERS` are compared within 5 %
 (percent metrics: 2 percentage points): strictly those each replay is known to measure as ncu
 does, and, as expected failures, the others. With OUT set, the raw runs and the per-kernel
@@ -139,12 +141,18 @@ STATE_DEPENDENT = (C.DRAM_BYTES_WRITE, C.DRAM_THROUGHPUT_PCT, C.L2_HIT_RATE_PCT,
 #: SHORT_NS or more
 TIME_NORMALISED = (C.SM_THROUGHPUT_PCT, C.TENSOR_PIPE_PCT, C.ACHIEVED_OCCUPANCY_PCT)
 SHORT_NS = 30_000
-#: what user replay measures as ncu's flushed replay does (every launch of an H200 run agreed;
-#: DRAM bytes read only on launches >= SHORT_NS: a 3 µs launch read 75 KB against ncu's 83 KB)
+#: what user replay measures as ncu's flushed replay does on every launch of an H200 run
 USER_REPLAY_AGREES = (C.ACHIEVED_OCCUPANCY_PCT, C.L1_HIT_RATE_PCT, C.TENSOR_PIPE_PCT,
                       C.FP32_INSTRUCTIONS, C.FP16_INSTRUCTIONS, C.TENSOR_INSTRUCTIONS,
-                      C.TENSOR_FP16_OPS, C.DRAM_BYTES_READ)
-
+                      C.TENSOR_FP16_OPS)
+#: and on launches of SHORT_NS or more (a 3 µs launch read 74 KB against ncu's 83 KB; two
+#: 11-12 µs layout transforms ran 8-10 % longer than ncu's passes)
+USER_REPLAY_AGREES_LONG = (C.DRAM_BYTES_READ, C.DRAM_THROUGHPUT_PCT, C.DURATION_NS)
+#: DRAM bytes written is compared with ncu's flushed replay of that metric alone (one pass: its
+#: multi-pass replay adds ~2.4 MB to every launch, see docs/counters.md), on launches writing
+#: WRITE_FLOOR bytes or more there: below, ncu's own kernel and application replays differ by up
+#: to 0.15 MB (a cuBLAS GEMM: 0.168 and 0.038 MB)
+WRITE_FLOOR = 1e6
 
 def _base(name: str) -> str:
     """A kernel's function name without return type, namespace, template or parameters."""
@@ -227,31 +235,44 @@ def _pair(tmp: Path, replay: str, cache_control: str) -> tuple[dict, list[dict]]
     on the same workload: (hookmagic's result, the comparison). With $OUT set, the raw runs
     and the comparison are written there."""
     env = _env()
+    out = os.environ.get("OUT")
     ours_json = tmp / f"ours_{replay}.json"
     ours = subprocess.run([sys.executable, str(HERE), "ours", str(ours_json)],
                           env={**env, "HOOKMAGIC_COUNTERS_REPLAY": replay},
                           capture_output=True, text=True, timeout=280)
-    out = os.environ.get("OUT")
     if out:  # the raw run, for a look when it fails
         (Path(out) / f"counters_{replay}.log").write_text(ours.stdout[-20000:] + ours.stderr[-20000:])
     assert ours.returncode == 0, ours.stderr[-3000:]
-    ncu = subprocess.run([NCU, "--profile-from-start", "off", "--metrics", ",".join(C.DEFAULT_COUNTERS),
-                          "--csv", "--print-units", "base", "--clock-control", "none",
-                          "--cache-control", cache_control, "--replay-mode", "kernel",
-                          sys.executable, str(HERE), "ncu", "-"],
-                         capture_output=True, text=True, env=env, timeout=280)
-    if out:  # the raw runs, for a look when the pairing fails
+    if out:
         shutil.copy(ours_json, Path(out) / f"counters_{replay}.json")
-        (Path(out) / f"counters_ncu_{cache_control}.csv").write_text(ncu.stdout)
-    assert ncu.returncode == 0, ncu.stderr[-3000:]
+    theirs = _ncu(C.DEFAULT_COUNTERS, cache_control, env, out and Path(out) / f"counters_ncu_{cache_control}.csv")
+    if replay == "user":  # DRAM bytes written from ncu's replay of that metric alone (one pass)
+        alone = _ncu((C.DRAM_BYTES_WRITE,), cache_control, env,
+                     out and Path(out) / f"counters_ncu_{cache_control}_write_alone.csv")
+        for row, one in zip(theirs, alone):
+            row[C.DRAM_BYTES_WRITE] = one[C.DRAM_BYTES_WRITE]
     result = json.loads(ours_json.read_text())
-    table = compare(result["rows"], _ncu_rows(ncu.stdout))
+    table = compare(result["rows"], theirs)
     if out:
         with open(Path(out) / f"counters_vs_ncu_{replay}.csv", "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(table[0]))
             writer.writeheader()
             writer.writerows(table)
     return result, table
+
+
+def _ncu(metrics, cache_control: str, env: dict[str, str], keep: Path | None) -> list[dict]:
+    """``ncu --replay-mode kernel --cache-control cache_control`` with ``metrics`` on the
+    workload, one dict per launch (``keep``: where its CSV is written)."""
+    ncu = subprocess.run([NCU, "--profile-from-start", "off", "--metrics", ",".join(metrics),
+                          "--csv", "--print-units", "base", "--clock-control", "none",
+                          "--cache-control", cache_control, "--replay-mode", "kernel",
+                          sys.executable, str(HERE), "ncu", "-"],
+                         capture_output=True, text=True, env=env, timeout=280)
+    if keep:  # the raw run, for a look when the pairing fails
+        keep.write_text(ncu.stdout)
+    assert ncu.returncode == 0, ncu.stderr[-3000:]
+    return _ncu_rows(ncu.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -276,12 +297,19 @@ def _check_complete(result: dict) -> None:
     assert info["passes"] >= 1 and info["kernels"] == len(result["rows"])
 
 
+def _user_expected(r: dict) -> bool:
+    """Whether user replay is known to measure this (launch, metric) as ncu does."""
+    if r["metric"] == C.DRAM_BYTES_WRITE:
+        return float(r["ncu"]) >= WRITE_FLOOR
+    if r["metric"] in USER_REPLAY_AGREES_LONG:
+        return float(r["ncu_duration"]) >= SHORT_NS
+    return r["metric"] in USER_REPLAY_AGREES
+
+
 def _user_failures(table: list[dict], agreeing: bool) -> list[str]:
-    """Disagreements among the metrics of :data:`USER_REPLAY_AGREES` (``agreeing``) or among
-    the others."""
-    def expected(r):
-        return r["metric"] in USER_REPLAY_AGREES and not (
-            r["metric"] == C.DRAM_BYTES_READ and float(r["ncu_duration"]) < SHORT_NS)
+    """Disagreements among the (launch, metric) pairs :func:`_user_expected` (``agreeing``) or
+    among the others."""
+    expected = _user_expected
     return [f"{r['launch']} {r['kernel']} {r['metric']}: hookmagic {r['hookmagic']:.6g} "
             f"ncu {r['ncu']:.6g}" for r in table if not r["agrees"] and expected(r) == agreeing]
 
@@ -296,9 +324,8 @@ def test_user_replay_counters_match_nsight_compute(user_replay):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="user replay's ranges span the launch, not only the kernel "
-                   "(durations and per-elapsed-cycle rates run long), its smsp__sass_* counts read "
-                   "0, and ncu's flushed replay counts ~2.3 MB of DRAM writes a kernel did not make")
+@pytest.mark.xfail(strict=True, reason="under user replay the smsp__sass_* counts read 0, and SM "
+                   "throughput runs high on elementwise kernels (8.99 % against 5.65 %)")
 def test_user_replay_other_counters_match_nsight_compute(user_replay):
     failures = _user_failures(user_replay[1], agreeing=False)
     assert not failures, "\n".join(failures)
