@@ -252,18 +252,19 @@ def test_conv_im2col_tensor_map_ranges_are_checked_before_the_driver():
 
 def test_conv_split_k_rule():
     from hookmagic.kernels import dispatch
-    # ResNet-50's 7x7 layers at batch 32 on 132 SMs: 13 x 4 = 52 tiles of 128 x 128 -> 2 parts (104 <= 132)
-    assert dispatch.conv_split_k(2048, 512, 32 * 7 * 7, 2048, 132) == 2
+    # ResNet-50's 3x3 layers with 7x7 outputs at batch 32 on 132 SMs: 13 x 4 = 52 tiles of 128 x 128 and 72
+    # k-steps -> 2 parts (104 blocks); the 1x1 2048->512 layer's 32 k-steps stay whole (2 x 16 ran level)
     assert dispatch.conv_split_k(512, 512, 32 * 7 * 7, 9 * 512, 132) == 2
-    # batch 8: 4 x 4 = 16 tiles -> the most parts, 4; 16 k-steps keep 8 a part at 2 parts
-    assert dispatch.conv_split_k(512, 512, 8 * 7 * 7, 9 * 512, 132) == 4
-    assert dispatch.conv_split_k(1024, 512, 8 * 7 * 7, 1024, 132) == 2
+    assert dispatch.conv_split_k(2048, 512, 32 * 7 * 7, 2048, 132) == 1
+    # batch 8: 4 x 4 = 16 tiles, still at most 2 parts (the most measured faster)
+    assert dispatch.conv_split_k(512, 512, 8 * 7 * 7, 9 * 512, 132) == 2
     # no split: tiles covering more than half the SMs (49 x 2 = 98 at 14x14), <= 64 output channels, channels
-    # not a multiple of 8 (the stem), or too short a K loop
+    # not a multiple of 8 (the stem), or a K loop under 2 x 24 k-steps
     assert dispatch.conv_split_k(256, 256, 32 * 14 * 14, 9 * 256, 132) == 1
     assert dispatch.conv_split_k(64, 64, 128, 9 * 64, 132) == 1
     assert dispatch.conv_split_k(3, 128, 128, 147, 132) == 1
-    assert dispatch.conv_split_k(64, 512, 32 * 7 * 7, 64 * 15, 132) == 1
+    assert dispatch.conv_split_k(64, 512, 32 * 7 * 7, 64 * 47, 132) == 1
+    assert dispatch.conv_split_k(64, 512, 32 * 7 * 7, 64 * 48, 132) == 2
     pick = dispatch.choose_conv("sm_90", "float16", (3, 3), 1, 1, 512, 512, 32 * 7 * 7)
     assert (pick.variant, pick.block_n, pick.split_k) == ("wgmma", 128, 2)
     assert dispatch.choose_conv("sm_90", "float16", (3, 3), 1, 1, 256, 256, 32 * 14 * 14).split_k == 1

@@ -76,8 +76,8 @@ CONV_TABLE: tuple[ConvRule, ...] = (
              f"than the wgmma convolution (82-88 % of cuDNN), which won the smaller 1x1 layers ({HOPPER_CONV_RESULTS})"),
     ConvRule(90, 90, ("float16", "bfloat16"), "any", "wgmma",
              "wgmma with TMA im2col activations (64-channel multiples; else gathered by the producer warpgroup) is "
-             "the library's fastest convolution on sm_90: 2.3-4.4x the mma.sync implicit GEMM and 59-109 % of "
-             f"cuDNN on ResNet-50's layers, 83 % over the whole network at batch 32 ({HOPPER_CONV_RESULTS})"),
+             "the library's fastest convolution on sm_90: 2.3-4.4x the mma.sync implicit GEMM and 58-108 % of "
+             f"cuDNN on ResNet-50's layers, 84-86 % over the whole network at batch 32 ({HOPPER_CONV_RESULTS})"),
     ConvRule(80, 999, ("float16", "bfloat16"), "any", "implicit_gemm",
              "mma.sync implicit GEMM is the library's Tensor Core convolution before Hopper "
              "(wgmma exists on sm_90a only)"),
@@ -105,16 +105,20 @@ def conv_block_n(k: int, m: int, sms: int) -> int:
     return 64 if k <= 64 or 2 * -(-m // 128) * -(-k // 128) < sms else 128
 
 
-#: the most ways the wgmma convolution's K loop is split (conv2d's split_k), and the fewest k-steps
-#: (64 elements of R*S*C) a split part keeps
-CONV_SPLIT_K_MAX = 4
-CONV_SPLIT_K_MIN_STEPS = 8
+#: the most ways auto splits the wgmma convolution's K loop (conv2d's split_k), and the fewest k-steps
+#: (64 elements of R*S*C) a part keeps: the splits measured faster (CONV_SPLIT_K_WHY)
+CONV_SPLIT_K_MAX = 2
+CONV_SPLIT_K_MIN_STEPS = 24
+#: the measurements behind conv_split_k (the split columns of the same benchmark, the layers it concerns)
+HOPPER_CONV_SPLIT_RESULTS = "benchmarks/results/kernels-conv-splitk-h200.md"
 #: why conv_split_k splits where it does
 CONV_SPLIT_K_WHY = (
-    "where 128 x 128 tiles cover at most half the SMs (ResNet-50's 7x7 layers at batch 32: 13 x 4 = 52 tiles, "
-    "32-72 k-steps) the K loop is split so that tiles x splits still fit the SMs in one wave, each part keeping "
-    f">= {CONV_SPLIT_K_MIN_STEPS} k-steps; the parts add FP32 partials in a workspace and the last one runs "
-    "the epilogue")
+    "on an H200 ResNet-50's 3x3 layers with 7x7 outputs at batch 32 (13 x 4 = 52 tiles of 128 x 128, 72 k-steps) "
+    "ran 25.8-26.1 us with the K loop in 2 parts (104 blocks) against 31.6-32.0 us unsplit on 104 tiles of "
+    "128 x 64 (1.22x; 62-64 -> 75-78 % of cuDNN); 3 or 4 parts (156 or 208 blocks for 132 SMs) ran no faster than "
+    "unsplit, 2 parts of the 98-tile layers at 14x14 ran slower, and the 1x1 2048->512 layer's 2 x 16 k-steps ran "
+    f"level (17.1 against 17.1-17.3 us): hence tiles x parts within the SMs and >= {CONV_SPLIT_K_MIN_STEPS} k-steps "
+    f"a part (3 fresh processes, {HOPPER_CONV_SPLIT_RESULTS})")
 
 
 def conv_split_k(c: int, k: int, m: int, kg: int, sms: int) -> int:
@@ -237,4 +241,4 @@ def explain_gemm(op: str, shapes: tuple[tuple[int, ...], ...], dtype: str, arch:
 
 __all__ = ["Rule", "TABLE", "choose", "explain_gemm", "HOPPER_GEMM_RESULTS", "HOPPER_FP8_RESULTS", "ConvRule",
            "CONV_TABLE", "ConvPick", "choose_conv", "conv_block_n", "conv_split_k", "CONV_SPLIT_K_MAX",
-           "CONV_SPLIT_K_MIN_STEPS", "CONV_SPLIT_K_WHY", "gemm_shaped", "im2col_ok", "explain_conv", "HOPPER_CONV_RESULTS"]
+           "CONV_SPLIT_K_MIN_STEPS", "CONV_SPLIT_K_WHY", "HOPPER_CONV_SPLIT_RESULTS", "gemm_shaped", "im2col_ok", "explain_conv", "HOPPER_CONV_RESULTS"]

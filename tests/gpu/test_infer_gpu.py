@@ -515,14 +515,14 @@ def test_conv2d_split_k_matches_cudnn(n, h, w, c, k, r, stride, pad, variant, bl
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma variants need an sm_90 GPU")
 def test_conv2d_auto_splits_the_7x7_layers_as_explain_says():
-    x = torch.randn(32, 7, 7, 2048, device="cuda", dtype=torch.float16)
-    wt = (torch.randn(512, 1, 1, 2048, device="cuda") / 45).half()
+    x = torch.randn(32, 7, 7, 512, device="cuda", dtype=torch.float16)
+    wt = (torch.randn(512, 3, 3, 512, device="cuda") / 68).half()
     hk.launch_log(clear=True)
-    y = hk.conv2d(x, wt)
+    y = hk.conv2d(x, wt, padding=1)
     ran = hk.launch_log()[-1]
-    said = hk.explain("conv2d", tuple(x.shape), tuple(wt.shape))
+    said = hk.explain("conv2d", tuple(x.shape), tuple(wt.shape), padding=1)
     assert ran.kernel == "conv_wgmma_f16_n128_tma_sk" and f"split_k={ran.args['split_k']}" in said
-    assert torch.equal(y, hk.conv2d(x, wt, variant="wgmma", block_n=128, split_k=ran.args["split_k"]))
+    assert torch.equal(y, hk.conv2d(x, wt, padding=1, variant="wgmma", block_n=128, split_k=ran.args["split_k"]))
 
 
 @pytest.mark.skipif(not _SM90, reason="the wgmma variants need an sm_90 GPU")
