@@ -169,22 +169,25 @@ def worker(clip: Path, loops: int, smoke: bool = False, mode: str = "graph",
     return out
 
 
-def analyse(rows: list[dict], folder: Path) -> None:
+def analyse(rows: list[dict], folder: Path, loops: int) -> None:
     """The model's figures for every run the workers saved (``folder/p<i>/<run>.hmpipe``),
     computed here, after the GPU runs: "as measured" with and without the GIL modelled, and
     each what-if pair. Adds them to ``rows`` in place."""
     import hookmagic
     from hookmagic.pipeline.analysis import batches as batches_of, warmup_flags
+    from hookmagic.pipeline.model import what_if
 
     for i, proc in enumerate(rows):
         runs = {}
         for row in proc["runs"]:
             run = hookmagic.load(folder / f"p{i}" / f"{row['run']}.hmpipe")
             runs[(row["repeats"], row["phase"])] = run
-            for gil, key in ((True, ""), (False, "_nogil")):
-                table = run.what_if("infer", 1.0, gil=gil)
+            for opts, key in (({"gil": True}, ""), ({}, "_nogil"),
+                              ({"contention": True}, "_contention")):
+                table = what_if(run, "infer", 1.0, **opts)
                 row["model_fps" + key] = float(table.loc["model: as measured", "fps"])
                 row["model_err" + key] = row["model_fps" + key] / row["fps"] - 1
+            row.update(_decoder(run, loops))
             b = batches_of(run, "infer")
             warm = warmup_flags(b, 1)
             dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e6
@@ -207,14 +210,40 @@ def analyse(rows: list[dict], folder: Path) -> None:
             k = proc["standalone_ms"][str(rh)] / proc["standalone_ms"][str(rl)]
             w = {"heavy": rh, "light": rl, "k_measured": k, "light_fps": tl["fps"],
                  "k_in_runs": th["infer_full_ms"] / tl["infer_full_ms"], "nominal_k": rh / rl}
-            for gil, key in ((True, ""), (False, "_nogil")):
-                pred = float(heavy.what_if("infer", k, gil=gil).iloc[-1]["fps"])
-                nominal = float(heavy.what_if("infer", rh / rl, gil=gil).iloc[-1]["fps"])
+            for opts, key in (({"gil": True}, ""), ({}, "_nogil"),
+                              ({"contention": True}, "_contention")):
+                pred = float(what_if(heavy, "infer", k, **opts).iloc[-1]["fps"])
+                nominal = float(what_if(heavy, "infer", rh / rl, **opts).iloc[-1]["fps"])
                 w.update({"predicted_fps" + key: pred, "err" + key: pred / tl["fps"] - 1,
                           "nominal_fps" + key: nominal,
                           "nominal_err" + key: nominal / tl["fps"] - 1})
+            # not a prediction: the default model told the lighter run's decoder time (its
+            # steady frames and its stalls, over the heavier run's): how much of the miss that is
+            d = th["decode_total_s"] / tl["decode_total_s"]
+            pred = float(what_if(heavy, {"infer": k, "decode": d}).iloc[-1]["fps"])
+            w.update({"decode_ratio": d, "predicted_fps_decode_told": pred,
+                      "err_decode_told": pred / tl["fps"] - 1})
             whatif.append(w)
         proc["whatif"] = whatif
+
+
+def _decoder(run, loops: int) -> dict:
+    """The decoder's time in ``run``: per pass over the clip (each pass opens its own decoder
+    session), the median steady frame time and thread CPU time (ms); the stalls (executions
+    the model takes as outliers, mostly the openings) in seconds; and its total time (s)."""
+    from hookmagic.pipeline.analysis import batches as batches_of
+    from hookmagic.pipeline.model import _outliers
+
+    d = batches_of(run, run.stage_names[0]).sort_values("start_ns", kind="stable")
+    out, _ = _outliers(d)
+    dur = (d["end_ns"] - d["start_ns"]).to_numpy() / 1e6
+    cpu = d["cpu_ns"].to_numpy() / 1e6
+    edges = np.linspace(0, len(d), loops + 1).astype(int)  # the passes: equal frame counts
+    per = [(float(np.median(dur[a:b][~out[a:b]])), float(np.median(cpu[a:b][~out[a:b]])))
+           for a, b in zip(edges[:-1], edges[1:]) if (~out[a:b]).any()]
+    return {"decode_pass_ms": [x for x, _ in per], "decode_pass_cpu_ms": [y for _, y in per],
+            "decode_stall_s": float(dur[out].sum() / 1e3),
+            "decode_total_s": float(dur.sum() / 1e3)}
 
 
 def _cpu_share(run, stage: str) -> float:
@@ -263,9 +292,9 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
              f"Infer stage: {rows[0]['infer']} (see the script's docstring).", "",
              "## Model as measured (target: within 5 %)", "",
              "| infer repeats | run | fps measured | fps model | model error | error without "
-             "the GIL | infer batch ms (steady, 16) | CPU share of decode / preprocess / infer "
+             "the GIL | error, contention=True | infer batch ms (steady, 16) | CPU share of decode / preprocess / infer "
              "| batch sizes run | warm-ups found (stage size: ms) | bottleneck |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     repeats = REPEATS[rows[0]["infer"]]
     for r in repeats:
         for phase in ("cold", "warm"):
@@ -277,6 +306,7 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
                          f"{mm([x['model_fps'] for x in rs])} | "
                          f"{mm([100 * x['model_err'] for x in rs], '{:+.1f}')} % | "
                          f"{mm([100 * x['model_err_nogil'] for x in rs], '{:+.1f}')} % | "
+                         f"{mm([100 * x['model_err_contention'] for x in rs], '{:+.1f}')} % | "
                          f"{mm([x['infer_full_ms'] for x in rs], '{:.2f}')} | "
                          + " / ".join(mm([x["cpu_share"].get(s_, float("nan")) for x in rs],
                                          "{:.2f}") for s_ in (rs[0]["stages"][0] if rs else "decode", "preprocess", "infer"))
@@ -284,16 +314,29 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
                          f"{', '.join(str(x['bottleneck']) for x in rs)} |")
     lines += ["", "## What-if against a pipeline really made lighter (target: within 10 %)", "",
               "| heavier → lighter (repeats) | k measured | predicted fps | measured fps "
-              "(lighter) | error | error without the GIL | with nominal k | error (nominal k) |",
-              "|---|---|---|---|---|---|---|---|"]
+              "(lighter) | error | error without the GIL | error, contention=True | with nominal k "
+              "| error (nominal k) | error, decoder time told (not a prediction) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for rh, rl in _pairs(repeats):
         ws = [w for p in rows for w in p["whatif"] if (w["heavy"], w["light"]) == (rh, rl)]
         lines.append(f"| {rh} → {rl} | {mm([w['k_measured'] for w in ws], '{:.2f}')} | "
                      f"{mm([w['predicted_fps'] for w in ws])} | {mm([w['light_fps'] for w in ws])}"
                      f" | {mm([100 * w['err'] for w in ws], '{:+.1f}')} % | "
                      f"{mm([100 * w['err_nogil'] for w in ws], '{:+.1f}')} % | "
+                     f"{mm([100 * w['err_contention'] for w in ws], '{:+.1f}')} % | "
                      f"{mm([w['nominal_fps'] for w in ws])} (k = {rh / rl:g}) | "
-                     f"{mm([100 * w['nominal_err'] for w in ws], '{:+.1f}')} % |")
+                     f"{mm([100 * w['nominal_err'] for w in ws], '{:+.1f}')} % | "
+                     f"{mm([100 * w['err_decode_told'] for w in ws], '{:+.1f}')} % |")
+    lines += ["", "## The decoder, per pass over the clip (each pass opens a decoder session)", "",
+              "| process | run | steady frame ms per pass (CPU ms) | stalls s | decoder total s "
+              "| fps |", "|---|---|---|---|---|---|"]
+    for i, p in enumerate(rows):
+        for x in p["runs"]:
+            lines.append(f"| p{i} | x{x['repeats']} {x['phase']} | "
+                         + ", ".join(f"{a:.2f} ({b:.2f})" for a, b in
+                                     zip(x["decode_pass_ms"], x["decode_pass_cpu_ms"]))
+                         + f" | {x['decode_stall_s']:.2f} | {x['decode_total_s']:.2f} | "
+                         f"{x['fps']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -344,7 +387,7 @@ def main() -> int:
             return 0
     data = json.loads(js.read_text())
     rows, info = data["processes"], data["machine"]
-    analyse(rows, out / f"runs_{args.infer}")
+    analyse(rows, out / f"runs_{args.infer}", int((data.get("args") or {}).get("loops") or args.loops))
     js.write_text(json.dumps({"machine": info, "args": data.get("args"), "processes": rows},
                              indent=1))
     text = report(rows, info, args)
