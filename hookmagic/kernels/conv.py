@@ -235,6 +235,8 @@ _wg_kernels: dict[tuple[str, int], Any] = {}
 #: the split-K kernels' scratch by (array kind, device, stream): tile counters (int32, zero between
 #: launches: the last part of each tile resets its own) and the FP32 partials, grown on demand
 _split_scratch: dict[tuple[str, int, int], list[Any]] = {}
+#: scratch arrays outgrown: kept, since a captured CUDA graph may still launch with their addresses
+_split_retired: list[Any] = []
 
 
 def _scratch(xi: runtime.ArrayInfo, stream: int, counters: int, floats: int) -> tuple[int, int]:
@@ -245,8 +247,12 @@ def _scratch(xi: runtime.ArrayInfo, stream: int, counters: int, floats: int) -> 
     have = _split_scratch.get(key)
     cnt, ws = have if have is not None else (None, None)
     if cnt is None or _numel(cnt) < counters:
+        if cnt is not None:
+            _split_retired.append(cnt)
         cnt = _zeros_typed(xi, max(counters, 2048), "int32")
     if ws is None or _numel(ws) < floats:
+        if ws is not None:
+            _split_retired.append(ws)
         ws = runtime.empty_like_kind(xi, (max(floats, 1 << 20),), "float32")
     _split_scratch[key] = [cnt, ws]
     return _ptr(cnt), _ptr(ws)
