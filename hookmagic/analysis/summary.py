@@ -166,7 +166,10 @@ def summarize(trace: "Trace", top: int = 10) -> Summary:
                           if isinstance(meta.get("warnings"), list)])
     # The time the capture added around the cell. The other entries are parts of these
     # (CUPTI's subscribe/drain/detach, decoding) or counts, and must not be added again.
-    base["overhead_s"] = float(sum(base["overhead"].get(k, 0.0) for k in _AROUND_THE_CELL))
+    # A live capture measures everything after the cell as finish_s.
+    over = base["overhead"]
+    base["overhead_s"] = (float(over.get("start_s", 0.0) + over["finish_s"]) if "finish_s" in over
+                          else float(sum(over.get(k, 0.0) for k in _AROUND_THE_CELL)))
 
     kernels = trace.kernels
     kernel_total = int(kernels["duration_ns"].sum())

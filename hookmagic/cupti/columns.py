@@ -8,7 +8,8 @@ Vectorised throughout: a million kernels take well under a second.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import functools
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,10 +20,30 @@ from hookmagic.trace.schema import conform
 Columns = dict[str, np.ndarray]
 
 
-def _names(codes: np.ndarray, names: Sequence[str]) -> np.ndarray:
-    table = np.asarray(list(names) + ["unknown"], dtype=object)
+def _take_text(texts: Sequence[str], codes: np.ndarray) -> Any:
+    """``texts[codes]`` as a column of pandas' own string dtype, each distinct text converted
+    once (converting a text per row costs ~0.2 µs each, which a capture of thousands of
+    kernels pays in full). ``codes`` must index ``texts``."""
+    codes = np.asarray(codes, dtype=np.intp)
+    if codes.size == 0:
+        return np.zeros(0, dtype=object)
+    return _text_array(tuple(texts)).take(codes)
+
+
+#: the dtype pandas gives a column of text it infers by itself (conform leaves text so)
+_STRING = pd.Series(["text"]).dtype
+
+
+@functools.lru_cache(maxsize=32)
+def _text_array(texts: tuple[str, ...]) -> Any:
+    """``texts`` converted to pandas' string dtype (kept: enumerations' names recur)."""
+    return pd.array(list(texts), dtype=_STRING)
+
+
+def _names(codes: np.ndarray, names: Sequence[str]) -> Any:
     codes = np.asarray(codes).astype(np.int64)
-    return table[np.where((codes >= 0) & (codes < len(names)), codes, len(names))]
+    return _take_text(list(names) + ["unknown"],
+                      np.where((codes >= 0) & (codes < len(names)), codes, len(names)))
 
 
 def _timed(raw: Columns) -> dict[str, np.ndarray]:
@@ -107,13 +128,15 @@ def _attribution(raw: Columns, launches: CorrelationIndex, captured: CaptureStac
     """Thread, stacks and range of each record from its launch; a record replayed from a CUDA
     graph takes as ``stack_id`` the stack that captured its node, where known."""
     corr = raw["correlation"]
-    launch_stack = launches.get("stack_id", corr, -1)
+    pos = launches.positions(corr)
+    launch_stack = launches.at("stack_id", pos, -1)
     capture_stack = captured.of(raw["graph_node"])
     return {
         "correlation": corr.astype(np.int64),
-        "thread": launches.get("thread", corr, -1),
-        "stack_id": np.where(capture_stack >= 0, capture_stack, launch_stack),
-        "range_id": launches.get("range_id", corr, -1),
+        "thread": launches.at("thread", pos, -1),
+        "stack_id": (np.where(capture_stack >= 0, capture_stack, launch_stack) if len(captured)
+                     else launch_stack.copy()),
+        "range_id": launches.at("range_id", pos, -1),
         "launch_stack_id": launch_stack,
     }
 
@@ -130,65 +153,142 @@ def build_tables(
 
     ``range_rows`` holds the finished ``hookmagic.range`` records; ``samples`` the NVML
     columns; ``callback_name(domain, cbid)`` names API records (domain 0 runtime, 1 driver).
+    All at once; :func:`table_builders` makes each table only when it is asked for.
     """
-    strings = np.asarray(list(raw["strings"]) + [""], dtype=object)
+    return build_tables_from(table_builders(raw, enums, range_rows, samples, callback_name))
 
-    def text(codes: np.ndarray) -> np.ndarray:
+
+def build_tables_from(builders: dict[str, Callable[[], Any]]) -> dict[str, pd.DataFrame]:
+    """Each table of :func:`table_builders`, built and conformed to the schema; tables
+    without rows are left out (a Trace makes empty ones when they are asked for)."""
+    tables = {name: build() for name, build in builders.items()}
+    return {name: conform(name, t) for name, t in tables.items()
+            if t is not None and _rows(t) > 0}
+
+
+def table_builders(
+    raw: dict,
+    enums: dict,
+    range_rows: pd.DataFrame,
+    samples: Columns,
+    callback_name: Callable[[int, int], str | None],
+) -> dict[str, Callable[[], Any]]:
+    """What :func:`build_tables` makes, one function per table: each returns that table's
+    columns (a mapping of arrays, a DataFrame, or None for no rows), built when it is first
+    called and kept. A live capture hands these to its Trace, which calls each only when the
+    table is first read: a capture whose tables are never all read does not pay for them."""
+    strings = list(raw["strings"]) + [""]
+
+    def text(codes: np.ndarray) -> Any:
         codes = np.asarray(codes).astype(np.int64)
-        return strings[np.where((codes >= 0) & (codes < len(strings) - 1), codes, -1)]
+        return _take_text(strings, np.where((codes >= 0) & (codes < len(strings) - 1), codes,
+                                            len(strings) - 1))
 
-    launch = raw["launches"]
-    launches = CorrelationIndex(launch["correlation"], keep="last",
+    @functools.cache
+    def launches() -> CorrelationIndex:
+        launch = raw["launches"]
+        return CorrelationIndex(launch["correlation"], keep="last",
                                 thread=launch["thread"].astype(np.int64),
                                 stack_id=launch["stack_id"].astype(np.int64),
                                 range_id=launch["range_id"].astype(np.int64))
-    # the test extension's decoder hands over no callback tables beyond "launches"
-    captured = CaptureStacks(raw.get("graph_nodes"))
 
-    k = raw["kernels"]
-    kernels = {**_timed(k), "device": k["device"], "context": k["context"], "stream": k["stream"],
-               "name": text(k["name"]),
-               **{c: k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                                    "registers", "static_smem", "dynamic_smem", "local_mem",
-                                    "graph_id")},
-               "graph_node": k["graph_node"].astype(np.int64),
-               **_attribution(k, launches, captured)}
+    @functools.cache
+    def captured() -> CaptureStacks:
+        # the test extension's decoder hands over no callback tables beyond "launches"
+        return CaptureStacks(raw.get("graph_nodes"))
 
-    c = raw["memcpy"]
-    memcpy = {**_timed(c), "device": c["device"], "context": c["context"], "stream": c["stream"],
-              "bytes": c["bytes"], "kind": _names(c["kind"], enums["memcpy_kind"]),
-              "src_kind": _names(c["src_kind"], enums["memory_kind"]),
-              "dst_kind": _names(c["dst_kind"], enums["memory_kind"]),
-              "graph_id": c["graph_id"], "graph_node": c["graph_node"].astype(np.int64),
-              **_attribution(c, launches, captured)}
+    @functools.cache
+    def kernels() -> dict:
+        k = raw["kernels"]
+        return {**_timed(k), "device": k["device"], "context": k["context"],
+                "stream": k["stream"], "name": text(k["name"]),
+                **{c: k[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                                     "block_z", "registers", "static_smem", "dynamic_smem",
+                                     "local_mem", "graph_id")},
+                "graph_node": k["graph_node"].astype(np.int64),
+                **_attribution(k, launches(), captured())}
 
-    s = raw["memset"]
-    memset = {**_timed(s), "device": s["device"], "context": s["context"], "stream": s["stream"],
-              "bytes": s["bytes"], "value": s["value"],
-              "memory_kind": _names(s["memory_kind"], enums["memory_kind"]),
-              "graph_id": s["graph_id"], "graph_node": s["graph_node"].astype(np.int64),
-              **_attribution(s, launches, captured)}
+    @functools.cache
+    def memcpy() -> dict | None:
+        c = raw["memcpy"]
+        if not len(c["start_ns"]):
+            return None
+        return {**_timed(c), "device": c["device"], "context": c["context"],
+                "stream": c["stream"], "bytes": c["bytes"],
+                "kind": _names(c["kind"], enums["memcpy_kind"]),
+                "src_kind": _names(c["src_kind"], enums["memory_kind"]),
+                "dst_kind": _names(c["dst_kind"], enums["memory_kind"]),
+                "graph_id": c["graph_id"], "graph_node": c["graph_node"].astype(np.int64),
+                **_attribution(c, launches(), captured())}
 
-    memory = _memory_table(raw["memory"], raw["vmm"], enums, launches, kernels)
+    @functools.cache
+    def memset() -> dict | None:
+        s = raw["memset"]
+        if not len(s["start_ns"]):
+            return None
+        return {**_timed(s), "device": s["device"], "context": s["context"],
+                "stream": s["stream"], "bytes": s["bytes"], "value": s["value"],
+                "memory_kind": _names(s["memory_kind"], enums["memory_kind"]),
+                "graph_id": s["graph_id"], "graph_node": s["graph_node"].astype(np.int64),
+                **_attribution(s, launches(), captured())}
 
-    y = raw["sync"]
-    api_raw = raw["api"]
-    api_threads = CorrelationIndex(api_raw["correlation"], keep="last",
-                                   thread=api_raw["thread"].astype(np.int64))
-    sync_thread = launches.get("thread", y["correlation"], -1)
-    from_api = api_threads.get("thread", y["correlation"], -1)
-    sync = {**_timed(y), "type": _names(y["type"], enums["sync_type"]), "context": y["context"],
-            "stream": y["stream"], "event": y["event"], "correlation": y["correlation"],
-            "thread": np.where(sync_thread >= 0, sync_thread, from_api)}
+    @functools.cache
+    def memory() -> dict | None:
+        return _memory_table(raw["memory"], raw["vmm"], enums, launches(), raw["kernels"])
 
-    api = _api_table(api_raw, callback_name) if len(api_raw["start_ns"]) else None
-    ranges_table = _ranges_table(range_rows, raw["markers"], enums, strings)
-    tables = {"kernels": kernels, "memcpy": memcpy, "memset": memset, "memory": memory,
-              "sync": sync, "api": api, "ranges": ranges_table, "stacks": raw["stacks"],
-              "samples": samples}
-    # Empty tables are left out: the Trace makes those itself, only if asked for.
-    return {name: conform(name, t) for name, t in tables.items()
-            if t is not None and _rows(t) > 0}
+    @functools.cache
+    def sync() -> dict | None:
+        y = raw["sync"]
+        if not len(y["start_ns"]):
+            return None
+        api_raw = raw["api"]
+        api_threads = CorrelationIndex(api_raw["correlation"], keep="last",
+                                       thread=api_raw["thread"].astype(np.int64))
+        sync_thread = launches().get("thread", y["correlation"], -1)
+        from_api = api_threads.get("thread", y["correlation"], -1)
+        return {**_timed(y), "type": _names(y["type"], enums["sync_type"]),
+                "context": y["context"], "stream": y["stream"], "event": y["event"],
+                "correlation": y["correlation"],
+                "thread": np.where(sync_thread >= 0, sync_thread, from_api)}
+
+    @functools.cache
+    def api() -> pd.DataFrame | None:
+        api_raw = raw["api"]
+        return _api_table(api_raw, callback_name) if len(api_raw["start_ns"]) else None
+
+    @functools.cache
+    def ranges() -> pd.DataFrame:
+        return _ranges_table(range_rows, raw["markers"], enums, np.asarray(strings, dtype=object))
+
+    @functools.cache
+    def stacks() -> Any:
+        return stack_columns(raw["stacks"])
+
+    return {name: _none_if_empty(build) for name, build in (
+        ("kernels", kernels), ("memcpy", memcpy), ("memset", memset), ("memory", memory),
+        ("sync", sync), ("api", api), ("ranges", ranges), ("stacks", stacks),
+        ("samples", lambda: samples))}
+
+
+def _none_if_empty(build: Callable[[], Any]) -> Callable[[], Any]:
+    """``build``, returning None for a table without rows (a Trace's empty table costs less
+    than conforming one)."""
+    def built() -> Any:
+        table = build()
+        return table if table is not None and _rows(table) > 0 else None
+    return built
+
+
+def stack_columns(stacks: Columns) -> Columns:
+    """The ``stacks`` table's columns from the native hand-over: ``filename`` and ``function``
+    come as codes into ``text`` (each distinct text once), or, from older hand-overs and
+    tests, as lists of texts."""
+    if "text" not in stacks:
+        return stacks
+    texts = list(stacks["text"])
+    return {"stack_id": stacks["stack_id"], "depth": stacks["depth"],
+            "filename": _take_text(texts, stacks["filename"]),
+            "function": _take_text(texts, stacks["function"]), "line": stacks["line"]}
 
 
 def _rows(table) -> int:
@@ -210,7 +310,7 @@ def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIn
         "memory_kind": _names(m["memory_kind"], enums["memory_kind"]),
         "device": m["device"], "context": m["context"], "stream": m["stream"],
         "correlation": m["correlation"].astype(np.int64), "is_async": m["is_async"].astype(bool),
-        "source": np.full(n_cupti, "cupti", dtype=object),
+        "source": _take_text(["cupti"], np.zeros(n_cupti, dtype=np.intp)),
         "thread": launches.get("thread", m["correlation"], -1),
         "stack_id": launches.get("stack_id", m["correlation"], -1),
     }
@@ -224,18 +324,28 @@ def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIn
         mapped = {
             "time_ns": vmm["time_ns"].astype(np.int64), "op": _names(vmm["op"], enums["vmm_op"]),
             "address": vmm["address"], "bytes": vmm["bytes"],
-            "memory_kind": np.full(n_vmm, "device", dtype=object),
+            "memory_kind": _take_text(["device"], np.zeros(n_vmm, dtype=np.intp)),
             "device": np.array([context_device.get(c, -1) for c in vmm["context"].tolist()],
                                dtype=np.int32),
             "context": vmm["context"], "stream": np.zeros(n_vmm, dtype=np.int64),
             "correlation": vmm["correlation"].astype(np.int64),
-            "is_async": np.zeros(n_vmm, dtype=bool), "source": np.full(n_vmm, "vmm", dtype=object),
+            "is_async": np.zeros(n_vmm, dtype=bool),
+            "source": _take_text(["vmm"], np.zeros(n_vmm, dtype=np.intp)),
             "thread": vmm["thread"], "stack_id": vmm["stack_id"].astype(np.int64),
         }
         parts = [cupti, mapped] if n_cupti else [mapped]
-    cols = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in cupti}
+    cols = {k: _joined([p[k] for p in parts]) for k in cupti}
     order = np.argsort(cols["time_ns"], kind="stable")
-    return {k: v[order] for k, v in cols.items()}
+    return {k: v.take(order) for k, v in cols.items()}
+
+
+def _joined(parts: list) -> Any:
+    """One column from its parts (NumPy arrays, or text columns of pandas' string dtype)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts)
+    return pd.concat([pd.Series(p) for p in parts], ignore_index=True).array
 
 
 def _api_table(a: Columns, callback_name: Callable[[int, int], str | None]) -> pd.DataFrame:

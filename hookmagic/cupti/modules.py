@@ -99,9 +99,31 @@ def module_stacks(tables: dict[str, pd.DataFrame], modules_named: bool = True) -
     backward = _backward_frames(tables)
     if not modules_named:
         return backward
-    stacks, kernels = tables["stacks"], tables["kernels"]
-    named = stacks.loc[(stacks["filename"] == MODULE_FILE).to_numpy(), "stack_id"].unique()
-    return int(kernels["stack_id"].isin(named).sum())
+    return named_module_kernels(tables["kernels"], tables["stacks"])
+
+
+def named_module_kernels(kernels: Any, stacks: Any) -> int:
+    """How many kernels' stacks hold a ``<module>`` frame. ``stacks``: the stacks table, or
+    its columns as the native session hands them over (``filename`` as codes into ``text``:
+    see :func:`hookmagic.cupti.columns.stack_columns`), so that counting needs no table."""
+    if kernels is None or not len(kernels) or stacks is None:
+        return 0
+    if "text" in stacks:
+        texts = list(stacks["text"])
+        if MODULE_FILE not in texts:
+            return 0
+        module_rows = np.asarray(stacks["filename"]) == texts.index(MODULE_FILE)
+    else:
+        module_rows = np.asarray(stacks["filename"], dtype=object) == MODULE_FILE
+    named = np.unique(np.asarray(stacks["stack_id"])[module_rows])
+    return int(np.isin(np.asarray(kernels["stack_id"]), named).sum())
+
+
+def has_backward_ranges(ranges: pd.DataFrame | None) -> bool:
+    """Whether ``ranges`` holds ``module_backward`` ranges (whose kernels
+    :func:`module_stacks` gives a ``backward of`` frame)."""
+    return (ranges is not None and len(ranges) > 0 and "source" in ranges
+            and bool((ranges["source"] == "module_backward").any()))
 
 
 def find_modules(wanted: Mapping[int, str], namespaces: Iterable[Mapping[str, Any]] = (), *,
@@ -219,10 +241,21 @@ def _filled(cell: Any) -> bool:
 
 
 def _qualnames(root: Any) -> dict[int, tuple[str, str]]:
-    """``{id(sub): (qualified name, class name)}`` in ``root`` (first name of a shared one)."""
+    """``{id(sub): (qualified name, class name)}`` in ``root`` (first name of a shared one),
+    named as ``root.named_modules()`` names them, in its order (outer first, children in
+    registration order), walking the ``_modules`` dicts that method walks: a third of its
+    time, which a capture ending pays on every module of the model."""
     names: dict[int, tuple[str, str]] = {}
-    for qualname, sub in root.named_modules(remove_duplicate=False):
-        names.setdefault(id(sub), (qualname, type(sub).__name__))
+    todo = [("", root)]
+    while todo:
+        qualname, module = todo.pop()
+        if id(module) in names:  # a shared module keeps its first name; its subtree was walked
+            continue
+        names[id(module)] = (qualname, type(module).__name__)
+        children = getattr(module, "_modules", None) or {}
+        prefix = f"{qualname}." if qualname else ""
+        todo.extend((f"{prefix}{key}", sub) for key, sub in reversed(children.items())
+                    if sub is not None)
     return names
 
 
@@ -235,11 +268,9 @@ def _backward_frames(tables: dict[str, pd.DataFrame]) -> int:
     """Kernels in a ``module_backward`` range get their stack plus a frame naming that range;
     returns how many."""
     kernels, ranges, stacks = (tables.get(n) for n in ("kernels", "ranges", "stacks"))
-    if ranges is None or not len(ranges) or "source" not in ranges:
+    if not has_backward_ranges(ranges):
         return 0
     backward = ranges[ranges["source"] == "module_backward"]
-    if not len(backward):
-        return 0
     label_of = dict(zip(backward["range_id"].tolist(), backward["name"].tolist()))
     sids = kernels["stack_id"].to_numpy().astype(np.int64)
     rids = kernels["range_id"].to_numpy().astype(np.int64)

@@ -18,7 +18,7 @@ import pandas as pd
 from hookmagic.cupti import counters as hw_counters
 from hookmagic.cupti import errors, library
 from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
-from hookmagic.cupti.columns import build_tables, uncaptured_graph_notes
+from hookmagic.cupti.columns import build_tables_from, table_builders, uncaptured_graph_notes
 from hookmagic.cupti.conflicts import cupti_holder, torch_profiler_running
 from hookmagic.cupti.nvml_sampler import NvmlSampler
 from hookmagic.cupti.options import LITE_OFF, CaptureOptions
@@ -358,7 +358,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         allocator_parts = self._allocators.stop() if self._allocators else []
         ranges = pd.DataFrame([r.__dict__ for r in RECORDER.stop()])
         t3 = time.perf_counter()
-        from hookmagic.cupti.modules import combo_labels, module_stacks
+        from hookmagic.cupti.modules import (combo_labels, has_backward_ranges,
+                                             module_stacks, named_module_kernels)
 
         combos = native.module_combos()  # modules the stack walks saw, named before take()
         if len(combos["module"]):
@@ -371,15 +372,30 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         raw = native.take()
         take_s = time.perf_counter() - t1
         t2 = time.perf_counter()
-        tables = build_tables(raw, native.enum_names(), ranges, samples, native.callback_name)
-        merge_into(tables, allocator_parts)
-        if counted is not None:
-            tables["counters"], unmatched = hw_counters.counters_table(counted, tables.get("kernels"))
-            tables["kernels"] = hw_counters.replayed_kernel_times(
-                tables.get("kernels"), tables["counters"], self._start_ns)
-        t4 = time.perf_counter()
-        # backward frames; kernels naming a module
-        module_kernels = module_stacks(tables, modules_named=bool(len(combos["module"])))
+        builders = table_builders(raw, native.enum_names(), ranges, samples,
+                                  native.callback_name)
+        modules_named = bool(len(combos["module"]))
+        if allocator_parts or counted is not None or has_backward_ranges(ranges):
+            # these rewrite the tables (stacks renumbered, kernel times replaced, backward
+            # frames added): every table is built now
+            tables: dict[str, Any] = build_tables_from(builders)
+            merge_into(tables, allocator_parts)
+            if counted is not None:
+                tables["counters"], unmatched = hw_counters.counters_table(
+                    counted, tables.get("kernels"))
+                tables["kernels"] = hw_counters.replayed_kernel_times(
+                    tables.get("kernels"), tables["counters"], self._start_ns)
+            t4 = time.perf_counter()
+            # backward frames; kernels naming a module
+            module_kernels = module_stacks(tables, modules_named=modules_named)
+        else:
+            # The kernels table now (nearly every reader starts there); the others when the
+            # Trace is first asked for them.
+            tables = dict(builders)
+            tables["kernels"] = build_tables_from({"kernels": builders["kernels"]}).get("kernels")
+            t4 = time.perf_counter()
+            module_kernels = (named_module_kernels(tables["kernels"], raw["stacks"])
+                              if modules_named else 0)
         build_s = time.perf_counter() - t2
         module_names_s += time.perf_counter() - t4  # naming before take() + backward frames
         counters = raw["counters"]
@@ -427,6 +443,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                                 "kernels": int(counted["ranges"]),
                                 "dropped": int(counted["dropped"]), "unmatched": unmatched,
                                 "replay_wall_s": wall_s, "evaluate_s": counted["stop_s"]}
+        # everything after the cell: the parts above and what lies between them
+        meta["overhead"]["finish_s"] = time.perf_counter() - t0
         self.trace._fill(tables, meta)
         self._native = None
 

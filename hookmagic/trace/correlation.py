@@ -70,8 +70,12 @@ class CorrelationIndex:
 
     def get(self, name: str, correlation: np.ndarray, default) -> np.ndarray:
         """Value column ``name`` of each id's caller, ``default`` where there is none."""
+        return self.at(name, self.positions(correlation), default)
+
+    def at(self, name: str, pos: np.ndarray, default) -> np.ndarray:
+        """Value column ``name`` at positions ``pos`` from :meth:`positions` (looked up once
+        for several columns), ``default`` where a position is -1."""
         values = self.values[name]
-        pos = self.positions(correlation)
         out = np.full(pos.shape, default, dtype=values.dtype if values.size else np.int64)
         hit = pos >= 0
         out[hit] = values[pos[hit]]

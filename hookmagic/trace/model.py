@@ -26,10 +26,12 @@ analysis and view works on all of them.
   ``cupti_path`` (str): the software that captured it.
 - ``options`` (dict): the capture options (``kernels, memory, stacks, api, nvml, ...``).
 - ``overhead`` (dict): cost of the capture itself: the seconds it added around the cell,
-  ``start_s, stop_s, take_s, build_s``; parts of those, ``subscribe_s, callbacks_s, enable_s`` (in start),
-  ``flush_s, detach_s`` (in stop), ``decode_s`` (partly on CUPTI's thread); and the counts
-  ``callbacks, stacks_sampled``. Per-launch cost inside the cell is not in it (see
-  benchmarks/results/overhead.md).
+  ``start_s`` before it and ``finish_s`` after it; parts of those, ``subscribe_s, callbacks_s,
+  enable_s`` (in start), ``stop_s`` with its ``flush_s, detach_s``, ``module_names_s``,
+  ``take_s``, ``build_s`` (the kernels table; a live capture builds the others when they are
+  first read), ``decode_s`` (partly on CUPTI's thread); and the counts ``callbacks,
+  stacks_sampled``. Per-launch cost inside the cell is not in it (see
+  benchmarks/results/overhead-*.md).
 - ``dropped`` (dict of counts): records lost, e.g. ``{"activity_records": 12}``.
 - ``counters`` (dict): for a capture with hardware counters (the ``counters`` table):
   ``metrics``, ``replay`` ("kernel"), ``passes``, ``kernels`` (ranges counted), ``dropped``
@@ -43,7 +45,7 @@ analysis and view works on all of them.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -104,9 +106,13 @@ class Trace:
         """A trace of a capture that recorded nothing, saying ``reason`` (status "unavailable")."""
         return cls(None, {**meta, "status": "unavailable", "reason": str(reason)})
 
-    def _fill(self, tables: Mapping[str, pd.DataFrame] | None,
+    def _fill(self, tables: Mapping[str, pd.DataFrame | Callable[[], Any]] | None,
               meta: Mapping[str, Any] | None) -> None:
         """Replace every table and the meta in place (the capture fills the Trace it handed out).
+
+        A table may be given as a function of no arguments returning its columns (a
+        DataFrame, a mapping of arrays, or None for no rows): it is called, and its result
+        conformed to the schema, when the table is first read.
 
         Raises InvalidArgument (a ValueError) for a table name the schema does not know: a typo there would
         otherwise silently drop data.
@@ -116,22 +122,30 @@ class Trace:
         if unknown:
             raise InvalidArgument(f"unknown trace table(s) {unknown}; expected some of "
                                   f"{list(schema.TABLE_NAMES)}")
+        deferred: dict[str, Callable[[], Any]] = {}
         for name in schema.TABLE_NAMES:
             frame = tables.get(name)
-            if frame is None:
+            if frame is None or callable(frame):
                 self.__dict__.pop(name, None)  # made on first access (see __getattr__)
+                if frame is not None:
+                    deferred[name] = frame
             else:
                 setattr(self, name, schema.conform(name, frame))
+        self.__dict__["_deferred"] = deferred
         full = {"format_version": FORMAT_VERSION, "hookmagic_version": hookmagic_version(),
                 "status": "complete"}
         full.update(meta or {})
         self.meta = full
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for a table not set: an empty one is made when first asked for, so a
-        # capture (most of whose tables stay empty) does not pay for building them all.
+        # Only reached for a table not set: a deferred one is built, an empty one made, when
+        # first asked for, so a capture (most of whose tables stay empty, or are never read)
+        # does not pay for building them all.
         if name in schema.TABLES:
-            frame = schema.empty_table(name)
+            build = self.__dict__.get("_deferred", {}).pop(name, None)
+            columns = build() if build is not None else None
+            frame = (schema.conform(name, columns) if columns is not None
+                     else schema.empty_table(name))
             setattr(self, name, frame)
             return frame
         raise MissingAttribute(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -421,9 +421,10 @@ PYBIND11_MODULE(_native, m) {
         py::dict st;
         st["stack_id"] = to_numpy(rows.stack_id);
         st["depth"] = to_numpy(rows.depth);
-        st["filename"] = py::cast(rows.filename);
-        st["function"] = py::cast(rows.function);
+        st["filename"] = to_numpy(rows.filename);  // codes into "text"
+        st["function"] = to_numpy(rows.function);
         st["line"] = to_numpy(rows.line);
+        st["text"] = py::cast(rows.text);
         out["stacks"] = st;
         s.stacks.clear();
         *module_code = py::list();

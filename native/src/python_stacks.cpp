@@ -140,27 +140,56 @@ StackInterner::Rows StackInterner::resolve() {
     std::lock_guard<std::mutex> lock(mu_);
     if (node_combo_.size() != nodes_.size()) name_module_nodes();
     Rows rows;
+    std::unordered_map<std::string, int32_t> index;
+    auto code = [&](const std::string& text) {
+        auto it = index.find(text);
+        if (it != index.end()) return it->second;
+        const int32_t c = static_cast<int32_t>(rows.text.size());
+        rows.text.push_back(text);
+        index.emplace(text, c);
+        return c;
+    };
+    // Each frame's texts coded once; a module frame by Python's label, else its class.
+    std::vector<int32_t> frame_file(frames_.size()), frame_function(frames_.size());
+    for (size_t f = 0; f < frames_.size(); ++f) {
+        frame_file[f] = code(frames_[f].file);
+        frame_function[f] = code(frames_[f].function);
+    }
+    std::vector<int32_t> combo_function(combos_.root.size());
+    for (size_t c = 0; c < combos_.root.size(); ++c)
+        combo_function[c] = code(c < labels_.size() && !labels_[c].empty() ? labels_[c]
+                                                                           : combos_.module_type[c]);
+    const int32_t module_file = combos_.root.empty() ? -1 : code("<module>");
+    // Parents are interned before their children: a node's depth is its parent's plus one.
+    std::vector<int32_t> depth_of(nodes_.size());
+    size_t total = 0;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+        depth_of[n] = nodes_[n].parent >= 0 ? depth_of[nodes_[n].parent] + 1 : 0;
+        total += static_cast<size_t>(depth_of[n]) + 1;
+    }
+    rows.stack_id.reserve(total);
+    rows.depth.reserve(total);
+    rows.filename.reserve(total);
+    rows.function.reserve(total);
+    rows.line.reserve(total);
     std::vector<int32_t> chain;
-    static const std::string kModuleFile = "<module>";
     for (size_t n = 0; n < nodes_.size(); ++n) {
         chain.clear();
         for (int32_t k = static_cast<int32_t>(n); k >= 0; k = nodes_[k].parent) chain.push_back(k);
         int32_t depth = 0;
         for (auto it = chain.rbegin(); it != chain.rend(); ++it, ++depth) {
-            const Frame& f = frames_[nodes_[*it].frame];
+            const int32_t frame = nodes_[*it].frame;
             rows.stack_id.push_back(static_cast<int64_t>(n));
             rows.depth.push_back(depth);
             const int32_t combo = node_combo_[*it];
-            if (combo >= 0) {  // a module frame: named by Python's label, else its class
-                const bool labelled = static_cast<size_t>(combo) < labels_.size() &&
-                                      !labels_[combo].empty();
-                rows.filename.push_back(kModuleFile);
-                rows.function.push_back(labelled ? labels_[combo] : f.module_type);
+            if (combo >= 0) {
+                rows.filename.push_back(module_file);
+                rows.function.push_back(combo_function[combo]);
                 rows.line.push_back(0);
             } else {
-                rows.filename.push_back(f.file);
-                rows.function.push_back(f.function);
-                rows.line.push_back(f.line);
+                rows.filename.push_back(frame_file[frame]);
+                rows.function.push_back(frame_function[frame]);
+                rows.line.push_back(frames_[frame].line);
             }
         }
     }

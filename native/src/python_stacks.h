@@ -44,12 +44,15 @@ public:
     // The calling thread's stack id, or -1 if it has no Python frames. Any thread, no GIL.
     // `skip_innermost` leaves out that many of the innermost frames (a wrapper's own).
     int32_t sample(int skip_innermost = 0);
-    // Long-form table: one row per (stack, depth), depth 0 the outermost frame.
+    // Long-form table: one row per (stack, depth), depth 0 the outermost frame. Filenames and
+    // functions are codes into `text`, which holds each distinct one once (a stack table
+    // repeats a few hundred texts over thousands of rows; Python converts each text once).
     struct Rows {
         std::vector<int64_t> stack_id;
         std::vector<int32_t> depth;
-        std::vector<std::string> filename, function;
+        std::vector<int32_t> filename, function;
         std::vector<int32_t> line;
+        std::vector<std::string> text;
     };
     Rows resolve();
     void clear();

@@ -76,8 +76,11 @@ PYBIND11_MODULE(hookmagic_decoder_testing, m) {
             py::dict out;
             out["stack_id"] = rows.stack_id;
             out["depth"] = rows.depth;
-            out["filename"] = rows.filename;
-            out["function"] = rows.function;
+            std::vector<std::string> filename, function;  // the texts the codes stand for
+            for (int32_t c : rows.filename) filename.push_back(rows.text[c]);
+            for (int32_t c : rows.function) function.push_back(rows.text[c]);
+            out["filename"] = filename;
+            out["function"] = function;
             out["line"] = rows.line;
             return out;
         });
