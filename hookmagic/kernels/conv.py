@@ -236,6 +236,7 @@ _wg_kernels: dict[tuple[str, int], Any] = {}
 #: launches: the last part of each tile resets its own) and the FP32 partials, grown on demand
 _split_scratch: dict[tuple[str, int, int], list[Any]] = {}
 #: scratch arrays outgrown: kept, since a captured CUDA graph may still launch with their addresses
+#: (each replacement at least doubles, so what is kept stays below the current arrays' size)
 _split_retired: list[Any] = []
 
 
@@ -247,15 +248,20 @@ def _scratch(xi: runtime.ArrayInfo, stream: int, counters: int, floats: int) -> 
     have = _split_scratch.get(key)
     cnt, ws = have if have is not None else (None, None)
     if cnt is None or _numel(cnt) < counters:
-        if cnt is not None:
-            _split_retired.append(cnt)
-        cnt = _zeros_typed(xi, max(counters, 2048), "int32")
+        cnt = _zeros_typed(xi, max(counters, 2048, _retire(cnt)), "int32")
     if ws is None or _numel(ws) < floats:
-        if ws is not None:
-            _split_retired.append(ws)
-        ws = runtime.empty_like_kind(xi, (max(floats, 1 << 20),), "float32")
+        ws = runtime.empty_like_kind(xi, (max(floats, 1 << 20, _retire(ws)),), "float32")
     _split_scratch[key] = [cnt, ws]
     return _ptr(cnt), _ptr(ws)
+
+
+def _retire(a: Any) -> int:
+    """Keeps an outgrown scratch array ``a`` (None: nothing) and returns the least size of its
+    replacement: twice its own."""
+    if a is None:
+        return 0
+    _split_retired.append(a)
+    return 2 * _numel(a)
 
 
 def _numel(a: Any) -> int:
