@@ -2,6 +2,8 @@
 Hopper FP8 GEMM with per-tensor scales (:func:`gemm_fp8`)."""
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -72,8 +74,21 @@ def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
     ``a`` (M x K) and ``b`` (K x N): float32 torch tensors or CuPy arrays on one GPU; any sizes.
     Non-contiguous operands are copied to row-major first. Runs on the caller's current stream
     and returns a new M x N array of the same kind. Variants, slowest to fastest:
-    ``naive, coalesced, smem_tiled, tile_1d, tile_2d, vectorized, warptile``.
+    ``naive, coalesced, smem_tiled, tile_1d, tile_2d, vectorized, warptile``. A torch call whose
+    operands' shapes, strides, dtypes and devices were seen before (16-byte aligned, read as they
+    are) launches through that call's cached plan.
     """
+    key = None
+    if type(a) in _TENSORS and type(b) in _TENSORS and type(variant) is str:
+        key = ("sgemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device(),
+               None, None, variant)
+        call = _calls.get(key)
+        if call is not None:
+            c = _call(call, key, a, b, 0, 0)
+            if c is not None:
+                return c
+    elif not _TENSORS and type(a).__module__.startswith("torch"):
+        _first_torch_call()
     if variant not in SGEMM_VARIANTS:
         raise KernelArgumentError(f"sgemm: unknown variant {variant!r}; one of {', '.join(SGEMM_VARIANTS)}")
     ai, bi = _check_pair(runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b"), ("float32",), "sgemm")
@@ -85,8 +100,12 @@ def sgemm(a: Any, b: Any, variant: str = "warptile") -> Any:
         return c
     kern, grid, block, smem, name, flops, nbytes, tail = _plan("sgemm", variant, "float32", m, n, k, ai.device)
     vec = ai.ptr % 16 == 0 and bi.ptr % 16 == 0 and cptr % 16 == 0 and k % 4 == 0 and n % 4 == 0
-    runtime.launch(kern, ai, grid, block, (ai.ptr, bi.ptr, cptr, *tail, _I32[vec]))
-    registry.record(name, flops, nbytes, m=m, n=n, k=k, dtype=ai.dtype)
+    args = (ai.ptr, bi.ptr, cptr, *tail, _I32[vec])
+    runtime.launch(kern, ai, grid, block, args)
+    work = registry.record(name, flops, nbytes, m=m, n=n, k=k, dtype=ai.dtype)
+    if key is not None and ai.obj is a and bi.obj is b and not (ai.ptr | bi.ptr) & 15:
+        _remember(key, ("sgemm", runtime.prepare(kern, ai.device, grid, block, args), work, tail,
+                        k % 4 == 0 and n % 4 == 0, (m, n), (m, n) == ai.shape))
     return c
 
 
@@ -110,6 +129,67 @@ def _plan(op: str, variant: str, dtype: str, m: int, n: int, k: int, device: int
         plan = _plans[key] = (kern, _grid(spec, m, n), spec.block, smem, name, w["flops"], w["dram_bytes"],
                               (np.int32(m), np.int32(n), np.int32(k)))
     return plan
+
+
+# --- the per-call path of a torch call whose signature was seen before ----------------------------
+# A call's signature (shape, strides, dtype and device of each operand; the options) keys a call
+# plan made by the first call through the full path (its checks passed, its operands were read as
+# they are, a and b were 16-byte aligned): the prepared launch, its declared work and its scalar
+# arguments. A later call with that signature reads the pointers, allocates the output and
+# launches: no ArrayInfo, no checks or planning beyond the key. Operands at addresses that are not
+# 16-byte aligned take the full path (its vectorisation and TMA choices depend on them).
+_TENSORS: tuple[type, ...] = ()      # torch.Tensor and torch.nn.Parameter once torch was imported
+_MAX_CALLS = 1024                     # call plans kept (least recently used dropped)
+_calls: OrderedDict[tuple, tuple] = OrderedDict()
+
+
+_empty_like: Any = None              # torch.empty_like
+_launch_wgmma: Any = None            # gemm_wgmma.launch_plan, once a wgmma call plan was made
+
+
+def _first_torch_call() -> None:
+    """Set the torch names the per-call path uses (torch is optional: imported by the caller)."""
+    global _TENSORS, _empty_like
+    torch = sys.modules["torch"]
+    _TENSORS, _empty_like = (torch.Tensor, torch.nn.Parameter), torch.empty_like
+
+
+def _remember(key: tuple, call: tuple) -> None:
+    if len(_calls) >= _MAX_CALLS:
+        _calls.popitem(last=False)
+    _calls[key] = call
+
+
+def _call(call: tuple, key: tuple, a: Any, b: Any, pbias: int, pres: int) -> Any:
+    """The result of a call through its call plan, or None (the full path) for unaligned operands."""
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if (pa | pb) & 15:
+        return None
+    try:
+        _calls.move_to_end(key)
+    except KeyError:   # dropped by another thread meanwhile: it stays valid for this call
+        pass
+    kind, prep, work, tail, vec, shape, like_a = call
+    c = _empty_like(a) if like_a else a.new_empty(shape)
+    pc = c.data_ptr()
+    dev = key[7]
+    if kind == "wgmma":
+        _launch_wgmma(prep, "torch", dev, pa, pb, pc, pbias, pres)
+    elif kind == "mma":
+        runtime.launch_prepared(prep, "torch", dev, (pa, pb, pc, pbias, pres, *tail))
+    else:   # sgemm: the float4 path needs c aligned too
+        runtime.launch_prepared(prep, "torch", dev, (pa, pb, pc, *tail, _I32[vec and not pc & 15]))
+    registry.record_work(work)
+    return c
+
+
+def _sig(x: Any) -> tuple | None:
+    """An optional operand's part of a call plan's key; False where it rules a call plan out."""
+    if x is None:
+        return None
+    if type(x) not in _TENSORS:
+        return False
+    return (x.shape, x.stride(), x.dtype, x.get_device())
 
 
 # --- Tensor Core GEMMs -----------------------------------------------------------------------
@@ -176,8 +256,25 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     :mod:`hookmagic.kernels.gemm_wgmma`; a column-major ``b`` is read without a copy). Operands of
     any size; non-contiguous ones are copied first. Runs on the caller's current stream; returns
     a new array of the operands' kind. ``schedule`` is wgmma's tile schedule
-    (:data:`hookmagic.kernels.gemm_wgmma.SCHEDULES`).
+    (:data:`hookmagic.kernels.gemm_wgmma.SCHEDULES`). A torch call whose operands' shapes, strides,
+    dtypes and devices and whose options were seen before (a and b 16-byte aligned and read as they
+    are) launches through that call's cached plan: no checks or planning beyond that key.
     """
+    key = None
+    if type(a) in _TENSORS and type(b) in _TENSORS and type(variant) is str and type(schedule) is str \
+            and (activation is None or type(activation) is str):
+        sb, sr = _sig(bias), _sig(residual)
+        if sb is not False and sr is not False:
+            key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(),
+                   b.get_device(), sb, sr, variant, activation, schedule)
+            call = _calls.get(key)
+            if call is not None:
+                c = _call(call, key, a, b, bias.data_ptr() if bias is not None else 0,
+                          residual.data_ptr() if residual is not None else 0)
+                if c is not None:
+                    return c
+    elif not _TENSORS and type(a).__module__.startswith("torch"):
+        _first_torch_call()
     ai, bi = runtime.inspect_array(a, "a"), runtime.inspect_array(b, "b")
     if variant == "auto":
         variant = _auto(ai, bi)
@@ -196,10 +293,15 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
     if variant == "wgmma" and k == 0:   # no TMA map of an empty operand: the epilogue of a zero product
         spec = registry.SPECS[("gemm", "mma")]
     elif variant == "wgmma":
-        from hookmagic.kernels.gemm_wgmma import gemm_wgmma
-        return gemm_wgmma(ai, bi, _check_vector(bias, "bias", ai, (n,)) if bias is not None else None,
-                          _check_vector(residual, "residual", ai, (m, n)) if residual is not None else None,
-                          ACTIVATIONS[activation], schedule)
+        bias_i = _check_vector(bias, "bias", ai, (n,)) if bias is not None else None
+        res_i = _check_vector(residual, "residual", ai, (m, n)) if residual is not None else None
+        from hookmagic.kernels import gemm_wgmma
+        c, plan = gemm_wgmma.run(ai, bi, bias_i, res_i, ACTIVATIONS[activation], schedule)
+        if key is not None and plan is not None and ai.obj is a and _same(bias_i, bias) and _same(res_i, residual):
+            global _launch_wgmma
+            _launch_wgmma = gemm_wgmma.launch_plan
+            _remember(key, ("wgmma", plan, plan.work, (), 0, (m, n), (m, n) == ai.shape))
+        return c
     if int8:
         # the kernel reads B transposed (N x K, K-contiguous): a column-major b is used as it is
         bt = b.t() if ai.kind == "torch" else b.T
@@ -221,8 +323,17 @@ def gemm(a: Any, b: Any, bias: Any = None, activation: str | None = None, residu
                 *mnk, _I32[ACTIVATIONS[activation]], _I32[vec])
     runtime.launch(kern, ai, grid, block, args, smem=smem)
     extra = (n if bias_i else 0) * registry.ITEMSIZE[ai.dtype] + (m * n if res_i else 0) * registry.ITEMSIZE[ai.dtype]
-    registry.record(name, flops, nbytes + extra, m=m, n=n, k=k, dtype=ai.dtype)
+    work = registry.record(name, flops, nbytes + extra, m=m, n=n, k=k, dtype=ai.dtype)
+    if key is not None and not int8 and not (ai.ptr | bi.ptr) & 15 and ai.obj is a and bi.obj is b \
+            and _same(bias_i, bias) and _same(res_i, residual):
+        _remember(key, ("mma", runtime.prepare(kern, ai.device, grid, block, args, smem), work, args[5:], 1,
+                        (m, n), (m, n) == ai.shape))
     return c
+
+
+def _same(info: runtime.ArrayInfo | None, x: Any) -> bool:
+    """Whether an optional operand was read as it is (not copied)."""
+    return info is None or info.obj is x
 
 
 # --- FP8 (Hopper) ----------------------------------------------------------------------------

@@ -20,7 +20,10 @@ and the stores are guarded, so any M, N, K works.
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 from typing import Any
+
+import numpy as np
 
 from hookmagic.kernels import constants, registry, runtime, tma
 from hookmagic.kernels.errors import KernelArgumentError, KernelsUnavailable
@@ -152,34 +155,56 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
                res_i: runtime.ArrayInfo | None, act: int, schedule: str = "tiles") -> Any:
     """``act(a @ b + bias) + residual`` with the wgmma kernel; operands already checked by
     :func:`hookmagic.kernels.gemm` (2-D, same FP16/BF16 dtype and device; bias (N,), residual M x N;
-    K > 0: the caller runs K == 0 elsewhere, since TMA cannot map an empty operand).
+    K > 0: the caller runs K == 0 elsewhere, since TMA cannot map an empty operand)."""
+    return run(ai, bi, bias_i, res_i, act, schedule)[0]
 
-    The path from here to the launch is kept short (cached device check, kernel, tensor maps,
-    CUfunction): at 4096^3 the kernel runs ~0.2 ms, so every 10 us of Python is 5%."""
-    m, k = ai.shape
-    n = bi.shape[1]
-    dev = ai.device
-    check_device(dev)
-    c, cptr = runtime.new_output(ai, (m, n), ai.dtype)
-    if m == 0 or n == 0:
-        return c
-    a_t = _tma_ready(ai)
-    kpad = a_t.shape[1]
-    # b: column-major (K-major) is read as it is; anything else as row-major (N-major)
-    k_major = False
-    if not bi.contiguous:
-        bt = _transposed(bi)
-        k_major = bt.contiguous
+
+class Plan:
+    """One wgmma launch worked out once per (operand geometry, dtype, device, schedule, epilogue):
+    the kernel, grid, shared memory, the prepared driver launch, the tensor maps' geometry and,
+    per operand address, the encoded maps (an address and this geometry fix a map's bytes)."""
+    __slots__ = ("kern", "name", "grid", "smem", "prep", "geom_a", "geom_b", "maps_a", "maps_b", "m", "n", "k",
+                 "act", "vec", "work")
+
+    def map_a(self, ptr: int) -> tuple[Any, bytes]:
+        return _map(self.maps_a, ptr, self.geom_a)
+
+    def map_b(self, ptr: int) -> tuple[Any, bytes]:
+        return _map(self.maps_b, ptr, self.geom_b)
+
+
+#: maps kept per plan and operand (an operand's addresses repeat when its tensors are reused)
+_MAPS_PER_PLAN = 32
+#: plans kept (least recently used dropped)
+_MAX_PLANS = 256
+_plans: OrderedDict[tuple, Plan] = OrderedDict()
+
+
+def _map(cache: dict[int, tuple[Any, bytes]], ptr: int, geom: tuple) -> tuple[Any, bytes]:
+    """The (CUtensorMap, its bytes) of an operand at ``ptr`` with geometry ``geom``, cached."""
+    e = cache.get(ptr)
+    if e is None:
+        if len(cache) >= _MAPS_PER_PLAN:
+            cache.clear()
+        m = tma.encode_2d(ptr, *geom)
+        e = cache[ptr] = (m, tma.map_bytes(m))
+    return e
+
+
+def _plan(key: tuple, dtype: str, dev: int, m: int, n: int, k: int, kpad: int, bcols: int, k_major: bool,
+          schedule: str, act: int, extra_bytes: int) -> Plan:
+    """The :class:`Plan` of ``key`` (the arguments after it), from the cache or worked out now."""
+    plan = _plans.get(key)
+    if plan is not None:
+        _plans.move_to_end(key)
+        return plan
     if k_major:
-        b_t = _tma_ready(bt)                                    # N x K(pad) row-major
-        name = SPEC.entries[ai.dtype] + "_bt"
+        name = SPEC.entries[dtype] + "_bt"
         box_n = BN // 2 if schedule == "cluster2" else BN       # a cluster's CTAs load half each
-        map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], n, b_t.shape[1] * 2, (BK, box_n))
+        geom_b = (dtype, bcols, n, bcols * 2, (BK, box_n))      # b's transpose: N x K(pad) row-major
     else:
-        b_t = _tma_ready(runtime.contiguous(bi))                # K x N(pad) row-major
-        name = SPEC.entries[ai.dtype]
-        map_b = tma.encode_2d(b_t.ptr, ai.dtype, b_t.shape[1], k, b_t.shape[1] * 2, (64, BK))
-    map_a = tma.encode_2d(a_t.ptr, ai.dtype, kpad, m, kpad * 2, (BK, BM))
+        name = SPEC.entries[dtype]
+        geom_b = (dtype, bcols, k, bcols * 2, (64, BK))         # K x N(pad) row-major
     tiles = -(-m // BM) * -(-n // BN)
     if schedule == "tiles":
         grid = (tiles, 1, 1)
@@ -194,16 +219,68 @@ def gemm_wgmma(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.Arr
         grid = (2 * -(-m // (2 * BM)) * -(-n // BN), 1, 1)
     else:
         raise KernelArgumentError(f"gemm: schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
-    kern = _kernel(name, dev)
-    vec = int(n % 8 == 0 and cptr % 16 == 0)
-    scalars = _Scalars(cptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0, m, n, k, act, vec)
-    tma.launch(kern, dev, runtime.current_stream_handle(ai), grid, SPEC.block, _smem(name), (map_a, map_b), scalars)
+    plan = Plan()
+    plan.kern, plan.name, plan.grid, plan.smem = _kernel(name, dev), name, grid, _smem(name)
+    plan.geom_a, plan.geom_b = (dtype, kpad, m, kpad * 2, (BK, BM)), geom_b
+    plan.maps_a, plan.maps_b = {}, {}
+    plan.m, plan.n, plan.k, plan.act, plan.vec = m, n, k, act, int(n % 8 == 0)
+    plan.prep = runtime.prepare_maps(plan.kern, dev, grid, SPEC.block, 2, (0, 0, 0, *_I32), plan.smem)
+    item = registry.ITEMSIZE[dtype]
+    plan.work = registry.LaunchWork(name, 2 * m * n * k, (m * k + k * n + m * n) * item + extra_bytes,
+                                    {"m": m, "n": n, "k": k, "dtype": dtype})
+    if len(_plans) >= _MAX_PLANS:
+        _plans.popitem(last=False)
+    _plans[key] = plan
+    return plan
+
+
+#: sample int32 scalars (m, n, k, act, vec) for the prepared launch's argument format
+_I32 = (np.int32(0),) * 5
+
+
+def launch_plan(plan: Plan, kind: str, dev: int, pa: int, pb: int, pc: int, pbias: int, pres: int) -> None:
+    """Launch ``plan`` on operands at ``pa`` (A), ``pb`` (B, or its transpose for a K-major plan),
+    output ``pc`` and the epilogue's ``pbias``/``pres`` (0: none), on ``kind``'s current stream."""
+    ma, mb = plan.maps_a.get(pa) or plan.map_a(pa), plan.maps_b.get(pb) or plan.map_b(pb)
+    vec = plan.vec and not pc & 15
+    if plan.prep.fmt and runtime.LAUNCHER == "driver":
+        runtime.launch_prepared_maps(plan.prep, kind, dev, (ma[1], mb[1]),
+                                     (pc, pbias, pres, plan.m, plan.n, plan.k, plan.act, vec))
+        return
+    stream = runtime.current_stream_handle(runtime.ArrayInfo("", kind, (), (), "", dev, 0, None))
+    tma.launch(plan.kern, dev, stream, plan.grid, SPEC.block, plan.smem, (ma[0], mb[0]),
+               _Scalars(pc, pbias, pres, plan.m, plan.n, plan.k, plan.act, vec))
+
+
+def run(ai: runtime.ArrayInfo, bi: runtime.ArrayInfo, bias_i: runtime.ArrayInfo | None,
+        res_i: runtime.ArrayInfo | None, act: int, schedule: str = "tiles") -> tuple[Any, Plan | None]:
+    """:func:`gemm_wgmma`'s result and the :class:`Plan` it launched, or None for the plan where
+    the launch read copies of ``a`` or ``b`` (TMA could not read them as they are) or launched
+    nothing (an empty result): a plan that read the operands as they are can be launched again on
+    operands of the same geometry by :func:`launch_plan`."""
+    m, k = ai.shape
+    n = bi.shape[1]
+    dev = ai.device
+    check_device(dev)
+    c, cptr = runtime.new_output(ai, (m, n), ai.dtype)
+    if m == 0 or n == 0:
+        return c, None
+    a_t = _tma_ready(ai)
+    # b: column-major (K-major) is read as it is; anything else as row-major (N-major)
+    bt = bi
+    if not bi.contiguous:
+        bt = _transposed(bi)
+    k_major = bt is not bi and bt.contiguous
+    b_t = _tma_ready(bt) if k_major else _tma_ready(runtime.contiguous(bi))
     item = registry.ITEMSIZE[ai.dtype]
     extra = (n if bias_i else 0) * item + (m * n if res_i else 0) * item
-    registry.record(name, 2 * m * n * k, (m * k + k * n + m * n) * item + extra, m=m, n=n, k=k, dtype=ai.dtype)
+    key = (ai.dtype, dev, m, n, k, a_t.shape[1], b_t.shape[1], k_major, schedule, act, extra)
+    plan = _plan(key, ai.dtype, dev, m, n, k, a_t.shape[1], b_t.shape[1], k_major, schedule, act, extra)
+    launch_plan(plan, ai.kind, dev, a_t.ptr, b_t.ptr, cptr, bias_i.ptr if bias_i else 0, res_i.ptr if res_i else 0)
+    registry.record_work(plan.work)
     # padded copies may be freed now: the caller's stream orders the allocator's reuse (torch's
     # caching allocator and CuPy's pool are stream-ordered)
-    return c
+    return c, (plan if a_t is ai and (b_t is bt if k_major else b_t is bi) else None)
 
 
 class _Fp8Scalars(ctypes.Structure):
@@ -246,5 +323,5 @@ def gemm_fp8_wgmma(ai: runtime.ArrayInfo, bti: runtime.ArrayInfo, scale_a: int, 
     return c
 
 
-__all__ = ["gemm_wgmma", "gemm_fp8_wgmma", "check_device", "SPEC", "FP8_SPEC", "SMEM_BYTES", "SCHEDULES",
+__all__ = ["gemm_wgmma", "run", "launch_plan", "Plan", "gemm_fp8_wgmma", "check_device", "SPEC", "FP8_SPEC", "SMEM_BYTES", "SCHEDULES",
            "FP8_SCHEDULES", "FP8_TYPES", "FP8_OUT_TYPES", "FP8_KERNELS"]

@@ -434,6 +434,7 @@ class Prepared:
     fmt: Any            # the struct format of config + arguments; 0: the cuda-core path
     head: tuple[int, ...]   # (gx, gy, gz, bx, by, bz, smem)
     handle: Any         # the kernel's handle as a ctypes pointer (None on the cuda-core path)
+    maps: int = 0       # leading 128-byte CUtensorMap parameters (:func:`prepare_maps`)
 
 
 def prepare(kernel: Any, ordinal: int, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
@@ -451,6 +452,56 @@ def prepare(kernel: Any, ordinal: int, grid: tuple[int, ...], block: tuple[int, 
         if smem > 48 * 1024 and _func_smem.get(h.value, 0) < smem:
             _allow_smem(h, smem)
     return Prepared(kernel, grid, block, smem, fmt if drv else 0, _dims_for(grid, block) + (smem,), h)
+
+
+#: bytes of a ``CUtensorMap`` (cuda.h: 16 x 64-bit words, 64-byte aligned), passed by value
+MAP_BYTES = 128
+
+
+def prepare_maps(kernel: Any, ordinal: int, grid: tuple[int, ...], block: tuple[int, ...], maps: int,
+                 args: Sequence[Any], smem: int = 0) -> Prepared:
+    """Like :func:`prepare`, for a kernel whose first ``maps`` parameters are ``CUtensorMap``
+    values (the TMA kernels) followed by parameters of the types of ``args``; launched with
+    :func:`launch_prepared_maps`. ``fmt`` is 0 (use another launcher) where the driver path is off."""
+    import struct
+    p = prepare(kernel, ordinal, grid, block, args, smem)
+    if not p.fmt:
+        return p
+    fmt = struct.Struct(_CONFIG + f"{MAP_BYTES}s" * maps + p.fmt.format[len(_CONFIG):])
+    return Prepared(kernel, grid, block, smem, fmt, p.head, p.handle, maps)
+
+
+def _map_buffers(maps: int) -> tuple[Any, ...]:
+    """This thread's buffer for launches with ``maps`` leading tensor maps: (buffer, offset of the
+    64-byte aligned config in it, a pointer to the config, a pointer to the parameter array, the
+    array), the maps in 128-byte slots after the config and the other parameters in 8-byte slots."""
+    import ctypes
+    buf = (ctypes.c_char * (64 + _CONFIG_BYTES + MAP_BYTES * maps + 8 * _MAX_ARGS))()
+    off = -ctypes.addressof(buf) % 64
+    first = ctypes.addressof(buf) + off + _CONFIG_BYTES
+    ptrs = [first + MAP_BYTES * i for i in range(maps)] + [first + MAP_BYTES * maps + 8 * j for j in range(_MAX_ARGS)]
+    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    tl = (buf, off, ctypes.c_void_p(first - _CONFIG_BYTES), ctypes.c_void_p(ctypes.addressof(params)), params)
+    setattr(_tls, f"maps{maps}", tl)
+    return tl
+
+
+def launch_prepared_maps(p: Prepared, kind: str, ordinal: int, maps: Sequence[bytes], args: Sequence[Any]) -> None:
+    """Launch a kernel prepared by :func:`prepare_maps` (with a nonzero ``fmt``) through the driver
+    path: ``maps`` are the tensor maps' 128 bytes each, ``args`` the remaining parameters (of the
+    types it was prepared with), on the current stream of the ``kind`` library on ``ordinal``."""
+    tl = _tls.__dict__.get(f"maps{p.maps}") or _map_buffers(p.maps)
+    if kind == "torch" and _raw_stream is not None:
+        stream = _raw_stream(ordinal)
+    else:
+        stream = current_stream_handle(ArrayInfo("", kind, (), (), "", ordinal, 0, None))
+    p.fmt.pack_into(tl[0], tl[1], *p.head, stream, *maps, *args)
+    if _drv.cuLaunchKernelEx(tl[2], p.handle, tl[3], None):
+        make_current(ordinal)   # as _relaunch: a thread without the primary context current
+        err = _drv.cuLaunchKernelEx(tl[2], p.handle, tl[3], None)
+        if err:
+            raise KernelsUnavailable(f"cuLaunchKernelEx(grid={p.grid}, block={p.block}, smem={p.smem}) failed: "
+                                     f"{_error_name(err)}")
 
 
 def launch_prepared(p: Prepared, kind: str, ordinal: int, args: Sequence[Any]) -> None:

@@ -57,11 +57,29 @@ def encode_2d(ptr: int, dtype: str, inner: int, outer: int, row_bytes: int, box:
         raise KernelArgumentError(f"TMA needs a 16-byte aligned address and row stride (address {ptr:#x}, "
                                   f"row stride {row_bytes} bytes)")
     key = (ptr, dtype, inner, outer, row_bytes, box)
-    with _lock:
+    with _lock:   # one look-up: a hit moves the map to the end, a miss encodes and inserts it
         m = _maps.get(key)
-        if m is not None:
+        if m is None:
+            m = _remember(key, _encode_tiled(ptr, dtype, inner, outer, row_bytes, box))
+        else:
             _maps.move_to_end(key)
-            return m
+    return m
+
+
+def _remember(key: tuple, m: Any) -> Any:
+    """Insert a new map, dropping the least recently used beyond :data:`_MAX_MAPS` (under ``_lock``)."""
+    _maps[key] = m
+    if len(_maps) > _MAX_MAPS:
+        _maps.popitem(last=False)
+    return m
+
+
+def map_bytes(m: Any) -> bytes:
+    """The 128 bytes of an encoded ``CUtensorMap`` (what a launch passes by value)."""
+    return ctypes.string_at(int(m.getPtr()), runtime.MAP_BYTES)
+
+
+def _encode_tiled(ptr: int, dtype: str, inner: int, outer: int, row_bytes: int, box: tuple[int, int]) -> Any:
     driver = _driver()
     types = driver.CUtensorMapDataType
     # FP8 has no tensor-map type of its own: TMA copies bytes, so UINT8 moves them unchanged
@@ -79,10 +97,6 @@ def encode_2d(ptr: int, dtype: str, inner: int, outer: int, row_bytes: int, box:
         raise KernelsUnavailable(f"cuTensorMapEncodeTiled could not be called ({type(exc).__name__}: {exc}); "
                                  "TMA kernels need the NVIDIA driver and cuda-bindings >= 12.0") from exc
     _check(err, f"cuTensorMapEncodeTiled({dtype}, {inner} x {outer}, box {box[0]} x {box[1]})")
-    with _lock:
-        _maps[key] = m
-        while len(_maps) > _MAX_MAPS:
-            _maps.popitem(last=False)
     return m
 
 
@@ -105,11 +119,20 @@ def encode_im2col_nhwc(ptr: int, dtype: str, shape: tuple[int, int, int, int], p
         raise KernelArgumentError(f"TMA im2col takes padding and filter offsets in [-128, 127] and strides 1-8 "
                                   f"(padding {pad}, filter {filt}, stride {stride})")
     key = ("im2col", ptr, dtype, shape, pad, filt, stride, box)
-    with _lock:
+    with _lock:   # one look-up, as in encode_2d
         m = _maps.get(key)
-        if m is not None:
+        if m is None:
+            m = _remember(key, _encode_im2col(ptr, dtype, shape, pad, filt, stride, box))
+        else:
             _maps.move_to_end(key)
-            return m
+    return m
+
+
+def _encode_im2col(ptr: int, dtype: str, shape: tuple[int, int, int, int], pad: int, filt: int, stride: int,
+                   box: tuple[int, int]) -> Any:
+    n, h, w, c = shape
+    item = 2
+    lower, upper = -pad, pad - (filt - 1)
     driver = _driver()
     types = driver.CUtensorMapDataType
     dt = {"float16": types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "bfloat16": types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
@@ -126,10 +149,6 @@ def encode_im2col_nhwc(ptr: int, dtype: str, shape: tuple[int, int, int, int], p
         raise KernelsUnavailable(f"cuTensorMapEncodeIm2col could not be called ({type(exc).__name__}: {exc}); "
                                  "TMA kernels need the NVIDIA driver and cuda-bindings >= 12.0") from exc
     _check(err, f"cuTensorMapEncodeIm2col({dtype}, NHWC {shape}, pad {pad}, filter {filt}, stride {stride})")
-    with _lock:
-        _maps[key] = m
-        while len(_maps) > _MAX_MAPS:
-            _maps.popitem(last=False)
     return m
 
 
@@ -183,4 +202,4 @@ def launch(kernel: Any, ordinal: int, stream: int, grid: tuple[int, int, int], b
         _check(err, f"cuLaunchKernel(grid={grid}, block={block}, smem={smem})")
 
 
-__all__ = ["encode_2d", "encode_im2col_nhwc", "launch"]
+__all__ = ["encode_2d", "encode_im2col_nhwc", "launch", "map_bytes"]
