@@ -2,16 +2,21 @@
 and ``instrument=False``, interleaved, in several fresh processes.
 
     python lab/pipeline/pipeline_instrument.py --config noop,light [--processes 5] [--out DIR]
-    python lab/pipeline/pipeline_instrument.py --config resnet50_fp16 --processes 3   # GPU
+    python lab/pipeline/pipeline_instrument.py --config resnet50_fp16 --processes 3 --seconds 20   # GPU
 
-Fairness: each process builds both pipelines, warms both up, then runs them alternately in
-ABBA order (on, off, off, on, on, off, ...) over the *same* frames; a process's figure is the
-median over its pairs of ``fps_on / fps_off - 1``, and the table gives min–max over the
-processes (each process is one line of the CSV too). ``fps`` is :meth:`PipelineRun.throughput`'s
+Fairness: each process builds both pipelines, warms both up (runs not measured), then runs them
+alternately in ABBA blocks (on, off | off, on | on, off, ...) over the *same* frames, with a full
+garbage collection (of what the legs left: everything older is frozen) and, on the GPU, a device
+synchronize before each leg; ``--seconds`` adds ABBA blocks until that much time has passed, so
+the pairs are many short adjacent legs rather than a few long ones. A process's figure is the
+median over its pairs of ``fps_on / fps_off - 1`` with a 95 % bootstrap interval of that median;
+the table gives min–max over the processes and the median over all processes' pairs (each
+process is one line of the CSV too). ``fps`` is :meth:`PipelineRun.throughput`'s
 (done frames over the span from the first frame read to the last frame finished); the wall
 clock of ``Pipeline.run`` (which also builds the tables) is recorded as ``wall_fps``, and the
 process CPU time per frame (all threads, ``time.process_time``) as ``cpu_us``: the least
-disturbed by other jobs on a shared machine.
+disturbed by other jobs on a shared machine. On the GPU the SM clock (NVML) is read after each
+leg.
 
 Configs:
 
@@ -23,7 +28,8 @@ Configs:
 - ``resnet50_fp16``: pre-decoded 256×256 frames → GPU preprocess (2 workers) → ResNet-50 FP16
   channels-last, batch 16 → top-5 postprocess on the GPU: the inference-bound pipeline of
   lab/pipeline/pipeline_gpu.py (random weights), except that the infer stage waits up to 100 ms
-  to fill its batch (1440 frames: 90 batches of 16, no batch size new to the worker thread).
+  to fill its batch (480 frames a leg: 30 batches of 16, no batch size new to the worker
+  thread; 3 warm-up runs of each pipeline).
   Each run also records its infer stage's first batch time against the median of the others
   (host ms): the pipeline keeps its worker threads (and their CUDA streams) across runs, so a
   later run's first batch should cost what the others do.
@@ -33,6 +39,7 @@ Writes ``pipeline_instrument.md`` and ``pipeline_instrument.csv`` to ``--out``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -157,19 +164,51 @@ def call_costs() -> dict:
     return out
 
 
-def worker(config: str, frames: int, pairs: int) -> dict:
+def _sm_clock():
+    """A reader of the GPU's SM clock in MHz through NVML (None where NVML is missing)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return lambda: int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - NVML absent or refused: the clock is only a diagnostic
+        return None
+
+
+def _ci(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
+    """95 % bootstrap interval of the median of ``ratios`` (resampled with replacement)."""
+    r = np.asarray(ratios)
+    idx = np.random.default_rng(0).integers(0, len(r), (draws, len(r)))
+    meds = np.median(r[idx], axis=1)
+    return float(np.quantile(meds, 0.025)), float(np.quantile(meds, 0.975))
+
+
+def worker(config: str, frames: int, pairs: int, seconds: float = 0.0, warmups: int = 1) -> dict:
     from hookmagic.pipeline import Pipeline
 
+    t_setup = time.perf_counter()
     make, data, sync = _build(config, frames)
     costs = call_costs() if config == "gpu_noop" else {}
+    clock = _sm_clock() if sync is not None else None
     pipes = {True: Pipeline(make(), queue_size=32, instrument=True, name=f"{config}_on"),
              False: Pipeline(make(), queue_size=32, instrument=False, name=f"{config}_off")}
-    for inst in (True, False):  # warm-up (all frames): allocator, cuDNN, the event pool
-        pipes[inst].run(data)
+    for _ in range(warmups):  # warm-up, not measured: allocator, cuDNN, the event pool, threads
+        for inst in (True, False):
+            pipes[inst].run(data)
+    setup_s = time.perf_counter() - t_setup
+    # what exists now lives for the whole process: a full collection before each leg then only
+    # walks what the previous legs left, and no leg pays for a collection the other one caused
+    gc.collect()
+    gc.freeze()
     runs: list[dict] = []
-    for p in range(pairs):
+    t_legs = time.perf_counter()
+    p = 0
+    # ABBA: on off | off on | on off | ...; whole ABBA blocks, at least `pairs` pairs, and more
+    # blocks while `seconds` of legs have not passed
+    while p < pairs or p % 2 or (seconds and time.perf_counter() - t_legs < seconds):
         order = (True, False) if p % 2 == 0 else (False, True)
         for inst in order:
+            gc.collect()
             if sync is not None:
                 sync()
             t, c = time.perf_counter(), time.process_time()
@@ -179,6 +218,8 @@ def worker(config: str, frames: int, pairs: int) -> dict:
             assert thr["frames_done"] == len(data), thr
             row = {"pair": p, "instrument": inst, "fps": thr["fps"],
                    "wall_fps": len(data) / wall, "cpu_us": cpu / len(data) * 1e6}
+            if clock is not None:
+                row["sm_mhz"] = clock()
             if inst and sync is not None:  # the share of GPU stage executions that were timed
                 gev = run.events[run.events["stage_index"] > 0]
                 row["timed_share"] = float((gev["gpu_start_ns"] >= 0).mean())
@@ -190,11 +231,16 @@ def worker(config: str, frames: int, pairs: int) -> dict:
                 if len(ms) > 2:
                     row.update(first_batch_ms=float(ms[0]), median_batch_ms=float(np.median(ms[1:])),
                                batch_sizes=sorted(set(ev["batch_size"].tolist())))
+            del run
             runs.append(row)
+        p += 1
+    legs_s = time.perf_counter() - t_legs
+    pairs = p
     on = {r["pair"]: r for r in runs if r["instrument"]}
     off = {r["pair"]: r for r in runs if not r["instrument"]}
     ratio = [on[p]["fps"] / off[p]["fps"] - 1 for p in range(pairs)]
     wratio = [on[p]["wall_fps"] / off[p]["wall_fps"] - 1 for p in range(pairs)]
+    lo, hi = _ci(ratio)
     cpu_on = float(np.median([on[p]["cpu_us"] for p in range(pairs)]))
     cpu_off = float(np.median([off[p]["cpu_us"] for p in range(pairs)]))
     firsts = [r["first_batch_ms"] for r in runs if "first_batch_ms" in r]
@@ -204,13 +250,21 @@ def worker(config: str, frames: int, pairs: int) -> dict:
     timed = [r["timed_share"] for r in runs if "timed_share" in r]
     if timed:
         extra["timed_share"] = float(np.median(timed))
+    mhz = [r["sm_mhz"] for r in runs if "sm_mhz" in r]
+    if mhz:
+        extra.update(sm_mhz_min=min(mhz), sm_mhz_max=max(mhz))
+    fps_all = [r["fps"] for r in runs]
     return {"config": config, "frames": len(data), "pairs": pairs, **extra, **costs,
             "cpu_us_on": cpu_on, "cpu_us_off": cpu_off,
             "fps_on": float(np.median([on[p]["fps"] for p in range(pairs)])),
             "fps_off": float(np.median([off[p]["fps"] for p in range(pairs)])),
-            "change": float(np.median(ratio)), "change_min": float(min(ratio)),
-            "change_max": float(max(ratio)), "wall_change": float(np.median(wratio)),
-            "runs": runs}
+            "change": float(np.median(ratio)), "change_ci_lo": lo, "change_ci_hi": hi,
+            "change_mean": float(np.mean(ratio)),
+            "change_sem": float(np.std(ratio, ddof=1) / np.sqrt(pairs)) if pairs > 1 else 0.0,
+            "change_min": float(min(ratio)), "change_max": float(max(ratio)),
+            "wall_change": float(np.median(wratio)),
+            "leg_fps_cv": float(np.std(fps_all) / np.mean(fps_all)),
+            "setup_s": setup_s, "legs_s": legs_s, "runs": runs}
 
 
 def machine() -> dict:
@@ -219,6 +273,11 @@ def machine() -> dict:
     try:
         import torch
         info["torch"] = torch.__version__
+        try:
+            import torchvision
+            info["torchvision"] = torchvision.__version__
+        except ImportError:
+            pass
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(0)
             out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
@@ -237,32 +296,43 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=0, help="0: a default per config")
     ap.add_argument("--pairs", type=int, default=0, help="0: a default per config")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--seconds", type=float, default=0,
+                    help="per process: add ABBA blocks while this many seconds of measured legs "
+                         "have not passed (0: exactly --pairs pairs)")
+    ap.add_argument("--warmups", type=int, default=0,
+                    help="unmeasured runs of each pipeline before the legs (0: a default per config)")
     ap.add_argument("--budget-s", type=float, default=0,
-                    help="start no further process after this many seconds (0: no limit)")
+                    help="after 3 processes per config, start another only if it is expected to "
+                         "end within this many seconds of the start (0: no limit)")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args()
-    defaults = {"noop": (40000, 8), "light": (10000, 8), "gpu_noop": (3000, 8),
-                "resnet50_fp16": (1440, 6)}
+    # frames per leg, least pairs, warm-up runs of each pipeline
+    defaults = {"noop": (40000, 8, 1), "light": (10000, 8, 1), "gpu_noop": (3000, 8, 1),
+                "resnet50_fp16": (480, 8, 3)}
     configs = args.config.split(",")
     if args.worker:
         c = configs[0]
-        f, p = defaults[c]
-        print(json.dumps(worker(c, args.frames or f, args.pairs or p)))
+        f, p, w = defaults[c]
+        print(json.dumps(worker(c, args.frames or f, args.pairs or p, args.seconds,
+                                args.warmups or w)))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     t0 = time.time()
     done = 0
+    last = 0.0  # how long the last process (all configs) took
     for proc in range(args.processes):
-        if args.budget_s and proc >= 2 and time.time() - t0 > args.budget_s:
+        if args.budget_s and proc >= 3 and time.time() - t0 + last > args.budget_s:
             print(f"[instrument] budget: stopping after {proc} processes per config", flush=True)
             break
         done += 1
+        tp = time.time()
         for c in configs:  # processes interleave the configs too
             res = subprocess.run([sys.executable, *(["-S"] if sys.flags.no_site else []),
                                   __file__, "--worker", "--config", c,
-                                  "--frames", str(args.frames), "--pairs", str(args.pairs)],
+                                  "--frames", str(args.frames), "--pairs", str(args.pairs),
+                                  "--seconds", str(args.seconds), "--warmups", str(args.warmups)],
                                  capture_output=True, text=True)
             if res.returncode != 0:
                 print(res.stdout[-2000:], res.stderr[-4000:], sep="\n", file=sys.stderr)
@@ -270,10 +340,16 @@ def main() -> int:
             r = json.loads(res.stdout.strip().splitlines()[-1])
             r["process"] = proc
             rows.append(r)
+            # kept after every process: a command stopped at its time limit keeps what ran
+            (out / "pipeline_instrument_runs.json").write_text(json.dumps({"rows": rows}))
             print(f"[instrument {time.strftime('%H:%M:%S')}] process {proc} {c}: on "
                   f"{r['fps_on']:.1f} fps, off {r['fps_off']:.1f} fps, change "
-                  f"{100 * r['change']:+.2f} % (pairs {100 * r['change_min']:+.1f}.."
-                  f"{100 * r['change_max']:+.1f} %) [{time.time() - t0:.0f}s]", flush=True)
+                  f"{100 * r['change']:+.2f} % (95 % CI {100 * r['change_ci_lo']:+.1f}.."
+                  f"{100 * r['change_ci_hi']:+.1f}; {r['pairs']} pairs "
+                  f"{100 * r['change_min']:+.1f}..{100 * r['change_max']:+.1f} %; setup "
+                  f"{r['setup_s']:.1f}s, legs {r['legs_s']:.1f}s) [{time.time() - t0:.0f}s]",
+                  flush=True)
+        last = time.time() - tp
     info = machine()
     import pandas as pd
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "runs"} for r in rows])
@@ -288,27 +364,54 @@ def main() -> int:
 
     where = (f"{info.get('gpu')} (driver {info.get('driver')})" if info.get("gpu")
              else f"CPU only ({info['cpu']}, {info['cores']} cores)")
+    rerun = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                     if k in ("frames", "pairs", "seconds", "warmups", "budget_s") and v)
     lines = [f"# hookmagic.pipeline: instrumentation on vs off, {where}, {info['date']}", "",
-             f"Python {info['python']}, torch {info.get('torch', '–')}. {done} fresh "
-             "processes per config; in each, both pipelines warmed up, then run alternately "
-             "(ABBA) over the same frames; a process's change is the median over its pairs of "
-             "fps_on / fps_off − 1. Ranges are min–max over the processes. Re-run: "
-             f"`python lab/pipeline/pipeline_instrument.py --config {args.config} "
-             f"--processes {args.processes}`.", "",
-             "| config | frames × pairs | fps on | fps off | change per process (fps) | "
+             f"Python {info['python']}, torch {info.get('torch', '–')}"
+             f"{', torchvision ' + info['torchvision'] if 'torchvision' in info else ''}. {done} fresh "
+             "processes per config; in each, both pipelines warmed up (runs not measured), then "
+             "run alternately in ABBA blocks (on off | off on | ...) over the same frames, a full "
+             "garbage collection before each leg; a process's change is the median over its "
+             "pairs of fps_on / fps_off − 1, with a 95 % bootstrap interval of that median. "
+             "Ranges are min–max over the processes; \"all pairs\" pools every process's pairs. "
+             f"Re-run: `python lab/pipeline/pipeline_instrument.py --config {args.config} "
+             f"--processes {args.processes}{' ' + rerun if rerun else ''}`.", "",
+             "| config | frames × pairs per process | fps on | fps off | change per process "
+             "(fps) | 95 % interval per process | all pairs: median (95 % interval) | "
              "change per process (wall clock) | process CPU µs / frame, on / off | "
              "added µs per frame (1/fps_on − 1/fps_off) |",
-             "|---|---|---:|---:|---|---|---|---|"]
+             "|---|---|---:|---:|---|---|---|---|---|---|"]
     for c in configs:
         d = df[df["config"] == c]
         per = ", ".join(f"{100 * v:+.1f}" for v in d["change"])
+        cis = ", ".join(f"{100 * a:+.1f} … {100 * b:+.1f}"
+                        for a, b in zip(d["change_ci_lo"], d["change_ci_hi"]))
+        pooled = []
+        for r in rows:
+            if r["config"] == c:
+                on = {x["pair"]: x["fps"] for x in r["runs"] if x["instrument"]}
+                off = {x["pair"]: x["fps"] for x in r["runs"] if not x["instrument"]}
+                pooled += [on[k] / off[k] - 1 for k in on]
+        plo, phi = _ci(pooled)
         lines.append(f"| {c}: {DESCRIPTIONS[c]} | {int(d['frames'].iloc[0])} × "
-                     f"{int(d['pairs'].iloc[0])} | {mm(list(d['fps_on']), '{:.0f}')} | "
+                     f"{mm(list(d['pairs']), '{:.0f}')} | {mm(list(d['fps_on']), '{:.0f}')} | "
                      f"{mm(list(d['fps_off']), '{:.0f}')} | "
-                     f"{mm(list(100 * d['change']), '{:+.1f}')} % ({per}) | "
+                     f"{mm(list(100 * d['change']), '{:+.1f}')} % ({per}) | {cis} % | "
+                     f"{100 * np.median(pooled):+.1f} % ({100 * plo:+.1f} … {100 * phi:+.1f}; "
+                     f"{len(pooled)} pairs) | "
                      f"{mm(list(100 * d['wall_change']), '{:+.1f}')} % | "
                      f"{mm(list(d['cpu_us_on']), '{:.1f}')} / {mm(list(d['cpu_us_off']), '{:.1f}')} | "
                      f"{mm(list(1e6 / d['fps_on'] - 1e6 / d['fps_off']), '{:+.1f}')} |")
+    for c in configs:
+        d = df[df["config"] == c]
+        lines += ["", f"{c}: single pairs {100 * d['change_min'].min():+.1f} … "
+                  f"{100 * d['change_max'].max():+.1f} %; leg-to-leg fps spread (coefficient of "
+                  f"variation, all legs of a process) {mm(list(100 * d['leg_fps_cv']), '{:.1f}')} %;"
+                  f" per process {mm(list(d['setup_s']), '{:.1f}')} s of setup and warm-up, "
+                  f"{mm(list(d['legs_s']), '{:.1f}')} s of legs."]
+        if "sm_mhz_min" in d and d["sm_mhz_min"].notna().any():
+            lines += ["", f"{c}: SM clock read after each leg (NVML): "
+                      f"{int(d['sm_mhz_min'].min())} – {int(d['sm_mhz_max'].max())} MHz."]
     for c in configs:
         d = df[df["config"] == c]
         if "timed_share" in d and d["timed_share"].notna().any():
