@@ -15,66 +15,13 @@
 #include <functional>
 
 #include "cupti_loader.h"
+#include "profiler_host.h"
 #include "session.h"
 
 namespace hookmagic {
 
-// What a host object points into: CUPTI keeps the chip name and the counter availability
-// image by pointer, so both must outlive the object.
-struct HostInputs {
-    std::string chip;
-    std::vector<uint8_t> availability;
-};
-
-namespace {
-
-#define HM_PROFILER_FUNCTIONS(X)                                                             \
-    X(cuptiProfilerInitialize) X(cuptiDeviceGetChipName)                                    \
-    X(cuptiProfilerGetCounterAvailability) X(cuptiProfilerHostInitialize)                   \
-    X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostGetBaseMetrics)                     \
-    X(cuptiProfilerHostGetSubMetrics) X(cuptiProfilerHostGetMetricProperties)               \
-    X(cuptiProfilerHostConfigAddMetrics) X(cuptiProfilerHostGetConfigImageSize)             \
-    X(cuptiProfilerHostGetConfigImage) X(cuptiProfilerHostGetNumOfPasses)                   \
-    X(cuptiProfilerHostEvaluateToGpuValues) X(cuptiRangeProfilerEnable)                     \
-    X(cuptiRangeProfilerDisable) X(cuptiRangeProfilerSetConfig) X(cuptiRangeProfilerStart)  \
-    X(cuptiRangeProfilerStop) X(cuptiRangeProfilerDecodeData)                               \
-    X(cuptiRangeProfilerGetCounterDataSize) X(cuptiRangeProfilerCounterDataImageInitialize) \
-    X(cuptiRangeProfilerGetCounterDataInfo) X(cuptiRangeProfilerCounterDataGetRangeInfo)
-
-// The profiler half of CUPTI, resolved once from the library the session loaded.
-struct ProfilerApi {
-    void* handle = nullptr;
-#define HM_DECLARE(name) decltype(&::name) name = nullptr;
-    HM_PROFILER_FUNCTIONS(HM_DECLARE)
-#undef HM_DECLARE
-    // Driver functions for the context to profile.
-    CUresult (*cuInit)(unsigned int) = nullptr;
-    CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
-    CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
-    CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
-    CUresult (*cuCtxSynchronize)() = nullptr;
-    CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
-    // What Replay::user needs besides (resolved by user_api()).
-    using Checkpoint = NV::Cupti::Checkpoint::CUpti_Checkpoint;
-    CUptiResult (*cuptiCheckpointSave)(Checkpoint*) = nullptr;
-    CUptiResult (*cuptiCheckpointRestore)(Checkpoint*) = nullptr;
-    CUptiResult (*cuptiCheckpointFree)(Checkpoint*) = nullptr;
-    CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
-    CUresult (*cuMemAlloc)(CUdeviceptr*, size_t) = nullptr;
-    CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
-    CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;
-    CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
-    CUresult (*cuModuleUnload)(CUmodule) = nullptr;
-    CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                               unsigned, unsigned, CUstream, void**, void**) = nullptr;
-    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
-    CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
-                                          unsigned, unsigned, unsigned, CUstream, void**) = nullptr;
-    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
-    bool user_resolved = false;
-};
+// The profiler pieces shared with PM sampling (declared in profiler_host.h).
+namespace prof {
 
 ProfilerApi& api(const CuptiApi& cupti) {
     static ProfilerApi p;
@@ -193,23 +140,63 @@ std::vector<uint8_t> counter_availability(const CuptiApi& cupti, ProfilerApi& p,
     return image;
 }
 
-// A host object for the chip of `ctx`'s device; the caller deinitialises it, and keeps
-// `inputs` alive until then.
-CUpti_Profiler_Host_Object* host_object(const CuptiApi& cupti, ProfilerApi& p, CUcontext ctx,
-                                        HostInputs& inputs) {
-    CUdevice dev = 0;
-    if (p.cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+std::string device_chip(const CuptiApi& cupti, ProfilerApi& p, size_t device) {
     CUpti_Device_GetChipName_Params c{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
-    c.deviceIndex = static_cast<size_t>(dev);
+    c.deviceIndex = device;
     check(cupti, p.cuptiDeviceGetChipName(&c), "cuptiDeviceGetChipName");
-    inputs.chip = c.pChipName ? c.pChipName : "";
-    inputs.availability = counter_availability(cupti, p, ctx);
+    return c.pChipName ? c.pChipName : "";
+}
+
+CUpti_Profiler_Host_Object* host_initialize(const CuptiApi& cupti, ProfilerApi& p,
+                                            CUpti_ProfilerType type, const HostInputs& inputs) {
     CUpti_Profiler_Host_Initialize_Params h{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
-    h.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+    h.profilerType = type;
     h.pChipName = inputs.chip.c_str();
     h.pCounterAvailabilityImage = inputs.availability.data();
     check(cupti, p.cuptiProfilerHostInitialize(&h), "cuptiProfilerHostInitialize");
     return h.pHostObject;
+}
+
+// A range-profiler host object for the chip of `ctx`'s device; the caller deinitialises it,
+// and keeps `inputs` alive until then.
+CUpti_Profiler_Host_Object* host_object(const CuptiApi& cupti, ProfilerApi& p, CUcontext ctx,
+                                        HostInputs& inputs) {
+    CUdevice dev = 0;
+    if (p.cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+    inputs.chip = device_chip(cupti, p, static_cast<size_t>(dev));
+    inputs.availability = counter_availability(cupti, p, ctx);
+    return host_initialize(cupti, p, CUPTI_PROFILER_TYPE_RANGE_PROFILER, inputs);
+}
+
+std::vector<uint8_t> config_image(const CuptiApi& cupti, ProfilerApi& p,
+                                  CUpti_Profiler_Host_Object* host,
+                                  const std::vector<std::string>& metrics, size_t* passes) {
+    std::vector<const char*> names;
+    for (const auto& m : metrics) names.push_back(m.c_str());
+    CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
+    add.pHostObject = host;
+    add.ppMetricNames = names.data();
+    add.numMetrics = names.size();
+    trace("cuptiProfilerHostConfigAddMetrics");
+    check(cupti, p.cuptiProfilerHostConfigAddMetrics(&add), "cuptiProfilerHostConfigAddMetrics");
+    CUpti_Profiler_Host_GetConfigImageSize_Params size{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
+    size.pHostObject = host;
+    trace("cuptiProfilerHostGetConfigImageSize");
+    check(cupti, p.cuptiProfilerHostGetConfigImageSize(&size), "cuptiProfilerHostGetConfigImageSize");
+    std::vector<uint8_t> out(size.configImageSize, 0);
+    CUpti_Profiler_Host_GetConfigImage_Params image{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
+    image.pHostObject = host;
+    image.configImageSize = out.size();
+    image.pConfigImage = out.data();
+    trace("cuptiProfilerHostGetConfigImage");
+    check(cupti, p.cuptiProfilerHostGetConfigImage(&image), "cuptiProfilerHostGetConfigImage");
+    CUpti_Profiler_Host_GetNumOfPasses_Params n{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
+    n.configImageSize = out.size();
+    n.pConfigImage = out.data();
+    trace("cuptiProfilerHostGetNumOfPasses");
+    check(cupti, p.cuptiProfilerHostGetNumOfPasses(&n), "cuptiProfilerHostGetNumOfPasses");
+    if (passes) *passes = n.numOfPasses;
+    return out;
 }
 
 void host_free(ProfilerApi& p, CUpti_Profiler_Host_Object* host) noexcept {
@@ -249,7 +236,9 @@ auto with_host(const CuptiApi& cupti, F&& body) {
     }
 }
 
-}  // namespace
+}  // namespace prof
+
+using namespace prof;
 
 RangeCounters& RangeCounters::instance() {
     static RangeCounters c;
@@ -305,36 +294,12 @@ std::vector<std::string> RangeCounters::unknown_metrics(const CuptiApi& cupti,
 void RangeCounters::setup_host(const CuptiApi& cupti, void* context) {
     ProfilerApi& p = api(cupti);
     auto ctx = static_cast<CUcontext>(context);
-    std::vector<const char*> names;
-    for (const auto& m : metrics_) names.push_back(m.c_str());
     profiler_init(cupti, p);
     host_inputs_ = std::make_shared<HostInputs>();
     trace("host object");
     auto* host = host_object(cupti, p, ctx, *host_inputs_);
     host_ = host;
-    CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
-    add.pHostObject = host;
-    add.ppMetricNames = names.data();
-    add.numMetrics = names.size();
-    trace("cuptiProfilerHostConfigAddMetrics");
-    check(cupti, p.cuptiProfilerHostConfigAddMetrics(&add), "cuptiProfilerHostConfigAddMetrics");
-    CUpti_Profiler_Host_GetConfigImageSize_Params size{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
-    size.pHostObject = host;
-    trace("cuptiProfilerHostGetConfigImageSize");
-    check(cupti, p.cuptiProfilerHostGetConfigImageSize(&size), "cuptiProfilerHostGetConfigImageSize");
-    config_image_.assign(size.configImageSize, 0);
-    CUpti_Profiler_Host_GetConfigImage_Params image{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
-    image.pHostObject = host;
-    image.configImageSize = config_image_.size();
-    image.pConfigImage = config_image_.data();
-    trace("cuptiProfilerHostGetConfigImage");
-    check(cupti, p.cuptiProfilerHostGetConfigImage(&image), "cuptiProfilerHostGetConfigImage");
-    CUpti_Profiler_Host_GetNumOfPasses_Params passes{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
-    passes.configImageSize = config_image_.size();
-    passes.pConfigImage = config_image_.data();
-    trace("cuptiProfilerHostGetNumOfPasses");
-    check(cupti, p.cuptiProfilerHostGetNumOfPasses(&passes), "cuptiProfilerHostGetNumOfPasses");
-    passes_ = passes.numOfPasses;
+    config_image_ = config_image(cupti, p, host, metrics_, &passes_);
 }
 
 void RangeCounters::start(const CuptiApi& cupti, const std::vector<std::string>& metrics,

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "counters.h"
+#include "pm_sampling.h"
 #include "nvml_sampler.h"
 #include "python_frames.h"
 #include "selection.h"
@@ -390,6 +391,43 @@ PYBIND11_MODULE(_native, m) {
     m.def("counters_unknown", [](std::vector<std::string> metrics) {
         return hookmagic::RangeCounters::instance().unknown_metrics(Session::instance().cupti(), metrics);
     }, py::arg("metrics"), "The names in `metrics` the profiler does not know.");
+
+    // PM sampling (native/src/pm_sampling.h): GPU-wide metrics every interval_ns of GPU time.
+    m.def("pm_start", [](std::vector<std::string> metrics, uint64_t interval_ns,
+                         size_t buffer_bytes, uint32_t max_samples, uint32_t decode_period_ms) {
+        return hookmagic::PmSampler::instance().start(Session::instance().cupti(), metrics,
+                                                      interval_ns, buffer_bytes, max_samples,
+                                                      decode_period_ms);
+    }, py::arg("metrics"), py::arg("interval_ns"), py::arg("buffer_bytes"),
+       py::arg("max_samples"), py::arg("decode_period_ms"),
+       "Sample `metrics` every interval_ns until pm_stop(); returns the passes (1).");
+    m.def("pm_stop", [] {
+        hookmagic::PmRows rows;
+        {
+            py::gil_scoped_release release;
+            rows = hookmagic::PmSampler::instance().stop();
+        }
+        py::dict out;
+        out["start_ns"] = to_numpy(rows.start_ns);
+        out["end_ns"] = to_numpy(rows.end_ns);
+        out["metrics"] = py::cast(rows.metrics);
+        out["values"] = to_numpy(rows.values);
+        for (auto [key, value] : {std::pair<const char*, uint64_t>{"overflow", rows.overflow},
+                                  {"image_full", rows.image_full}, {"decodes", rows.decodes}})
+            out[key] = value;
+        out["decode_s"] = rows.decode_s;
+        out["cupti_start_ns"] = rows.cupti_start_ns;
+        out["cupti_stop_ns"] = rows.cupti_stop_ns;
+        out["error"] = rows.error;
+        return out;
+    }, "Stop PM sampling; start_ns/end_ns per sample, values as samples x metrics.");
+    m.def("pm_running", [] { return hookmagic::PmSampler::instance().running(); });
+    m.def("pm_supported", [] {
+        return hookmagic::PmSampler::instance().supported_metrics(Session::instance().cupti());
+    }, "Every metric name PM sampling supports on the current device.");
+    m.def("pm_unknown", [](std::vector<std::string> metrics) {
+        return hookmagic::PmSampler::instance().unknown_metrics(Session::instance().cupti(), metrics);
+    }, py::arg("metrics"), "The names in `metrics` PM sampling does not know.");
 
     m.def("stop", [] {
         py::gil_scoped_release release;
