@@ -47,8 +47,10 @@ def _names(codes: np.ndarray, names: Sequence[str]) -> Any:
 
 
 def _timed(raw: Columns) -> dict[str, np.ndarray]:
-    start = raw["start_ns"].astype(np.int64)
-    end = raw["end_ns"].astype(np.int64)
+    # copy=False: the hand-over's arrays are fresh and become the table's own; every copy of
+    # a column of tens of thousands of rows is one more allocation the capture waits for
+    start = raw["start_ns"].astype(np.int64, copy=False)
+    end = raw["end_ns"].astype(np.int64, copy=False)
     return {"start_ns": start, "end_ns": end, "duration_ns": end - start}
 
 
@@ -188,9 +190,9 @@ def table_builders(
     def launches() -> CorrelationIndex:
         launch = raw["launches"]
         return CorrelationIndex(launch["correlation"], keep="last",
-                                thread=launch["thread"].astype(np.int64),
-                                stack_id=launch["stack_id"].astype(np.int64),
-                                range_id=launch["range_id"].astype(np.int64))
+                                thread=launch["thread"].astype(np.int64, copy=False),
+                                stack_id=launch["stack_id"].astype(np.int64, copy=False),
+                                range_id=launch["range_id"].astype(np.int64, copy=False))
 
     @functools.cache
     def captured() -> CaptureStacks:
@@ -243,7 +245,7 @@ def table_builders(
             return None
         api_raw = raw["api"]
         api_threads = CorrelationIndex(api_raw["correlation"], keep="last",
-                                       thread=api_raw["thread"].astype(np.int64))
+                                       thread=api_raw["thread"].astype(np.int64, copy=False))
         sync_thread = launches().get("thread", y["correlation"], -1)
         from_api = api_threads.get("thread", y["correlation"], -1)
         return {**_timed(y), "type": _names(y["type"], enums["sync_type"]),
@@ -305,7 +307,7 @@ def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIn
     if n_cupti == 0 and n_vmm == 0:
         return None
     cupti = {
-        "time_ns": m["time_ns"].astype(np.int64), "op": _names(m["op"], enums["memory_op"]),
+        "time_ns": m["time_ns"].astype(np.int64, copy=False), "op": _names(m["op"], enums["memory_op"]),
         "address": m["address"], "bytes": m["bytes"],
         "memory_kind": _names(m["memory_kind"], enums["memory_kind"]),
         "device": m["device"], "context": m["context"], "stream": m["stream"],
@@ -322,7 +324,7 @@ def _memory_table(m: Columns, vmm: Columns, enums: dict, launches: CorrelationIn
         context_device = dict(zip(np.concatenate([m["context"], kernels["context"]]).tolist(),
                                   np.concatenate([m["device"], kernels["device"]]).tolist()))
         mapped = {
-            "time_ns": vmm["time_ns"].astype(np.int64), "op": _names(vmm["op"], enums["vmm_op"]),
+            "time_ns": vmm["time_ns"].astype(np.int64, copy=False), "op": _names(vmm["op"], enums["vmm_op"]),
             "address": vmm["address"], "bytes": vmm["bytes"],
             "memory_kind": _take_text(["device"], np.zeros(n_vmm, dtype=np.intp)),
             "device": np.array([context_device.get(c, -1) for c in vmm["context"].tolist()],
