@@ -428,6 +428,9 @@ PYBIND11_MODULE(_native, m) {
     m.def("pm_unknown", [](std::vector<std::string> metrics) {
         return hookmagic::PmSampler::instance().unknown_metrics(Session::instance().cupti(), metrics);
     }, py::arg("metrics"), "The names in `metrics` PM sampling does not know.");
+    m.def("pm_passes", [](std::vector<std::string> metrics) {
+        return hookmagic::PmSampler::instance().passes(Session::instance().cupti(), metrics);
+    }, py::arg("metrics"), "The hardware passes `metrics` need (PM sampling takes one).");
 
     m.def("stop", [] {
         py::gil_scoped_release release;

@@ -139,6 +139,14 @@ std::vector<std::string> PmSampler::unknown_metrics(const CuptiApi& cupti,
     });
 }
 
+size_t PmSampler::passes(const CuptiApi& cupti, const std::vector<std::string>& metrics) {
+    return with_pm_host(cupti, [&](ProfilerApi& p, CUpti_Profiler_Host_Object* host) {
+        size_t n = 0;
+        config_image(cupti, p, host, metrics, &n);
+        return n;
+    });
+}
+
 size_t PmSampler::start(const CuptiApi& cupti, const std::vector<std::string>& metrics,
                         uint64_t interval_ns, size_t hardware_buffer_bytes, uint32_t max_samples,
                         uint32_t decode_period_ms) {

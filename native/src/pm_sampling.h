@@ -54,6 +54,9 @@ public:
     // Names from `metrics` PM sampling's host API does not know on that device.
     std::vector<std::string> unknown_metrics(const CuptiApi& cupti,
                                              const std::vector<std::string>& metrics);
+    // The replay passes `metrics` would need (PM sampling takes sets of one). Throws
+    // CaptureError (e.g. a name the host API does not know).
+    size_t passes(const CuptiApi& cupti, const std::vector<std::string>& metrics);
     // Starts sampling `metrics` on the device of the current (or primary) context; returns the
     // passes of the set (always 1: more throws). Throws CaptureError (code = CUptiResult; -1:
     // functions missing; -2: bad arguments or more than one pass; -3: no CUDA device).
