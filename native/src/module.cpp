@@ -419,6 +419,7 @@ PYBIND11_MODULE(_native, m) {
         out["cupti_start_ns"] = rows.cupti_start_ns;
         out["cupti_stop_ns"] = rows.cupti_stop_ns;
         out["error"] = rows.error;
+        out["device"] = rows.device;
         return out;
     }, "Stop PM sampling; start_ns/end_ns per sample, values as samples x metrics.");
     m.def("pm_running", [] { return hookmagic::PmSampler::instance().running(); });

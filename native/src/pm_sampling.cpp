@@ -162,6 +162,7 @@ size_t PmSampler::start(const CuptiApi& cupti, const std::vector<std::string>& m
     decode_period_ms_ = decode_period_ms;
     rows_ = PmRows{};
     rows_.metrics = metrics;
+    rows_.device = static_cast<int64_t>(device);
     try {
         profiler_init(cupti, p);
         host_inputs_ = std::make_shared<HostInputs>();

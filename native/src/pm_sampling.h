@@ -42,6 +42,7 @@ struct PmRows {
     int64_t cupti_start_ns = 0;         // cuptiGetTimestamp() right after Start
     int64_t cupti_stop_ns = 0;          // cuptiGetTimestamp() right before Stop
     std::string error;                  // why decoding stopped early ("" if it did not)
+    int64_t device = 0;                 // the CUDA device sampled
 };
 
 class PmSampler {
