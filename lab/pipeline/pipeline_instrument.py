@@ -301,6 +301,11 @@ def main() -> int:
                          "have not passed (0: exactly --pairs pairs)")
     ap.add_argument("--warmups", type=int, default=0,
                     help="unmeasured runs of each pipeline before the legs (0: a default per config)")
+    ap.add_argument("--interval-s", type=float, default=0,
+                    help="time a GPU stage execution when this long has passed since the "
+                         "worker's last timed one (0: hookmagic's default, "
+                         "cuda_events.INTERVAL_S; a large value times about none: what the "
+                         "rest of the instrumentation costs)")
     ap.add_argument("--budget-s", type=float, default=0,
                     help="after 3 processes per config, start another only if it is expected to "
                          "end within this many seconds of the start (0: no limit)")
@@ -312,6 +317,9 @@ def main() -> int:
     configs = args.config.split(",")
     if args.worker:
         c = configs[0]
+        if args.interval_s:  # read by each worker at the start of every run
+            from hookmagic.pipeline import cuda_events
+            cuda_events.INTERVAL_S = args.interval_s
         f, p, w = defaults[c]
         print(json.dumps(worker(c, args.frames or f, args.pairs or p, args.seconds,
                                 args.warmups or w)))
@@ -332,7 +340,8 @@ def main() -> int:
             res = subprocess.run([sys.executable, *(["-S"] if sys.flags.no_site else []),
                                   __file__, "--worker", "--config", c,
                                   "--frames", str(args.frames), "--pairs", str(args.pairs),
-                                  "--seconds", str(args.seconds), "--warmups", str(args.warmups)],
+                                  "--seconds", str(args.seconds), "--warmups", str(args.warmups),
+                                  "--interval-s", str(args.interval_s)],
                                  capture_output=True, text=True)
             if res.returncode != 0:
                 print(res.stdout[-2000:], res.stderr[-4000:], sep="\n", file=sys.stderr)
@@ -365,7 +374,8 @@ def main() -> int:
     where = (f"{info.get('gpu')} (driver {info.get('driver')})" if info.get("gpu")
              else f"CPU only ({info['cpu']}, {info['cores']} cores)")
     rerun = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                     if k in ("frames", "pairs", "seconds", "warmups", "budget_s") and v)
+                     if k in ("frames", "pairs", "seconds", "warmups", "interval_s", "budget_s")
+                     and v)
     lines = [f"# hookmagic.pipeline: instrumentation on vs off, {where}, {info['date']}", "",
              f"Python {info['python']}, torch {info.get('torch', '–')}"
              f"{', torchvision ' + info['torchvision'] if 'torchvision' in info else ''}. {done} fresh "
