@@ -87,6 +87,13 @@ class CudaHookMagics(Magics, Configurable):
               metavar="SET", help="Hardware counters per kernel (replays each kernel once per "
               "pass): SET is a set name (default: 'default') or comma-separated Nsight Compute "
               "metric names; in the line form write --counters=SET.")
+    @argument("--pm-sampling", dest="pm_sampling", nargs="?", const="default", default=None,
+              metavar="METRICS", help="GPU-wide SM/DRAM/tensor utilisation sampled over time "
+              "(CUPTI's PM sampling, nothing replayed), as a lane under the timeline: METRICS "
+              "is 'default' or comma-separated metric names of one hardware pass; in the line "
+              "form write --pm-sampling=METRICS. Not with --counters.")
+    @argument("--pm-interval-us", dest="pm_interval_us", type=float, default=None, metavar="US",
+              help="PM sampling interval in µs of GPU time (default 100).")
     @argument("--no-raise-error", dest="raise_error", action="store_false", default=None,
               help="Show the cell's exception instead of raising it (later cells keep running).")
     @argument("--report", dest="report", action="store_true", default=None,
@@ -160,6 +167,10 @@ class CudaHookMagics(Magics, Configurable):
             options = {"lite": True, "memory": options["memory"], "label": options["label"]}
         if args.counters is not None:
             options["counters"] = args.counters
+        if args.pm_sampling is not None:
+            options["pm_sampling"] = args.pm_sampling
+        if args.pm_interval_us is not None:
+            options["pm_interval_us"] = args.pm_interval_us
 
         trace, value, error = self._run_captured(body, last, options, quiet)
 

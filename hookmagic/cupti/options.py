@@ -81,6 +81,15 @@ class CaptureOptions:
         :data:`~hookmagic.cupti.counters.DEFAULT_COUNTERS`, or a list of Nsight Compute metric
         names. Each kernel is then replayed once per pass of the set (kernel replay, launches
         serialised): see :mod:`hookmagic.cupti.counters`. Stored as a tuple of names or None.
+    pm_sampling:
+        GPU-wide metrics sampled over time (CUPTI's PM sampling; the Trace's ``pm_samples``
+        table and a lane under the timeline): None/False (the default) for none, True or
+        ``"default"`` for the default set, a number for the default set every that many µs,
+        or a list of metric names that fit in one hardware pass. Nothing is replayed: see
+        :mod:`hookmagic.cupti.pm_sampling`. Not with ``counters``. Stored as ``"default"``,
+        a tuple of names or None.
+    pm_interval_us:
+        The PM sampling interval in µs of GPU time (1 to 1,000,000; default 100).
     max_stack_depth, buffer_mb, max_buffers, max_table_mb:
         Deepest Python stack kept (1-1024 frames); CUPTI buffer size (1-256 MiB); buffers in
         flight at once (1-4096); the most decoded data kept (MiB; beyond it records are
@@ -109,11 +118,23 @@ class CaptureOptions:
     max_buffers: int = 32
     max_table_mb: int = 2048
     counters: Any = None
+    pm_sampling: Any = None
+    pm_interval_us: float = 100.0
 
     def __post_init__(self) -> None:
+        from hookmagic.cupti import pm_sampling as pm
         from hookmagic.cupti.counters import resolve
 
         object.__setattr__(self, "counters", resolve(self.counters))
+        metrics, interval_us = pm.resolve(self.pm_sampling)
+        object.__setattr__(self, "pm_sampling", metrics)
+        object.__setattr__(self, "pm_interval_us", pm.check_interval(
+            interval_us if interval_us is not None else self.pm_interval_us))
+        if metrics is not None and self.counters:
+            raise pm.PmSamplingOptionError(
+                "pm_sampling= and counters= cannot be asked for in one capture: both program "
+                "the GPU's performance monitors through CUPTI's profiler (PM sampler and range "
+                "profiler); capture twice, one with each")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):

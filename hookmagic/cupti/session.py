@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from hookmagic.cupti import counters as hw_counters
+from hookmagic.cupti import pm_sampling
 from hookmagic.cupti import errors, library
 from hookmagic.cupti.allocators import AllocatorRecorders, merge_into
 from hookmagic.cupti.columns import build_tables_from, table_builders, uncaptured_graph_notes
@@ -128,6 +129,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
     An unknown metric raises :class:`~hookmagic.cupti.counters.UnknownCounter`; counters this
     machine cannot collect (admin-only profiling, another profiler) raise
     :class:`~hookmagic.cupti.counters.CountersUnavailable` when the ``with`` starts.
+
+    ``pm_sampling``: GPU-wide metrics (SM, DRAM, tensor pipe activity by default) sampled every
+    ``pm_interval_us`` µs of GPU time, in the Trace's ``pm_samples`` table and as a lane under
+    the timeline; nothing is replayed (see :mod:`hookmagic.cupti.pm_sampling`). True, a number
+    of µs, or a list of metric names; refused beside ``counters``, with the same errors.
 
     ``allocator_history`` is off by default: PyTorch's history recording more than doubled the
     time of an allocating inference loop on the GPU machine (ResNet-50: 4.0x in
@@ -271,6 +277,9 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         self._counting = None
         if o.counters:  # last: nothing the capture itself launches is counted
             self._counting = hw_counters.start(native, o.counters)
+        self._pm = None
+        if o.pm_sampling is not None:
+            self._pm = pm_sampling.start(native, o.pm_sampling, o.pm_interval_us)
 
     def _enter_scheduled(self):
         from hookmagic.cupti.schedule import ScheduledCapture
@@ -347,6 +356,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
         end_ns = native.timestamp()
         # The sampler reads CUPTI's clock: it stops before CUPTI is detached.
         samples = self._sampler.stop() if self._sampler else {}
+        pm_rows = None
+        if getattr(self, "_pm", None) is not None:  # CUPTI's clock and profiler: before detach
+            t_pm = time.perf_counter()
+            pm_rows = pm_sampling.stop(native)
+            pm_stop_s = time.perf_counter() - t_pm
         counted = None
         if getattr(self, "_counting", None) is not None:
             t_count = time.perf_counter()
@@ -396,6 +410,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             t4 = time.perf_counter()
             module_kernels = (named_module_kernels(tables["kernels"], raw["stacks"])
                               if modules_named else 0)
+        if pm_rows is not None:
+            tables["pm_samples"] = pm_sampling.samples_table(pm_rows, int(pm_rows.get("device", 0)))
         build_s = time.perf_counter() - t2
         module_names_s += time.perf_counter() - t4  # naming before take() + backward frames
         counters = raw["counters"]
@@ -443,6 +459,13 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
                                 "kernels": int(counted["ranges"]),
                                 "dropped": int(counted["dropped"]), "unmatched": unmatched,
                                 "replay_wall_s": wall_s, "evaluate_s": counted["stop_s"]}
+        if pm_rows is not None:
+            meta["pm_sampling"] = pm_sampling.meta_of(self._pm, pm_rows, pm_stop_s)
+            if meta["pm_sampling"]["error"]:
+                meta["warnings"].append(f"PM sampling stopped early: {meta['pm_sampling']['error']}.")
+            if meta["pm_sampling"]["overflow"]:
+                meta["warnings"].append("PM sampling's hardware buffer overflowed: samples were "
+                                        "lost (a longer pm_interval_us keeps up).")
         # everything after the cell: the parts above and what lies between them
         meta["overhead"]["finish_s"] = time.perf_counter() - t0
         self.trace._fill(tables, meta)
@@ -519,6 +542,11 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             try:
                 if native.counters_running():
                     native.counters_stop()
+            except Exception:
+                pass
+            try:
+                if native.pm_running():
+                    native.pm_stop()
             except Exception:
                 pass
             try:

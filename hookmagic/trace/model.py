@@ -37,6 +37,12 @@ analysis and view works on all of them.
   ``metrics``, ``replay`` ("kernel"), ``passes``, ``kernels`` (ranges counted), ``dropped``
   (launches beyond the budget), ``unmatched`` (ranges with no launch in ``kernels``),
   ``replay_wall_s`` and ``evaluate_s`` (see :mod:`hookmagic.cupti.counters`).
+- ``pm_sampling`` (dict): for a capture with PM sampling (the ``pm_samples`` table):
+  ``metrics``, ``left_out`` (default quantities the GPU could not sample in one pass),
+  ``interval_us`` asked, ``samples``, ``median_interval_us`` measured, ``first_ns``/``last_ns``,
+  ``cupti_start_ns``/``cupti_stop_ns`` (CUPTI's clock when sampling started/stopped),
+  ``overflow``, ``image_full``, ``decodes``, ``decode_s``, ``stop_s``, ``error`` (see
+  :mod:`hookmagic.cupti.pm_sampling`).
 - ``recorded_on`` (str): for recordings, the GPU, driver and date they were measured on, e.g.
   ``"NVIDIA H100 80GB HBM3, driver 580.159.04, YYYY-MM-DD"``.
 - ``description`` (str): for recordings, the workload recorded.
@@ -89,6 +95,7 @@ class Trace:
     allocator_events: pd.DataFrame
     samples: pd.DataFrame
     counters: pd.DataFrame
+    pm_samples: pd.DataFrame
     meta: dict[str, Any]
 
     def __init__(self, tables: Mapping[str, pd.DataFrame] | None = None,

@@ -40,6 +40,7 @@ class Trace:
     allocator_events: pd.DataFrame
     samples: pd.DataFrame
     counters: pd.DataFrame
+    pm_samples: pd.DataFrame
     meta: dict[str, Any]
 
     def __init__(self, tables: Mapping[str, pd.DataFrame] | None=None, meta: Mapping[str, Any] | None=None) -> None:

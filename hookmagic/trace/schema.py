@@ -131,6 +131,15 @@ TABLES: dict[str, dict[str, str]] = {
         "metric": STR,
         "value": F64,                # in the metric's own unit (bytes, ns, %, instructions)
     },
+    # GPU-wide metrics sampled every interval of GPU time (CUPTI's PM sampling), one row per
+    # (sample, metric), from capture(pm_sampling=...); empty without it. Times are CUPTI's
+    # (the kernels' clock for live captures); each value covers [start_ns, end_ns].
+    "pm_samples": {
+        "start_ns": I64, "end_ns": I64,
+        "device": I32,
+        "metric": STR,
+        "value": F64,                # in the metric's own unit (% of peak for the default set)
+    },
 }
 
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)

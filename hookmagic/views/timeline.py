@@ -2,7 +2,8 @@
 
 Rows hold kernels, copies and memsets (each its own colour); one row per device shows the
 launch latency of each piece of work (its API call's start to its start on the GPU); one row
-per host thread shows user/NVTX ranges. Drawn with WebGL (Scattergl).
+per host thread shows user/NVTX ranges. A capture with PM sampling (``pm_samples``) adds a lane
+under the rows: each sampled metric over time, on the same x axis. Drawn with WebGL (Scattergl).
 
 A row with more events in the window than ``max_events_per_row`` is binned: the window is cut
 into ``bins`` equal slices and each slice is drawn as one mark coloured by how busy the row
@@ -22,6 +23,7 @@ from hookmagic.analysis.tables import as_set, root_label, table
 from hookmagic.analysis.idle import api_by_correlation, merge_intervals, overlap
 from hookmagic.common.format import duration_ns as format_ns
 from hookmagic.common.format import plotly_text
+from hookmagic.cupti.pm_sampling import short_name
 
 COLOURS = {"kernel": "#1f77b4", "memcpy": "#2ca02c", "memset": "#ff7f0e", "range": "#9467bd",
            "latency": "#d62728"}
@@ -112,7 +114,8 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
                     device: int | Iterable[int] | None = None,
                     stream: int | Iterable[int] | None = None,
                     max_events_per_row: int = MAX_EVENTS_PER_ROW, bins: int = BINS,
-                    latency: bool = True, ranges: bool = True) -> go.Figure:
+                    latency: bool = True, ranges: bool = True,
+                    pm_sampling: bool = True) -> go.Figure:
     """Timeline of ``trace`` per device and stream (Plotly, WebGL).
 
     Parameters
@@ -125,6 +128,8 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
     bins : slices per binned row.
     latency : add a row per device with each launch's API-call-to-GPU-start latency.
     ranges : add a row per host thread with the user/NVTX ranges.
+    pm_sampling : add a lane under the rows with the PM-sampled metrics over time (each sample
+        drawn at its middle; more than ``bins`` samples in the window are averaged per slice).
 
     Times on the x axis are milliseconds from the capture's start (``meta["start_ns"]``, else
     the first event).
@@ -183,7 +188,8 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
         traces += _range_traces(trace, row_names, lo, hi, bins, t0, max_events_per_row,
                                 binned_rows)
 
-    fig = go.Figure(traces)
+    lane = _pm_traces(trace, devices, lo, hi, bins, t0) if pm_sampling else []
+    fig = go.Figure(traces + lane)
     # a legend of the colours, drawn once (the data traces hide theirs)
     for kind in ("kernel", "memcpy", "memset", "range", "latency"):
         fig.add_trace(go.Scattergl(x=[None], y=[None], mode="lines", name=kind,
@@ -204,7 +210,44 @@ def timeline_figure(trace: Any, start_ns: int | None = None, end_ns: int | None 
                    autorange="reversed", zeroline=False),
         height=max(250, 60 + 40 * len(row_names)), margin=dict(l=5, r=5, t=70, b=40),
         hovermode="closest", legend=dict(orientation="h", y=-0.15))
+    if lane:
+        # the rows above, the lane below on the same x axis
+        fig.update_layout(yaxis=dict(domain=[0.34, 1.0]),
+                          yaxis2=dict(domain=[0.0, 0.26], anchor="x", title="PM sampling",
+                                      zeroline=False),
+                          height=max(250, 60 + 40 * len(row_names)) + 220)
     return fig
+
+
+def _pm_traces(trace: Any, devices: list[int] | None, lo: int, hi: int, bins: int,
+               t0: int) -> list[go.Scattergl]:
+    """One line per (device, metric) of ``pm_samples`` in [lo, hi], on the second y axis."""
+    frame = table(trace, "pm_samples")
+    if not len(frame):
+        return []
+    mid = (frame["start_ns"].to_numpy(np.int64) + frame["end_ns"].to_numpy(np.int64)) // 2
+    mask = (mid >= lo) & (mid <= hi)
+    if devices is not None:
+        mask &= np.isin(frame["device"].to_numpy(), devices)
+    frame, mid = frame[mask], mid[mask]
+    out = []
+    several = frame["device"].nunique() > 1
+    for (dev, metric), idx in frame.groupby(["device", "metric"], sort=True).indices.items():
+        x, y = mid[idx], frame["value"].to_numpy(np.float64)[idx]
+        order = np.argsort(x, kind="stable")
+        x, y = x[order], y[order]
+        if len(x) > bins:  # the mean of each slice with samples
+            edges = np.linspace(lo, hi, bins + 1)
+            slot = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+            counts = np.bincount(slot, minlength=bins)
+            keep = counts > 0
+            y = np.bincount(slot, weights=y, minlength=bins)[keep] / counts[keep]
+            x = ((edges[:-1] + edges[1:]) / 2)[keep]
+        name = short_name(metric) + (f" · GPU {int(dev)}" if several else "")
+        out.append(go.Scattergl(x=(x - t0) / 1e6, y=y, mode="lines", name=name, yaxis="y2",
+                                hovertemplate=f"{plotly_text(name)}: %{{y:.1f}}<br>"
+                                              "%{x:,.3f} ms<extra></extra>"))
+    return out
 
 
 def _stream_of(key: int) -> int:
