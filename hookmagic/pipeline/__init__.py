@@ -62,12 +62,11 @@ def bottleneck(self: PipelineRun):
 
 @_register
 def what_if(self: PipelineRun, stage, speedup: float = 2.0, seed: int = 0,
-            gil: bool = False, contention: bool = False):
+            gil: bool = False):
     """Predicted fps and latency if ``stage`` were ``speedup``× faster (queueing model of the
-    measured service times; ``gil=True`` shares one GIL between the stages' CPU parts;
-    ``contention=True`` adds to each execution what the stages busy at its start cost in this
-    run; see :func:`hookmagic.pipeline.model.what_if`)."""
-    return _model.what_if(self, stage, speedup, seed, gil, contention)
+    measured service times; ``gil=True`` shares one GIL between the stages' CPU parts; see
+    :func:`hookmagic.pipeline.model.what_if`)."""
+    return _model.what_if(self, stage, speedup, seed, gil)
 
 
 @_register

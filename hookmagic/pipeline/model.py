@@ -14,15 +14,6 @@ stages pass through one :class:`~hookmagic.pipeline.gil.Gil` with the interprete
 interval, so Python stages that take turns on the GIL run at the rate their sum allows, not at
 the slowest one's. See :func:`simulate` for where that measure holds and where it does not.
 
-Contention (``contention=True``, not the default): a stage's execution may take longer when
-another stage is busy beside it (the GIL, the CPU, the GPU's queues). :func:`contention_costs`
-measures that in the run itself — per pair of stages, the time an execution took longer when
-the other was busy at its start, fitted over the executions where both states occurred — takes
-it out of each measured duration and adds it back at each modelled start, for the stages busy
-then in the model: a stage made lighter and so busy less often slows the others less. On the
-NVDEC pipelines of ``benchmarks/results/pipeline-gpu-h200.md`` it measured small costs and did
-not predict better than independent servers (docs/pipeline.md gives the figures).
-
 Partial batches: a batch stage takes what is queued when a worker is free (after waiting up to
 its ``batch_wait_ms`` for a full batch, as the runner does), so a faster pipeline may run sizes
 the measured run never did. A size not measured draws from the nearest measured size, scaled
@@ -58,10 +49,6 @@ CALIBRATION_ROUNDS = 6
 #: a GIL-free part shorter than this is modelled as run holding the GIL: a thread that stays
 #: in Python keeps it (its measured "free" time is GIL waits and timer noise)
 MERGE_S = 50e-6
-#: ``contention=True`` learns how another stage slows a stage only where both states were seen:
-#: the other stage busy at the start of at least this share of the stage's executions, and
-#: idle at the start of at least this share
-CONTENTION_MIN_SHARE = 0.05
 
 
 class _Sampler:
@@ -146,32 +133,29 @@ def has_cpu_times(run: PipelineRun) -> bool:
     return bool((ev.loc[ev["status"] != "failed", "cpu_ns"] >= 0).all())
 
 
-def _stage_times(run: PipelineRun, gil: bool, contended: bool = False) -> list[dict]:
+def _stage_times(run: PipelineRun, gil: bool) -> list[dict]:
     """Per stage, every execution's batch size, warm-up flag, GIL-held and GIL-free seconds.
 
     With ``gil``: held = the thread's CPU time in the execution (capped at its duration) plus
     the framework's hand-over (its uncontended cost: the 10th percentile of the hand-over gaps,
     which the GIL waits of a contended run inflate); free = the rest of the duration. Without:
-    everything is free (independent servers) and the hand-over is the median gap.
-
-    With ``contended``: each execution's measured contention (:func:`contention_costs`: the stages
-    busy at its start times their measured cost) is taken out of its free part, and the stage's
-    row of costs is kept (``contention``), so the model adds back what the stages busy at each
-    modelled start cost."""
+    everything is free (independent servers) and the hand-over is the median gap."""
     stages = run.meta["stages"]
     q = HANDOVER_Q_GIL if gil else 50.0
     hand = {st["name"]: handover_s(run, st["name"], q) for st in stages}
     known = [v for k, v in hand.items() if k != stages[0]["name"] and np.isfinite(v)]
     fallback = float(np.median(known)) if known else 0.0  # a stage never fed while busy
     out = []
-    runs = _stage_runs(run)
+    runs = []
+    for st in stages:
+        b = batches(run, st["name"])
+        if b.empty:
+            raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
+        warm = warmup_flags(b, int(st.get("workers") or 1))
+        runs.append(b.assign(warm=warm).sort_values("start_ns", kind="stable"))
     shared, pause = shared_stalls(runs)
-    if contended:
-        cost, xs = _contention_fit(runs)
-    for i, (st, b, cut) in enumerate(zip(stages, runs, shared)):
+    for st, b, cut in zip(stages, runs, shared):
         dur = (b["end_ns"] - b["start_ns"]).to_numpy() / 1e9 - cut
-        if contended:  # what the stages busy at its start cost it, added back by the model
-            dur = np.maximum(dur - xs[i] @ cost[i], 0.0)
         h = hand[st["name"]]
         h = h if np.isfinite(h) else fallback  # the framework's cost
         if gil:
@@ -183,89 +167,9 @@ def _stage_times(run: PipelineRun, gil: bool, contended: bool = False) -> list[d
             free = dur + h
         out.append({"name": st["name"], "sizes": b["size"].to_numpy(), "held": held,
                     "free": free, "warm": b["warm"].to_numpy(),
-                    "gpu": st.get("device") == "cuda",
-                    "contention": cost[i] if contended else np.zeros(len(stages))})
+                    "gpu": st.get("device") == "cuda"})
     out[0]["pause"] = pause  # replayed once, as a pause of the whole pipeline
     return out
-
-
-def busy_at_start(runs: list[pd.DataFrame]) -> list[np.ndarray]:
-    """Per stage (each ``runs`` entry one stage's :func:`batches` rows), an executions × stages
-    array: 1 where that other stage had an execution under way when this one started (its own
-    column is 0)."""
-    spans = []
-    for b in runs:
-        u = _union([(int(a), int(e)) for a, e in zip(b["start_ns"], b["end_ns"])])
-        spans.append((np.array([a for a, _ in u], dtype=np.int64),
-                      np.array([e for _, e in u], dtype=np.int64)))
-    out = []
-    for k, b in enumerate(runs):
-        start = b["start_ns"].to_numpy(dtype=np.int64)
-        x = np.zeros((len(b), len(runs)))
-        for j, (a, e) in enumerate(spans):
-            if j == k or not len(a):
-                continue
-            i = np.searchsorted(a, start, side="right") - 1  # the last span begun by then
-            x[:, j] = (i >= 0) & (e[np.maximum(i, 0)] > start)
-        out.append(x)
-    return out
-
-
-def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares ``y ≈ c0 + x @ c`` with every c ≥ 0 (columns with a negative fit are left
-    out and the rest fitted again); returns c (c0 dropped)."""
-    keep = list(range(x.shape[1]))
-    c = np.zeros(x.shape[1])
-    while keep:
-        a = np.column_stack([np.ones(len(y)), x[:, keep]])
-        sol = np.linalg.lstsq(a, y, rcond=None)[0][1:]
-        if (sol >= 0).all():
-            c[keep] = sol
-            return c
-        keep = [k for k, v in zip(keep, sol) if v >= 0]
-    return c
-
-
-def contention_costs(run: PipelineRun) -> tuple[np.ndarray, list[np.ndarray]]:
-    """How much each stage slows each other stage, measured in ``run`` itself: for stage i, the
-    seconds an execution takes longer when stage j is busy at its start (``c[i, j]`` ≥ 0), from
-    a least-squares fit over i's steady executions (not warm-ups, not outliers) of duration
-    minus its size's median against which other stages were busy at its start
-    (:func:`busy_at_start`). A pair is fitted only where both states occurred in at least
-    :data:`CONTENTION_MIN_SHARE` of i's executions (a stage always busy beside i tells nothing).
-    Returns ``c`` and, per stage, each execution's busy-at-start row (what its measured
-    duration holds of contention: ``x @ c[i]``)."""
-    return _contention_fit(_stage_runs(run))
-
-
-def _stage_runs(run: PipelineRun) -> list[pd.DataFrame]:
-    """Per stage, its :func:`batches` rows with their warm-up flags (``warm``), by start."""
-    runs = []
-    for st in run.meta["stages"]:
-        b = batches(run, st["name"])
-        if b.empty:
-            raise InvalidArgument(f"stage {st['name']!r} never ran: nothing to model it from")
-        runs.append(b.assign(warm=warmup_flags(b, int(st.get("workers") or 1)))
-                    .sort_values("start_ns", kind="stable"))
-    return runs
-
-
-def _contention_fit(runs: list[pd.DataFrame]) -> tuple[np.ndarray, list[np.ndarray]]:
-    xs = busy_at_start(runs)
-    c = np.zeros((len(runs), len(runs)))
-    for i, (b, x) in enumerate(zip(runs, xs)):
-        out, ref = _outliers(b)
-        ok = ~b["warm"].to_numpy() & ~out
-        if ok.sum() < 2 * len(runs):
-            continue
-        share = x[ok].mean(axis=0)
-        cols = [j for j in range(len(runs)) if j != i and
-                CONTENTION_MIN_SHARE <= share[j] <= 1 - CONTENTION_MIN_SHARE]
-        if not cols:
-            continue
-        y = ((b["end_ns"] - b["start_ns"]).to_numpy(dtype=float) - ref)[ok] / 1e9
-        c[i, cols] = _nonneg_lstsq(x[ok][:, cols], y)
-    return c, xs
 
 
 def _outliers(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -324,7 +228,7 @@ def shared_stalls(runs: list[pd.DataFrame]) -> tuple[list[np.ndarray], float]:
 
 
 def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
-             seed: int = 0, gil: bool = False, contention: bool = False) -> dict:
+             seed: int = 0, gil: bool = False) -> dict:
     """Run the model of ``run`` with each stage of ``speedup`` that many times faster (its
     GIL-held and GIL-free parts both divided by the factor).
 
@@ -340,16 +244,12 @@ def simulate(run: PipelineRun, speedup: Mapping[str, float] | None = None,
     duration of the stage (held + GIL wait + free) equals the measured one
     (:data:`CALIBRATION_ROUNDS` rounds); the what-if keeps those scales.
 
-    ``contention=True`` adds to each execution the measured cost of the stages busy at its
-    start (:func:`contention_costs`), taken out of the measured durations beforehand; without
-    GIL modelling only.
-
     Returns fps (done frames per second), end-to-end p50/p90/p99 (ms), frames done and dropped,
     ``gil`` (whether it was modelled) and ``gil_busy`` (share of the modelled span the GIL was
     held).
     """
     speedup = _checked(run, speedup)
-    return _simulate(run, *_fitted(run, seed, gil, contention), speedup, seed)[0]
+    return _simulate(run, *_fitted(run, seed, gil), speedup, seed)[0]
 
 
 def _checked(run: PipelineRun, speedup: Mapping[str, float] | None) -> dict:
@@ -363,17 +263,14 @@ def _checked(run: PipelineRun, speedup: Mapping[str, float] | None) -> dict:
     return speedup
 
 
-def _fitted(run: PipelineRun, seed: int, gil: bool, contended: bool = False) -> tuple:
+def _fitted(run: PipelineRun, seed: int, gil: bool) -> tuple:
     """(stage times, calibrated free-part scales, whether the GIL is modelled)."""
     gil = bool(gil)
-    if gil and contended:
-        raise InvalidArgument("gil=True and contention=True cannot be combined: the GIL model "
-                              "replays the GIL waits the measured contention already holds")
     if gil and not has_cpu_times(run):
         raise InvalidArgument("gil=True needs the CPU time of every stage execution (column "
                               "cpu_ns), which this run did not record (recorded before it "
                               "existed, or an execution failed)")
-    times = _stage_times(run, gil, bool(contended))
+    times = _stage_times(run, gil)
     scales = calibrate(run, times, seed) if gil else [1.0] * len(times)
     return times, scales, gil
 
@@ -435,8 +332,6 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
 
     lock = Gil(float(run.meta.get("switch_interval_s") or SWITCH_INTERVAL_S), push)
     runs = [0] * (S + 1)  # executions per stage (the read stage first)
-    busy = np.zeros(S + 1)  # executions under way per stage
-    cost = [t["contention"] for t in times]
     held_total = [0.0]
 
     def execute(who: int, t: float, part: tuple[float, float], kind: str, data) -> None:
@@ -444,9 +339,7 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
         part, then it waits for the GIL again to hand its result over (``hand_over``). A free
         part under :data:`MERGE_S` is run holding the GIL (a thread in pure Python)."""
         held, free_s = part
-        free_s += float(cost[who] @ (busy > 0))  # what the stages busy beside it cost it
         runs[who] += 1
-        busy[who] += 1
         held_total[0] += held
         if free_s < MERGE_S:
             lock.request(t, held + free_s, lambda t2: hand_over(kind, data, t2), who)
@@ -454,7 +347,6 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
             lock.request(t, held, lambda t2: push(t2 + free_s, "free", (who, kind, data)), who)
 
     def hand_over(kind: str, data, t: float) -> None:
-        busy[0 if kind == "read" else data[0] + 1] -= 1
         if kind == "read":
             j, f = data
             deliver(0, t, "src", j, deque([f]))
@@ -576,20 +468,19 @@ def _simulate(run: PipelineRun, times: list[dict], scales: list[float], gil_on: 
 
 
 def what_if(run: PipelineRun, stage: str | Mapping[str, float], speedup: float = 2.0,
-            seed: int = 0, gil: bool = False, contention: bool = False) -> pd.DataFrame:
+            seed: int = 0, gil: bool = False) -> pd.DataFrame:
     """Predicted fps and end-to-end latency if ``stage`` were ``speedup``× faster (or give a
     mapping ``{stage: speedup, ...}``).
 
     Three rows: ``measured`` (the run), ``model: as measured`` (the model with nothing changed:
     how far the model is from the run) and ``model: <stage> ×k`` (the prediction). Columns fps,
     p50_ms, p90_ms, p99_ms, frames_done, dropped, and ``fps_gain`` (prediction / model as
-    measured: the factor to apply to the measured fps). ``gil`` and
-    ``contention`` as in :func:`simulate`.
+    measured: the factor to apply to the measured fps). ``gil`` as in :func:`simulate`.
     """
     change = _checked(run, dict(stage) if isinstance(stage, Mapping) else {stage: speedup})
     measured = throughput(run)
     measured["dropped"] = int((run.frame_outcomes["outcome"] == "dropped").sum())
-    fitted = _fitted(run, seed, gil, contention)
+    fitted = _fitted(run, seed, gil)
     base = _simulate(run, *fitted, {}, seed)[0]
     pred = _simulate(run, *fitted, change, seed)[0]
     label = ", ".join(f"{s} ×{k:.3g}" for s, k in change.items())

@@ -97,11 +97,10 @@ class PipelineRun:
     stage, worker, size, t_ms, ms, steady_p50_ms (a DataFrame; the what-if model replays
     them once instead of sampling them as steady-state service times)."""
 
-    def what_if(self: PipelineRun, stage, speedup: float=2.0, seed: int=0, gil: bool=False, contention: bool=False):
+    def what_if(self: PipelineRun, stage, speedup: float=2.0, seed: int=0, gil: bool=False):
         """Predicted fps and latency if ``stage`` were ``speedup``× faster (queueing model of the
-    measured service times; ``gil=True`` shares one GIL between the stages' CPU parts;
-    ``contention=True`` adds to each execution what the stages busy at its start cost in this
-    run; see :func:`hookmagic.pipeline.model.what_if`)."""
+    measured service times; ``gil=True`` shares one GIL between the stages' CPU parts; see
+    :func:`hookmagic.pipeline.model.what_if`)."""
 
 def load_run(path: str | os.PathLike) -> PipelineRun:
     """Open a run saved by :meth:`PipelineRun.save` (one InputFileError if it is not one)."""

@@ -182,8 +182,7 @@ def analyse(rows: list[dict], folder: Path, loops: int) -> None:
         for row in proc["runs"]:
             run = hookmagic.load(folder / f"p{i}" / f"{row['run']}.hmpipe")
             runs[(row["repeats"], row["phase"])] = run
-            for opts, key in (({"gil": True}, ""), ({}, "_nogil"),
-                              ({"contention": True}, "_contention")):
+            for opts, key in (({"gil": True}, ""), ({}, "_nogil")):
                 table = what_if(run, "infer", 1.0, **opts)
                 row["model_fps" + key] = float(table.loc["model: as measured", "fps"])
                 row["model_err" + key] = row["model_fps" + key] / row["fps"] - 1
@@ -210,8 +209,7 @@ def analyse(rows: list[dict], folder: Path, loops: int) -> None:
             k = proc["standalone_ms"][str(rh)] / proc["standalone_ms"][str(rl)]
             w = {"heavy": rh, "light": rl, "k_measured": k, "light_fps": tl["fps"],
                  "k_in_runs": th["infer_full_ms"] / tl["infer_full_ms"], "nominal_k": rh / rl}
-            for opts, key in (({"gil": True}, ""), ({}, "_nogil"),
-                              ({"contention": True}, "_contention")):
+            for opts, key in (({"gil": True}, ""), ({}, "_nogil")):
                 pred = float(what_if(heavy, "infer", k, **opts).iloc[-1]["fps"])
                 nominal = float(what_if(heavy, "infer", rh / rl, **opts).iloc[-1]["fps"])
                 w.update({"predicted_fps" + key: pred, "err" + key: pred / tl["fps"] - 1,
@@ -292,9 +290,9 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
              f"Infer stage: {rows[0]['infer']} (see the script's docstring).", "",
              "## Model as measured (target: within 5 %)", "",
              "| infer repeats | run | fps measured | fps model | model error | error without "
-             "the GIL | error, contention=True | infer batch ms (steady, 16) | CPU share of decode / preprocess / infer "
+             "the GIL | infer batch ms (steady, 16) | CPU share of decode / preprocess / infer "
              "| batch sizes run | warm-ups found (stage size: ms) | bottleneck |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     repeats = REPEATS[rows[0]["infer"]]
     for r in repeats:
         for phase in ("cold", "warm"):
@@ -306,7 +304,6 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
                          f"{mm([x['model_fps'] for x in rs])} | "
                          f"{mm([100 * x['model_err'] for x in rs], '{:+.1f}')} % | "
                          f"{mm([100 * x['model_err_nogil'] for x in rs], '{:+.1f}')} % | "
-                         f"{mm([100 * x['model_err_contention'] for x in rs], '{:+.1f}')} % | "
                          f"{mm([x['infer_full_ms'] for x in rs], '{:.2f}')} | "
                          + " / ".join(mm([x["cpu_share"].get(s_, float("nan")) for x in rs],
                                          "{:.2f}") for s_ in (rs[0]["stages"][0] if rs else "decode", "preprocess", "infer"))
@@ -314,16 +311,15 @@ def report(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
                          f"{', '.join(str(x['bottleneck']) for x in rs)} |")
     lines += ["", "## What-if against a pipeline really made lighter (target: within 10 %)", "",
               "| heavier → lighter (repeats) | k measured | predicted fps | measured fps "
-              "(lighter) | error | error without the GIL | error, contention=True | with nominal k "
+              "(lighter) | error | error without the GIL | with nominal k "
               "| error (nominal k) | error, decoder time told (not a prediction) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|"]
     for rh, rl in _pairs(repeats):
         ws = [w for p in rows for w in p["whatif"] if (w["heavy"], w["light"]) == (rh, rl)]
         lines.append(f"| {rh} → {rl} | {mm([w['k_measured'] for w in ws], '{:.2f}')} | "
                      f"{mm([w['predicted_fps'] for w in ws])} | {mm([w['light_fps'] for w in ws])}"
                      f" | {mm([100 * w['err'] for w in ws], '{:+.1f}')} % | "
                      f"{mm([100 * w['err_nogil'] for w in ws], '{:+.1f}')} % | "
-                     f"{mm([100 * w['err_contention'] for w in ws], '{:+.1f}')} % | "
                      f"{mm([w['nominal_fps'] for w in ws])} (k = {rh / rl:g}) | "
                      f"{mm([100 * w['nominal_err'] for w in ws], '{:+.1f}')} % | "
                      f"{mm([100 * w['err_decode_told'] for w in ws], '{:+.1f}')} % |")
