@@ -86,7 +86,7 @@ def test_meta_reports_the_measured_interval():
 
 
 def test_short_names():
-    assert P.short_name(DRAM) == "dramc__read_throughput %"
+    assert P.short_name(DRAM) == "dram__read_throughput %"
     assert P.short_name(SM) == "sm__cycles_active %"
     assert P.short_name("synthetic__bytes.sum") == "synthetic__bytes.sum"
 
@@ -111,7 +111,7 @@ def test_timeline_draws_a_lane_per_metric_under_the_rows():
     trace = _synthetic_trace()
     fig = timeline_figure(trace)
     lane = [t for t in fig.data if getattr(t, "yaxis", None) == "y2"]
-    assert sorted(t.name for t in lane) == ["dramc__read_throughput %", "sm__cycles_active %"]
+    assert sorted(t.name for t in lane) == ["dram__read_throughput %", "sm__cycles_active %"]
     dram = next(t for t in lane if t.name.startswith("dram"))
     assert np.allclose(dram.x, np.arange(0.25, 10, 0.5))   # sample middles, ms from start
     assert dram.y[0] == 80.0 and dram.y[-1] == 5.0
@@ -187,3 +187,17 @@ def test_magic_passes_the_pm_sampling_flags(ip, line, expected, interval):
 def test_magic_refuses_pm_sampling_beside_counters(ip):
     result = ip.run_cell("%%cudahook -q --pm-sampling --counters\nnot_run = 1")
     assert not result.success and "not_run" not in ip.user_ns
+
+
+def test_a_sample_begun_before_sampling_started_is_left_out():
+    """Synthetic rows shaped as the H200's: the first sample spans 2.7 s up to just after
+    cuptiPmSamplingStart (at 10_000_000_000), the rest are 100 µs apart."""
+    began = 10_000_000_000
+    starts = np.array([began - 2_700_000_000, began + 50_000, began + 150_000])
+    rows = {"start_ns": starts, "end_ns": np.array([began + 50_000, began + 150_000, began + 250_000]),
+            "metrics": [DRAM], "values": np.array([0.1, 80.0, 81.0]), "cupti_start_ns": began}
+    t = P.samples_table(rows, interval_us=100.0)
+    assert t["start_ns"].tolist() == [began + 50_000, began + 150_000]
+    assert t["value"].tolist() == [80.0, 81.0]
+    m = P.meta_of({"metrics": [DRAM], "left_out": [], "interval_us": 100.0}, rows, 0.0)
+    assert m["before_start"] == 1 and m["samples"] == 2 and m["first_ns"] == began + 50_000

@@ -411,7 +411,8 @@ class capture:  # noqa: N801 - used as `with hookmagic.capture() as trace:`
             module_kernels = (named_module_kernels(tables["kernels"], raw["stacks"])
                               if modules_named else 0)
         if pm_rows is not None:
-            tables["pm_samples"] = pm_sampling.samples_table(pm_rows, int(pm_rows.get("device", 0)))
+            tables["pm_samples"] = pm_sampling.samples_table(
+                pm_rows, int(pm_rows.get("device", 0)), self._pm["interval_us"])
         build_s = time.perf_counter() - t2
         module_names_s += time.perf_counter() - t4  # naming before take() + backward frames
         counters = raw["counters"]
