@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from hookmagic.cupti.errors import CaptureOptionError
+from hookmagic.cupti.pm_sampling import INTERVAL_US as PM_INTERVAL_US
 
 # (low, high) for each integer option; the message of a refusal quotes them.
 _INT_RANGES = {
@@ -119,7 +120,7 @@ class CaptureOptions:
     max_table_mb: int = 2048
     counters: Any = None
     pm_sampling: Any = None
-    pm_interval_us: float = 100.0
+    pm_interval_us: float = PM_INTERVAL_US
 
     def __post_init__(self) -> None:
         from hookmagic.cupti import pm_sampling as pm
@@ -133,8 +134,8 @@ class CaptureOptions:
         if metrics is not None and self.counters:
             raise pm.PmSamplingOptionError(
                 "pm_sampling= and counters= cannot be asked for in one capture: both program "
-                "the GPU's performance monitors through CUPTI's profiler (PM sampler and range "
-                "profiler); capture twice, one with each")
+                "the GPU's performance monitors, and with the range profiler running CUPTI "
+                "refuses PM sampling (CUPTI_ERROR_HARDWARE_BUSY); capture twice, one with each")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):

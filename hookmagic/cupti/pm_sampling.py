@@ -14,8 +14,9 @@ The default set (``pm_sampling=True``) is one metric per quantity of :data:`DEFA
 of its candidate names the GPU's PM sampling knows, kept while the set still fits in one pass;
 the names used are in ``trace.meta["pm_sampling"]["metrics"]``.
 
-PM sampling and ``counters=`` are refused together: both program the GPU's performance monitors
-through CUPTI's profiler (range profiler and PM sampler), and hookmagic runs one at a time.
+PM sampling and ``counters=`` are refused together: both program the GPU's performance monitors,
+and with the range profiler running CUPTI refuses PM sampling (on the H200, CUPTI 13.0:
+``cuptiPmSamplingGetCounterAvailability`` returns ``CUPTI_ERROR_HARDWARE_BUSY``).
 """
 from __future__ import annotations
 
