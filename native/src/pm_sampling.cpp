@@ -102,40 +102,14 @@ PmSampler& PmSampler::instance() {
 
 std::vector<std::string> PmSampler::supported_metrics(const CuptiApi& cupti) {
     return with_pm_host(cupti, [&](ProfilerApi& p, CUpti_Profiler_Host_Object* host) {
-        std::vector<std::string> names;
-        for (int type = 0; type < CUPTI_METRIC_TYPE__COUNT; ++type) {
-            CUpti_Profiler_Host_GetBaseMetrics_Params b{CUpti_Profiler_Host_GetBaseMetrics_Params_STRUCT_SIZE};
-            b.pHostObject = host;
-            b.metricType = static_cast<CUpti_MetricType>(type);
-            check(cupti, p.cuptiProfilerHostGetBaseMetrics(&b), "cuptiProfilerHostGetBaseMetrics");
-            for (size_t i = 0; i < b.numMetrics; ++i) {
-                CUpti_Profiler_Host_GetSubMetrics_Params s{CUpti_Profiler_Host_GetSubMetrics_Params_STRUCT_SIZE};
-                s.pHostObject = host;
-                s.metricType = b.metricType;
-                s.pMetricName = b.ppMetricNames[i];
-                if (p.cuptiProfilerHostGetSubMetrics(&s) != CUPTI_SUCCESS || !s.numOfSubmetrics) {
-                    names.emplace_back(b.ppMetricNames[i]);
-                    continue;
-                }
-                for (size_t j = 0; j < s.numOfSubmetrics; ++j)
-                    names.push_back(std::string(b.ppMetricNames[i]) + s.ppSubMetrics[j]);
-            }
-        }
-        return names;
+        return host_metric_names(cupti, p, host);
     });
 }
 
 std::vector<std::string> PmSampler::unknown_metrics(const CuptiApi& cupti,
                                                     const std::vector<std::string>& metrics) {
     return with_pm_host(cupti, [&](ProfilerApi& p, CUpti_Profiler_Host_Object* host) {
-        std::vector<std::string> unknown;
-        for (const auto& name : metrics) {
-            CUpti_Profiler_Host_GetMetricProperties_Params m{CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE};
-            m.pHostObject = host;
-            m.pMetricName = name.c_str();
-            if (p.cuptiProfilerHostGetMetricProperties(&m) != CUPTI_SUCCESS) unknown.push_back(name);
-        }
-        return unknown;
+        return host_unknown_metrics(p, host, metrics);
     });
 }
 

@@ -99,6 +99,12 @@ void host_free(ProfilerApi& p, CUpti_Profiler_Host_Object* host) noexcept;
 std::vector<uint8_t> config_image(const CuptiApi& cupti, ProfilerApi& p,
                                   CUpti_Profiler_Host_Object* host,
                                   const std::vector<std::string>& metrics, size_t* passes);
+// Every metric name `host` knows: each base metric with each of its submetrics (or alone).
+std::vector<std::string> host_metric_names(const CuptiApi& cupti, ProfilerApi& p,
+                                           CUpti_Profiler_Host_Object* host);
+// Those of `metrics` that `host` does not know.
+std::vector<std::string> host_unknown_metrics(ProfilerApi& p, CUpti_Profiler_Host_Object* host,
+                                              const std::vector<std::string>& metrics);
 
 }  // namespace prof
 }  // namespace hookmagic
