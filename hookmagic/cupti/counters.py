@@ -150,22 +150,11 @@ def resolve(counters: Any) -> tuple[str, ...] | None:
     if isinstance(counters, str):
         if counters.strip() in COUNTER_SETS:
             return COUNTER_SETS[counters.strip()]
-        names = [part.strip() for part in counters.split(",") if part.strip()]
-    elif isinstance(counters, (list, tuple)):
-        names = list(counters)
-    else:
+    elif not isinstance(counters, (list, tuple)):
         raise CounterOptionError(f"counters= takes True, a set name ({', '.join(COUNTER_SETS)}) "
                                  f"or a list of metric names, not {type(counters).__name__}")
-    if not names:
-        raise CounterOptionError("counters= got an empty list of metric names")
-    if len(names) > MAX_METRICS:
-        raise CounterOptionError(f"counters= got {len(names)} metric names; at most "
-                                 f"{MAX_METRICS} per capture")
     out: list[str] = []
-    for name in names:
-        if not isinstance(name, str):
-            raise CounterOptionError(f"counters= metric names are strings, not {name!r}")
-        name = name.strip()
+    for name in metric_names(counters, "counters", CounterOptionError, MAX_METRICS):
         if name in COUNTER_SETS:
             candidates = COUNTER_SETS[name]
         elif _METRIC_NAME.match(name):
@@ -176,6 +165,23 @@ def resolve(counters: Any) -> tuple[str, ...] | None:
                 "e.g. dram__bytes_read.sum)")
         out.extend(c for c in candidates if c not in out)
     return tuple(out)
+
+
+def metric_names(value: str | list | tuple, option: str, error: type[Exception],
+                 limit: int) -> list[str]:
+    """The names in ``value`` (a list/tuple of strings, or one string of comma-separated names),
+    stripped, for the option ``option``; raises ``error`` for none, more than ``limit``, or a
+    name that is not a string."""
+    names = ([part for part in value.split(",") if part.strip()] if isinstance(value, str)
+             else list(value))
+    if not names:
+        raise error(f"{option}= got an empty list of metric names")
+    if len(names) > limit:
+        raise error(f"{option}= got {len(names)} metric names; at most {limit} per capture")
+    for name in names:
+        if not isinstance(name, str):
+            raise error(f"{option}= metric names are strings, not {name!r}")
+    return [name.strip() for name in names]
 
 
 def close_matches(name: str, supported: list[str], n: int = 5) -> list[str]:

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.cupti.counters import (_METRIC_NAME, CounterOptionError, CountersUnavailable,
-                                      UnknownCounter, close_matches, explain)
+                                      UnknownCounter, close_matches, explain,
+                                      metric_names)
 
 # Candidates are tried in order. Measured on an H200 (CUPTI 13.0, driver 580): during an
 # elementwise kernel moving 4.24 TB/s (88 % of the 4.81 TB/s the device attributes give),
@@ -92,28 +93,17 @@ def resolve(pm_sampling: Any) -> tuple[str | tuple[str, ...] | None, float | Non
     if isinstance(pm_sampling, str):
         if pm_sampling.strip() == DEFAULT:
             return DEFAULT, None
-        names = [part.strip() for part in pm_sampling.split(",") if part.strip()]
-    elif isinstance(pm_sampling, (list, tuple)):
-        names = list(pm_sampling)
-    else:
+    elif not isinstance(pm_sampling, (list, tuple)):
         raise PmSamplingOptionError(
             f"pm_sampling= takes True, a number of µs, or a list of metric names, not "
             f"{type(pm_sampling).__name__}")
-    if not names:
-        raise PmSamplingOptionError("pm_sampling= got an empty list of metric names")
-    if len(names) > MAX_METRICS:
-        raise PmSamplingOptionError(f"pm_sampling= got {len(names)} metric names; at most "
-                                    f"{MAX_METRICS} per capture")
     out: list[str] = []
-    for name in names:
-        if not isinstance(name, str):
-            raise PmSamplingOptionError(f"pm_sampling= metric names are strings, not {name!r}")
-        name = name.strip()
+    for name in metric_names(pm_sampling, "pm_sampling", PmSamplingOptionError, MAX_METRICS):
         bare = name.split(".", 2)[-1] if name.startswith("TPC.") else name
         if not _METRIC_NAME.match(bare):
             raise PmSamplingOptionError(
                 f"pm_sampling=: {name[:80]!r} is not a metric name (Nsight Compute's form, "
-                "e.g. dramc__read_throughput.avg.pct_of_peak_sustained_elapsed)")
+                "e.g. dram__read_throughput.avg.pct_of_peak_sustained_elapsed)")
         if name not in out:
             out.append(name)
     return tuple(out), None
