@@ -220,17 +220,24 @@ def check_known(native: Any, metrics: tuple[str, ...]) -> None:
         unknown = list(native.counters_unknown(list(metrics)))
     except native.CaptureError as exc:
         raise explain(exc) from None
-    if not unknown:
-        return
+    if unknown:
+        raise unknown_counter(unknown, native.counters_supported, native.CaptureError,
+                              "this GPU's profiler")
+
+
+def unknown_counter(unknown: list[str], supported: Any, failure: type[Exception],
+                    who: str) -> UnknownCounter:
+    """The :class:`UnknownCounter` naming ``unknown`` metrics that ``who`` does not know, each
+    with its close matches among ``supported()`` (none where that raises ``failure``)."""
     try:
-        supported = list(native.counters_supported())
-    except native.CaptureError:
-        supported = []
+        names = list(supported())
+    except failure:
+        names = []
     parts = []
     for name in unknown:
-        near = close_matches(name, supported)
+        near = close_matches(name, names)
         parts.append(f"{name!r}" + (f" (close: {', '.join(near)})" if near else ""))
-    raise UnknownCounter(f"this GPU's profiler does not know the metric(s) {'; '.join(parts)}")
+    return UnknownCounter(f"{who} does not know the metric(s) {'; '.join(parts)}")
 
 
 def replay_mode() -> str:

@@ -27,8 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hookmagic.cupti.counters import (_METRIC_NAME, CounterOptionError, CountersUnavailable,
-                                      UnknownCounter, close_matches, explain,
-                                      metric_names)
+                                      explain, metric_names, unknown_counter)
 
 # Candidates are tried in order. Measured on an H200 (CUPTI 13.0, driver 580): during an
 # elementwise kernel moving 4.24 TB/s (88 % of the 4.81 TB/s the device attributes give),
@@ -160,16 +159,8 @@ def check_metrics(native: Any, metrics: tuple[str, ...]) -> None:
     known = set(_known(native, list(metrics)))
     unknown = [m for m in metrics if m not in known]
     if unknown:
-        try:
-            supported = list(native.pm_supported())
-        except native.CaptureError:
-            supported = []
-        parts = []
-        for name in unknown:
-            near = close_matches(name, supported)
-            parts.append(f"{name!r}" + (f" (close: {', '.join(near)})" if near else ""))
-        raise UnknownCounter(f"this GPU's PM sampling does not know the metric(s) "
-                             f"{'; '.join(parts)}")
+        raise unknown_counter(unknown, native.pm_supported, native.CaptureError,
+                              "this GPU's PM sampling")
     passes = _passes(native, list(metrics))
     if passes != 1:
         raise PmSamplingOptionError(f"these PM sampling metrics need {passes} passes of the "
